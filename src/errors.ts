@@ -1,0 +1,57 @@
+/**
+ * The one error type of sbx. Callers switch on `code`, never on `message`.
+ *
+ * @example
+ * try { await manager.get('sb-1') } catch (e) {
+ *   if (e instanceof SbxError && e.code === 'not_found') { ... }
+ * }
+ */
+export const ERROR_CODES = [
+  'invalid_argument',
+  'not_found',
+  'conflict',
+  'limit_exceeded',
+  'pool_not_found',
+  'pool_in_use',
+  'not_available',
+  'unauthorized',
+  'forbidden',
+  'runtime_unavailable',
+  'timeout',
+  'quota_exceeded',
+  'internal',
+] as const;
+
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+export interface SbxErrorOptions {
+  cause?: unknown;
+  /** Plain data that helps a caller act on the error (the bad field, the limit, ...). */
+  details?: Record<string, unknown>;
+}
+
+export class SbxError extends Error {
+  override readonly name = 'SbxError';
+  readonly code: ErrorCode;
+  readonly details: Record<string, unknown> | undefined;
+
+  constructor(code: ErrorCode, message: string, options: SbxErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+    this.details = options.details;
+  }
+
+  /** JSON form used on the wire; the SDK turns it back into an SbxError. */
+  toJSON(): { code: ErrorCode; message: string; details?: Record<string, unknown> } {
+    return this.details ? { code: this.code, message: this.message, details: this.details } : { code: this.code, message: this.message };
+  }
+}
+
+export function isSbxError(err: unknown, code?: ErrorCode): err is SbxError {
+  return err instanceof SbxError && (code === undefined || err.code === code);
+}
+
+/** Shorthand for the most common failure: a bad option, naming the field. */
+export function invalidArgument(field: string, message: string): SbxError {
+  return new SbxError('invalid_argument', `${field}: ${message}`, { details: { field } });
+}

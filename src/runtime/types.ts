@@ -1,0 +1,229 @@
+/**
+ * The Runtime seam: everything sbx needs from a container engine, as plain data in and out
+ * (so it can be served over the network by the node agent) and streams as Node streams.
+ * Implementations live one folder each below src/runtime; nothing above this layer knows
+ * which engine it talks to.
+ */
+import type { Readable, Writable } from 'node:stream';
+
+export interface PortSpec {
+  /** Port inside the container. */
+  containerPort: number;
+  /** Host port; 0 or absent picks a free one. */
+  hostPort?: number;
+  /** Host address to publish on; default 127.0.0.1 (never all interfaces unless asked). */
+  hostIp?: string;
+  protocol?: 'tcp' | 'udp';
+}
+
+export interface BindMount {
+  hostPath: string;
+  containerPath: string;
+  readOnly?: boolean;
+}
+
+export interface SecuritySpec {
+  noNewPrivileges?: boolean;
+  capDrop?: string[];
+  capAdd?: string[];
+  readOnlyRootfs?: boolean;
+  /** Container path -> mount options, e.g. `{ '/tmp': 'rw,size=64m' }`. */
+  tmpfs?: Record<string, string>;
+}
+
+export interface ContainerSpec {
+  image: string;
+  name?: string;
+  cmd?: string[];
+  entrypoint?: string[];
+  env?: Record<string, string>;
+  workdir?: string;
+  user?: string;
+  labels?: Record<string, string>;
+  /** Memory limit in bytes; 0 or absent = none. */
+  memory?: number;
+  /** CPU limit in cores (1.5 = one and a half); 0 or absent = none. */
+  cpus?: number;
+  pidsLimit?: number;
+  ports?: PortSpec[];
+  binds?: BindMount[];
+  /** Engine network mode: 'bridge' (default), 'none', 'host', or a network name. */
+  network?: string;
+  security?: SecuritySpec;
+  /** OCI runtime name, e.g. 'runsc' for gVisor. */
+  ociRuntime?: string;
+  /** /dev/shm size in bytes. */
+  shmSize?: number;
+}
+
+export type ContainerStatus = 'created' | 'running' | 'paused' | 'restarting' | 'removing' | 'exited' | 'dead';
+
+export interface PublishedPort {
+  containerPort: number;
+  protocol: 'tcp' | 'udp';
+  hostIp: string;
+  hostPort: number;
+}
+
+export interface ContainerInfo {
+  id: string;
+  name: string;
+  image: string;
+  status: ContainerStatus;
+  running: boolean;
+  exitCode: number | null;
+  oomKilled: boolean;
+  labels: Record<string, string>;
+  ports: PublishedPort[];
+  /** ISO 8601. */
+  createdAt: string;
+  /** ISO 8601, or null when never started. */
+  startedAt: string | null;
+}
+
+/** What `list` returns per container: cheap to get for many containers at once. */
+export interface ContainerSummary {
+  id: string;
+  name: string;
+  image: string;
+  status: ContainerStatus;
+  running: boolean;
+  labels: Record<string, string>;
+  createdAt: string;
+}
+
+export interface ListOptions {
+  /** Every pair must match; a value of '' only asks that the label exists. */
+  labels?: Record<string, string>;
+  /** Include stopped containers (default true). */
+  all?: boolean;
+}
+
+export interface ProcessInfo {
+  pid: string;
+  user: string;
+  command: string;
+}
+
+export interface ContainerStats {
+  /** CPU use since the previous sample, in percent of one core. */
+  cpuPercent: number;
+  memoryBytes: number;
+  memoryLimitBytes: number;
+  pids: number;
+}
+
+export interface ExecOptions {
+  cwd?: string;
+  env?: Record<string, string>;
+  user?: string;
+  /** Kill the process (and what it started) inside the box after this long. */
+  timeoutMs?: number;
+  /** For `exec`: bytes written to the process's stdin, then stdin is closed. */
+  stdin?: string | Uint8Array;
+  /** For `exec`: keep at most this many bytes of stdout and of stderr each (default 64 MiB). */
+  maxOutputBytes?: number;
+  /** Abort = kill the process inside the box. */
+  signal?: AbortSignal;
+}
+
+export interface ExecResult {
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+  /** True when stdout or stderr went past maxOutputBytes and was cut. */
+  truncated: boolean;
+  /** True when timeoutMs passed and the process was killed; exitCode is then 137. */
+  timedOut: boolean;
+  durationMs: number;
+}
+
+export interface ExecStreamOptions {
+  cwd?: string;
+  env?: Record<string, string>;
+  user?: string;
+  /** Kill the process inside the box after this long; wait() then resolves with 137. */
+  timeoutMs?: number;
+  /** Allocate a terminal: stderr is merged into stdout and `resize` works. */
+  tty?: boolean;
+  /** Initial terminal size with tty. */
+  size?: { cols: number; rows: number };
+  signal?: AbortSignal;
+}
+
+export interface ExecStream {
+  stdout: Readable;
+  stderr: Readable;
+  /** `end()` is a real half-close: the process sees EOF, its remaining output still arrives. */
+  stdin: Writable;
+  /** Resolves with the exit code as soon as the process has exited and its output is drained. */
+  wait(): Promise<number>;
+  /** Kills the process inside the box (and what it started), then closes the connection. */
+  cancel(): Promise<void>;
+  resize(size: { cols: number; rows: number }): Promise<void>;
+}
+
+export interface RegistryAuth {
+  username: string;
+  password: string;
+  /** Registry host, e.g. 127.0.0.1:5000; default is taken from the image reference. */
+  server?: string;
+}
+
+export interface PullProgress {
+  /** Layer id, absent for whole-image lines. */
+  id?: string;
+  status: string;
+  current?: number;
+  total?: number;
+}
+
+export interface ImageInfo {
+  id: string;
+  tags: string[];
+  sizeBytes: number;
+  createdAt: string;
+}
+
+export interface RuntimeVersion {
+  engine: string;
+  version: string;
+  apiVersion: string;
+  os: string;
+  arch: string;
+}
+
+export interface Images {
+  exists(ref: string): Promise<boolean>;
+  /** Progress events; throws SbxError when the engine reports an error. */
+  pull(ref: string, opts?: { auth?: RegistryAuth; signal?: AbortSignal }): AsyncIterable<PullProgress>;
+  list(): Promise<ImageInfo[]>;
+  remove(ref: string, opts?: { force?: boolean }): Promise<void>;
+  /** Builds from a tar stream of a context holding a Dockerfile; yields build output lines. */
+  build(context: Readable, tag: string, opts?: { labels?: Record<string, string> }): AsyncIterable<string>;
+}
+
+export interface Runtime {
+  /** The address this runtime was opened with, for messages. */
+  readonly address: string;
+  readonly images: Images;
+  ping(): Promise<void>;
+  version(): Promise<RuntimeVersion>;
+  create(spec: ContainerSpec): Promise<string>;
+  start(id: string): Promise<void>;
+  /** SIGTERM, then SIGKILL after timeoutMs. Stopping a stopped container is not an error. */
+  stop(id: string, opts?: { timeoutMs?: number }): Promise<void>;
+  /** With force a running container is killed first. A missing container is not_found. */
+  remove(id: string, opts?: { force?: boolean }): Promise<void>;
+  inspect(id: string): Promise<ContainerInfo>;
+  list(opts?: ListOptions): Promise<ContainerSummary[]>;
+  processes(id: string): Promise<ProcessInfo[]>;
+  stats(id: string): Promise<ContainerStats>;
+  exec(id: string, cmd: string[], opts?: ExecOptions): Promise<ExecResult>;
+  execStream(id: string, cmd: string[], opts?: ExecStreamOptions): Promise<ExecStream>;
+  /** Releases connections; containers are not touched. */
+  close(): Promise<void>;
+}
+
+/** Exit code reported for a process sbx killed (timeout, cancel): 128 + SIGKILL. */
+export const KILLED_EXIT_CODE = 137;
