@@ -18,6 +18,7 @@ export const ERROR_CODES = [
   'forbidden',
   'runtime_unavailable',
   'timeout',
+  'cancelled',
   'quota_exceeded',
   'internal',
 ] as const;

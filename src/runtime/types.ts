@@ -144,7 +144,7 @@ export interface ExecStreamOptions {
   user?: string;
   /** Kill the process inside the box after this long; wait() then resolves with 137. */
   timeoutMs?: number;
-  /** Allocate a terminal: stderr is merged into stdout and `resize` works. */
+  /** Allocate a terminal: stderr is merged into stdout, `resize` works, and `stdin.end()` sends ^D. */
   tty?: boolean;
   /** Initial terminal size with tty. */
   size?: { cols: number; rows: number };

@@ -1,0 +1,361 @@
+/**
+ * The Runtime conformance suite: written once, run against every Runtime implementation
+ * (Docker now; the remote agent and Kubernetes run the same cases later), like a router
+ * conformance suite. Each case pins one behaviour callers rely on.
+ */
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { after, before, describe, test } from 'node:test';
+import { isSbxError } from '../errors.js';
+import { TEST_LABEL } from '../testing/env.js';
+import { removeAndAssertNoLeaks } from '../testing/cleanup.js';
+import type { ContainerSpec, ExecStream, RegistryAuth, Runtime } from './types.js';
+
+export interface RuntimeConformanceFixture {
+  /** Opens a runtime on a reachable engine. */
+  open(): Runtime;
+  /** Opens a runtime whose engine is not there (a dead socket, a closed port). */
+  openUnreachable(): Runtime;
+  /** busybox image whose CMD is the graceful-shutdown sleep and which has user uid 1000. */
+  baseImage: string;
+  /** An image in a registry this engine can pull from, and credentials for an authenticated one. */
+  pull?: { ref: string; authRef?: string; auth?: RegistryAuth };
+  runId: string;
+}
+
+const MiB = 1024 * 1024;
+
+function sha256(data: Buffer | string): string {
+  return createHash('sha256').update(data).digest('hex');
+}
+
+async function collect(stream: NodeJS.ReadableStream): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const c of stream) chunks.push(Buffer.from(c as Buffer));
+  return Buffer.concat(chunks);
+}
+
+/** Lists the commands running in a container whose command line contains `needle`. */
+async function running(rt: Runtime, id: string, needle: string): Promise<string[]> {
+  return (await rt.processes(id)).map((p) => p.command).filter((c) => c.includes(needle));
+}
+
+export function runtimeConformance(name: string, fx: RuntimeConformanceFixture): void {
+  describe(`Runtime conformance: ${name}`, () => {
+    let rt: Runtime;
+    let box: string;
+
+    const spec = (extra: Partial<ContainerSpec> = {}): ContainerSpec => ({
+      image: fx.baseImage,
+      ...extra,
+      labels: { [TEST_LABEL]: fx.runId, ...(extra.labels ?? {}) },
+    });
+
+    async function started(extra: Partial<ContainerSpec> = {}): Promise<string> {
+      const id = await rt.create(spec(extra));
+      await rt.start(id);
+      return id;
+    }
+
+    before(async () => {
+      rt = fx.open();
+      await rt.ping();
+      box = await started();
+    });
+
+    after(async () => {
+      await removeAndAssertNoLeaks(rt, fx.runId);
+      await rt.close();
+    });
+
+    test('version names the engine', async () => {
+      const v = await rt.version();
+      assert.ok(v.version.length > 0);
+      assert.ok(v.apiVersion.length > 0);
+    });
+
+    test('labels are stored and list filters by them', async () => {
+      const a = await rt.create(spec({ labels: { 'sbx.conf': 'a' } }));
+      const b = await rt.create(spec({ labels: { 'sbx.conf': 'b' } }));
+      const found = await rt.list({ labels: { [TEST_LABEL]: fx.runId, 'sbx.conf': 'a' } });
+      assert.deepEqual(found.map((c) => c.id), [a]);
+      assert.equal(found[0]?.labels['sbx.conf'], 'a');
+      const info = await rt.inspect(b);
+      assert.equal(info.labels['sbx.conf'], 'b');
+      assert.equal(info.status, 'created');
+      await Promise.all([rt.remove(a), rt.remove(b)]);
+    });
+
+    test('the container user applies to execs, and an exec may override it', async () => {
+      const id = await started({ user: '1000' });
+      assert.equal((await rt.exec(id, ['id', '-u'])).stdout.trim(), '1000');
+      assert.equal((await rt.exec(id, ['id', '-u'], { user: '0' })).stdout.trim(), '0');
+      await rt.remove(id, { force: true });
+    });
+
+    test('env and workdir reach the process; exec env and cwd override them', async () => {
+      const id = await started({ env: { GREETING: 'hello', OTHER: 'x' }, workdir: '/tmp' });
+      const r = await rt.exec(id, ['sh', '-c', 'echo "$GREETING $OTHER $(pwd)"']);
+      assert.equal(r.stdout, 'hello x /tmp\n');
+      const o = await rt.exec(id, ['sh', '-c', 'echo "$GREETING $(pwd)"'], { env: { GREETING: 'bye' }, cwd: '/' });
+      assert.equal(o.stdout, 'bye /\n');
+      await rt.remove(id, { force: true });
+    });
+
+    test('exit code 42 is reported', async () => {
+      const r = await rt.exec(box, ['sh', '-c', 'exit 42']);
+      assert.equal(r.exitCode, 42);
+      assert.equal(r.timedOut, false);
+    });
+
+    test('stdout and stderr stay separate', async () => {
+      const r = await rt.exec(box, ['sh', '-c', 'echo out1; echo err1 >&2; echo out2; echo err2 >&2']);
+      assert.equal(r.stdout, 'out1\nout2\n');
+      assert.equal(r.stderr, 'err1\nerr2\n');
+    });
+
+    test('a missing command is a non-zero exit, not a hang', async () => {
+      const r = await rt.exec(box, ['/no/such/binary']);
+      assert.notEqual(r.exitCode, 0);
+    });
+
+    test('stdin reaches cat and wc -c, and EOF is a real half-close', async () => {
+      const r = await rt.exec(box, ['cat'], { stdin: 'line one\nline two\n' });
+      assert.equal(r.stdout, 'line one\nline two\n');
+      const payload = Buffer.alloc(3 * MiB + 7, 'z');
+      const w = await rt.exec(box, ['wc', '-c'], { stdin: payload });
+      assert.equal(w.stdout.trim(), String(payload.length));
+
+      // Output produced after stdin closed must still arrive.
+      const s = await rt.execStream(box, ['sh', '-c', 'cat; sleep 0.2; echo after-eof']);
+      const out = collect(s.stdout);
+      s.stdin.write('before\n');
+      s.stdin.end();
+      assert.equal(await s.wait(), 0);
+      assert.equal((await out).toString(), 'before\nafter-eof\n');
+    });
+
+    test('10 MB of output arrives intact', async () => {
+      await rt.exec(box, ['sh', '-c', 'head -c 10485760 /dev/urandom > /tmp/ten']);
+      const sum = (await rt.exec(box, ['sha256sum', '/tmp/ten'])).stdout.split(' ')[0];
+      const s = await rt.execStream(box, ['cat', '/tmp/ten']);
+      s.stdin.end();
+      const [bytes, code] = await Promise.all([collect(s.stdout), s.wait()]);
+      assert.equal(code, 0);
+      assert.equal(bytes.length, 10 * MiB);
+      assert.equal(sha256(bytes), sum);
+      // The buffered exec keeps text intact too.
+      const b64 = await rt.exec(box, ['base64', '/tmp/ten']);
+      assert.equal(sha256(Buffer.from(b64.stdout.replace(/\n/g, ''), 'base64')), sum);
+    });
+
+    test('maxOutputBytes truncates and says so', async () => {
+      const r = await rt.exec(box, ['sh', '-c', 'head -c 100000 /dev/zero | tr "\\0" a; echo done >&2'], { maxOutputBytes: 1000 });
+      assert.equal(r.stdout.length, 1000);
+      assert.equal(r.truncated, true);
+      assert.equal(r.stderr, 'done\n');
+      assert.equal(r.exitCode, 0);
+      const small = await rt.exec(box, ['echo', 'hi'], { maxOutputBytes: 1000 });
+      assert.equal(small.truncated, false);
+    });
+
+    test('a timeout kills the process and what it started, and says so', async () => {
+      const r = await rt.exec(box, ['sh', '-c', 'sleep 301 & sleep 302; echo never'], { timeoutMs: 300 });
+      assert.equal(r.timedOut, true);
+      assert.equal(r.exitCode, 137);
+      assert.equal(r.stdout, '');
+      assert.deepEqual(await running(rt, box, 'sleep 30'), []);
+    });
+
+    test('stream cancel kills the process inside the box', async () => {
+      const s = await rt.execStream(box, ['sh', '-c', 'sleep 311 & sleep 312']);
+      await sleep(100);
+      assert.equal((await running(rt, box, 'sleep 31')).length, 2);
+      await s.cancel();
+      assert.equal(await s.wait(), 137);
+      assert.deepEqual(await running(rt, box, 'sleep 31'), []);
+    });
+
+    test('an abort signal cancels a buffered exec and kills the process', async () => {
+      const ac = new AbortController();
+      setTimeout(() => ac.abort(new Error('caller gave up')), 200);
+      await assert.rejects(rt.exec(box, ['sleep', '321'], { signal: ac.signal }), (e) => isSbxError(e, 'cancelled'));
+      assert.deepEqual(await running(rt, box, 'sleep 321'), []);
+    });
+
+    test('wait() resolves promptly after the process exits', async () => {
+      const s: ExecStream = await rt.execStream(box, ['sh', '-c', 'sleep 0.3; exit 3']);
+      s.stdin.end();
+      const t0 = performance.now();
+      assert.equal(await s.wait(), 3);
+      const waited = performance.now() - t0;
+      // The seed polled every 500 ms; we learn of the exit from the stream closing.
+      assert.ok(waited < 300 + 250, `wait took ${waited.toFixed(0)} ms for a 300 ms process`);
+    });
+
+    test('50 concurrent execs on one box all return their own output', async () => {
+      const results = await Promise.all(
+        Array.from({ length: 50 }, (_, i) => rt.exec(box, ['sh', '-c', `echo out-${i}; echo err-${i} >&2; exit ${i % 7}`])),
+      );
+      results.forEach((r, i) => {
+        assert.equal(r.stdout, `out-${i}\n`);
+        assert.equal(r.stderr, `err-${i}\n`);
+        assert.equal(r.exitCode, i % 7);
+      });
+    });
+
+    test('a tty stream merges output and can be resized', async () => {
+      const s = await rt.execStream(box, ['sh', '-c', 'sleep 0.2; stty size; echo to-err >&2'], { tty: true, size: { cols: 100, rows: 30 } });
+      await s.resize({ cols: 120, rows: 40 });
+      const out = collect(s.stdout);
+      s.stdin.end();
+      assert.equal(await s.wait(), 0);
+      const text = (await out).toString();
+      assert.match(text, /40 120/);
+      assert.match(text, /to-err/);
+    });
+
+    test('a memory limit is enforced and the OOM kill reported', async () => {
+      const id = await started({ memory: 16 * MiB, cmd: ['sh', '-c', 'head -c 200m /dev/zero | tail > /dev/null'] });
+      let info = await rt.inspect(id);
+      for (let i = 0; i < 100 && info.running; i++) {
+        await sleep(100);
+        info = await rt.inspect(id);
+      }
+      assert.equal(info.running, false);
+      assert.equal(info.oomKilled, true);
+      await rt.remove(id, { force: true });
+    });
+
+    test('a pids limit is enforced', async () => {
+      const id = await started({ pidsLimit: 12 });
+      const r = await rt.exec(id, ['sh', '-c', 'for i in $(seq 1 30); do sleep 30 & done; wait'], { timeoutMs: 5000 });
+      assert.match(r.stderr, /fork|resource/i);
+      const sleeps = await running(rt, id, 'sleep 30');
+      assert.ok(sleeps.length < 12, `${sleeps.length} processes under a limit of 12`);
+      await rt.remove(id, { force: true });
+    });
+
+    test('ports are published on 127.0.0.1 with a random host port', async () => {
+      const id = await started({ ports: [{ containerPort: 8080 }] });
+      const info = await rt.inspect(id);
+      const p = info.ports.find((x) => x.containerPort === 8080);
+      assert.ok(p, 'port 8080 published');
+      assert.equal(p.hostIp, '127.0.0.1');
+      assert.ok(p.hostPort > 0);
+      await rt.remove(id, { force: true });
+    });
+
+    test('the graceful CMD stops on SIGTERM at once, with exit code 0', async () => {
+      const id = await started();
+      const t0 = performance.now();
+      await rt.stop(id, { timeoutMs: 5000 });
+      const took = performance.now() - t0;
+      const info = await rt.inspect(id);
+      assert.equal(info.running, false);
+      assert.equal(info.exitCode, 0, 'exit 0 means the trap ran, not SIGKILL');
+      assert.ok(took < 1000, `stop took ${took.toFixed(0)} ms`);
+      await rt.stop(id); // stopping a stopped container is fine
+      await rt.start(id);
+      assert.equal((await rt.inspect(id)).running, true);
+      await rt.remove(id, { force: true });
+    });
+
+    test('force-remove takes a running container away', async () => {
+      const id = await started();
+      await assert.rejects(rt.remove(id), (e) => isSbxError(e, 'conflict'));
+      await rt.remove(id, { force: true });
+      await assert.rejects(rt.inspect(id), (e) => isSbxError(e, 'not_found'));
+    });
+
+    test('processes and stats describe a running container', async () => {
+      const ps = await rt.processes(box);
+      assert.ok(ps.some((p) => p.command.includes('sleep 86400')));
+      const st = await rt.stats(box);
+      assert.ok(st.memoryBytes > 0);
+      assert.ok(st.pids >= 1);
+    });
+
+    test('unknown ids are not_found for every call', async () => {
+      const ghost = 'no-such-container-' + fx.runId;
+      for (const call of [
+        () => rt.inspect(ghost),
+        () => rt.remove(ghost, { force: true }),
+        () => rt.start(ghost),
+        () => rt.stop(ghost),
+        () => rt.exec(ghost, ['true']),
+        () => rt.execStream(ghost, ['true']),
+        () => rt.processes(ghost),
+      ]) {
+        await assert.rejects(call(), (e) => isSbxError(e, 'not_found'));
+      }
+    });
+
+    test('bad specs are invalid_argument naming the field', async () => {
+      const cases: Array<[Partial<ContainerSpec>, string]> = [
+        [{ image: '' }, 'image'],
+        [{ memory: 10 }, 'memory'],
+        [{ ports: [{ containerPort: 70000 }] }, 'ports.0.containerPort'],
+        [{ binds: [{ hostPath: 'relative', containerPath: '/x' }] }, 'binds.0.hostPath'],
+        [{ env: { 'BAD-NAME': 'x' } }, 'env.BAD-NAME'],
+        [{ workdir: 'tmp' }, 'workdir'],
+      ];
+      for (const [extra, field] of cases) {
+        await assert.rejects(rt.create({ ...spec(), ...extra }), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === field);
+      }
+      await assert.rejects(rt.exec(box, []), (e) => isSbxError(e, 'invalid_argument'));
+    });
+
+    test('a missing image is not_found naming it', async () => {
+      const ref = `sbx-absent-${fx.runId}:none`;
+      await assert.rejects(rt.create(spec({ image: ref })), (e) => isSbxError(e, 'not_found') && e.message.includes(ref));
+      assert.equal(await rt.images.exists(ref), false);
+      assert.equal(await rt.images.exists(fx.baseImage), true);
+    });
+
+    test('an unreachable engine is runtime_unavailable naming the address', async () => {
+      const dead = fx.openUnreachable();
+      await assert.rejects(dead.ping(), (e) => isSbxError(e, 'runtime_unavailable') && e.message.includes(dead.address));
+      await assert.rejects(dead.list(), (e) => isSbxError(e, 'runtime_unavailable'));
+      await assert.rejects(dead.exec('x', ['true']), (e) => isSbxError(e, 'runtime_unavailable'));
+      await dead.close();
+    });
+
+    if (fx.pull) {
+      const pull = fx.pull;
+      test('pull from a registry reports typed progress events', async () => {
+        await rt.images.remove(pull.ref, { force: true }).catch(() => undefined);
+        const events = [];
+        for await (const ev of rt.images.pull(pull.ref)) events.push(ev);
+        assert.ok(events.length > 0);
+        assert.ok(events.every((e) => typeof e.status === 'string'));
+        assert.ok(events.some((e) => e.id !== undefined), 'layer events carry ids');
+        assert.ok(events.some((e) => /Downloaded newer image|Image is up to date|Pull complete/.test(e.status)));
+        assert.equal(await rt.images.exists(pull.ref), true);
+        assert.ok((await rt.images.list()).some((i) => i.tags.includes(pull.ref)));
+      });
+
+      if (pull.authRef && pull.auth) {
+        const { authRef, auth } = pull;
+        test('pull from an authenticated registry needs the credentials', async () => {
+          await rt.images.remove(authRef, { force: true }).catch(() => undefined);
+          await assert.rejects(drain(rt.images.pull(authRef)), (e) => isSbxError(e) && /unauthorized|authentication|denied|no basic auth/i.test(e.message));
+          await drain(rt.images.pull(authRef, { auth }));
+          assert.equal(await rt.images.exists(authRef), true);
+        });
+      }
+
+      test('pull of an absent image fails with a clear error', async () => {
+        const ref = `${pull.ref.split('/')[0]}/sbx/absent-${fx.runId}:none`;
+        await assert.rejects(drain(rt.images.pull(ref)), (e) => isSbxError(e, 'not_found') && e.message.includes('absent'));
+      });
+    }
+  });
+}
+
+async function drain(it: AsyncIterable<unknown>): Promise<void> {
+  for await (const _ of it) {
+    /* consume */
+  }
+}

@@ -1,0 +1,42 @@
+import { SbxError } from '../../errors.js';
+import type { ErrorCode } from '../../errors.js';
+
+interface EngineError {
+  statusCode?: number;
+  code?: string;
+  reason?: string;
+  json?: { message?: string } | string | null;
+  message?: string;
+}
+
+const UNREACHABLE = new Set(['ECONNREFUSED', 'ENOENT', 'EACCES', 'ECONNRESET', 'EHOSTUNREACH', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND']);
+
+/**
+ * Turns whatever dockerode or node:http threw into an SbxError with a stable code; the raw
+ * error stays as `cause`, its stack never reaches the caller's message.
+ *
+ * @param what names the object of the call, e.g. `container 3f2a...` or `image busybox`.
+ */
+export function toSbxError(err: unknown, address: string, what: string): SbxError {
+  if (err instanceof SbxError) return err;
+  const e = (err ?? {}) as EngineError;
+  if (e.code && UNREACHABLE.has(e.code) && e.statusCode === undefined) {
+    return new SbxError('runtime_unavailable', `Docker Engine at '${address}' is unreachable (${e.code}); is dockerd running?`, {
+      cause: err,
+      details: { address },
+    });
+  }
+  const engineMessage = engineText(e);
+  const status = e.statusCode;
+  const code: ErrorCode =
+    status === 404 ? 'not_found' : status === 409 ? 'conflict' : status === 400 ? 'invalid_argument' : status === 401 ? 'unauthorized' : status === 403 ? 'forbidden' : 'internal';
+  return new SbxError(code, `${what}: ${engineMessage}`, { cause: err, details: { address, ...(status ? { status } : {}) } });
+}
+
+export function engineText(e: EngineError): string {
+  if (typeof e.json === 'string' && e.json) return e.json.trim();
+  if (typeof e.json === 'object' && e.json?.message) return e.json.message.trim();
+  // docker-modem's message is "(HTTP code 500) server error - <engine text>".
+  const text = e.message?.replace(/^\(HTTP code \d+\)[^-]*- /, '') || e.reason || 'engine error';
+  return text.trim();
+}
