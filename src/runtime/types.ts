@@ -92,7 +92,7 @@ export interface ContainerSummary {
   createdAt: string;
 }
 
-export interface ListOptions {
+export interface ContainerListOptions {
   /** Every pair must match; a value of '' only asks that the label exists. */
   labels?: Record<string, string>;
   /** Include stopped containers (default true). */
@@ -216,7 +216,7 @@ export interface Runtime {
   /** With force a running container is killed first. A missing container is not_found. */
   remove(id: string, opts?: { force?: boolean }): Promise<void>;
   inspect(id: string): Promise<ContainerInfo>;
-  list(opts?: ListOptions): Promise<ContainerSummary[]>;
+  list(opts?: ContainerListOptions): Promise<ContainerSummary[]>;
   processes(id: string): Promise<ProcessInfo[]>;
   stats(id: string): Promise<ContainerStats>;
   exec(id: string, cmd: string[], opts?: ExecOptions): Promise<ExecResult>;

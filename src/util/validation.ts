@@ -7,12 +7,14 @@ import { SbxError } from '../errors.js';
  *
  * @example
  * const spec = parseOrThrow(ContainerSpecSchema, input, 'spec');
+ * // `prefix` places the fields of a nested object: parseOrThrow(pool, p, 'pool', 'pools.2')
  */
-export function parseOrThrow<S extends z.ZodType>(schema: S, value: unknown, what: string): z.output<S> {
+export function parseOrThrow<S extends z.ZodType>(schema: S, value: unknown, what: string, prefix?: string): z.output<S> {
   const result = schema.safeParse(value);
   if (result.success) return result.data;
   const issue = result.error.issues[0];
-  const field = issue && issue.path.length > 0 ? issue.path.map(String).join('.') : what;
+  const path = issue && issue.path.length > 0 ? issue.path.map(String).join('.') : '';
+  const field = prefix ? (path ? `${prefix}.${path}` : prefix) : path || what;
   const message = issue ? issue.message : 'invalid';
   return throwInvalid(field, message, result.error);
 }

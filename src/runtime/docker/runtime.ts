@@ -13,7 +13,7 @@ import type {
   ExecResult,
   ExecStream,
   ExecStreamOptions,
-  ListOptions,
+  ContainerListOptions,
   ProcessInfo,
   PublishedPort,
   Runtime,
@@ -147,7 +147,7 @@ export class DockerRuntime implements Runtime {
     };
   }
 
-  async list(opts: ListOptions = {}): Promise<ContainerSummary[]> {
+  async list(opts: ContainerListOptions = {}): Promise<ContainerSummary[]> {
     const label = Object.entries(opts.labels ?? {}).map(([k, v]) => (v === '' ? k : `${k}=${v}`));
     try {
       const items = await this.docker.listContainers({ all: opts.all ?? true, ...(label.length ? { filters: { label } } : {}) });

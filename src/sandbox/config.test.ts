@@ -1,0 +1,98 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { isSbxError } from '../errors.js';
+import { parseDuration } from '../util/duration.js';
+import { loadConfig, resolveConfig } from './config.js';
+import { BoxTokenService } from './tokens.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'sbx-config-'));
+function file(name: string, text: string): string {
+  const p = join(dir, name);
+  writeFileSync(p, text);
+  return p;
+}
+
+describe('config', () => {
+  test('durations accept milliseconds and human strings', () => {
+    assert.equal(parseDuration(1500), 1500);
+    assert.equal(parseDuration('1500'), 1500);
+    assert.equal(parseDuration('30m'), 1_800_000);
+    assert.equal(parseDuration('1h30m'), 5_400_000);
+    assert.equal(parseDuration('250ms'), 250);
+    assert.throws(() => parseDuration('soon'));
+    assert.throws(() => parseDuration('5 minutes'));
+  });
+
+  test('no config at all is one pool local on the local engine', () => {
+    const c = resolveConfig({}, {});
+    assert.equal(c.pools.length, 1);
+    assert.equal(c.pools[0]?.name, 'local');
+    assert.equal(c.pools[0]?.addr, 'local');
+    assert.equal(c.cleanupIntervalMs, 60_000);
+  });
+
+  test('a YAML file is loaded and its durations resolved', () => {
+    const p = file('ok.yaml', 'name: prod\ncleanupInterval: 30s\npools:\n  - name: local\n    addr: local\n    maxTotal: 20\n    idleTimeout: 30m\n  - name: gpu\n    addr: tcp://10.0.0.9:2375\n    maxPerUser: 1\n    maxLifetime: 2h\n');
+    const c = resolveConfig(loadConfig({ file: p, env: {} }), {});
+    assert.equal(c.name, 'prod');
+    assert.equal(c.cleanupIntervalMs, 30_000);
+    assert.deepEqual(
+      c.pools.map((x) => [x.name, x.maxTotal, x.maxPerUser, x.idleTimeoutMs, x.maxLifetimeMs]),
+      [
+        ['local', 20, 0, 1_800_000, 0],
+        ['gpu', 0, 1, 1_800_000, 7_200_000],
+      ],
+    );
+  });
+
+  test('a bad key is named with its line', () => {
+    const p = file('bad.yaml', 'pools:\n  - name: local\n    maxTotal: -3\n');
+    assert.throws(() => loadConfig({ file: p, env: {} }), (e) => isSbxError(e, 'invalid_argument') && /pools\.0\.maxTotal/.test(e.message) && /bad\.yaml:3/.test(e.message));
+    const q = file('typo.yaml', 'pools:\n  - name: local\n    idleTimout: 5m\n');
+    assert.throws(() => loadConfig({ file: q, env: {} }), (e) => isSbxError(e, 'invalid_argument') && /idleTimout/.test(e.message));
+    const r = file('dur.yaml', 'cleanupInterval: often\n');
+    assert.throws(() => loadConfig({ file: r, env: {} }), (e) => isSbxError(e, 'invalid_argument') && /cleanupInterval/.test(e.message) && /dur\.yaml:1/.test(e.message));
+  });
+
+  test('SBX_* variables override the file', () => {
+    const p = file('env.yaml', 'pools:\n  - name: local\n    maxTotal: 20\n');
+    const env = { SBX_CLEANUP_INTERVAL: '5s', SBX_POOL_LOCAL_MAX_TOTAL: '3', SBX_POOL_LOCAL_IDLE_TIMEOUT: '1m' };
+    const c = resolveConfig(loadConfig({ file: p, env }), env);
+    assert.equal(c.cleanupIntervalMs, 5000);
+    assert.equal(c.pools[0]?.maxTotal, 3);
+    assert.equal(c.pools[0]?.idleTimeoutMs, 60_000);
+    assert.throws(() => loadConfig({ file: p, env: { SBX_POOL_NOPE_MAX_TOTAL: '1' } }), (e) => isSbxError(e, 'invalid_argument') && /no pool named 'nope'/.test(e.message));
+  });
+
+  test('duplicate pool names are refused', () => {
+    assert.throws(() => resolveConfig({ pools: [{ name: 'a' }, { name: 'a' }] }, {}), (e) => isSbxError(e, 'invalid_argument') && /duplicate/.test(e.message));
+  });
+});
+
+describe('box tokens', () => {
+  const secret = Buffer.alloc(32, 7);
+  let now = 1_000_000;
+  const tokens = new BoxTokenService(secret, () => now);
+
+  test('a token names its box and nonce', () => {
+    const t = tokens.issue('sb.with.dots', 'nonce1', 60_000);
+    assert.deepEqual(tokens.verify(t), { boxId: 'sb.with.dots', nonce: 'nonce1', expiresAt: 1_060_000 });
+  });
+
+  test('a tampered token is refused', () => {
+    const t = tokens.issue('sb-1', 'n', 60_000);
+    const forged = t.replace('sb-1', 'sb-2');
+    assert.throws(() => tokens.verify(forged), (e) => isSbxError(e, 'unauthorized'));
+    assert.throws(() => new BoxTokenService(Buffer.alloc(32, 8)).verify(t), (e) => isSbxError(e, 'unauthorized'));
+    assert.throws(() => tokens.verify('garbage'), (e) => isSbxError(e, 'unauthorized'));
+  });
+
+  test('an expired token is refused', () => {
+    const t = tokens.issue('sb-1', 'n', 1000);
+    now += 1001;
+    assert.throws(() => tokens.verify(t), (e) => isSbxError(e, 'unauthorized') && /expired/.test(e.message));
+  });
+});

@@ -1,0 +1,11 @@
+export { Manager, GRACEFUL_CMD, DEFAULT_WORKDIR } from './manager.js';
+export { Box } from './box.js';
+export type { BoxExecOptions, BoxStreamOptions } from './box.js';
+export { loadConfig, resolveConfig, EMBEDDED_DEFAULT_POOL } from './config.js';
+export type { ManagerConfig, PoolConfig, ResolvedConfig, ResolvedPool } from './config.js';
+export { decideCleanup, normalizePolicy } from './policy.js';
+export type { BoxActivity, CleanupAction } from './policy.js';
+export { BoxTokenService } from './tokens.js';
+export type { BoxTokenClaims } from './tokens.js';
+export { init, M } from './singleton.js';
+export * from './types.js';

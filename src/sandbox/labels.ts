@@ -1,0 +1,117 @@
+import type { LifecyclePolicy, MountMode } from './types.js';
+import { normalizePolicy } from './policy.js';
+
+/** Every label sbx writes starts with this; user labels live under `sbx.label.`. */
+export const LABEL_PREFIX = 'sbx.';
+export const USER_LABEL_PREFIX = 'sbx.label.';
+export const MANAGED_BY = 'sbx.managed-by';
+export const MANAGED_BY_VALUE = 'sbx';
+
+const L = {
+  manager: 'sbx.manager',
+  id: 'sbx.id',
+  owner: 'sbx.owner',
+  pool: 'sbx.pool',
+  policy: 'sbx.policy',
+  workspace: 'sbx.workspace',
+  mountMode: 'sbx.mount-mode',
+  mountPath: 'sbx.mount-path',
+  idleTimeout: 'sbx.idle-timeout-ms',
+  stopTimeout: 'sbx.stop-timeout-ms',
+  maxLifetime: 'sbx.max-lifetime-ms',
+  createdAt: 'sbx.created-at',
+  vnc: 'sbx.vnc',
+  image: 'sbx.image',
+  tokenNonce: 'sbx.token-nonce',
+} as const;
+
+/** Everything recovery needs to rebuild a box after a restart; the labels are the database. */
+export interface BoxRecord {
+  manager: string;
+  id: string;
+  owner: string;
+  pool: string;
+  policy: LifecyclePolicy;
+  workspaceId: string | null;
+  mountMode: MountMode;
+  mountPath: string;
+  idleTimeoutMs: number;
+  stopTimeoutMs: number;
+  maxLifetimeMs: number;
+  createdAt: number;
+  vnc: boolean;
+  image: string;
+  tokenNonce: string;
+  labels: Record<string, string>;
+}
+
+export function recordToLabels(r: BoxRecord): Record<string, string> {
+  const out: Record<string, string> = {
+    [MANAGED_BY]: MANAGED_BY_VALUE,
+    [L.manager]: r.manager,
+    [L.id]: r.id,
+    [L.owner]: r.owner,
+    [L.pool]: r.pool,
+    [L.policy]: r.policy,
+    [L.workspace]: r.workspaceId ?? '',
+    [L.mountMode]: r.mountMode,
+    [L.mountPath]: r.mountPath,
+    [L.idleTimeout]: String(r.idleTimeoutMs),
+    [L.stopTimeout]: String(r.stopTimeoutMs),
+    [L.maxLifetime]: String(r.maxLifetimeMs),
+    [L.createdAt]: new Date(r.createdAt).toISOString(),
+    [L.vnc]: String(r.vnc),
+    [L.image]: r.image,
+    [L.tokenNonce]: r.tokenNonce,
+  };
+  for (const [k, v] of Object.entries(r.labels)) out[USER_LABEL_PREFIX + k] = v;
+  return out;
+}
+
+/**
+ * Rebuilds a record from container labels. Missing or garbled numbers fall back to the pool's
+ * values (`fallback`), a missing created-at to the container's own creation time, an unknown
+ * policy to the default: nothing recovered is ever immortal by accident.
+ */
+export function labelsToRecord(
+  labels: Record<string, string>,
+  fallback: { idleTimeoutMs: number; stopTimeoutMs: number; maxLifetimeMs: number; createdAt: number; image: string },
+): BoxRecord | null {
+  const id = labels[L.id];
+  const pool = labels[L.pool];
+  if (labels[MANAGED_BY] !== MANAGED_BY_VALUE || !id || !pool) return null;
+  const num = (key: string, dflt: number) => {
+    const n = Number(labels[key]);
+    return labels[key] !== undefined && labels[key] !== '' && Number.isFinite(n) && n >= 0 ? n : dflt;
+  };
+  const created = Date.parse(labels[L.createdAt] ?? '');
+  const user: Record<string, string> = {};
+  for (const [k, v] of Object.entries(labels)) if (k.startsWith(USER_LABEL_PREFIX)) user[k.slice(USER_LABEL_PREFIX.length)] = v;
+  return {
+    manager: labels[L.manager] ?? '',
+    id,
+    owner: labels[L.owner] ?? '',
+    pool,
+    policy: normalizePolicy(labels[L.policy]),
+    workspaceId: labels[L.workspace] || null,
+    mountMode: labels[L.mountMode] === 'ro' ? 'ro' : 'rw',
+    mountPath: labels[L.mountPath] || '/workspace',
+    idleTimeoutMs: num(L.idleTimeout, fallback.idleTimeoutMs),
+    stopTimeoutMs: num(L.stopTimeout, fallback.stopTimeoutMs),
+    maxLifetimeMs: num(L.maxLifetime, fallback.maxLifetimeMs),
+    createdAt: Number.isFinite(created) ? created : fallback.createdAt,
+    vnc: labels[L.vnc] === 'true',
+    image: labels[L.image] || fallback.image,
+    tokenNonce: labels[L.tokenNonce] ?? '',
+    labels: user,
+  };
+}
+
+/** Label filter selecting one Manager's boxes (optionally of one pool) on a runtime. */
+export function managerSelector(manager: string, pool?: string): Record<string, string> {
+  return { [MANAGED_BY]: MANAGED_BY_VALUE, [L.manager]: manager, ...(pool ? { [L.pool]: pool } : {}) };
+}
+
+export function userLabelSelector(labels: Record<string, string>): Record<string, string> {
+  return Object.fromEntries(Object.entries(labels).map(([k, v]) => [USER_LABEL_PREFIX + k, v]));
+}

@@ -1,0 +1,434 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { after, before, describe, test } from 'node:test';
+import { isSbxError } from '../errors.js';
+import { DockerRuntime } from '../runtime/docker/runtime.js';
+import type { Runtime } from '../runtime/types.js';
+import { testEnv, testRunId } from '../testing/env.js';
+import { managerSelector } from './labels.js';
+import { Manager } from './manager.js';
+import type { ManagerConfig, PoolConfig } from './config.js';
+import type { CreateOptions } from './types.js';
+
+const IMAGE = testEnv.baseImage;
+const runId = testRunId('manager');
+const dataDir = mkdtempSync(join(tmpdir(), 'sbx-manager-'));
+const engine = new DockerRuntime(testEnv.engineAddr);
+let seq = 0;
+const managers: Manager[] = [];
+
+/** A Manager with a name of its own, so its boxes are its alone on the shared engine. */
+function newManager(pools: PoolConfig[] = [{ name: 'local', addr: testEnv.engineAddr }], extra: ManagerConfig = {}, name = `t${++seq}-${process.pid}`): Manager {
+  const m = new Manager({ name, pools, dataDir, cleanupInterval: 0, ...extra });
+  managers.push(m);
+  return m;
+}
+
+async function containersOf(m: Manager) {
+  return engine.list({ labels: managerSelector(m.config.name) });
+}
+
+after(async () => {
+  // Each test removes its boxes; anything left now is a leak the suite reports, then sweeps.
+  const leaked = (await Promise.all(managers.map(containersOf))).flat();
+  await Promise.all(leaked.map((c) => engine.remove(c.id, { force: true }).catch(() => undefined)));
+  await Promise.all(managers.map((m) => m.close()));
+  await engine.close();
+  assert.deepEqual(leaked.map((c) => c.name), [], 'containers left behind by the manager tests');
+});
+
+describe(`Manager on a real engine (${runId})`, () => {
+  test('create and exec: a box runs a command and is removed', async () => {
+    const m = newManager();
+    const box = await m.create({ image: IMAGE, owner: 'alice' });
+    assert.match(box.id, /^sb-[0-9a-f]{12}$/);
+    const r = await box.exec(['sh', '-c', 'echo hello; pwd; echo $SBX_SANDBOX_ID']);
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.stdout, `hello\n/workspace\n${box.id}\n`);
+    const info = await box.info();
+    assert.equal(info.status, 'running');
+    assert.equal(info.owner, 'alice');
+    assert.equal(info.policy, 'session');
+    assert.equal(info.image, IMAGE);
+    await box.remove();
+    assert.deepEqual(await containersOf(m), []);
+    await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'));
+  });
+
+  test('await using removes the box at the end of the scope', async () => {
+    const m = newManager();
+    let id = '';
+    {
+      await using box = await m.create({ image: IMAGE });
+      id = box.id;
+      assert.equal((await box.exec(['true'])).exitCode, 0);
+    }
+    await assert.rejects(m.get(id), (e) => isSbxError(e, 'not_found'));
+    assert.deepEqual(await containersOf(m), []);
+  });
+
+  test('create with labels: stored, listed and filtered', async () => {
+    const m = newManager();
+    const a = await m.create({ image: IMAGE, owner: 'alice', labels: { team: 'red', tier: '1' } });
+    const b = await m.create({ image: IMAGE, owner: 'bob', labels: { team: 'blue' } });
+    assert.deepEqual(a.labels, { team: 'red', tier: '1' });
+    assert.deepEqual(m.list({ labels: { team: 'red' } }).map((x) => x.id), [a.id]);
+    assert.deepEqual(m.list({ owner: 'bob' }).map((x) => x.id), [b.id]);
+    assert.equal(m.list({ pool: 'local' }).length, 2);
+    assert.deepEqual((await a.info()).labels, { team: 'red', tier: '1' });
+    await Promise.all([a.remove(), b.remove()]);
+  });
+
+  test('explicit ids are validated and unique', async () => {
+    const m = newManager();
+    const box = await m.create({ image: IMAGE, id: 'my-box.1' });
+    assert.equal(box.id, 'my-box.1');
+    await assert.rejects(m.create({ image: IMAGE, id: 'my-box.1' }), (e) => isSbxError(e, 'conflict'));
+    await assert.rejects(m.create({ image: IMAGE, id: '../etc' }), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'id');
+    await assert.rejects(m.create({ image: IMAGE, id: 'x'.repeat(64) }), (e) => isSbxError(e, 'invalid_argument'));
+    await box.remove();
+  });
+
+  test('invalid options are invalid_argument naming the field, and nothing is created', async () => {
+    const m = newManager();
+    const cases: Array<[Partial<CreateOptions>, string]> = [
+      [{ image: '' }, 'image'],
+      [{ policy: 'forever' as never }, 'policy'],
+      [{ memory: 1024 }, 'memory'],
+      [{ cpus: -1 }, 'cpus'],
+      [{ workDir: 'relative' }, 'workDir'],
+      [{ mountPath: '/a/../etc' }, 'mountPath'],
+      [{ env: { SBX_TOKEN: 'mine' } }, 'env.SBX_TOKEN'],
+      [{ ports: [{ containerPort: 80, hostIp: '0.0.0.0' }] }, 'ports.0.hostIp'],
+      [{ network: 'host' }, 'network'],
+      [{ idleTimeoutMs: -5 }, 'idleTimeoutMs'],
+      [{ unknownField: 1 } as never, 'options'],
+    ];
+    for (const [extra, field] of cases) {
+      await assert.rejects(m.create({ image: IMAGE, ...extra }), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === field, `field ${field}`);
+    }
+    await assert.rejects(m.create({ image: IMAGE, pool: 'nope' }), (e) => isSbxError(e, 'pool_not_found'));
+    await assert.rejects(m.create({ image: 'sbx-absent:none' }), (e) => isSbxError(e, 'not_found') && /sbx-absent:none/.test(e.message));
+    assert.deepEqual(await containersOf(m), []);
+    assert.equal(m.list().length, 0);
+  });
+
+  test('containers get hardened defaults', async () => {
+    const m = newManager();
+    const box = await m.create({ image: IMAGE, ports: [{ containerPort: 8080 }] });
+    const raw = await new DockerRuntime(testEnv.engineAddr).inspect(box.containerId);
+    assert.equal(raw.ports[0]?.hostIp, '127.0.0.1');
+    // Read the effective settings from inside the box.
+    const status = (await box.exec(['cat', '/proc/self/status'])).stdout;
+    assert.match(status, /NoNewPrivs:\s+1/);
+    const capBnd = BigInt('0x' + /CapBnd:\s+([0-9a-f]+)/.exec(status)![1]);
+    const NET_RAW = 13n;
+    const SYS_ADMIN = 21n;
+    const MKNOD = 27n;
+    const KILL = 5n;
+    assert.equal(capBnd & (1n << NET_RAW), 0n, 'no NET_RAW');
+    assert.equal(capBnd & (1n << SYS_ADMIN), 0n, 'no SYS_ADMIN');
+    assert.equal(capBnd & (1n << MKNOD), 0n, 'no MKNOD');
+    assert.notEqual(capBnd & (1n << KILL), 0n, 'KILL kept');
+    const pids = await box.exec(['sh', '-c', 'cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max']);
+    assert.equal(pids.stdout.trim(), '512');
+    const sock = await box.exec(['sh', '-c', 'ls /var/run/docker.sock /run/docker.sock 2>&1; true']);
+    assert.match(sock.stdout, /No such file/);
+    const env = (await box.exec(['env'])).stdout;
+    assert.match(env, /SBX_TOKEN=sbxb1\./);
+    await box.remove();
+  });
+
+  test('the strict profile adds a read-only root, a tmpfs /tmp and no network', async () => {
+    const m = newManager();
+    const box = await m.create({ image: IMAGE, security: 'strict', workDir: '/tmp' });
+    const w = await box.exec(['sh', '-c', 'touch /etc/x 2>&1; touch /tmp/ok && echo tmp-ok; ip link 2>/dev/null | grep -c eth0; cat /proc/self/status | grep CapBnd']);
+    assert.match(w.stdout, /Read-only file system/);
+    assert.match(w.stdout, /tmp-ok/);
+    assert.match(w.stdout, /CapBnd:\s+0+\n/);
+    assert.doesNotMatch(w.stdout, /^1$/m);
+    await box.remove();
+  });
+
+  test('the box token in SBX_TOKEN verifies for its box only, refreshes, and dies with it', async () => {
+    const m = newManager();
+    const a = await m.create({ image: IMAGE, id: 'tok-a' });
+    const b = await m.create({ image: IMAGE, id: 'tok-b' });
+    const tokenA = (await a.exec(['sh', '-c', 'printf %s "$SBX_TOKEN"'])).stdout;
+    assert.equal(await m.verifyBoxToken(tokenA), 'tok-a');
+    const refreshed = await m.refreshBoxToken(tokenA);
+    assert.equal(await m.verifyBoxToken(refreshed), 'tok-a');
+    await a.remove();
+    await assert.rejects(m.verifyBoxToken(tokenA), (e) => isSbxError(e, 'unauthorized'));
+    // A new box under the same id does not accept the old box's token.
+    const again = await m.create({ image: IMAGE, id: 'tok-a' });
+    await assert.rejects(m.verifyBoxToken(tokenA), (e) => isSbxError(e, 'unauthorized'));
+    await Promise.all([again.remove(), b.remove()]);
+  });
+
+  test('idle cleanup: a session box idle past its timeout is removed', async () => {
+    const m = newManager();
+    const idle = await m.create({ image: IMAGE, idleTimeoutMs: 1000 });
+    const busy = await m.create({ image: IMAGE, idleTimeoutMs: 1000 });
+    await sleep(600);
+    await busy.exec(['true']);
+    await sleep(600);
+    await m.cleanup();
+    await assert.rejects(m.get(idle.id), (e) => isSbxError(e, 'not_found'));
+    await m.get(busy.id);
+    assert.equal(m.cleanupStats.removedIdle, 1);
+    assert.deepEqual((await containersOf(m)).map((c) => c.id), [busy.containerId]);
+    await busy.remove();
+  });
+
+  test('the cleanup loop runs by itself on its interval', async () => {
+    const m = newManager(undefined, { cleanupInterval: 200 });
+    await m.start();
+    const box = await m.create({ image: IMAGE, idleTimeoutMs: 500 });
+    for (let i = 0; i < 40 && m.list().length > 0; i++) await sleep(100);
+    assert.equal(m.list().length, 0, 'the loop removed the idle box');
+    assert.ok(m.cleanupStats.ticks >= 2);
+    await assert.rejects(engine.inspect(box.containerId), (e) => isSbxError(e, 'not_found'));
+    await m.close();
+  });
+
+  test('heartbeats keep an idle box alive; unknown ids are not_found', async () => {
+    const m = newManager();
+    const box = await m.create({ image: IMAGE, idleTimeoutMs: 800 });
+    for (let i = 0; i < 4; i++) {
+      await sleep(400);
+      m.heartbeat(box.id, { active: true, processCount: 3 });
+    }
+    await m.cleanup();
+    const info = await (await m.get(box.id)).info();
+    assert.equal(info.processCount, 3);
+    assert.throws(() => m.heartbeat('nope', { active: true }), (e) => isSbxError(e, 'not_found'));
+    // An inactive heartbeat reports processes but is not activity.
+    await sleep(900);
+    m.heartbeat(box.id, { active: false, processCount: 0 });
+    await m.cleanup();
+    await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'));
+  });
+
+  test('an open stream keeps a box alive past its idle timeout', async () => {
+    const m = newManager();
+    const box = await m.create({ image: IMAGE, idleTimeoutMs: 500 });
+    const s = await box.stream(['sh', '-c', 'sleep 1.5; echo done']);
+    await sleep(1000);
+    await m.cleanup();
+    await m.get(box.id);
+    const out: Buffer[] = [];
+    s.stdout.on('data', (d: Buffer) => out.push(d));
+    s.stdin.end();
+    assert.equal(await s.wait(), 0);
+    assert.equal(Buffer.concat(out).toString(), 'done\n');
+    await sleep(600);
+    await m.cleanup();
+    await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'));
+  });
+
+  test('stream: output chunks arrive as they are written', async () => {
+    const m = newManager();
+    const box = await m.create({ image: IMAGE });
+    const s = await box.stream(['sh', '-c', 'echo a; sleep 0.3; echo b']);
+    const arrivals: Array<[string, number]> = [];
+    const t0 = performance.now();
+    s.stdout.on('data', (d: Buffer) => arrivals.push([d.toString(), performance.now() - t0]));
+    s.stdin.end();
+    assert.equal(await s.wait(), 0);
+    assert.equal(arrivals.map((a) => a[0]).join(''), 'a\nb\n');
+    assert.ok(arrivals.length >= 2, 'two chunks');
+    assert.ok(arrivals[1]![1] - arrivals[0]![1] >= 200, 'b came later than a');
+    await box.remove();
+  });
+
+  test('oneshot: removed once its first exec completes', async () => {
+    const m = newManager();
+    const box = await m.create({ image: IMAGE, policy: 'oneshot' });
+    const r = await box.exec(['echo', 'once']);
+    assert.equal(r.stdout, 'once\n');
+    for (let i = 0; i < 30 && m.list().length > 0; i++) await sleep(50);
+    await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'));
+    await assert.rejects(engine.inspect(box.containerId), (e) => isSbxError(e, 'not_found'));
+  });
+
+  test('longrunning: stopped when idle, removed past its max lifetime', async () => {
+    const m = newManager();
+    const box = await m.create({ image: IMAGE, policy: 'longrunning', idleTimeoutMs: 500, maxLifetimeMs: 2500 });
+    await sleep(700);
+    await m.cleanup();
+    assert.equal((await box.info()).status, 'stopped');
+    assert.equal(m.cleanupStats.stoppedIdle, 1);
+    await box.start();
+    assert.equal((await box.info()).status, 'running');
+    await sleep(2000);
+    await m.cleanup();
+    await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'));
+    assert.equal(m.cleanupStats.removedLifetime, 1);
+  });
+
+  test('persistent: survives idle and lifetime', async () => {
+    const m = newManager();
+    const box = await m.create({ image: IMAGE, policy: 'persistent', idleTimeoutMs: 100, maxLifetimeMs: 200 });
+    await sleep(400);
+    await m.cleanup();
+    assert.equal((await (await m.get(box.id)).info()).status, 'running');
+    await box.remove();
+  });
+
+  test('start recovery: a new Manager recovers every field, and cleanup acts on recovered boxes', async () => {
+    const name = `recover-${process.pid}`;
+    const first = newManager(undefined, {}, name);
+    const box = await first.create({
+      image: IMAGE,
+      id: 'rec-1',
+      owner: 'carol',
+      labels: { app: 'x' },
+      policy: 'longrunning',
+      idleTimeoutMs: 1200,
+      stopTimeoutMs: 700,
+      maxLifetimeMs: 3_600_000,
+      vnc: true,
+    });
+    const before = await box.info();
+    await first.close();
+
+    const second = newManager(undefined, {}, name);
+    const other = newManager();
+    await Promise.all([second.start(), other.start()]);
+    assert.equal(other.list().length, 0, 'a Manager of another name adopts nothing');
+    const got = await second.get('rec-1');
+    const after = await got.info();
+    for (const k of ['id', 'containerId', 'pool', 'owner', 'policy', 'labels', 'image', 'createdAt', 'vnc', 'idleTimeoutMs', 'stopTimeoutMs', 'maxLifetimeMs', 'workspaceId'] as const) {
+      assert.deepEqual(after[k], before[k], `field ${k}`);
+    }
+    await sleep(1300);
+    await second.cleanup();
+    assert.equal((await got.info()).status, 'stopped', 'the recovered idle timeout applies');
+    await got.remove();
+  });
+
+  test('pool limits hold under concurrency: 10 creates against maxTotal 3', async () => {
+    const m = newManager([{ name: 'local', addr: testEnv.engineAddr, maxTotal: 3 }]);
+    const results = await Promise.allSettled(Array.from({ length: 10 }, () => m.create({ image: IMAGE })));
+    const ok = results.filter((r) => r.status === 'fulfilled');
+    const refused = results.filter((r) => r.status === 'rejected');
+    assert.equal(ok.length, 3);
+    assert.equal(refused.length, 7);
+    for (const r of refused) assert.ok(isSbxError((r as PromiseRejectedResult).reason, 'limit_exceeded'));
+    assert.equal((await containersOf(m)).length, 3);
+    assert.equal(m.pools()[0]?.boxes, 3);
+    await Promise.all(m.list().map((b) => b.remove()));
+  });
+
+  test('maxPerUser limits each owner separately', async () => {
+    const m = newManager([{ name: 'local', addr: testEnv.engineAddr, maxPerUser: 1 }]);
+    const results = await Promise.allSettled([
+      m.create({ image: IMAGE, owner: 'a' }),
+      m.create({ image: IMAGE, owner: 'a' }),
+      m.create({ image: IMAGE, owner: 'b' }),
+    ]);
+    assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled']);
+    assert.ok(isSbxError((results[1] as PromiseRejectedResult).reason, 'limit_exceeded'));
+    await Promise.all(m.list().map((b) => b.remove()));
+  });
+
+  test('getOrCreate: 10 concurrent calls for one id create exactly one box', async () => {
+    const m = newManager();
+    const boxes = await Promise.all(Array.from({ length: 10 }, () => m.getOrCreate({ image: IMAGE, id: 'shared-1', owner: 'dana' })));
+    assert.equal(new Set(boxes).size, 1);
+    assert.equal((await containersOf(m)).length, 1);
+    assert.equal(await m.getOrCreate({ image: IMAGE, id: 'shared-1', owner: 'dana' }), boxes[0]);
+    await assert.rejects(m.getOrCreate({ image: IMAGE, id: 'shared-1', owner: 'eve' }), (e) => isSbxError(e, 'conflict'));
+    await assert.rejects(m.getOrCreate({ image: IMAGE }), (e) => isSbxError(e, 'invalid_argument'));
+    await boxes[0]!.remove();
+  });
+
+  test('removePool: pool_in_use with boxes, force removes them', async () => {
+    const m = newManager([
+      { name: 'local', addr: testEnv.engineAddr },
+      { name: 'second', addr: testEnv.engineAddr },
+    ]);
+    await assert.rejects(m.addPool({ name: 'second' }), (e) => isSbxError(e, 'conflict'));
+    await assert.rejects(m.addPool({ name: 'Bad Name' }), (e) => isSbxError(e, 'invalid_argument'));
+    const info = await m.addPool({ name: 'third', addr: testEnv.engineAddr, maxTotal: 2 });
+    assert.equal(info.maxTotal, 2);
+    const box = await m.create({ image: IMAGE, pool: 'second' });
+    await assert.rejects(m.removePool('second'), (e) => isSbxError(e, 'pool_in_use'));
+    await m.removePool('third');
+    await m.removePool('second', { force: true });
+    await assert.rejects(engine.inspect(box.containerId), (e) => isSbxError(e, 'not_found'));
+    assert.deepEqual(m.pools().map((p) => p.name), ['local']);
+    await assert.rejects(m.removePool('second'), (e) => isSbxError(e, 'pool_not_found'));
+  });
+
+  test('a runtime failure on remove keeps the box registered; a vanished container is forgotten cleanly', async () => {
+    let failRemove = true;
+    const real = new DockerRuntime(testEnv.engineAddr);
+    const flaky: Runtime = Object.assign(Object.create(real) as Runtime, {
+      remove: async (id: string, opts?: { force?: boolean }) => {
+        if (failRemove) throw Object.assign(new Error('engine hiccup'), { code: 'EPIPE' });
+        return real.remove(id, opts);
+      },
+    });
+    const m = newManager([{ name: 'local', runtime: flaky }]);
+    const box = await m.create({ image: IMAGE });
+    await assert.rejects(box.remove(), /engine hiccup/);
+    await m.get(box.id);
+    failRemove = false;
+    await box.remove();
+    await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'));
+
+    const gone = await m.create({ image: IMAGE });
+    await real.remove(gone.containerId, { force: true });
+    await gone.remove();
+    await assert.rejects(m.get(gone.id), (e) => isSbxError(e, 'not_found'));
+    await real.close();
+  });
+
+  test('stop and start keep the box registered', async () => {
+    const m = newManager();
+    const box = await m.create({ image: IMAGE, stopTimeoutMs: 1000 });
+    await box.stop();
+    assert.equal((await box.info()).status, 'stopped');
+    await box.start();
+    assert.equal((await box.exec(['echo', 'back'])).stdout, 'back\n');
+    await box.remove();
+  });
+
+  test('a caller-given command replaces the graceful sleep', async () => {
+    const m = newManager();
+    const box = await m.create({ image: IMAGE, cmd: ['sleep', '1000'] });
+    const ps = await engine.processes(box.containerId);
+    assert.ok(ps.some((p) => p.command === 'sleep 1000'));
+    await box.remove();
+  });
+
+  test('images: exists, ensure (no pull when present)', async () => {
+    const m = newManager();
+    assert.equal(await m.imageExists('local', IMAGE), true);
+    assert.equal(await m.imageExists('local', 'sbx-absent:none'), false);
+    assert.deepEqual(await m.ensureImage('local', IMAGE), { pulled: false });
+    await engine.images.remove(testEnv.pullImage, { force: true }).catch(() => undefined);
+    const events = [];
+    for await (const ev of m.pullImage('local', testEnv.pullImage)) events.push(ev);
+    assert.ok(events.length > 0);
+    assert.equal(await m.imageExists('local', testEnv.pullImage), true);
+  });
+
+  test('an unreachable pool is reported, and creating on it is runtime_unavailable', async () => {
+    const m = newManager([{ name: 'dead', addr: 'unix:///tmp/sbx-no-engine.sock' }]);
+    await m.start();
+    assert.equal(m.pools()[0]?.connected, false);
+    await assert.rejects(m.create({ image: IMAGE }), (e) => isSbxError(e, 'runtime_unavailable'));
+    await m.cleanup();
+    assert.ok(m.cleanupStats.errors >= 1);
+  });
+});
+
+before(async () => {
+  await engine.ping();
+});

@@ -1,0 +1,105 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { decideCleanup, normalizePolicy } from './policy.js';
+import type { BoxActivity } from './policy.js';
+import { labelsToRecord, recordToLabels } from './labels.js';
+import type { BoxRecord } from './labels.js';
+
+const MIN = 60_000;
+const base: BoxActivity = {
+  policy: 'session',
+  now: 100 * MIN,
+  createdAt: 0,
+  lastActive: 100 * MIN,
+  inFlight: 0,
+  execsCompleted: 0,
+  running: true,
+  idleTimeoutMs: 10 * MIN,
+  maxLifetimeMs: 0,
+};
+const at = (over: Partial<BoxActivity>) => decideCleanup({ ...base, ...over });
+
+describe('lifecycle policy table', () => {
+  test('session: kept while active, removed once idle past its timeout', () => {
+    assert.deepEqual(at({ lastActive: 95 * MIN }), { action: 'keep' });
+    assert.deepEqual(at({ lastActive: 90 * MIN }), { action: 'remove', reason: 'idle' });
+  });
+
+  test('an idle timeout of 0 means never idle', () => {
+    assert.deepEqual(at({ lastActive: 0, idleTimeoutMs: 0 }), { action: 'keep' });
+  });
+
+  test('work in flight is never idle', () => {
+    assert.deepEqual(at({ lastActive: 0, inFlight: 1 }), { action: 'keep' });
+    assert.deepEqual(at({ policy: 'longrunning', lastActive: 0, inFlight: 2 }), { action: 'keep' });
+  });
+
+  test('max lifetime is a hard cap, even with work in flight', () => {
+    assert.deepEqual(at({ maxLifetimeMs: 50 * MIN, inFlight: 1 }), { action: 'remove', reason: 'lifetime' });
+    assert.deepEqual(at({ policy: 'longrunning', maxLifetimeMs: 50 * MIN }), { action: 'remove', reason: 'lifetime' });
+  });
+
+  test('longrunning: stopped when idle, kept when already stopped', () => {
+    assert.deepEqual(at({ policy: 'longrunning', lastActive: 0 }), { action: 'stop', reason: 'idle' });
+    assert.deepEqual(at({ policy: 'longrunning', lastActive: 0, running: false }), { action: 'keep' });
+  });
+
+  test('oneshot: removed after its first exec, idle rules before that', () => {
+    assert.deepEqual(at({ policy: 'oneshot', execsCompleted: 1 }), { action: 'remove', reason: 'oneshot' });
+    assert.deepEqual(at({ policy: 'oneshot', execsCompleted: 1, inFlight: 1 }), { action: 'keep' });
+    assert.deepEqual(at({ policy: 'oneshot' }), { action: 'keep' });
+    assert.deepEqual(at({ policy: 'oneshot', lastActive: 0 }), { action: 'remove', reason: 'idle' });
+  });
+
+  test('persistent: never touched', () => {
+    assert.deepEqual(at({ policy: 'persistent', lastActive: 0, maxLifetimeMs: 1 }), { action: 'keep' });
+  });
+
+  test('an empty or unknown policy label means session, never immortal', () => {
+    assert.equal(normalizePolicy(''), 'session');
+    assert.equal(normalizePolicy(undefined), 'session');
+    assert.equal(normalizePolicy('forever'), 'session');
+    assert.equal(normalizePolicy('persistent'), 'persistent');
+  });
+});
+
+describe('box labels', () => {
+  const record: BoxRecord = {
+    manager: 'm1',
+    id: 'sb-1',
+    owner: 'alice',
+    pool: 'local',
+    policy: 'longrunning',
+    workspaceId: 'ws-1',
+    mountMode: 'ro',
+    mountPath: '/data',
+    idleTimeoutMs: 1234,
+    stopTimeoutMs: 500,
+    maxLifetimeMs: 99_000,
+    createdAt: Date.parse('2026-01-02T03:04:05.678Z'),
+    vnc: true,
+    image: 'img:1',
+    tokenNonce: 'n0nce',
+    labels: { team: 'a', 'sbx.looks-internal': 'x' },
+  };
+  const fallback = { idleTimeoutMs: 1, stopTimeoutMs: 2, maxLifetimeMs: 3, createdAt: 4, image: 'other' };
+
+  test('every field survives the round trip through labels', () => {
+    assert.deepEqual(labelsToRecord(recordToLabels(record), fallback), record);
+  });
+
+  test('garbled or missing values fall back to the pool, unknown policy to session', () => {
+    const labels = recordToLabels(record);
+    labels['sbx.idle-timeout-ms'] = 'abc';
+    labels['sbx.policy'] = '';
+    delete labels['sbx.created-at'];
+    const r = labelsToRecord(labels, fallback)!;
+    assert.equal(r.idleTimeoutMs, 1);
+    assert.equal(r.policy, 'session');
+    assert.equal(r.createdAt, 4);
+  });
+
+  test('containers not made by sbx are not records', () => {
+    assert.equal(labelsToRecord({ 'sbx.id': 'x' }, fallback), null);
+  });
+});

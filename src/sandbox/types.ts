@@ -1,0 +1,104 @@
+import type { PortSpec } from '../runtime/types.js';
+
+/** What the cleanup loop does with a box; see policy.ts for the table. */
+export type LifecyclePolicy = 'oneshot' | 'session' | 'longrunning' | 'persistent';
+export const LIFECYCLE_POLICIES: readonly LifecyclePolicy[] = ['oneshot', 'session', 'longrunning', 'persistent'];
+export const DEFAULT_POLICY: LifecyclePolicy = 'session';
+
+/**
+ * Named container hardening presets. `standard`: no-new-privileges, a reduced capability set,
+ * a pids limit. `strict`: also no capabilities at all, a read-only root with a tmpfs /tmp,
+ * and no network unless one is asked for.
+ */
+export type SecurityProfile = 'standard' | 'strict';
+
+export type MountMode = 'rw' | 'ro';
+
+export interface CreateOptions {
+  /** Given (validated: [a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}, unique) or generated as `sb-…`. */
+  id?: string;
+  owner?: string;
+  labels?: Record<string, string>;
+  /** Pool name; default is the first pool (or the workspace's node). */
+  pool?: string;
+  image: string;
+  /** Command replacing the image's; default is the graceful-shutdown sleep. */
+  cmd?: string[];
+  workDir?: string;
+  user?: string;
+  env?: Record<string, string>;
+  /** Bytes. */
+  memory?: number;
+  cpus?: number;
+  pidsLimit?: number;
+  vnc?: boolean;
+  ports?: PortSpec[];
+  policy?: LifecyclePolicy;
+  idleTimeoutMs?: number;
+  stopTimeoutMs?: number;
+  maxLifetimeMs?: number;
+  /** Engine network mode: 'bridge' (default), 'none', or a network name. */
+  network?: string;
+  security?: SecurityProfile;
+  workspaceId?: string;
+  mountMode?: MountMode;
+  mountPath?: string;
+}
+
+export interface ListOptions {
+  owner?: string;
+  pool?: string;
+  labels?: Record<string, string>;
+}
+
+export type BoxStatus = 'running' | 'stopped' | 'creating';
+
+/** The seed's BoxInfo, with camelCase fields and ISO 8601 times. */
+export interface BoxInfo {
+  id: string;
+  containerId: string;
+  pool: string;
+  owner: string;
+  status: BoxStatus;
+  policy: LifecyclePolicy;
+  labels: Record<string, string>;
+  image: string;
+  createdAt: string;
+  lastActive: string;
+  processCount: number;
+  vnc: boolean;
+  workspaceId: string | null;
+  idleTimeoutMs: number;
+  maxLifetimeMs: number;
+  stopTimeoutMs: number;
+  ports: Array<{ containerPort: number; hostIp: string; hostPort: number; protocol: 'tcp' | 'udp' }>;
+}
+
+export interface PoolInfo {
+  name: string;
+  addr: string;
+  connected: boolean;
+  boxes: number;
+  maxPerUser: number;
+  maxTotal: number;
+  idleTimeoutMs: number;
+  maxLifetimeMs: number;
+  stopTimeoutMs: number;
+  security: SecurityProfile;
+}
+
+export interface HeartbeatInput {
+  active: boolean;
+  processCount?: number;
+}
+
+/** Counters of what the cleanup loop did since the Manager started. */
+export interface CleanupStats {
+  ticks: number;
+  removedIdle: number;
+  removedLifetime: number;
+  removedOneshot: number;
+  stoppedIdle: number;
+  vanished: number;
+  errors: number;
+}
