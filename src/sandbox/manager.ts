@@ -52,7 +52,8 @@ export class Manager {
   private readonly boxes = new Map<string, Box>();
   private readonly reservations = new Map<string, Reservation>();
   private readonly inflightGetOrCreate = new Map<string, Promise<Box>>();
-  private readonly removing = new Set<string>();
+  /** Removals in progress: a second remove() of the same box waits for the first. */
+  private readonly removing = new Map<string, Promise<void>>();
   private tokenService: Promise<BoxTokenService> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private tick: Promise<void> | undefined;
@@ -94,6 +95,8 @@ export class Manager {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
     await this.tick;
+    // A oneshot removal started in the background must finish before its connection closes.
+    await Promise.allSettled([...this.removing.values()]);
     await Promise.all([...this.poolsByName.values()].map((p) => p.close()));
   }
 
@@ -333,19 +336,23 @@ export class Manager {
    * surfaces; a box whose container is already gone is forgotten cleanly.
    */
   async remove(id: string): Promise<void> {
+    const inProgress = this.removing.get(id);
+    if (inProgress) return inProgress;
     const box = this.boxes.get(id);
     if (!box) throw new SbxError('not_found', `box '${id}' not found`, { details: { id } });
-    if (this.removing.has(id)) return;
-    this.removing.add(id);
+    const removal = this.removeBox(box).finally(() => this.removing.delete(id));
+    this.removing.set(id, removal);
+    return removal;
+  }
+
+  private async removeBox(box: Box): Promise<void> {
     try {
       await this.pool(box.pool).runtime().remove(box.containerId, { force: true });
     } catch (err) {
       if (!isSbxError(err, 'not_found')) throw err;
-    } finally {
-      this.removing.delete(id);
     }
-    if (this.boxes.get(id) === box) this.boxes.delete(id);
-    this.log.info({ box: id, pool: box.pool }, 'box removed');
+    if (this.boxes.get(box.id) === box) this.boxes.delete(box.id);
+    this.log.info({ box: box.id, pool: box.pool }, 'box removed');
   }
 
   /** Records a heartbeat from inside the box: activity when `active`, and its process count. */
