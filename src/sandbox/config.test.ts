@@ -1,14 +1,15 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, test } from 'node:test';
+import { after, describe, test } from 'node:test';
 import { isSbxError } from '../errors.js';
 import { parseDuration } from '../util/duration.js';
 import { loadConfig, resolveConfig } from './config.js';
 import { BoxTokenService } from './tokens.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-config-'));
+after(() => rmSync(dir, { recursive: true, force: true }));
 function file(name: string, text: string): string {
   const p = join(dir, name);
   writeFileSync(p, text);

@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import pino from 'pino';
 import { after, before, describe, test } from 'node:test';
 import { isSbxError } from '../errors.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
@@ -22,7 +23,7 @@ const managers: Manager[] = [];
 
 /** A Manager with a name of its own, so its boxes are its alone on the shared engine. */
 function newManager(pools: PoolConfig[] = [{ name: 'local', addr: testEnv.engineAddr }], extra: ManagerConfig = {}, name = `t${++seq}-${process.pid}`): Manager {
-  const m = new Manager({ name, pools, dataDir, cleanupInterval: 0, ...extra });
+  const m = new Manager({ name, pools, dataDir, cleanupInterval: 0, logger: pino({ level: 'silent' }), ...extra });
   managers.push(m);
   return m;
 }
@@ -37,6 +38,7 @@ after(async () => {
   await Promise.all(leaked.map((c) => engine.remove(c.id, { force: true }).catch(() => undefined)));
   await Promise.all(managers.map((m) => m.close()));
   await engine.close();
+  rmSync(dataDir, { recursive: true, force: true });
   assert.deepEqual(leaked.map((c) => c.name), [], 'containers left behind by the manager tests');
 });
 

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Makes a Docker Engine reachable (DOCKER_HOST, else /var/run/docker.sock) and the host tools the
+# images and the test registries use present. On a bare Debian machine, as root, it installs
+# docker.io and friends and starts dockerd detached. Idempotent; tens of ms when all is in place.
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+t0=$(now_ms)
+# dockerd lives in /usr/sbin, which a non-login root shell may not have on PATH.
+case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH=$PATH:/usr/sbin:/sbin ;; esac
+DOCKERD_LOG=${SBX_DOCKERD_LOG:-/var/log/sbx-dockerd.log}
+APT_LOG=${SBX_APT_LOG:-/var/log/sbx-apt.log}
+START_TIMEOUT_S=${SBX_ENGINE_START_TIMEOUT:-60}
+DEFAULT_SOCK=/var/run/docker.sock
+PIDFILE=/var/run/docker.pid
+CONTAINERD_PIDFILE=/var/run/docker/containerd/containerd.pid
+# Wanted even when an engine is already up: images.sh copies /bin/busybox in, registry.sh runs the rest.
+TOOL_PACKAGES=(busybox-static docker-registry apache2-utils)
+
+did=()
+
+# Packages of "$@" that dpkg does not report as installed. dpkg-query rather than `command -v`,
+# because Debian's dynamic `busybox` package also provides /bin/busybox and cannot go into a scratch image.
+missing_packages() {
+  local name state p
+  local -A ok=()
+  if ! have dpkg-query; then
+    printf '%s\n' "$@"
+    return
+  fi
+  while read -r name state; do
+    [ "$state" = ii ] && ok[$name]=1
+  done < <(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "$@" 2>/dev/null || true)
+  for p in "$@"; do
+    [ -n "${ok[$p]:-}" ] || printf '%s\n' "$p"
+  done
+}
+
+apt_install() {
+  if [ "$(id -u)" != 0 ] || ! have apt-get; then
+    die "missing packages: $*. Install them (Debian: apt-get install $*) or run this script as root."
+  fi
+  local policy=/usr/sbin/policy-rc.d
+  # Without this, the postinst scripts start Debian's own dockerd and a registry on :5000 through
+  # their init scripts, which would race ours and take registry.sh's port.
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    # shellcheck disable=SC2064 # $policy is local, so it must expand now
+    trap "rm -f '$policy'" EXIT
+  fi
+  local t apt=(env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=300)
+  t=$(now_ms)
+  if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
+    "${apt[@]}" update >>"$APT_LOG" 2>&1 || { tail -n 20 "$APT_LOG" >&2; die "apt-get update failed (log: $APT_LOG)"; }
+  fi
+  # A stale package list fails the install with 404s; only then is a refresh worth its time.
+  if ! "${apt[@]}" install "$@" >>"$APT_LOG" 2>&1; then
+    if ! { "${apt[@]}" update && "${apt[@]}" install "$@"; } >>"$APT_LOG" 2>&1; then
+      tail -n 20 "$APT_LOG" >&2
+      die "apt-get install $* failed (log: $APT_LOG)"
+    fi
+  fi
+  did+=("installed $* in $(elapsed "$t")")
+}
+
+start_dockerd() {
+  local running log_start t
+  running=$(pids_named dockerd)
+  log_start=0
+  [ -f "$DOCKERD_LOG" ] && log_start=$(stat -c %s "$DOCKERD_LOG")
+  t=$(now_ms)
+  if [ -n "$running" ]; then
+    did+=("waited for running dockerd (pid ${running//$'\n'/,})")
+  else
+    # A killed dockerd leaves its pidfile behind, and a new one refuses to start while it exists.
+    if [ -e "$PIDFILE" ]; then
+      rm -f "$PIDFILE"
+      did+=("removed stale $PIDFILE")
+    fi
+    # dockerd also trusts the pidfile of the containerd it manages; a recycled pid would make it
+    # wait on a process that is not containerd.
+    local cpid comm=
+    cpid=$(cat "$CONTAINERD_PIDFILE" 2>/dev/null || true)
+    if [ -n "$cpid" ]; then
+      { read -r comm <"/proc/$cpid/comm"; } 2>/dev/null || true
+      [ "$comm" = containerd ] || rm -f "$CONTAINERD_PIDFILE"
+    fi
+    spawn_detached "$DOCKERD_LOG" dockerd
+  fi
+  local deadline=$(($(now_ms) + START_TIMEOUT_S * 1000))
+  until engine_ping; do
+    if [ -z "$running" ] && [ -z "$(pids_named dockerd)" ] && [ "$(($(now_ms) - t))" -gt 2000 ]; then
+      tail -c +"$((log_start + 1))" "$DOCKERD_LOG" | tail -n 25 >&2
+      die "dockerd exited during start-up (log above, full log: $DOCKERD_LOG)"
+    fi
+    if [ "$(now_ms)" -ge "$deadline" ]; then
+      [ -n "$running" ] && die "dockerd (pid ${running//$'\n'/,}) runs but $DEFAULT_SOCK gave no /_ping answer for ${START_TIMEOUT_S}s; it may serve another socket, or be stuck (stop it, then run this again)"
+      tail -c +"$((log_start + 1))" "$DOCKERD_LOG" | tail -n 25 >&2
+      die "no answer on $DEFAULT_SOCK/_ping after ${START_TIMEOUT_S}s (log above, full log: $DOCKERD_LOG)"
+    fi
+    sleep 0.2
+  done
+  [ -n "$running" ] || did+=("started dockerd in $(elapsed "$t") (log $DOCKERD_LOG)")
+}
+
+mapfile -t install < <(missing_packages "${TOOL_PACKAGES[@]}")
+have curl || install+=(curl)
+
+up=1
+if ! engine_ping; then
+  hold_lock engine
+  engine_ping || up=0
+fi
+if [ "$up" = 0 ]; then
+  sock=$(engine_socket)
+  if [ "$sock" != "$DEFAULT_SOCK" ] && [ "$sock" != "${DEFAULT_SOCK#/var}" ]; then
+    die "DOCKER_HOST=${DOCKER_HOST} does not answer; start that engine, or unset DOCKER_HOST to use a local one"
+  fi
+  have dockerd || install+=(docker.io)
+fi
+
+if [ "${#install[@]}" -gt 0 ]; then
+  hold_lock engine
+  mapfile -t install < <(missing_packages "${install[@]}")
+  [ "${#install[@]}" -eq 0 ] || apt_install "${install[@]}"
+fi
+[ "$up" = 1 ] || start_dockerd
+
+where=${DOCKER_HOST:-unix://$DEFAULT_SOCK}
+if [ "${#did[@]}" -eq 0 ]; then
+  echo "engine: up at $where ($(elapsed "$t0"))"
+else
+  summary=$(printf '%s; ' "${did[@]}")
+  echo "engine: up at $where: ${summary%; } ($(elapsed "$t0"))"
+fi

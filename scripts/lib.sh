@@ -1,0 +1,93 @@
+# shellcheck shell=bash
+# Shared helpers for the harness scripts; sourced, never run.
+
+SBX_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export SBX_ROOT
+
+die() {
+  printf '%s: error: %s\n' "${0##*/}" "$*" >&2
+  exit 1
+}
+
+warn() {
+  printf '%s: %s\n' "${0##*/}" "$*" >&2
+}
+
+# EPOCHREALTIME avoids forking `date` on the fast paths that must stay well under a second.
+now_ms() {
+  local t=${EPOCHREALTIME/[.,]/}
+  printf '%s' "$((t / 1000))"
+}
+
+elapsed() {
+  local ms=$(($(now_ms) - $1))
+  printf '%d.%03ds' "$((ms / 1000))" "$((ms % 1000))"
+}
+
+have() {
+  command -v "$1" >/dev/null 2>&1
+}
+
+# Prints the unix socket path the engine is expected on, or nothing when DOCKER_HOST points elsewhere.
+engine_socket() {
+  local host=${DOCKER_HOST:-unix:///var/run/docker.sock}
+  case "$host" in
+    unix://*) printf '%s' "${host#unix://}" ;;
+    *) ;;
+  esac
+}
+
+# True when the engine answers /_ping. curl is used for sockets because `docker version` costs ~100 ms;
+# tcp:// and ssh:// hosts may need TLS or ssh config, which only the docker CLI knows.
+engine_ping() {
+  local sock
+  sock=$(engine_socket)
+  if [ -n "$sock" ] && have curl; then
+    [ -S "$sock" ] || return 1
+    [ "$(curl -s --max-time 2 --unix-socket "$sock" http://localhost/_ping 2>/dev/null)" = OK ]
+  else
+    timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1
+  fi
+}
+
+# http_status URL [curl args...]: the HTTP status code, or 000 when nothing answers.
+http_status() {
+  local url=$1
+  shift
+  curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$@" "$url" 2>/dev/null || true
+}
+
+# Runs a program in its own session with no tie to our fds, so it outlives the script and holds
+# neither an output pipe of whoever ran us (CI would wait on it) nor the hold_lock fd.
+spawn_detached() {
+  local log=$1 fd
+  shift
+  mkdir -p "$(dirname "$log")"
+  (
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      [ "$fd" -le 2 ] || eval "exec $fd>&-"
+    done 2>/dev/null
+    exec setsid -f "$@" >>"$log" 2>&1 </dev/null
+  )
+}
+
+# PIDs of processes whose command name is exactly $1 (pgrep is in procps, which may be missing).
+pids_named() {
+  local f comm
+  for f in /proc/[0-9]*/comm; do
+    { read -r comm <"$f"; } 2>/dev/null || continue
+    [ "$comm" = "$1" ] && { f=${f#/proc/}; printf '%s\n' "${f%/comm}"; }
+  done
+  return 0
+}
+
+# Serializes harness steps that parallel runs (two `npm test`s on one machine) would race: two
+# dockerds, two registries on one port, builds pruning each other's tags. Held until the script exits.
+hold_lock() {
+  local file=${TMPDIR:-/tmp}/sbx-harness-$1.lock
+  [ "${SBX_LOCK_HELD:-}" != "$file" ] || return 0
+  SBX_LOCK_HELD=$file
+  exec 9>>"$file"
+  flock -w 300 9 || die "waited 300s for $file"
+}

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# What `npm test` runs: a real engine, the local images and registries, then every *.test.ts under
+# src/ and test/ with node:test's TAP reporter, then a check that no test left a container behind.
+# Usage: scripts/test.sh [node --test options as --name=value] [test files...]
+#   npm test -- src/runtime/docker/runtime.test.ts
+#   npm test -- --test-name-pattern=exec src/runtime/docker/runtime.test.ts
+# A missing engine fails the run; nothing here skips.
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$SBX_ROOT"
+
+t0=$(now_ms)
+# As YYYYMMDDhhmmss (UTC, like the engine's Created), a second early so this run's first second counts.
+run_started=$(date -u -d @"$(($(date +%s) - 1))" +%Y%m%d%H%M%S)
+
+bash scripts/engine.sh || die "no Docker Engine (scripts/engine.sh failed): the tests need a real one"
+bash scripts/images.sh || die "building the test images failed (scripts/images.sh)"
+bash scripts/registry.sh || die "starting the test registries failed (scripts/registry.sh)"
+
+export SBX_TEST_IMAGE=sbx-test:latest
+export SBX_BASE_IMAGE=sbx-base:latest
+export SBX_TEST_REGISTRY=127.0.0.1:5000
+export SBX_TEST_REGISTRY_AUTH=127.0.0.1:5001
+export SBX_TEST_REGISTRY_USER=sbx
+export SBX_TEST_REGISTRY_PASS=sbx-test-pass
+export SBX_TEST_PULL_IMAGE=127.0.0.1:5000/sbx/pulltest:latest
+
+opts=()
+files=()
+for arg in "$@"; do
+  case "$arg" in
+    -*) opts+=("$arg") ;;
+    *) files+=("$arg") ;;
+  esac
+done
+if [ "${#files[@]}" -eq 0 ]; then
+  # node 20's --test expands no globs, and its default search would not find .ts files.
+  mapfile -t files < <(find src test -type f -name '*.test.ts' 2>/dev/null | LC_ALL=C sort)
+fi
+
+rc=0
+if [ "${#files[@]}" -eq 0 ]; then
+  echo "test.sh: no *.test.ts files under src/ or test/"
+else
+  echo "test.sh: ${#files[@]} file(s), concurrency ${SBX_TEST_CONCURRENCY:-3}, setup took $(elapsed "$t0")"
+  # --test-timeout bounds each file in node 20, so a hung test fails the run instead of stalling CI.
+  node --import tsx --test --test-reporter=tap \
+    --test-concurrency="${SBX_TEST_CONCURRENCY:-3}" \
+    --test-timeout="${SBX_TEST_TIMEOUT_MS:-600000}" \
+    "${opts[@]}" "${files[@]}" || rc=$?
+fi
+
+# Containers the tests made directly carry sbx.test; boxes made through a Manager carry sbx.managed-by.
+test_containers() {
+  { docker ps -aq --no-trunc --filter label=sbx.test; docker ps -aq --no-trunc --filter label=sbx.managed-by; } | sort -u
+}
+
+# Only containers created since this run started count: on a shared engine, older ones belong to
+# earlier runs or to someone else, and are not this run's to remove.
+leaked=()
+while read -r id created; do
+  [ -n "$id" ] || continue
+  created=${created:0:19}
+  created=${created//[^0-9]/}
+  [ "$((10#$created))" -lt "$run_started" ] || leaked+=("$id")
+done < <(test_containers | xargs -r docker inspect -f '{{.Id}} {{.Created}}')
+if [ "${#leaked[@]}" -gt 0 ]; then
+  {
+    echo "test.sh: leaked containers (label sbx.test or sbx.managed-by) left by this run, now removed:"
+    docker inspect -f '  {{slice .Id 0 12}} {{.Name}} {{.Config.Image}} {{.State.Status}} sbx.test={{index .Config.Labels "sbx.test"}}' "${leaked[@]}"
+  } >&2
+  docker rm -f "${leaked[@]}" >/dev/null
+  [ "$rc" -ne 0 ] || rc=1
+  echo "test.sh: FAIL: leaked containers" >&2
+fi
+older=$(test_containers | wc -l)
+[ "$older" -eq 0 ] || warn "$older older sbx.test/sbx.managed-by container(s) remain from other runs: docker rm -f \$(docker ps -aq --filter label=sbx.test)"
+
+echo "test.sh: exit $rc after $(elapsed "$t0")"
+exit "$rc"
