@@ -12,3 +12,4 @@ export * from './errors.js';
 export * from './sandbox/index.js';
 export * from './runtime/index.js';
 export { parseDuration } from './util/duration.js';
+export * from './workspace/index.js';

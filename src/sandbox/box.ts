@@ -1,5 +1,6 @@
 import { SbxError } from '../errors.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, Runtime } from '../runtime/types.js';
+import type { WorkspaceFS } from '../workspace/index.js';
 import type { BoxRecord } from './labels.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from './types.js';
 
@@ -7,8 +8,9 @@ import type { BoxInfo, BoxStatus, LifecyclePolicy } from './types.js';
 export interface BoxHost {
   runtimeFor(pool: string): Runtime;
   removeBox(id: string): Promise<void>;
-  /** Called when a oneshot box's first exec has finished. */
+  /** Called when an exec or stream of the box has finished. */
   onExecFinished(box: Box): void;
+  workspaceFs(workspaceId: string): Promise<WorkspaceFS>;
 }
 
 /** When the box was last used, and what is in use right now. */
@@ -117,6 +119,13 @@ export class Box implements AsyncDisposable {
       this.touch();
       this.host.onExecFinished(this);
     };
+  }
+
+  /** The file API of the workspace mounted into this box; not_found when it has none. */
+  async workspace(): Promise<WorkspaceFS> {
+    this.touch();
+    if (!this.record.workspaceId) throw new SbxError('not_found', `box '${this.id}' has no workspace`, { details: { id: this.id } });
+    return this.host.workspaceFs(this.record.workspaceId);
   }
 
   async info(): Promise<BoxInfo> {

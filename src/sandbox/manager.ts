@@ -5,7 +5,10 @@ import pino from 'pino';
 import type { Logger } from 'pino';
 import { SbxError, isSbxError } from '../errors.js';
 import type { ContainerSpec, PullProgress, RegistryAuth, Runtime } from '../runtime/types.js';
+import { parseRuntimeAddress } from '../runtime/address.js';
 import { mapSettled } from '../util/concurrency.js';
+import { WorkspaceManager } from '../workspace/index.js';
+import type { WorkspaceNode } from '../workspace/index.js';
 import { Box } from './box.js';
 import type { BoxHost } from './box.js';
 import { resolveConfig, resolvePool } from './config.js';
@@ -48,6 +51,8 @@ interface Reservation {
 export class Manager {
   readonly config: ResolvedConfig;
   readonly log: Logger;
+  /** Workspaces on this Manager's nodes (a node is a pool's host); wired to its boxes' mounts. */
+  readonly workspaces: WorkspaceManager;
   private readonly poolsByName = new Map<string, Pool>();
   private readonly boxes = new Map<string, Box>();
   private readonly reservations = new Map<string, Reservation>();
@@ -67,12 +72,26 @@ export class Manager {
     this.boxHost = {
       runtimeFor: (pool) => this.pool(pool).runtime(),
       removeBox: (id) => this.remove(id),
+      workspaceFs: (workspaceId) => this.workspaces.fs(workspaceId),
       onExecFinished: (box) => {
         if (box.policy === 'oneshot' && box.activity.inFlight === 0) {
           this.remove(box.id).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'oneshot removal failed; cleanup will retry'));
         }
       },
     };
+    this.workspaces = new WorkspaceManager({
+      dataDir: this.config.dataDir,
+      nodes: () => this.nodes(),
+      isMounted: (workspaceId) => [...this.boxes.values()].some((b) => b.workspaceId === workspaceId),
+    });
+  }
+
+  /**
+   * The nodes workspaces can live on: one per pool. Only pools whose engine runs on this
+   * machine (a unix socket) can host workspaces until the node agent serves remote storage.
+   */
+  nodes(): WorkspaceNode[] {
+    return [...this.poolsByName.values()].map((p) => ({ name: p.name, addr: p.def.addr, online: isLocalAddress(p.def.addr) }));
   }
 
   // --- Bootstrap -----------------------------------------------------------------------
@@ -194,7 +213,7 @@ export class Manager {
    */
   async create(options: CreateOptions): Promise<Box> {
     const opts = validateCreateOptions(options);
-    const pool = opts.pool ? this.pool(opts.pool) : this.defaultPool();
+    const pool = await this.placement(opts);
     const owner = opts.owner ?? 'default';
     const id = opts.id ?? `sb-${randomBytes(6).toString('hex')}`;
     const release = this.reserve(id, pool, owner);
@@ -203,6 +222,18 @@ export class Manager {
     } finally {
       release();
     }
+  }
+
+  /** The pool a box goes on: the one asked for, or the default; storage decides for a workspace. */
+  private async placement(opts: CreateOptions): Promise<Pool> {
+    if (!opts.workspaceId) return opts.pool ? this.pool(opts.pool) : this.defaultPool();
+    const node = await this.workspaces.nodeForWorkspace(opts.workspaceId);
+    if (opts.pool && opts.pool !== node) {
+      throw new SbxError('conflict', `workspace '${opts.workspaceId}' lives on node '${node}'; a box mounting it must run on pool '${node}', not '${opts.pool}'`, {
+        details: { workspaceId: opts.workspaceId, node, pool: opts.pool },
+      });
+    }
+    return this.pool(node);
   }
 
   private reserve(id: string, pool: Pool, owner: string): () => void {
@@ -249,6 +280,9 @@ export class Manager {
       SBX_TOKEN: tokens.issue(id, record.tokenNonce, this.config.tokenTtlMs),
       ...(this.config.apiUrl ? { SBX_API_URL: this.config.apiUrl } : {}),
     };
+    const binds = record.workspaceId
+      ? [{ hostPath: await this.workspaces.mountPath(record.workspaceId), containerPath: record.mountPath, readOnly: record.mountMode === 'ro' }]
+      : [];
     const profile = securityFor(opts.security ?? pool.def.security);
     const network = opts.network ?? profile.network;
     const spec: ContainerSpec = {
@@ -264,6 +298,7 @@ export class Manager {
       ...(opts.memory ? { memory: opts.memory } : {}),
       ...(opts.cpus ? { cpus: opts.cpus } : {}),
       ...(opts.ports?.length ? { ports: opts.ports } : {}),
+      ...(binds.length ? { binds } : {}),
       ...(network ? { network } : {}),
       ...(pool.def.ociRuntime ? { ociRuntime: pool.def.ociRuntime } : {}),
     };
@@ -493,5 +528,13 @@ export class Manager {
         this.log.error({ pool: pool.name, err: r.reason }, 'cleanup action failed');
       }
     }
+  }
+}
+
+function isLocalAddress(addr: string): boolean {
+  try {
+    return parseRuntimeAddress(addr).transport === 'unix';
+  } catch {
+    return false;
   }
 }

@@ -16,7 +16,9 @@ export function toCreateOptions(spec: ContainerSpec): Docker.ContainerCreateOpti
     ...(spec.cpus ? { NanoCpus: Math.round(spec.cpus * 1e9) } : {}),
     ...(spec.pidsLimit ? { PidsLimit: spec.pidsLimit } : {}),
     ...(spec.ports?.length ? { PortBindings: bindings } : {}),
-    ...(spec.binds?.length ? { Binds: spec.binds.map((b) => `${b.hostPath}:${b.containerPath}:${b.readOnly ? 'ro' : 'rw'}`) } : {}),
+    // Mounts, not Binds: a Binds source that does not exist is silently created (as root) by
+    // the engine, so a deleted workspace would come back as an empty directory.
+    ...(spec.binds?.length ? { Mounts: spec.binds.map((b) => ({ Type: 'bind' as const, Source: b.hostPath, Target: b.containerPath, ReadOnly: b.readOnly ?? false })) } : {}),
     ...(spec.network ? { NetworkMode: spec.network } : {}),
     ...(sec.noNewPrivileges ? { SecurityOpt: ['no-new-privileges'] } : {}),
     ...(sec.capDrop?.length ? { CapDrop: sec.capDrop } : {}),

@@ -1,0 +1,160 @@
+import { test, describe, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { WorkspaceFS } from './fs.js';
+import type { WorkspaceManager } from './manager.js';
+import { BASE_IMAGE, docker, labelledContainers, removeLabelledContainers, startBox, waitForImage } from './testing/docker.js';
+import { makeManager, makeTempDir, rejectsWithCode } from './testing/fixtures.js';
+import { hammerWorkspace } from './testing/race-hammer.js';
+
+const SECRET = `SECRET-${randomBytes(8).toString('hex')}`;
+const passwd = readFileSync('/etc/passwd', 'utf8');
+
+let tmp: Awaited<ReturnType<typeof makeTempDir>>;
+let manager: WorkspaceManager;
+let fs: WorkspaceFS;
+let root: string;
+let sibling: { fs: WorkspaceFS; root: string };
+let outside: string;
+let box: string;
+let readOnlyBox: string;
+
+async function inBox(script: string, options: { user?: string; container?: string } = {}) {
+  return docker(['exec', ...(options.user ? ['-u', options.user] : []), options.container ?? box, 'sh', '-c', script]);
+}
+
+before(async () => {
+  await waitForImage(BASE_IMAGE, 5 * 60_000);
+  tmp = await makeTempDir('box');
+  manager = makeManager(tmp.path);
+  const ws = await manager.create({ name: 'boxed', owner: 'alice', node: 'local' });
+  fs = await manager.fs(ws.id);
+  root = await manager.mountPath(ws.id);
+  const other = await manager.create({ name: 'sibling', owner: 'bob', node: 'local' });
+  sibling = { fs: await manager.fs(other.id), root: await manager.mountPath(other.id) };
+  await sibling.fs.writeFile('secret.txt', SECRET);
+  outside = join(tmp.path, 'outside');
+  mkdirSync(outside);
+  writeFileSync(join(outside, 'file'), SECRET);
+  writeFileSync(join(outside, 'only-outside'), SECRET);
+  box = await startBox(root);
+  readOnlyBox = await startBox(root, { readOnly: true });
+});
+
+after(async () => {
+  await removeLabelledContainers();
+  assert.deepEqual(await labelledContainers(), [], 'test containers left behind');
+  assert.equal(readFileSync('/etc/passwd', 'utf8'), passwd, '/etc/passwd unchanged');
+  await tmp?.remove();
+});
+
+describe('a workspace mounted into a real box', () => {
+  test('a file written through the FS is visible in the box', async () => {
+    await fs.writeFile('hello.txt', 'from the api');
+    const cat = await inBox('cat /workspace/hello.txt');
+    assert.equal(cat.code, 0, cat.stderr);
+    assert.equal(cat.stdout, 'from the api');
+  });
+
+  test('a file written in the box is read through the FS', async () => {
+    const write = await inBox('mkdir -p /workspace/made && echo from the box > /workspace/made/in-box.txt');
+    assert.equal(write.code, 0, write.stderr);
+    assert.equal(await fs.readFile('made/in-box.txt', 'utf8'), 'from the box\n');
+    assert.deepEqual((await fs.readDir('made')).map((e) => e.name), ['in-box.txt']);
+  });
+
+  test('the box user (uid 1000) can edit files and directories the API created', async () => {
+    await fs.writeFile('api/edit.txt', 'v1');
+    const edit = await inBox('echo v2 >> /workspace/api/edit.txt && touch /workspace/api/new && stat -c %u:%g /workspace/api/edit.txt', { user: '1000:1000' });
+    assert.equal(edit.code, 0, edit.stderr);
+    assert.equal(edit.stdout.trim(), '1000:1000');
+    assert.equal(await fs.readFile('api/edit.txt', 'utf8'), 'v1v2\n');
+    assert.equal(await fs.exists('api/new'), true);
+  });
+
+  test('a read-only mount lets the box read but not write', async () => {
+    const read = await inBox('cat /workspace/hello.txt', { container: readOnlyBox });
+    assert.equal(read.stdout, 'from the api');
+    const write = await inBox('echo x > /workspace/ro.txt', { container: readOnlyBox });
+    assert.notEqual(write.code, 0);
+    assert.match(write.stderr, /read-only/i);
+    assert.equal(await fs.exists('ro.txt'), false);
+  });
+
+  test('the metadata and other workspaces are not visible from inside the box', async () => {
+    const list = await inBox('ls -a /workspace');
+    assert.ok(!list.stdout.includes('workspace.json'));
+    const climb = await inBox('cat /workspace/../workspace.json');
+    assert.notEqual(climb.code, 0);
+    const sib = await inBox(`ls ${sibling.root}`);
+    assert.notEqual(sib.code, 0, 'the sibling host path does not exist inside the box');
+  });
+
+  test('a box cannot hard-link a file from outside its mount (EXDEV), even as root', async () => {
+    for (const source of ['/etc/passwd', '/etc/hostname', '/bin/busybox']) {
+      const link = await inBox(`ln ${source} /workspace/hardlink`, { user: '0:0' });
+      assert.notEqual(link.code, 0, `ln ${source} succeeded`);
+      assert.match(link.stderr, /cross-device/i);
+    }
+    assert.equal(await fs.exists('hardlink'), false);
+  });
+
+  test('symlinks planted from inside the box never make the FS leave the root', async () => {
+    const plant = await inBox(`cd /workspace && ln -s /etc/passwd pw && ln -s ${sibling.root} sib && ln -s /etc etc && ln -s ${outside} out && mkdir -p tree && ln -s ${sibling.root} tree/sib`);
+    assert.equal(plant.code, 0, plant.stderr);
+    for (const path of ['pw', 'sib/secret.txt', 'etc/passwd', 'out/file', 'tree/sib/secret.txt']) {
+      await rejectsWithCode(fs.readFile(path), 'invalid_argument', path);
+      await rejectsWithCode(fs.createReadStream(path), 'invalid_argument', path);
+    }
+    for (const path of ['sib/pwned', 'etc/pwned', 'out/pwned']) await rejectsWithCode(fs.writeFile(path, 'pwned'), 'invalid_argument', path);
+    await rejectsWithCode(fs.rename('sib/secret.txt', 'stolen'), 'invalid_argument');
+    await rejectsWithCode(fs.copy('sib/secret.txt', 'stolen'), 'invalid_argument');
+    await rejectsWithCode(fs.readDir('sib'), 'invalid_argument');
+    assert.equal((await fs.stat('pw')).isSymlink, true);
+    const names = (await fs.readDir('', { recursive: true })).map((e) => e.name);
+    assert.ok(!names.some((n) => n.startsWith('sib/') || n.startsWith('out/') || n.startsWith('etc/') || n.startsWith('tree/sib/')), names.join(','));
+    const archive = await (async () => {
+      const chunks: Buffer[] = [];
+      for await (const chunk of await fs.exportTar('')) chunks.push(chunk as Buffer);
+      return Buffer.concat(chunks).toString('latin1');
+    })();
+    assert.ok(!archive.includes(SECRET) && !archive.includes('root:x:0:0'), 'export carries outside content');
+    await fs.removeAll('tree');
+    await fs.removeAll('sib');
+    await fs.remove('out');
+    assert.equal(await sibling.fs.readFile('secret.txt', 'utf8'), SECRET);
+    assert.deepEqual(readdirSync(outside).sort(), ['file', 'only-outside']);
+    assert.equal(existsSync('/etc/pwned'), false);
+  });
+
+  test('a box swapping a directory for an outside symlink in a loop never leaks the secret', async (t) => {
+    await fs.writeFile('d/file', 'inside');
+    const loop = `cd /workspace && while [ ! -e stop ]; do mv d d.real; ln -s ${outside} d; mv d d.link; mv d.real d; mv d.link d.gone; rm d.gone; done`;
+    const started = await docker(['exec', '-d', box, 'sh', '-c', loop]);
+    assert.equal(started.code, 0, started.stderr);
+    try {
+      let naiveReads = 0;
+      let naiveLeaks = 0;
+      const naiveUntil = Date.now() + 1000;
+      while (Date.now() < naiveUntil) {
+        naiveReads += 1;
+        if ((await readFile(join(root, 'd', 'file'), 'utf8').catch(() => '')) === SECRET) naiveLeaks += 1;
+      }
+      const counts = await hammerWorkspace(fs, { secret: SECRET, durationMs: 3000 });
+      t.diagnostic(`naive path reads: ${naiveReads}, returned the secret: ${naiveLeaks}`);
+      t.diagnostic(`contained calls in 3000 ms: ${JSON.stringify(counts)}`);
+      assert.ok(naiveLeaks > 0, 'the loop in the box never exposed the secret to a naive read: the test would prove nothing');
+      assert.equal(counts.leaks, 0);
+      assert.ok(counts.okReads > 0 && counts.refused > 0, JSON.stringify(counts));
+      assert.deepEqual(counts.unexpected, []);
+    } finally {
+      await fs.writeFile('stop', '');
+      await sleep(500);
+    }
+    assert.deepEqual(readdirSync(outside).sort(), ['file', 'only-outside'], 'nothing written outside');
+  });
+});

@@ -1,0 +1,384 @@
+/**
+ * WorkspaceManager: create, find, update and delete workspaces on a node's disk, and hand out
+ * their mount path and root-contained file API. The sandbox layer wires itself in through
+ * `isMounted` / `setMountChecker`, `nodeForWorkspace` and `mountPath`; nothing here knows boxes.
+ */
+import { access, chmod, chown, mkdir, readdir, rename } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { SbxError, invalidArgument } from '../errors.js';
+import { DirHandle } from './contained-path.js';
+import { errnoOf } from './fs-errors.js';
+import { WorkspaceFS } from './fs.js';
+import { KeyedLock } from './keyed-lock.js';
+import { TRASH_PREFIX, WorkspaceLayout } from './layout.js';
+import { readMetadata, writeMetadata } from './metadata.js';
+import { removeTree } from './tree-walk.js';
+import type {
+  CreateWorkspaceOptions,
+  DeleteWorkspaceOptions,
+  FileOwner,
+  ListWorkspacesOptions,
+  MountChecker,
+  UpdateWorkspaceOptions,
+  Workspace,
+  WorkspaceManagerOptions,
+  WorkspaceNode,
+  WorkspaceUsage,
+} from './types.js';
+import { checkLabels, checkNodeName, checkQuota, checkText, checkWorkspaceId, newWorkspaceId } from './validation.js';
+
+const DEFAULT_NODES: WorkspaceNode[] = [{ name: 'local', addr: 'local', online: true }];
+const SANDBOX_USER: FileOwner = { uid: 1000, gid: 1000 };
+/** Metadata reads in flight while loading the index. */
+const LOAD_CONCURRENCY = 64;
+
+/**
+ * Persistent, node-bound workspaces under `<dataDir>/workspaces/`.
+ *
+ * The manager keeps an in-memory index of all workspaces, loaded lazily from the metadata files
+ * on first use and updated by every create/update/delete, so `get` is a map lookup and `list` a
+ * filter over memory. It assumes it is the only writer of its data directory (one manager per
+ * dataDir); a second manager on the same directory would not see the first one's changes
+ * until restarted, though an explicit id can still never be claimed twice on one node.
+ *
+ * @example
+ * const workspaces = new WorkspaceManager({ dataDir: '/var/lib/sbx' });
+ * const ws = await workspaces.create({ name: 'notes', owner: 'alice', node: 'local' });
+ * const hostDir = await workspaces.mountPath(ws.id); // bind-mount this at /workspace
+ * await (await workspaces.fs(ws.id)).writeFile('hello.txt', 'hi');
+ */
+export class WorkspaceManager {
+  private readonly layout: WorkspaceLayout;
+  private readonly listNodes: () => WorkspaceNode[];
+  private readonly fileOwner: FileOwner;
+  private readonly defaultQuotaBytes: number | undefined;
+  private mountChecker: MountChecker;
+  private index: Map<string, Workspace> | undefined;
+  private loading: Promise<Map<string, Workspace>> | undefined;
+  private readonly creating = new Set<string>();
+  private readonly filesystems = new Map<string, Promise<WorkspaceFS>>();
+  private readonly locks = new KeyedLock();
+
+  constructor(options: WorkspaceManagerOptions) {
+    if (typeof options?.dataDir !== 'string' || options.dataDir === '') throw invalidArgument('dataDir', 'is required');
+    this.layout = new WorkspaceLayout(options.dataDir);
+    this.listNodes = options.nodes ?? (() => DEFAULT_NODES);
+    this.mountChecker = options.isMounted ?? (() => false);
+    this.fileOwner = options.fileOwner ?? SANDBOX_USER;
+    this.defaultQuotaBytes = options.defaultQuotaBytes === undefined ? undefined : checkQuota(options.defaultQuotaBytes, 'defaultQuotaBytes');
+  }
+
+  /**
+   * Installs the "is a running box mounting this?" check (the seed's SetWorkspaceManager, from
+   * this side). The sandbox Manager calls it once at startup.
+   *
+   * @example
+   * workspaces.setMountChecker((id) => sandboxes.hasRunningBoxWithWorkspace(id));
+   */
+  setMountChecker(check: MountChecker): void {
+    this.mountChecker = check;
+  }
+
+  /**
+   * The nodes workspaces can be placed on (copies).
+   *
+   * @example
+   * workspaces.nodes().filter((n) => n.online);
+   */
+  nodes(): WorkspaceNode[] {
+    return this.listNodes().map((node) => ({ ...node }));
+  }
+
+  /**
+   * Creates a workspace on an online node. Errors: invalid_argument (bad field; `node` missing),
+   * not_found (unknown node), not_available (node offline), conflict (id taken).
+   *
+   * @example
+   * await workspaces.create({ id: 'ws-alice-notes', name: 'notes', owner: 'alice', node: 'local', quotaBytes: 2 ** 30 });
+   */
+  async create(options: CreateWorkspaceOptions): Promise<Workspace> {
+    if (typeof options !== 'object' || options === null) throw invalidArgument('options', 'must be an object');
+    const name = checkText(options.name, 'name');
+    const owner = checkText(options.owner, 'owner');
+    const nodeName = checkNodeName(options.node);
+    const labels = options.labels === undefined ? {} : checkLabels(options.labels);
+    const quotaBytes = options.quotaBytes === undefined ? this.defaultQuotaBytes : checkQuota(options.quotaBytes);
+    const requestedId = options.id === undefined ? undefined : checkWorkspaceId(options.id);
+    const node = this.listNodes().find((candidate) => candidate.name === nodeName);
+    if (!node) throw new SbxError('not_found', `node ${nodeName} is not configured; pick one of: ${this.listNodes().map((n) => n.name).join(', ') || '(none)'}`, { details: { field: 'node' } });
+    if (!node.online) throw new SbxError('not_available', `node ${nodeName} is offline; workspaces can only be created on an online node`, { details: { field: 'node' } });
+
+    const index = await this.loadIndex();
+    const id = requestedId ?? this.unusedId(index);
+    if (index.has(id) || this.creating.has(id)) throw conflictingId(id);
+    this.creating.add(id);
+    try {
+      const workspace = await this.createOnDisk(id, nodeName, { name, owner, labels, quotaBytes });
+      index.set(id, workspace);
+      return copyOf(workspace);
+    } finally {
+      this.creating.delete(id);
+    }
+  }
+
+  /**
+   * One workspace, or `not_found`.
+   *
+   * @example
+   * const { node, owner } = await workspaces.get('ws-1');
+   */
+  async get(id: string): Promise<Workspace> {
+    return copyOf(await this.find(id));
+  }
+
+  /**
+   * All workspaces matching the filter, oldest first.
+   *
+   * @example
+   * await workspaces.list({ owner: 'alice', node: 'local' });
+   */
+  async list(filter: ListWorkspacesOptions = {}): Promise<Workspace[]> {
+    const index = await this.loadIndex();
+    const matches: Workspace[] = [];
+    for (const workspace of index.values()) {
+      if (filter.owner !== undefined && workspace.owner !== filter.owner) continue;
+      if (filter.node !== undefined && workspace.node !== filter.node) continue;
+      matches.push(copyOf(workspace));
+    }
+    return matches.sort((a, b) => (a.createdAt === b.createdAt ? a.id.localeCompare(b.id) : a.createdAt.localeCompare(b.createdAt)));
+  }
+
+  /**
+   * Renames and/or relabels (given labels replace all labels); bumps `updatedAt`.
+   *
+   * @example
+   * await workspaces.update('ws-1', { name: 'archive', labels: {} });
+   */
+  async update(id: string, changes: UpdateWorkspaceOptions): Promise<Workspace> {
+    if (typeof changes !== 'object' || changes === null) throw invalidArgument('changes', 'must be an object');
+    const name = changes.name === undefined ? undefined : checkText(changes.name, 'name');
+    const labels = changes.labels === undefined ? undefined : checkLabels(changes.labels);
+    return this.locks.run(id, async () => {
+      const current = await this.find(id);
+      const next: Workspace = {
+        ...current,
+        name: name ?? current.name,
+        labels: labels ?? current.labels,
+        updatedAt: laterThan(current.updatedAt),
+      };
+      await writeMetadata(this.layout.workspace(next.node, next.id), next);
+      (await this.loadIndex()).set(id, next);
+      return copyOf(next);
+    });
+  }
+
+  /**
+   * Deletes a workspace and everything in it. Refused with `conflict` while a running box mounts
+   * it, unless `force` (the box then keeps an empty, deleted directory).
+   *
+   * @example
+   * await workspaces.delete('ws-1');
+   */
+  async delete(id: string, options: DeleteWorkspaceOptions = {}): Promise<void> {
+    await this.locks.run(id, async () => {
+      const workspace = await this.find(id);
+      if (!options.force && (await this.mountChecker(id))) {
+        throw new SbxError('conflict', `workspace ${id} is mounted by a running box; stop or remove the box first, or delete with force`, { details: { id } });
+      }
+      const trash = `${TRASH_PREFIX}${id}-${randomBytes(4).toString('hex')}`;
+      // One rename takes the workspace (metadata and data) out of existence atomically; the
+      // slow removal of its contents happens afterwards, under a name no lookup matches.
+      await rename(this.layout.workspace(workspace.node, id), join(this.layout.node(workspace.node), trash));
+      (await this.loadIndex()).delete(id);
+      this.filesystems.delete(id);
+      await using nodeDir = await DirHandle.openHostDir(this.layout.node(workspace.node));
+      await nodeDir.sync();
+      // Removal is by fds (box-written content may hold symlinks). If a force-deleted box keeps
+      // writing, what is left stays in the trash and is retried when the index is next loaded.
+      await removeTree(nodeDir, trash).catch(() => undefined);
+    });
+  }
+
+  /**
+   * The node a workspace's storage lives on; boxes that mount it must run there.
+   *
+   * @example
+   * const pool = poolForNode(await workspaces.nodeForWorkspace('ws-1'));
+   */
+  async nodeForWorkspace(id: string): Promise<string> {
+    return (await this.find(id)).node;
+  }
+
+  /**
+   * Host path of the directory boxes bind-mount (read-write or read-only) for this workspace.
+   *
+   * @example
+   * binds.push({ hostPath: await workspaces.mountPath('ws-1'), containerPath: '/workspace' });
+   */
+  async mountPath(id: string): Promise<string> {
+    const workspace = await this.find(id);
+    return this.layout.root(workspace.node, workspace.id);
+  }
+
+  /**
+   * The root-contained file API of a workspace (one shared instance per workspace, so quota
+   * reservations of concurrent writers see each other).
+   *
+   * @example
+   * const files = await workspaces.fs('ws-1');
+   * await files.writeFile('a.txt', 'x');
+   */
+  async fs(id: string): Promise<WorkspaceFS> {
+    const workspace = await this.find(id);
+    let files = this.filesystems.get(id);
+    if (!files) {
+      files = this.openFS(workspace);
+      this.filesystems.set(id, files);
+      files.catch(() => this.filesystems.delete(id));
+    }
+    return files;
+  }
+
+  private async openFS(workspace: Workspace): Promise<WorkspaceFS> {
+    const stagingPath = this.layout.staging(workspace.node, workspace.id);
+    // Before this manager's first operation on the workspace nothing of its can be staged, so
+    // whatever is there was left by a crash.
+    await using staging = await DirHandle.openHostDir(stagingPath);
+    for (const name of await staging.list()) await removeTree(staging, name);
+    return new WorkspaceFS({
+      id: workspace.id,
+      rootPath: this.layout.root(workspace.node, workspace.id),
+      stagingPath,
+      fileOwner: this.fileOwner,
+      quotaBytes: workspace.quotaBytes,
+    });
+  }
+
+  /**
+   * Bytes and files in a workspace (a fresh walk, so box writes count) and its quota.
+   *
+   * @example
+   * const { bytes, quotaBytes } = await workspaces.usage('ws-1');
+   */
+  async usage(id: string): Promise<WorkspaceUsage> {
+    return (await this.fs(id)).usage();
+  }
+
+  private async find(id: string): Promise<Workspace> {
+    checkWorkspaceId(id);
+    const workspace = (await this.loadIndex()).get(id);
+    if (!workspace) throw new SbxError('not_found', `workspace ${id} not found`, { details: { id } });
+    return workspace;
+  }
+
+  private unusedId(index: Map<string, Workspace>): string {
+    for (;;) {
+      const id = newWorkspaceId();
+      if (!index.has(id) && !this.creating.has(id)) return id;
+    }
+  }
+
+  private async createOnDisk(
+    id: string,
+    node: string,
+    fields: { name: string; owner: string; labels: Record<string, string>; quotaBytes: number | undefined },
+  ): Promise<Workspace> {
+    const nodeDir = this.layout.node(node);
+    await mkdir(this.layout.base, { recursive: true, mode: 0o711 });
+    await mkdir(nodeDir, { recursive: true, mode: 0o711 });
+    const dir = this.layout.workspace(node, id);
+    try {
+      // The atomic claim: of concurrent creators of one id (any process), exactly one mkdir succeeds.
+      await mkdir(dir, { mode: 0o711 });
+    } catch (err) {
+      if (errnoOf(err) === 'EEXIST') throw conflictingId(id);
+      throw err;
+    }
+    try {
+      const root = this.layout.root(node, id);
+      await mkdir(root, { mode: 0o755 });
+      if (process.getuid?.() === 0) await chown(root, this.fileOwner.uid, this.fileOwner.gid);
+      await chmod(root, 0o755);
+      await mkdir(this.layout.staging(node, id), { mode: 0o700 });
+      const now = new Date().toISOString();
+      const workspace: Workspace = { id, name: fields.name, owner: fields.owner, node, labels: fields.labels, createdAt: now, updatedAt: now };
+      if (fields.quotaBytes !== undefined) workspace.quotaBytes = fields.quotaBytes;
+      await writeMetadata(dir, workspace);
+      await using nodeHandle = await DirHandle.openHostDir(nodeDir);
+      await nodeHandle.sync();
+      return workspace;
+    } catch (err) {
+      await using nodeHandle = await DirHandle.openHostDir(nodeDir);
+      await removeTree(nodeHandle, id).catch(() => undefined);
+      throw err;
+    }
+  }
+
+  private loadIndex(): Promise<Map<string, Workspace>> {
+    if (this.index) return Promise.resolve(this.index);
+    this.loading ??= this.scanDisk().then(
+      (index) => (this.index = index),
+      (err: unknown) => {
+        this.loading = undefined;
+        throw err;
+      },
+    );
+    return this.loading;
+  }
+
+  /** Reads every workspace.json once; finishes deletions a crash interrupted. */
+  private async scanDisk(): Promise<Map<string, Workspace>> {
+    await requireProcFd();
+    await mkdir(this.layout.base, { recursive: true, mode: 0o711 });
+    const index = new Map<string, Workspace>();
+    for (const node of (await readdir(this.layout.base, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name).sort()) {
+      const entries = await readdir(this.layout.node(node), { withFileTypes: true });
+      const trash = entries.filter((e) => e.isDirectory() && e.name.startsWith(TRASH_PREFIX)).map((e) => e.name);
+      if (trash.length > 0) {
+        await using nodeHandle = await DirHandle.openHostDir(this.layout.node(node));
+        for (const name of trash) await removeTree(nodeHandle, name).catch(() => undefined);
+      }
+      const ids = entries.filter((e) => e.isDirectory() && isWorkspaceId(e.name)).map((e) => e.name);
+      for (let start = 0; start < ids.length; start += LOAD_CONCURRENCY) {
+        const batch = ids.slice(start, start + LOAD_CONCURRENCY);
+        // Unreadable or mismatching metadata is left on disk untouched and out of the index.
+        const found = await Promise.all(batch.map(async (id) => ({ id, workspace: await readMetadata(this.layout.metadata(node, id)).catch(() => undefined) })));
+        for (const { id, workspace } of found) {
+          if (workspace && workspace.id === id && workspace.node === node && !index.has(id)) index.set(id, workspace);
+        }
+      }
+    }
+    return index;
+  }
+}
+
+/** The contained resolver stands on Linux's /proc/self/fd; refuse plainly without it. */
+async function requireProcFd(): Promise<void> {
+  const available = process.platform === 'linux' && (await access('/proc/self/fd').then(() => true, () => false));
+  if (!available) throw new SbxError('internal', 'workspaces need Linux with /proc mounted (the contained file I/O resolves paths through /proc/self/fd)');
+}
+
+function isWorkspaceId(name: string): boolean {
+  try {
+    checkWorkspaceId(name);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function conflictingId(id: string): SbxError {
+  return new SbxError('conflict', `workspace id ${id} is already taken; choose another or omit id`, { details: { field: 'id', id } });
+}
+
+function copyOf(workspace: Workspace): Workspace {
+  return { ...workspace, labels: { ...workspace.labels } };
+}
+
+/** Now, or 1 ms after `previous` when the clock has not moved past it, so updatedAt always grows. */
+function laterThan(previous: string): string {
+  const now = Date.now();
+  const before = Date.parse(previous);
+  return new Date(Number.isNaN(before) || now > before ? now : before + 1).toISOString();
+}

@@ -1,0 +1,40 @@
+/**
+ * Shared helpers of the workspace tests (excluded from the build).
+ */
+import assert from 'node:assert/strict';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { isSbxError, type ErrorCode } from '../../errors.js';
+import { WorkspaceManager } from '../manager.js';
+import type { WorkspaceManagerOptions } from '../types.js';
+
+/** A fresh temp directory and its removal. */
+export async function makeTempDir(prefix: string): Promise<{ path: string; remove: () => Promise<void> }> {
+  const path = await mkdtemp(join(tmpdir(), `sbx-${prefix}-`));
+  return { path, remove: () => rm(path, { recursive: true, force: true }) };
+}
+
+/** A manager on its own data directory under `base`. */
+export function makeManager(base: string, options: Partial<WorkspaceManagerOptions> = {}): WorkspaceManager {
+  return new WorkspaceManager({ dataDir: join(base, `data-${Math.random().toString(36).slice(2)}`), ...options });
+}
+
+/** Asserts the promise rejects with an SbxError of `code` (and returns it). */
+export async function rejectsWithCode(work: Promise<unknown> | (() => Promise<unknown>), code: ErrorCode, label = ''): Promise<Error> {
+  let caught: unknown;
+  try {
+    await (typeof work === 'function' ? work() : work);
+  } catch (err) {
+    caught = err;
+  }
+  assert.ok(caught !== undefined, `${label}: expected ${code}, but it succeeded`);
+  assert.ok(isSbxError(caught), `${label}: expected an SbxError ${code}, got ${String(caught)}`);
+  assert.equal(caught.code, code, `${label}: expected ${code}, got ${caught.code}: ${caught.message}`);
+  return caught;
+}
+
+/** Number of fds this process has open (Linux). */
+export async function openFdCount(): Promise<number> {
+  return (await readdir('/proc/self/fd')).length;
+}
