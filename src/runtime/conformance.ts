@@ -202,6 +202,18 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
       assert.ok(median < 150, `wait() lagged ${lags.map((l) => l.toFixed(0)).join(', ')} ms behind the exit`);
     });
 
+    test('a process that closes its output early is still waited for, and still timed out', async () => {
+      const s = await rt.execStream(box, ['sh', '-c', 'exec >&- 2>&-; sleep 0.5; exit 5']);
+      s.stdin.end();
+      const t0 = performance.now();
+      assert.equal(await s.wait(), 5);
+      assert.ok(performance.now() - t0 >= 400, 'wait() waited for the exit, not for the output to close');
+      const r = await rt.exec(box, ['sh', '-c', 'exec >&- 2>&-; sleep 331'], { timeoutMs: 500 });
+      assert.equal(r.timedOut, true);
+      assert.equal(r.exitCode, 137);
+      assert.deepEqual(await running(rt, box, 'sleep 331'), []);
+    });
+
     test('50 concurrent execs on one box all return their own output', async () => {
       const results = await Promise.all(
         Array.from({ length: 50 }, (_, i) => rt.exec(box, ['sh', '-c', `echo out-${i}; echo err-${i} >&2; exit ${i % 7}`])),
@@ -225,13 +237,15 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
     });
 
     test('a memory limit is enforced and the OOM kill reported', async () => {
-      const id = await started({ memory: 16 * MiB, cmd: ['sh', '-c', 'head -c 200m /dev/zero | tail > /dev/null'] });
+      // tail keeps a line without newline in memory: PID 1 itself outgrows the limit.
+      const id = await started({ memory: 16 * MiB, cmd: ['tail', '/dev/zero'] });
       let info = await rt.inspect(id);
       for (let i = 0; i < 100 && info.running; i++) {
         await sleep(100);
         info = await rt.inspect(id);
       }
       assert.equal(info.running, false);
+      assert.equal(info.exitCode, 137);
       assert.equal(info.oomKilled, true);
       await rt.remove(id, { force: true });
     });

@@ -30,7 +30,8 @@ interface ExecSession {
   stdin: Writable;
   /** Resolves when the engine closed the output (the process and its stdio are gone). */
   drained: Promise<void>;
-  exitCode(): Promise<number>;
+  /** Polls until the process has exited; `giveUp` ends the wait with 137 (a kill that did not take). */
+  exitCode(giveUp?: () => boolean): Promise<number>;
   kill(): Promise<void>;
   resize(size: { cols: number; rows: number }): Promise<void>;
   destroy(): void;
@@ -75,6 +76,7 @@ async function startExec(conn: DockerConnection, containerId: string, cmd: strin
   const sink: Writable = opts.tty ? stdout : new StdStreamDemuxer(stdout, stderr);
   const drained = new Promise<void>((resolve) => {
     let settled = false;
+    let ended = false;
     const finish = () => {
       if (settled) return;
       settled = true;
@@ -82,10 +84,14 @@ async function startExec(conn: DockerConnection, containerId: string, cmd: strin
       resolve();
     };
     sink.once('finish', finish);
+    socket.once('end', () => (ended = true));
     socket.once('close', () => {
+      // Ended normally: pipe() ends the sink, and 'finish' follows once all output is handed on.
+      if (ended) return;
+      // Destroyed (cancel, kill grace, engine gone): a reader that never reads must not keep
+      // the session open, so give the sink a moment to flush and call it over.
       if (!sink.writableEnded) sink.end();
-      // A destroyed socket never lets the sink finish; the session still is over.
-      setImmediate(finish);
+      setTimeout(finish, 100).unref();
     });
   });
   socket.on('error', () => undefined);
@@ -117,17 +123,18 @@ async function startExec(conn: DockerConnection, containerId: string, cmd: strin
     stderr,
     stdin,
     drained,
-    async exitCode() {
+    async exitCode(giveUp = () => false) {
+      // The output closes when the process exits, so this is usually one call; a process that
+      // closed its stdio early is waited for here.
       let delay = 2;
-      const deadline = Date.now() + 5000;
       for (;;) {
         const info = await exec.inspect().catch((err: unknown) => {
           throw toSbxError(err, conn.address.raw, what);
         });
         if (!info.Running && info.ExitCode !== null) return info.ExitCode;
-        if (Date.now() > deadline) return KILLED_EXIT_CODE;
+        if (giveUp()) return KILLED_EXIT_CODE;
         await sleep(delay);
-        delay = Math.min(delay * 2, 50);
+        delay = Math.min(delay * 2, 100);
       }
     },
     async kill() {
@@ -219,8 +226,7 @@ export async function runBuffered(conn: DockerConnection, containerId: string, c
 
   const killed = watchForKill(session, opts);
   await session.drained;
-  killed.stop();
-  const exitCode = killed.reason ? KILLED_EXIT_CODE : await session.exitCode();
+  const exitCode = await untilExit(session, killed);
   if (killed.reason === 'aborted') throw abortError(opts.signal);
   return {
     exitCode,
@@ -243,10 +249,7 @@ export async function runStreaming(conn: DockerConnection, containerId: string, 
     stderr: session.stderr,
     stdin: session.stdin,
     wait() {
-      exit ??= session.drained.then(() => {
-        killed.stop();
-        return killed.reason ? KILLED_EXIT_CODE : session.exitCode();
-      });
+      exit ??= session.drained.then(() => untilExit(session, killed));
       return exit;
     },
     async cancel() {
@@ -254,6 +257,13 @@ export async function runStreaming(conn: DockerConnection, containerId: string, 
     },
     resize: (size) => session.resize(size),
   };
+}
+
+/** The exit code, with the timeout and abort still armed until the process is gone. */
+async function untilExit(session: ExecSession, killed: ReturnType<typeof watchForKill>): Promise<number> {
+  const code = await session.exitCode(() => killed.reason !== undefined && Date.now() - killed.at > KILL_GRACE_MS);
+  killed.stop();
+  return killed.reason ? KILLED_EXIT_CODE : code;
 }
 
 function pick(opts: ExecOptions | ExecStreamOptions): Pick<StartOptions, 'cwd' | 'env' | 'user'> {
@@ -268,11 +278,13 @@ type KillReason = 'timeout' | 'aborted' | 'cancelled';
 
 /** Arms the timeout and abort signal of one exec; the first to fire kills it inside the box. */
 function watchForKill(session: ExecSession, opts: { timeoutMs?: number; signal?: AbortSignal }) {
-  const state: { reason: KillReason | undefined; kill(reason: KillReason): Promise<void>; stop(): void } = {
+  const state: { reason: KillReason | undefined; at: number; kill(reason: KillReason): Promise<void>; stop(): void } = {
     reason: undefined,
+    at: 0,
     async kill(reason) {
       if (state.reason) return;
       state.reason = reason;
+      state.at = Date.now();
       state.stop();
       await session.kill();
     },
