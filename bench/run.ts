@@ -1,0 +1,213 @@
+/**
+ * `npm run bench`: sbx beside the raw Docker Engine API, as ratios, in one run.
+ * See docs/benchmarks.md for how to read the output.
+ */
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs, selectNames, USAGE, UsageError } from './core/cli.js';
+import type { BenchArgs } from './core/cli.js';
+import { Interrupted, abortOnSignals } from './core/interrupt.js';
+import { describeMachine } from './core/machine.js';
+import type { Machine } from './core/machine.js';
+import { checkParity } from './core/parity.js';
+import { NotReady, checkEngine, runSetupScripts } from './core/prerequisites.js';
+import { flatRow, renderMachine, renderTable } from './core/report.js';
+import { notRun } from './core/result.js';
+import type { RowResult } from './core/result.js';
+import { runPairRows } from './core/run-rows.js';
+import type { RunContext } from './core/run-rows.js';
+import { sweep } from './core/sweep.js';
+import { EngineClient } from './engine/client.js';
+import { RawFileSubject } from './files/raw.js';
+import { openWorkspaceSubject } from './files/workspace.js';
+import { probeMemory } from './memory/probe.js';
+import { IDLE_BOXES, MEMORY_ROWS, memoryFailed, memoryRows } from './memory/rows.js';
+import { concurrencyRows, latencyRows } from './rows/boxes.js';
+import { WORKSPACE_ROW_NAME, fileRows } from './rows/files.js';
+import { RawSubject } from './subjects/raw.js';
+import { SbxSubject } from './subjects/sbx.js';
+
+const NAMES: [string, string] = ['sbx', 'raw'];
+const RESULTS_DIR = fileURLToPath(new URL('./results/', import.meta.url));
+
+const log = (line: string) => process.stderr.write(`bench: ${line}\n`);
+
+interface Run {
+  args: BenchArgs;
+  runId: string;
+  managerName: string;
+  tmp: string;
+  engine: EngineClient;
+  ctx: RunContext;
+  memoryChild: number | undefined;
+}
+
+async function main(): Promise<number> {
+  let args: BenchArgs;
+  try {
+    args = parseArgs(process.argv.slice(2));
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    process.stderr.write(`${err.message ? `bench: ${err.message}\n` : ''}${USAGE}\n`);
+    return err.message ? 2 : 0;
+  }
+  const started = performance.now();
+  const run: Run = {
+    args,
+    runId: String(process.pid),
+    managerName: `bench-${process.pid}`,
+    tmp: await mkdtemp(join(os.tmpdir(), 'sbx-bench-')),
+    engine: new EngineClient(),
+    ctx: { mode: args.mode, log, signal: new AbortController().signal },
+    memoryChild: undefined,
+  };
+  run.ctx.signal = abortOnSignals(log, () => {
+    if (run.memoryChild) process.kill(run.memoryChild, 'SIGKILL');
+  });
+  try {
+    if (args.setup) runSetupScripts(log);
+    await checkEngine(run.engine);
+    const machine = await describeMachine(run.engine, run.tmp);
+    const stale = await sweep(run.engine, run.runId, { stale: true });
+    if (stale > 0) log(`removed ${stale} container(s) left by earlier bench runs`);
+    const { rows, parity } = await runSelected(run);
+    const totalMs = performance.now() - started;
+    await report(run, machine, rows, parity, totalMs);
+    return rows.some((r) => r.status === 'failed') ? 1 : 0;
+  } catch (err) {
+    if (err instanceof NotReady) {
+      log(err.message);
+      return 2;
+    }
+    if (err instanceof Interrupted) {
+      log('interrupted: no results written');
+      return 130;
+    }
+    if (err instanceof UsageError) {
+      log(err.message);
+      return 2;
+    }
+    throw err;
+  } finally {
+    await cleanUp(run);
+  }
+}
+
+async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: string[] }> {
+  const boxRows = [...latencyRows, ...concurrencyRows];
+  const fileNames = [...fileRows.map((r) => r.name), WORKSPACE_ROW_NAME];
+  const all = [...latencyRows.map((r) => r.name), ...fileNames, ...concurrencyRows.map((r) => r.name), MEMORY_ROWS.empty, MEMORY_ROWS.full];
+  const picked = selectNames(all, run.args.only);
+  if (picked.size === 0) throw new UsageError(`--only ${run.args.only}: no row matches; rows are ${all.join(', ')}`);
+  // The seed's name for the workspace rows stands for all of them.
+  const wantFiles = picked.has(WORKSPACE_ROW_NAME) ? fileRows : fileRows.filter((r) => picked.has(r.name));
+  const results: RowResult[] = [];
+  let parity: string[] = [];
+  // File rows first: run later, in a process whose heap the engine rows have grown, 16 MiB
+  // reads swing by 2x from one run to the next.
+  results.push(...(await runFiles(run, wantFiles)));
+
+  const boxes = boxRows.filter((r) => picked.has(r.name));
+  const latency = boxes.filter((r) => r.group === 'latency');
+  const concurrency = boxes.filter((r) => r.group === 'concurrency');
+  if (boxes.length > 0) {
+    const sbx = await SbxSubject.open({ managerName: run.managerName, dataDir: join(run.tmp, 'sbx-data'), runId: run.runId });
+    const raw = new RawSubject(new EngineClient(), { managerName: run.managerName, runId: run.runId });
+    try {
+      parity = await checkParity(run.engine, sbx, raw);
+      for (const d of parity) log(`parity warning: ${d}`);
+      results.push(...(await runPairRows(latency, sbx, raw, run.ctx)));
+      results.push(...(await runPairRows(concurrency, sbx, raw, run.ctx)));
+    } finally {
+      await sbx.close();
+      await raw.close();
+    }
+  }
+  if (picked.has(MEMORY_ROWS.empty) || picked.has(MEMORY_ROWS.full)) {
+    const memory = await runMemory(run);
+    results.push(...memory.filter((r) => picked.has(r.name)));
+  }
+  return { rows: results, parity };
+}
+
+async function runFiles(run: Run, rows: typeof fileRows): Promise<RowResult[]> {
+  if (rows.length === 0) return [];
+  const loaded = await openWorkspaceSubject(join(run.tmp, 'workspaces'));
+  if ('unavailable' in loaded) {
+    log(`workspace rows: not available yet (${loaded.unavailable})`);
+    return [notRun({ name: WORKSPACE_ROW_NAME, group: 'workspace' }, 'unavailable', loaded.unavailable)];
+  }
+  // Same parent directory as the workspaces: same disk, same file system.
+  const raw = await RawFileSubject.open(join(run.tmp, 'raw-files'));
+  return runPairRows(rows, loaded.subject, raw, run.ctx);
+}
+
+async function runMemory(run: Run): Promise<RowResult[]> {
+  run.ctx.signal.throwIfAborted();
+  log(`memory: child process with a started Manager, then ${IDLE_BOXES} idle boxes`);
+  const t0 = performance.now();
+  try {
+    const report = await probeMemory(
+      { managerName: `${run.managerName}-mem`, dataDir: join(run.tmp, 'mem-data'), runId: run.runId, boxes: IDLE_BOXES },
+      (pid) => (run.memoryChild = pid),
+    );
+    return memoryRows(report, performance.now() - t0);
+  } catch (err) {
+    if (run.ctx.signal.aborted) throw run.ctx.signal.reason;
+    log(`memory: FAILED: ${(err as Error).message}`);
+    return memoryFailed((err as Error).message);
+  }
+}
+
+async function report(run: Run, machine: Machine, rows: RowResult[], parity: string[], totalMs: number): Promise<void> {
+  const when = new Date();
+  const summary = {
+    rows: rows.map((r) => flatRow(r, NAMES)),
+    machine,
+    run: { mode: run.args.mode, only: run.args.only ?? null, startedAt: when.toISOString(), wallSeconds: Math.round(totalMs / 100) / 10, parityWarnings: parity },
+  };
+  const out = [
+    renderTable(rows, NAMES),
+    '',
+    renderMachine(machine),
+    `run: ${run.args.mode}${run.args.only ? ` --only ${run.args.only}` : ''}, ${summary.run.wallSeconds}s wall${parity.length ? `, ${parity.length} parity warning(s) (see stderr)` : ''}`,
+  ];
+  process.stdout.write(`${out.join('\n')}\n`);
+  const file = join(RESULTS_DIR, `${when.toISOString().replace(/[:.]/g, '-')}.json`);
+  // The file keeps every sample, for distributions the table's two percentiles hide.
+  const detailed = { ...summary, samples: Object.fromEntries(rows.filter((r) => r.samples).map((r) => [r.name, r.samples])) };
+  try {
+    await mkdir(RESULTS_DIR, { recursive: true });
+    await writeFile(file, `${JSON.stringify(detailed, null, 2)}\n`);
+    log(`results written to ${file}`);
+  } catch (err) {
+    // Results are a by-product: a read-only checkout still gets its table.
+    log(`could not write ${file}: ${(err as Error).message}`);
+  }
+  if (run.args.json) process.stdout.write(`${JSON.stringify(summary)}\n`);
+}
+
+async function cleanUp(run: Run): Promise<void> {
+  try {
+    let removed = await sweep(run.engine, run.runId);
+    // A create the engine was still finishing when we listed shows up a moment later.
+    if (run.ctx.signal.aborted) {
+      await new Promise((r) => setTimeout(r, 1000));
+      removed += await sweep(run.engine, run.runId);
+    }
+    if (removed > 0) log(`swept ${removed} container(s) of this run that its rows had not removed`);
+  } catch (err) {
+    log(`could not sweep this run's containers (${(err as Error).message}); the next run removes them`);
+  }
+  run.engine.close();
+  await rm(run.tmp, { recursive: true, force: true }).catch(() => undefined);
+}
+
+process.on('unhandledRejection', (err) => {
+  log(`unhandled rejection: ${(err as Error)?.stack ?? String(err)}`);
+  process.exitCode = 1;
+});
+
+process.exitCode = await main();

@@ -1,0 +1,68 @@
+import { randomBytes } from 'node:crypto';
+import { DEFAULT_WORKDIR, GRACEFUL_CMD } from '../../src/sandbox/manager.js';
+import { DEFAULT_PIDS_LIMIT, securityFor } from '../../src/sandbox/security.js';
+import { BASE_IMAGE, BENCH_CONTAINER_LABEL } from '../core/identity.js';
+
+/**
+ * The create body sbx sends for `manager.create({ image })` on a `standard` pool, written out
+ * by hand so the raw side pays none of sbx's validation or label building per call. The
+ * constants come from sbx so the hardening cannot drift; core/parity.ts checks the rest
+ * against a real sbx container at start-up.
+ */
+export interface RawCreateTemplate {
+  hostConfig: Record<string, unknown>;
+  manager: string;
+  runId: string;
+}
+
+export function rawCreateTemplate(manager: string, runId: string): RawCreateTemplate {
+  const { security } = securityFor('standard');
+  return {
+    manager,
+    runId,
+    hostConfig: {
+      PidsLimit: DEFAULT_PIDS_LIMIT,
+      ...(security.noNewPrivileges ? { SecurityOpt: ['no-new-privileges'] } : {}),
+      ...(security.capDrop?.length ? { CapDrop: security.capDrop } : {}),
+      ...(security.capAdd?.length ? { CapAdd: security.capAdd } : {}),
+    },
+  };
+}
+
+/** One container's name and body: fresh id, nonce and timestamps, like every sbx box gets. */
+export function rawCreateBody(t: RawCreateTemplate): { name: string; id: string; body: Record<string, unknown> } {
+  const id = `sb-${randomBytes(6).toString('hex')}`;
+  const nonce = randomBytes(9).toString('base64url');
+  // Same shape and length as an sbx box token; the raw side has no secret to sign with.
+  const token = `sbxb1.${id}.${nonce}.${Date.now() + 86_400_000}.${randomBytes(32).toString('base64url')}`;
+  return {
+    id,
+    name: `sbx-${t.manager}-${id}`,
+    body: {
+      Image: BASE_IMAGE,
+      Cmd: GRACEFUL_CMD,
+      Env: [`SBX_SANDBOX_ID=${id}`, `SBX_TOKEN=${token}`],
+      WorkingDir: DEFAULT_WORKDIR,
+      Labels: {
+        'sbx.managed-by': 'sbx',
+        'sbx.manager': t.manager,
+        'sbx.id': id,
+        'sbx.owner': 'default',
+        'sbx.pool': 'local',
+        'sbx.policy': 'session',
+        'sbx.workspace': '',
+        'sbx.mount-mode': 'rw',
+        'sbx.mount-path': DEFAULT_WORKDIR,
+        'sbx.idle-timeout-ms': '1800000',
+        'sbx.stop-timeout-ms': '2000',
+        'sbx.max-lifetime-ms': '0',
+        'sbx.created-at': new Date().toISOString(),
+        'sbx.vnc': 'false',
+        'sbx.image': BASE_IMAGE,
+        'sbx.token-nonce': nonce,
+        [BENCH_CONTAINER_LABEL]: t.runId,
+      },
+      HostConfig: t.hostConfig,
+    },
+  };
+}
