@@ -53,7 +53,9 @@ fi
 
 # Containers the tests made directly carry sbx.test; boxes made through a Manager carry sbx.managed-by.
 test_containers() {
-  { docker ps -aq --no-trunc --filter label=sbx.test; docker ps -aq --no-trunc --filter label=sbx.managed-by; } | sort -u
+  # A benchmark on the same engine is not this run's leak.
+  { docker ps -aq --no-trunc --filter label=sbx.test; docker ps -aq --no-trunc --filter label=sbx.managed-by; } | sort -u |
+    comm -23 - <(docker ps -aq --no-trunc --filter label=sbx.label.bench | sort -u)
 }
 
 # Only containers created since this run started count: on a shared engine, older ones belong to
