@@ -118,6 +118,15 @@ describe(`Manager on a real engine (${runId})`, () => {
     assert.equal(m.list().length, 0);
   });
 
+  test('a box whose command cannot start is removed again and the error surfaces', async () => {
+    const m = newManager();
+    await assert.rejects(m.create({ image: IMAGE, cmd: ['/no/such/binary'] }), (e) => isSbxError(e) && /no\/such\/binary|executable file not found/.test(e.message));
+    assert.equal(m.list().length, 0);
+    assert.deepEqual(await containersOf(m), []);
+    // The slot was released: the pool is not left thinking it holds a box.
+    assert.equal(m.pools()[0]?.boxes, 0);
+  });
+
   test('containers get hardened defaults', async () => {
     const m = newManager();
     const box = await m.create({ image: IMAGE, ports: [{ containerPort: 8080 }] });
