@@ -1,4 +1,5 @@
 import js from '@eslint/js';
+import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
@@ -11,4 +12,6 @@ export default tseslint.config(
       '@typescript-eslint/consistent-type-imports': 'error',
     },
   },
+  // Plain JavaScript here runs on Node (the in-box test services, config files).
+  { files: ['**/*.mjs', '**/*.js'], languageOptions: { globals: globals.node } },
 );

@@ -166,7 +166,13 @@ async function report(run: Run, machine: Machine, rows: RowResult[], parity: str
   const summary = {
     rows: rows.map((r) => flatRow(r, NAMES)),
     machine,
-    run: { mode: run.args.mode, only: run.args.only ?? null, startedAt: when.toISOString(), wallSeconds: Math.round(totalMs / 100) / 10, parityWarnings: parity },
+    run: {
+      mode: run.args.mode,
+      only: run.args.only ?? null,
+      startedAt: when.toISOString(),
+      wallSeconds: Math.round(totalMs / 100) / 10,
+      parityWarnings: parity,
+    },
   };
   const out = [
     renderTable(rows, NAMES),

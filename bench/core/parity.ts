@@ -6,7 +6,21 @@ interface Inspect {
   HostConfig: Record<string, unknown>;
 }
 
-const HOST_FIELDS = ['PidsLimit', 'SecurityOpt', 'CapDrop', 'CapAdd', 'NetworkMode', 'Memory', 'NanoCpus', 'ReadonlyRootfs', 'Binds', 'Tmpfs', 'PortBindings', 'Runtime', 'ShmSize'];
+const HOST_FIELDS = [
+  'PidsLimit',
+  'SecurityOpt',
+  'CapDrop',
+  'CapAdd',
+  'NetworkMode',
+  'Memory',
+  'NanoCpus',
+  'ReadonlyRootfs',
+  'Binds',
+  'Tmpfs',
+  'PortBindings',
+  'Runtime',
+  'ShmSize',
+];
 
 /**
  * Creates one box on each side and compares what the engine was told to build, so a change to

@@ -7,7 +7,8 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 export class NotReady extends Error {}
 
-const HOW = 'Run `bash scripts/engine.sh` (as root on a bare machine: it installs and starts dockerd) and `bash scripts/images.sh`, then `npm run bench` again (or pass --no-setup to skip this step).';
+const HOW =
+  'Run `bash scripts/engine.sh` (as root on a bare machine: it installs and starts dockerd) and `bash scripts/images.sh`, then `npm run bench` again (or pass --no-setup to skip this step).';
 
 /**
  * Brings the engine up and builds the images with the project's own scripts, so `npm run bench`

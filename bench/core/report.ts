@@ -57,14 +57,36 @@ function pad(cells: string[][], rightAligned: (col: number) => boolean): string[
 /** The human table: timing rows, then memory, then the footnote on the seed's numbers. */
 export function renderTable(rows: RowResult[], names: [string, string]): string {
   const [a, b] = names;
-  const header = ['row', 'n', `${a} p50`, `${b} p50`, `${a}/${b}`, `${a} p95`, `${b} p95`, `${a} op/s`, `${b} op/s`, `${a} cpu`, `${b} cpu`, 'seed p50*', 'what / notes'];
+  const header = [
+    'row',
+    'n',
+    `${a} p50`,
+    `${b} p50`,
+    `${a}/${b}`,
+    `${a} p95`,
+    `${b} p95`,
+    `${a} op/s`,
+    `${b} op/s`,
+    `${a} cpu`,
+    `${b} cpu`,
+    'seed p50*',
+    'what / notes',
+  ];
   const timed = rows.filter((r) => r.group !== 'memory');
   const body = timed.map((r) => {
     if (r.sides.length !== 2) {
-      return [r.name, ...Array<string>(10).fill(''), r.seedMs !== undefined ? `~${r.seedMs}` : '', `${r.status === 'unavailable' ? 'not available yet' : r.status}: ${r.reason ?? ''}`];
+      return [
+        r.name,
+        ...Array<string>(10).fill(''),
+        r.seedMs !== undefined ? `~${r.seedMs}` : '',
+        `${r.status === 'unavailable' ? 'not available yet' : r.status}: ${r.reason ?? ''}`,
+      ];
     }
     const [x, y] = r.sides;
-    const notes = [r.note ?? '', x.mibPerSec !== undefined && y.mibPerSec !== undefined ? `${a} ${num(x.mibPerSec, 0)} / ${b} ${num(y.mibPerSec, 0)} MiB/s` : '']
+    const notes = [
+      r.note ?? '',
+      x.mibPerSec !== undefined && y.mibPerSec !== undefined ? `${a} ${num(x.mibPerSec, 0)} / ${b} ${num(y.mibPerSec, 0)} MiB/s` : '',
+    ]
       .filter(Boolean)
       .join('; ');
     return [
@@ -90,10 +112,15 @@ export function renderTable(rows: RowResult[], names: [string, string]): string 
   const memory = rows.filter((r) => r.group === 'memory');
   if (memory.length > 0) {
     lines.push('', `Memory (${a} only; RSS of a separate process after GC)`);
-    const mem = memory.map((r) => (r.memory ? [r.name, `${num(r.memory.rssMiB)} MiB`, `${num(r.memory.heapMiB)} MiB`, memoryNotes(r)] : [r.name, '-', '-', `${r.status}: ${r.reason ?? ''}`]));
+    const mem = memory.map((r) =>
+      r.memory ? [r.name, `${num(r.memory.rssMiB)} MiB`, `${num(r.memory.heapMiB)} MiB`, memoryNotes(r)] : [r.name, '-', '-', `${r.status}: ${r.reason ?? ''}`],
+    );
     lines.push(...pad([['row', 'RSS', 'heap', 'notes'], ...mem], (c) => c === 1 || c === 2));
   }
-  lines.push('', '* seed p50: the seed design\'s "Benchmark Results (Reference)", Local column: another machine and the Go implementation. Context only, not a target.');
+  lines.push(
+    '',
+    '* seed p50: the seed design\'s "Benchmark Results (Reference)", Local column: another machine and the Go implementation. Context only, not a target.',
+  );
   return lines.join('\n');
 }
 

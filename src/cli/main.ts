@@ -16,7 +16,7 @@ const program = new Command()
 
 program
   .command('run')
-  .description('Create a box, run one command in it, print its output, remove the box; exits with the command\'s exit code.')
+  .description("Create a box, run one command in it, print its output, remove the box; exits with the command's exit code.")
   .argument('<image>', 'image to create the box from, e.g. sbx-base:latest')
   .argument('<cmd...>', 'command and arguments (put -- before options meant for the command)')
   .option('-p, --pool <name>', 'pool to create the box on (default: the first pool)')

@@ -11,7 +11,12 @@ test('local means the platform default engine, or DOCKER_HOST when set', () => {
 });
 
 test('unix, tcp, https and ssh addresses parse', () => {
-  assert.deepEqual(parseRuntimeAddress('unix:///run/x.sock', {}), { engine: 'docker', transport: 'unix', socketPath: '/run/x.sock', raw: 'unix:///run/x.sock' });
+  assert.deepEqual(parseRuntimeAddress('unix:///run/x.sock', {}), {
+    engine: 'docker',
+    transport: 'unix',
+    socketPath: '/run/x.sock',
+    raw: 'unix:///run/x.sock',
+  });
   assert.deepEqual(parseRuntimeAddress('tcp://h:1234', {}), { engine: 'docker', transport: 'tcp', host: 'h', port: 1234, tls: false, raw: 'tcp://h:1234' });
   assert.equal((parseRuntimeAddress('tcp://h:2376', {}) as { tls: boolean }).tls, true);
   assert.equal((parseRuntimeAddress('https://h', {}) as { port: number }).port, 2376);
@@ -20,11 +25,23 @@ test('unix, tcp, https and ssh addresses parse', () => {
 });
 
 test('an empty address is an error that says to use local', () => {
-  assert.throws(() => parseRuntimeAddress('', {}), (e) => isSbxError(e, 'invalid_argument') && /local/.test(e.message));
-  assert.throws(() => parseRuntimeAddress('   ', {}), (e) => isSbxError(e, 'invalid_argument'));
+  assert.throws(
+    () => parseRuntimeAddress('', {}),
+    (e) => isSbxError(e, 'invalid_argument') && /local/.test(e.message),
+  );
+  assert.throws(
+    () => parseRuntimeAddress('   ', {}),
+    (e) => isSbxError(e, 'invalid_argument'),
+  );
 });
 
 test('an unknown scheme is a clear error', () => {
-  assert.throws(() => parseRuntimeAddress('ftp://x', {}), (e) => isSbxError(e, 'invalid_argument') && /unknown scheme 'ftp'/.test(e.message));
-  assert.throws(() => parseRuntimeAddress('not a url', {}), (e) => isSbxError(e, 'invalid_argument'));
+  assert.throws(
+    () => parseRuntimeAddress('ftp://x', {}),
+    (e) => isSbxError(e, 'invalid_argument') && /unknown scheme 'ftp'/.test(e.message),
+  );
+  assert.throws(
+    () => parseRuntimeAddress('not a url', {}),
+    (e) => isSbxError(e, 'invalid_argument'),
+  );
 });

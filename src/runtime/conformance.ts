@@ -79,7 +79,10 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
       const a = await rt.create(spec({ labels: { 'sbx.conf': 'a' } }));
       const b = await rt.create(spec({ labels: { 'sbx.conf': 'b' } }));
       const found = await rt.list({ labels: { [TEST_LABEL]: fx.runId, 'sbx.conf': 'a' } });
-      assert.deepEqual(found.map((c) => c.id), [a]);
+      assert.deepEqual(
+        found.map((c) => c.id),
+        [a],
+      );
       assert.equal(found[0]?.labels['sbx.conf'], 'a');
       const info = await rt.inspect(b);
       assert.equal(info.labels['sbx.conf'], 'b');
@@ -215,9 +218,7 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
     });
 
     test('50 concurrent execs on one box all return their own output', async () => {
-      const results = await Promise.all(
-        Array.from({ length: 50 }, (_, i) => rt.exec(box, ['sh', '-c', `echo out-${i}; echo err-${i} >&2; exit ${i % 7}`])),
-      );
+      const results = await Promise.all(Array.from({ length: 50 }, (_, i) => rt.exec(box, ['sh', '-c', `echo out-${i}; echo err-${i} >&2; exit ${i % 7}`])));
       results.forEach((r, i) => {
         assert.equal(r.stdout, `out-${i}\n`);
         assert.equal(r.stderr, `err-${i}\n`);
@@ -352,7 +353,10 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
         for await (const ev of rt.images.pull(pull.ref)) events.push(ev);
         assert.ok(events.length > 0);
         assert.ok(events.every((e) => typeof e.status === 'string'));
-        assert.ok(events.some((e) => e.id !== undefined), 'layer events carry ids');
+        assert.ok(
+          events.some((e) => e.id !== undefined),
+          'layer events carry ids',
+        );
         assert.ok(events.some((e) => /Downloaded newer image|Image is up to date|Pull complete/.test(e.status)));
         assert.equal(await rt.images.exists(pull.ref), true);
         assert.ok((await rt.images.list()).some((i) => i.tags.includes(pull.ref)));

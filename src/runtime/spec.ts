@@ -14,14 +14,25 @@ const absolutePath = z.string().refine((p) => p.startsWith('/') && !p.includes('
 export const ContainerSpecSchema = z
   .object({
     image: z.string().min(1, 'is required'),
-    name: z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$/, 'must be 1-128 of [a-zA-Z0-9_.-]').optional(),
+    name: z
+      .string()
+      .regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$/, 'must be 1-128 of [a-zA-Z0-9_.-]')
+      .optional(),
     cmd: z.array(z.string()).optional(),
     entrypoint: z.array(z.string()).optional(),
     env: z.record(z.string().regex(envName, 'env names must match [A-Za-z_][A-Za-z0-9_]*'), z.string()).optional(),
     workdir: absolutePath.optional(),
-    user: z.string().regex(/^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?$/, "must be 'user', 'uid' or 'uid:gid'").optional(),
+    user: z
+      .string()
+      .regex(/^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?$/, "must be 'user', 'uid' or 'uid:gid'")
+      .optional(),
     labels: z.record(z.string().regex(labelKey, 'label keys must match [A-Za-z0-9][A-Za-z0-9._/-]*'), z.string()).optional(),
-    memory: z.number().int().min(0).refine((m) => m === 0 || m >= 6 * 1024 * 1024, 'must be 0 (none) or at least 6 MiB').optional(),
+    memory: z
+      .number()
+      .int()
+      .min(0)
+      .refine((m) => m === 0 || m >= 6 * 1024 * 1024, 'must be 0 (none) or at least 6 MiB')
+      .optional(),
     cpus: z.number().min(0).max(1024).optional(),
     pidsLimit: z.number().int().min(0).optional(),
     ports: z
@@ -45,7 +56,10 @@ export const ContainerSpecSchema = z
         tmpfs: z.record(absolutePath, z.string()).optional(),
       })
       .optional(),
-    ociRuntime: z.string().regex(/^[a-zA-Z0-9_.-]+$/).optional(),
+    ociRuntime: z
+      .string()
+      .regex(/^[a-zA-Z0-9_.-]+$/)
+      .optional(),
     shmSize: z.number().int().min(0).optional(),
   })
   .strict();

@@ -36,7 +36,10 @@ describe('config', () => {
   });
 
   test('a YAML file is loaded and its durations resolved', () => {
-    const p = file('ok.yaml', 'name: prod\ncleanupInterval: 30s\npools:\n  - name: local\n    addr: local\n    maxTotal: 20\n    idleTimeout: 30m\n  - name: gpu\n    addr: tcp://10.0.0.9:2375\n    maxPerUser: 1\n    maxLifetime: 2h\n');
+    const p = file(
+      'ok.yaml',
+      'name: prod\ncleanupInterval: 30s\npools:\n  - name: local\n    addr: local\n    maxTotal: 20\n    idleTimeout: 30m\n  - name: gpu\n    addr: tcp://10.0.0.9:2375\n    maxPerUser: 1\n    maxLifetime: 2h\n',
+    );
     const c = resolveConfig(loadConfig({ file: p, env: {} }), {});
     assert.equal(c.name, 'prod');
     assert.equal(c.cleanupIntervalMs, 30_000);
@@ -51,11 +54,20 @@ describe('config', () => {
 
   test('a bad key is named with its line', () => {
     const p = file('bad.yaml', 'pools:\n  - name: local\n    maxTotal: -3\n');
-    assert.throws(() => loadConfig({ file: p, env: {} }), (e) => isSbxError(e, 'invalid_argument') && /pools\.0\.maxTotal/.test(e.message) && /bad\.yaml:3/.test(e.message));
+    assert.throws(
+      () => loadConfig({ file: p, env: {} }),
+      (e) => isSbxError(e, 'invalid_argument') && /pools\.0\.maxTotal/.test(e.message) && /bad\.yaml:3/.test(e.message),
+    );
     const q = file('typo.yaml', 'pools:\n  - name: local\n    idleTimout: 5m\n');
-    assert.throws(() => loadConfig({ file: q, env: {} }), (e) => isSbxError(e, 'invalid_argument') && /idleTimout/.test(e.message));
+    assert.throws(
+      () => loadConfig({ file: q, env: {} }),
+      (e) => isSbxError(e, 'invalid_argument') && /idleTimout/.test(e.message),
+    );
     const r = file('dur.yaml', 'cleanupInterval: often\n');
-    assert.throws(() => loadConfig({ file: r, env: {} }), (e) => isSbxError(e, 'invalid_argument') && /cleanupInterval/.test(e.message) && /dur\.yaml:1/.test(e.message));
+    assert.throws(
+      () => loadConfig({ file: r, env: {} }),
+      (e) => isSbxError(e, 'invalid_argument') && /cleanupInterval/.test(e.message) && /dur\.yaml:1/.test(e.message),
+    );
   });
 
   test('SBX_* variables override the file', () => {
@@ -65,11 +77,17 @@ describe('config', () => {
     assert.equal(c.cleanupIntervalMs, 5000);
     assert.equal(c.pools[0]?.maxTotal, 3);
     assert.equal(c.pools[0]?.idleTimeoutMs, 60_000);
-    assert.throws(() => loadConfig({ file: p, env: { SBX_POOL_NOPE_MAX_TOTAL: '1' } }), (e) => isSbxError(e, 'invalid_argument') && /no pool named 'nope'/.test(e.message));
+    assert.throws(
+      () => loadConfig({ file: p, env: { SBX_POOL_NOPE_MAX_TOTAL: '1' } }),
+      (e) => isSbxError(e, 'invalid_argument') && /no pool named 'nope'/.test(e.message),
+    );
   });
 
   test('duplicate pool names are refused', () => {
-    assert.throws(() => resolveConfig({ pools: [{ name: 'a' }, { name: 'a' }] }, {}), (e) => isSbxError(e, 'invalid_argument') && /duplicate/.test(e.message));
+    assert.throws(
+      () => resolveConfig({ pools: [{ name: 'a' }, { name: 'a' }] }, {}),
+      (e) => isSbxError(e, 'invalid_argument') && /duplicate/.test(e.message),
+    );
   });
 });
 
@@ -86,14 +104,26 @@ describe('box tokens', () => {
   test('a tampered token is refused', () => {
     const t = tokens.issue('sb-1', 'n', 60_000);
     const forged = t.replace('sb-1', 'sb-2');
-    assert.throws(() => tokens.verify(forged), (e) => isSbxError(e, 'unauthorized'));
-    assert.throws(() => new BoxTokenService(Buffer.alloc(32, 8)).verify(t), (e) => isSbxError(e, 'unauthorized'));
-    assert.throws(() => tokens.verify('garbage'), (e) => isSbxError(e, 'unauthorized'));
+    assert.throws(
+      () => tokens.verify(forged),
+      (e) => isSbxError(e, 'unauthorized'),
+    );
+    assert.throws(
+      () => new BoxTokenService(Buffer.alloc(32, 8)).verify(t),
+      (e) => isSbxError(e, 'unauthorized'),
+    );
+    assert.throws(
+      () => tokens.verify('garbage'),
+      (e) => isSbxError(e, 'unauthorized'),
+    );
   });
 
   test('an expired token is refused', () => {
     const t = tokens.issue('sb-1', 'n', 1000);
     now += 1001;
-    assert.throws(() => tokens.verify(t), (e) => isSbxError(e, 'unauthorized') && /expired/.test(e.message));
+    assert.throws(
+      () => tokens.verify(t),
+      (e) => isSbxError(e, 'unauthorized') && /expired/.test(e.message),
+    );
   });
 });

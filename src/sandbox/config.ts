@@ -22,7 +22,10 @@ const poolSchema = z
     maxLifetime: durationSchema.default(0),
     stopTimeout: durationSchema.default(2000),
     security: z.enum(['standard', 'strict']).default('standard'),
-    ociRuntime: z.string().regex(/^[a-zA-Z0-9_.-]+$/).optional(),
+    ociRuntime: z
+      .string()
+      .regex(/^[a-zA-Z0-9_.-]+$/)
+      .optional(),
     pidsLimit: z.number().int().min(0).optional(),
   })
   .strict();
@@ -135,7 +138,8 @@ export function resolveConfig(config: ManagerConfig = {}, env: NodeJS.ProcessEnv
   const resolvedPools = (pools && pools.length > 0 ? pools : [EMBEDDED_DEFAULT_POOL]).map((p, i) => resolvePool(p, `pools.${i}`));
   const names = new Set<string>();
   for (const [i, p] of resolvedPools.entries()) {
-    if (names.has(p.name)) throw new SbxError('invalid_argument', `pools.${i}.name: duplicate pool name '${p.name}'`, { details: { field: `pools.${i}.name` } });
+    if (names.has(p.name))
+      throw new SbxError('invalid_argument', `pools.${i}.name: duplicate pool name '${p.name}'`, { details: { field: `pools.${i}.name` } });
     names.add(p.name);
   }
   return {
@@ -199,7 +203,8 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
       throw new SbxError('invalid_argument', `config: ${file}:${e.linePos?.[0]?.line ?? '?'}: ${e.message.split('\n')[0]}`, { details: { field: 'config' } });
     }
     const value: unknown = doc.toJS() ?? {};
-    if (typeof value !== 'object' || Array.isArray(value)) throw new SbxError('invalid_argument', `config: ${file}: must be a mapping`, { details: { field: 'config' } });
+    if (typeof value !== 'object' || Array.isArray(value))
+      throw new SbxError('invalid_argument', `config: ${file}: must be a mapping`, { details: { field: 'config' } });
     config = value as Record<string, unknown>;
     locate = (path) => {
       const node = doc.getIn(path, true) as { range?: [number, number, number] } | undefined;

@@ -22,7 +22,11 @@ let seq = 0;
 const managers: Manager[] = [];
 
 /** A Manager with a name of its own, so its boxes are its alone on the shared engine. */
-function newManager(pools: PoolConfig[] = [{ name: 'local', addr: testEnv.engineAddr }], extra: ManagerConfig = {}, name = `t${++seq}-${process.pid}`): Manager {
+function newManager(
+  pools: PoolConfig[] = [{ name: 'local', addr: testEnv.engineAddr }],
+  extra: ManagerConfig = {},
+  name = `t${++seq}-${process.pid}`,
+): Manager {
   const m = new Manager({ name, pools, dataDir, cleanupInterval: 0, logger: pino({ level: 'silent' }), ...extra });
   managers.push(m);
   return m;
@@ -39,7 +43,11 @@ after(async () => {
   await Promise.all(managers.map((m) => m.close()));
   await engine.close();
   rmSync(dataDir, { recursive: true, force: true });
-  assert.deepEqual(leaked.map((c) => c.name), [], 'containers left behind by the manager tests');
+  assert.deepEqual(
+    leaked.map((c) => c.name),
+    [],
+    'containers left behind by the manager tests',
+  );
 });
 
 describe(`Manager on a real engine (${runId})`, () => {
@@ -77,8 +85,14 @@ describe(`Manager on a real engine (${runId})`, () => {
     const a = await m.create({ image: IMAGE, owner: 'alice', labels: { team: 'red', tier: '1' } });
     const b = await m.create({ image: IMAGE, owner: 'bob', labels: { team: 'blue' } });
     assert.deepEqual(a.labels, { team: 'red', tier: '1' });
-    assert.deepEqual(m.list({ labels: { team: 'red' } }).map((x) => x.id), [a.id]);
-    assert.deepEqual(m.list({ owner: 'bob' }).map((x) => x.id), [b.id]);
+    assert.deepEqual(
+      m.list({ labels: { team: 'red' } }).map((x) => x.id),
+      [a.id],
+    );
+    assert.deepEqual(
+      m.list({ owner: 'bob' }).map((x) => x.id),
+      [b.id],
+    );
     assert.equal(m.list({ pool: 'local' }).length, 2);
     assert.deepEqual((await a.info()).labels, { team: 'red', tier: '1' });
     await Promise.all([a.remove(), b.remove()]);
@@ -120,7 +134,10 @@ describe(`Manager on a real engine (${runId})`, () => {
 
   test('a box whose command cannot start is removed again and the error surfaces', async () => {
     const m = newManager();
-    await assert.rejects(m.create({ image: IMAGE, cmd: ['/no/such/binary'] }), (e) => isSbxError(e) && /no\/such\/binary|executable file not found/.test(e.message));
+    await assert.rejects(
+      m.create({ image: IMAGE, cmd: ['/no/such/binary'] }),
+      (e) => isSbxError(e) && /no\/such\/binary|executable file not found/.test(e.message),
+    );
     assert.equal(m.list().length, 0);
     assert.deepEqual(await containersOf(m), []);
     // The slot was released: the pool is not left thinking it holds a box.
@@ -156,7 +173,11 @@ describe(`Manager on a real engine (${runId})`, () => {
   test('the strict profile adds a read-only root, a tmpfs /tmp and no network', async () => {
     const m = newManager();
     const box = await m.create({ image: IMAGE, security: 'strict', workDir: '/tmp' });
-    const w = await box.exec(['sh', '-c', 'touch /etc/x 2>&1; touch /tmp/ok && echo tmp-ok; ip link 2>/dev/null | grep -c eth0; cat /proc/self/status | grep CapBnd']);
+    const w = await box.exec([
+      'sh',
+      '-c',
+      'touch /etc/x 2>&1; touch /tmp/ok && echo tmp-ok; ip link 2>/dev/null | grep -c eth0; cat /proc/self/status | grep CapBnd',
+    ]);
     assert.match(w.stdout, /Read-only file system/);
     assert.match(w.stdout, /tmp-ok/);
     assert.match(w.stdout, /CapBnd:\s+0+\n/);
@@ -191,7 +212,10 @@ describe(`Manager on a real engine (${runId})`, () => {
     await assert.rejects(m.get(idle.id), (e) => isSbxError(e, 'not_found'));
     await m.get(busy.id);
     assert.equal(m.cleanupStats.removedIdle, 1);
-    assert.deepEqual((await containersOf(m)).map((c) => c.id), [busy.containerId]);
+    assert.deepEqual(
+      (await containersOf(m)).map((c) => c.id),
+      [busy.containerId],
+    );
     await busy.remove();
   });
 
@@ -216,7 +240,10 @@ describe(`Manager on a real engine (${runId})`, () => {
     await m.cleanup();
     const info = await (await m.get(box.id)).info();
     assert.equal(info.processCount, 3);
-    assert.throws(() => m.heartbeat('nope', { active: true }), (e) => isSbxError(e, 'not_found'));
+    assert.throws(
+      () => m.heartbeat('nope', { active: true }),
+      (e) => isSbxError(e, 'not_found'),
+    );
     // An inactive heartbeat reports processes but is not activity.
     await sleep(900);
     m.heartbeat(box.id, { active: false, processCount: 0 });
@@ -314,7 +341,21 @@ describe(`Manager on a real engine (${runId})`, () => {
     assert.equal(other.list().length, 0, 'a Manager of another name adopts nothing');
     const got = await second.get('rec-1');
     const after = await got.info();
-    for (const k of ['id', 'containerId', 'pool', 'owner', 'policy', 'labels', 'image', 'createdAt', 'vnc', 'idleTimeoutMs', 'stopTimeoutMs', 'maxLifetimeMs', 'workspaceId'] as const) {
+    for (const k of [
+      'id',
+      'containerId',
+      'pool',
+      'owner',
+      'policy',
+      'labels',
+      'image',
+      'createdAt',
+      'vnc',
+      'idleTimeoutMs',
+      'stopTimeoutMs',
+      'maxLifetimeMs',
+      'workspaceId',
+    ] as const) {
       assert.deepEqual(after[k], before[k], `field ${k}`);
     }
     await sleep(1300);
@@ -343,7 +384,10 @@ describe(`Manager on a real engine (${runId})`, () => {
       m.create({ image: IMAGE, owner: 'a' }),
       m.create({ image: IMAGE, owner: 'b' }),
     ]);
-    assert.deepEqual(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled']);
+    assert.deepEqual(
+      results.map((r) => r.status),
+      ['fulfilled', 'rejected', 'fulfilled'],
+    );
     assert.ok(isSbxError((results[1] as PromiseRejectedResult).reason, 'limit_exceeded'));
     await Promise.all(m.list().map((b) => b.remove()));
   });
@@ -373,7 +417,10 @@ describe(`Manager on a real engine (${runId})`, () => {
     await m.removePool('third');
     await m.removePool('second', { force: true });
     await assert.rejects(engine.inspect(box.containerId), (e) => isSbxError(e, 'not_found'));
-    assert.deepEqual(m.pools().map((p) => p.name), ['local']);
+    assert.deepEqual(
+      m.pools().map((p) => p.name),
+      ['local'],
+    );
     await assert.rejects(m.removePool('second'), (e) => isSbxError(e, 'pool_not_found'));
   });
 

@@ -158,7 +158,10 @@ export class Manager {
 
   private pool(name: string): Pool {
     const p = this.poolsByName.get(name);
-    if (!p) throw new SbxError('pool_not_found', `pool '${name}' not found; known pools: ${[...this.poolsByName.keys()].join(', ') || 'none'}`, { details: { pool: name } });
+    if (!p)
+      throw new SbxError('pool_not_found', `pool '${name}' not found; known pools: ${[...this.poolsByName.keys()].join(', ') || 'none'}`, {
+        details: { pool: name },
+      });
     return p;
   }
 
@@ -184,7 +187,9 @@ export class Manager {
     const boxes = this.boxesOf(name);
     const pending = [...this.reservations.values()].some((r) => r.pool === name);
     if ((boxes.length > 0 || pending) && !opts.force) {
-      throw new SbxError('pool_in_use', `pool '${name}' has ${boxes.length} box(es); remove them or pass force`, { details: { pool: name, boxes: boxes.length } });
+      throw new SbxError('pool_in_use', `pool '${name}' has ${boxes.length} box(es); remove them or pass force`, {
+        details: { pool: name, boxes: boxes.length },
+      });
     }
     const results = await mapSettled(boxes, CLEANUP_PARALLELISM, (b) => this.remove(b.id));
     const failed = results.filter((r) => r.status === 'rejected');
@@ -229,9 +234,13 @@ export class Manager {
     if (!opts.workspaceId) return opts.pool ? this.pool(opts.pool) : this.defaultPool();
     const node = await this.workspaces.nodeForWorkspace(opts.workspaceId);
     if (opts.pool && opts.pool !== node) {
-      throw new SbxError('conflict', `workspace '${opts.workspaceId}' lives on node '${node}'; a box mounting it must run on pool '${node}', not '${opts.pool}'`, {
-        details: { workspaceId: opts.workspaceId, node, pool: opts.pool },
-      });
+      throw new SbxError(
+        'conflict',
+        `workspace '${opts.workspaceId}' lives on node '${node}'; a box mounting it must run on pool '${node}', not '${opts.pool}'`,
+        {
+          details: { workspaceId: opts.workspaceId, node, pool: opts.pool },
+        },
+      );
     }
     return this.pool(node);
   }
@@ -242,7 +251,9 @@ export class Manager {
     const all = [...this.boxes.values(), ...this.reservations.values()];
     const total = all.filter(inPool).length;
     if (pool.def.maxTotal > 0 && total >= pool.def.maxTotal) {
-      throw new SbxError('limit_exceeded', `pool '${pool.name}' is full (${pool.def.maxTotal} boxes)`, { details: { pool: pool.name, limit: 'maxTotal', max: pool.def.maxTotal } });
+      throw new SbxError('limit_exceeded', `pool '${pool.name}' is full (${pool.def.maxTotal} boxes)`, {
+        details: { pool: pool.name, limit: 'maxTotal', max: pool.def.maxTotal },
+      });
     }
     const mine = all.filter((r) => inPool(r) && r.owner === owner).length;
     if (pool.def.maxPerUser > 0 && mine >= pool.def.maxPerUser) {
@@ -316,7 +327,9 @@ export class Manager {
       await runtime.start(containerId);
     } catch (err) {
       // A box that cannot start must not linger half-made.
-      await runtime.remove(containerId, { force: true }).catch((e: unknown) => this.log.error({ box: id, err: e }, 'could not remove a box that failed to start'));
+      await runtime
+        .remove(containerId, { force: true })
+        .catch((e: unknown) => this.log.error({ box: id, err: e }, 'could not remove a box that failed to start'));
       throw err;
     }
     const box = new Box(record, containerId, this.boxHost);

@@ -26,7 +26,11 @@ after(async () => {
   await manager.close();
   await engine.close();
   rmSync(dataDir, { recursive: true, force: true });
-  assert.deepEqual(left.map((c) => c.name), [], 'containers left behind by the mount tests');
+  assert.deepEqual(
+    left.map((c) => c.name),
+    [],
+    'containers left behind by the mount tests',
+  );
 });
 
 describe('workspaces mounted into boxes through the Manager', () => {
@@ -55,7 +59,10 @@ describe('workspaces mounted into boxes through the Manager', () => {
     const ws = await manager.workspaces.create({ name: 'placed', owner: 'bob', node: 'other' });
     await using box = await manager.create({ image: IMAGE, owner: 'bob', workspaceId: ws.id });
     assert.equal(box.pool, 'other');
-    await assert.rejects(manager.create({ image: IMAGE, owner: 'bob', workspaceId: ws.id, pool: 'local' }), (e) => isSbxError(e, 'conflict') && /other/.test(e.message));
+    await assert.rejects(
+      manager.create({ image: IMAGE, owner: 'bob', workspaceId: ws.id, pool: 'local' }),
+      (e) => isSbxError(e, 'conflict') && /other/.test(e.message),
+    );
   });
 
   test('a custom mount path, read-only: writes inside the box fail', async () => {

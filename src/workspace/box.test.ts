@@ -64,7 +64,10 @@ describe('a workspace mounted into a real box', () => {
     const write = await inBox('mkdir -p /workspace/made && echo from the box > /workspace/made/in-box.txt');
     assert.equal(write.code, 0, write.stderr);
     assert.equal(await fs.readFile('made/in-box.txt', 'utf8'), 'from the box\n');
-    assert.deepEqual((await fs.readDir('made')).map((e) => e.name), ['in-box.txt']);
+    assert.deepEqual(
+      (await fs.readDir('made')).map((e) => e.name),
+      ['in-box.txt'],
+    );
   });
 
   test('the box user (uid 1000) can edit files and directories the API created', async () => {
@@ -104,7 +107,9 @@ describe('a workspace mounted into a real box', () => {
   });
 
   test('symlinks planted from inside the box never make the FS leave the root', async () => {
-    const plant = await inBox(`cd /workspace && ln -s /etc/passwd pw && ln -s ${sibling.root} sib && ln -s /etc etc && ln -s ${outside} out && mkdir -p tree && ln -s ${sibling.root} tree/sib`);
+    const plant = await inBox(
+      `cd /workspace && ln -s /etc/passwd pw && ln -s ${sibling.root} sib && ln -s /etc etc && ln -s ${outside} out && mkdir -p tree && ln -s ${sibling.root} tree/sib`,
+    );
     assert.equal(plant.code, 0, plant.stderr);
     for (const path of ['pw', 'sib/secret.txt', 'etc/passwd', 'out/file', 'tree/sib/secret.txt']) {
       await rejectsWithCode(fs.readFile(path), 'invalid_argument', path);

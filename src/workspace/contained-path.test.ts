@@ -35,7 +35,10 @@ describe('the /proc/self/fd trick on this kernel', () => {
       symlinkSync(outside, join(root, 'd'));
       assert.equal(readFileSync(join(root, 'd', 'file'), 'utf8'), 'SECRET', 'a path-based read follows the swapped-in symlink');
       assert.equal(readFileSync(`/proc/self/fd/${dirFd.fd}/file`, 'utf8'), 'inside', 'the fd-based read stays on the original directory');
-      await assert.rejects(open(`/proc/self/fd/${rootFd.fd}/d`, O_RDONLY | O_DIRECTORY | O_NOFOLLOW), (err: NodeJS.ErrnoException) => err.code === 'ENOTDIR' || err.code === 'ELOOP');
+      await assert.rejects(
+        open(`/proc/self/fd/${rootFd.fd}/d`, O_RDONLY | O_DIRECTORY | O_NOFOLLOW),
+        (err: NodeJS.ErrnoException) => err.code === 'ENOTDIR' || err.code === 'ELOOP',
+      );
     } finally {
       await dirFd.close();
       await rootFd.close();
@@ -157,7 +160,11 @@ describe('openDirAt', () => {
   test('refuses a symlinked component, even one pointing inside', async () => {
     await using base = await DirHandle.openHostDir(root);
     for (const components of [['inner'], ['inner', 'sub'], ['etc']]) {
-      const err = await rejectsWithCode(openDirAt(base, components, { display: components.join('/'), action: 'list' }), 'invalid_argument', components.join('/'));
+      const err = await rejectsWithCode(
+        openDirAt(base, components, { display: components.join('/'), action: 'list' }),
+        'invalid_argument',
+        components.join('/'),
+      );
       assert.equal((err as { details?: { reason?: string } }).details?.reason, 'symlink');
     }
   });

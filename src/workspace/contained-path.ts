@@ -106,8 +106,14 @@ export class DirHandle implements AsyncDisposable {
     try {
       const stat = await pathHandle.stat();
       if (stat.isSymbolicLink()) throw symlinkRefused(display, action);
-      if (stat.isDirectory()) throw new SbxError('invalid_argument', `cannot ${action} ${JSON.stringify(display)}: it is a directory`, { details: { field: 'path', path: display } });
-      if (!stat.isFile()) throw new SbxError('invalid_argument', `cannot ${action} ${JSON.stringify(display)}: not a regular file (devices, FIFOs and sockets are never opened)`, { details: { field: 'path', path: display } });
+      if (stat.isDirectory())
+        throw new SbxError('invalid_argument', `cannot ${action} ${JSON.stringify(display)}: it is a directory`, { details: { field: 'path', path: display } });
+      if (!stat.isFile())
+        throw new SbxError(
+          'invalid_argument',
+          `cannot ${action} ${JSON.stringify(display)}: not a regular file (devices, FIFOs and sockets are never opened)`,
+          { details: { field: 'path', path: display } },
+        );
       // The O_PATH fd pins the inode, so the reopen cannot land on anything else.
       const file = await open(`/proc/self/fd/${pathHandle.fd}`, O_RDONLY);
       return { file, stat };

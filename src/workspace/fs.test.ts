@@ -121,8 +121,18 @@ describe('file operations', () => {
     assert.equal(await fs.exists('d/one.txt'), true);
     assert.equal(await fs.exists('d/nope'), false);
     assert.equal(await fs.exists('d/one.txt/below'), false);
-    assert.deepEqual((await fs.readDir('d')).map((e) => [e.name, e.isDir]), [['empty', true], ['one.txt', false], ['sub', true]]);
-    assert.deepEqual((await fs.readDir('d', { recursive: true })).map((e) => e.name), ['empty', 'one.txt', 'sub', 'sub/two.txt']);
+    assert.deepEqual(
+      (await fs.readDir('d')).map((e) => [e.name, e.isDir]),
+      [
+        ['empty', true],
+        ['one.txt', false],
+        ['sub', true],
+      ],
+    );
+    assert.deepEqual(
+      (await fs.readDir('d', { recursive: true })).map((e) => e.name),
+      ['empty', 'one.txt', 'sub', 'sub/two.txt'],
+    );
     await rejectsWithCode(fs.readDir('missing'), 'not_found');
     await rejectsWithCode(fs.stat('missing'), 'not_found');
     await rejectsWithCode(fs.readFile('d'), 'invalid_argument');
@@ -228,7 +238,10 @@ describe('file operations', () => {
     const contents = Array.from({ length: 50 }, (_, i) => `${i}:`.padEnd(10_000, String.fromCharCode(65 + (i % 26))));
     await Promise.all(contents.map((data) => fs.writeFile('same.txt', data)));
     assert.ok(contents.includes(await fs.readFile('same.txt', 'utf8')));
-    assert.deepEqual((await fs.readDir('')).map((e) => e.name), ['same.txt']);
+    assert.deepEqual(
+      (await fs.readDir('')).map((e) => e.name),
+      ['same.txt'],
+    );
   });
 
   test('when running as root, created files and directories get fileOwner', async (t) => {
@@ -328,9 +341,18 @@ describe('planted symlinks never lead outside', () => {
 
   test('readDir lists symlinks as symlinks and never descends through them', async () => {
     const flat = await fs.readDir('');
-    assert.deepEqual(flat.filter((e) => e.isSymlink).map((e) => e.name).sort(), ['dangling', 'etc', 'inner', 'outdir', 'outfile', 'pw', 'rel', 'sib']);
+    assert.deepEqual(
+      flat
+        .filter((e) => e.isSymlink)
+        .map((e) => e.name)
+        .sort(),
+      ['dangling', 'etc', 'inner', 'outdir', 'outfile', 'pw', 'rel', 'sib'],
+    );
     const deep = await fs.readDir('', { recursive: true });
-    assert.deepEqual(deep.map((e) => e.name).filter((n) => n.includes('/')), ['real/file']);
+    assert.deepEqual(
+      deep.map((e) => e.name).filter((n) => n.includes('/')),
+      ['real/file'],
+    );
     for (const path of ['outdir', 'sib', 'etc', 'inner', 'rel']) await rejectsWithCode(fs.readDir(path), 'invalid_argument', path);
   });
 
@@ -473,9 +495,11 @@ describe('quota', () => {
     assert.deepEqual(readdirSync(root), ['a.bin'], 'no temp file, no b.bin');
     await fs.writeFile('a.bin', Buffer.alloc(900, 1));
     assert.equal((await fs.readFile('a.bin')).length, 900, 'replacing credits the old size');
-    const stream = Readable.from((function* () {
-      for (let i = 0; i < 11; i++) yield Buffer.alloc(100, 2);
-    })());
+    const stream = Readable.from(
+      (function* () {
+        for (let i = 0; i < 11; i++) yield Buffer.alloc(100, 2);
+      })(),
+    );
     await rejectsWithCode(fs.writeFile('a.bin', stream), 'quota_exceeded');
     assert.deepEqual(await fs.readFile('a.bin'), Buffer.alloc(900, 1), 'old content intact after a failed streamed write');
     assert.deepEqual(readdirSync(root), ['a.bin']);
@@ -541,7 +565,13 @@ describe('tar', () => {
     const target = await newWorkspace();
     const result = await target.fs.importTar('restored', Readable.from([archive]));
     const describe = async (fs: WorkspaceFS, path: string) =>
-      (await fs.readDir(path, { recursive: true })).map((e) => ({ name: e.name, isDir: e.isDir, isSymlink: e.isSymlink, mode: e.mode, size: e.isDir ? 0 : e.size }));
+      (await fs.readDir(path, { recursive: true })).map((e) => ({
+        name: e.name,
+        isDir: e.isDir,
+        isSymlink: e.isSymlink,
+        mode: e.mode,
+        size: e.isDir ? 0 : e.size,
+      }));
     const expected = (await describe(source.fs, 'proj')).filter((e) => e.name !== 'escaping');
     assert.deepEqual(await describe(target.fs, 'restored'), expected);
     assert.deepEqual(await target.fs.readFile('restored/data.bin'), data);
@@ -556,8 +586,17 @@ describe('tar', () => {
     const { fs } = await newWorkspace();
     await fs.writeFile('d/keep.txt', 'keep');
     await fs.writeFile('d/replace.txt', 'old');
-    await fs.importTar('d', await buildTar([{ header: { name: 'replace.txt', size: 3 }, body: 'new' }, { header: { name: 'added.txt', size: 1 }, body: 'a' }]));
-    assert.deepEqual((await fs.readDir('d')).map((e) => e.name), ['added.txt', 'keep.txt', 'replace.txt']);
+    await fs.importTar(
+      'd',
+      await buildTar([
+        { header: { name: 'replace.txt', size: 3 }, body: 'new' },
+        { header: { name: 'added.txt', size: 1 }, body: 'a' },
+      ]),
+    );
+    assert.deepEqual(
+      (await fs.readDir('d')).map((e) => e.name),
+      ['added.txt', 'keep.txt', 'replace.txt'],
+    );
     assert.equal(await fs.readFile('d/replace.txt', 'utf8'), 'new');
     await rejectsWithCode(fs.importTar('', await buildTar([{ header: { name: 'd', size: 1 }, body: 'x' }])), 'conflict');
     assert.equal(await fs.readFile('d/keep.txt', 'utf8'), 'keep');
@@ -569,9 +608,20 @@ describe('tar', () => {
       ['parent path', [good, { header: { name: '../evil', size: 4 }, body: 'evil' }]],
       ['climbing path', [good, { header: { name: 'a/../../evil', size: 4 }, body: 'evil' }]],
       ['absolute path', [good, { header: { name: '/tmp/sbx-abs-evil', size: 4 }, body: 'evil' }]],
-      ['symlink to /etc then a file through it', [good, { header: { name: 'link', type: 'symlink', linkname: '/etc' } }, { header: { name: 'link/passwd', size: 4 }, body: 'evil' }]],
+      [
+        'symlink to /etc then a file through it',
+        [good, { header: { name: 'link', type: 'symlink', linkname: '/etc' } }, { header: { name: 'link/passwd', size: 4 }, body: 'evil' }],
+      ],
       ['symlink escaping with ..', [good, { header: { name: 'sub/link', type: 'symlink', linkname: '../../outside' } }]],
-      ['inside symlink then a file through it', [good, { header: { name: 'real', type: 'directory' } }, { header: { name: 'ok', type: 'symlink', linkname: 'real' } }, { header: { name: 'ok/x', size: 4 }, body: 'evil' }]],
+      [
+        'inside symlink then a file through it',
+        [
+          good,
+          { header: { name: 'real', type: 'directory' } },
+          { header: { name: 'ok', type: 'symlink', linkname: 'real' } },
+          { header: { name: 'ok/x', size: 4 }, body: 'evil' },
+        ],
+      ],
       ['hard link to /etc/passwd', [good, { header: { name: 'hl', type: 'link', linkname: '/etc/passwd' } }]],
       ['hard link climbing out', [good, { header: { name: 'hl', type: 'link', linkname: '../../etc/passwd' } }]],
       ['hard link to a file not in the archive', [good, { header: { name: 'hl', type: 'link', linkname: 'not-there' } }]],
@@ -596,7 +646,10 @@ describe('tar', () => {
 
   test('a hard link to an earlier file of the archive is imported', async () => {
     const { fs, root } = await newWorkspace();
-    await fs.importTar('', await buildTar([{ header: { name: 'a.txt', size: 1 }, body: 'a' }, { header: { name: 'b/link.txt', type: 'link', linkname: 'a.txt' } }]));
+    await fs.importTar(
+      '',
+      await buildTar([{ header: { name: 'a.txt', size: 1 }, body: 'a' }, { header: { name: 'b/link.txt', type: 'link', linkname: 'a.txt' } }]),
+    );
     assert.equal(readFileSync(join(root, 'b/link.txt'), 'utf8'), 'a');
     assert.equal(statSync(join(root, 'a.txt')).ino, statSync(join(root, 'b/link.txt')).ino);
   });
@@ -625,7 +678,10 @@ describe('copyFromHost', () => {
     assert.equal(statSync(join(root, 'host-tree/nested/tool.sh')).mode & 0o777, 0o750);
     assert.equal(lstatSync(join(root, 'host-tree/shortcut')).isSymbolicLink(), true);
     await fs.copyFromHost(hostDir, 'elsewhere/copy');
-    assert.deepEqual((await fs.readDir('elsewhere/copy', { recursive: true })).map((e) => e.name), (await fs.readDir('host-tree', { recursive: true })).map((e) => e.name));
+    assert.deepEqual(
+      (await fs.readDir('elsewhere/copy', { recursive: true })).map((e) => e.name),
+      (await fs.readDir('host-tree', { recursive: true })).map((e) => e.name),
+    );
   });
 
   test('copies a single host file, by default under its basename', async () => {

@@ -271,7 +271,9 @@ export class WorkspaceFS {
       return;
     }
     if (!stat.isFile() && !stat.isSymbolicLink()) {
-      throw new SbxError('invalid_argument', `cannot copy ${JSON.stringify(display)}: not a file, directory or symlink`, { details: { field: 'path', path: display } });
+      throw new SbxError('invalid_argument', `cannot copy ${JSON.stringify(display)}: not a file, directory or symlink`, {
+        details: { field: 'path', path: display },
+      });
     }
     await using toDir = await openDirAt(root, target.parent, { display: formatWorkspacePath(target.components), action: 'copy', create: this.dirCreate() });
     try {
@@ -323,7 +325,10 @@ export class WorkspaceFS {
   async copyFromHost(hostPath: string, dest?: string): Promise<void> {
     if (typeof hostPath !== 'string' || !isAbsolute(hostPath)) throw invalidArgument('hostPath', 'must be an absolute host path');
     const stat = await hostStat(hostPath).catch((err: unknown) => {
-      throw new SbxError(errnoOf(err) === 'ENOENT' ? 'not_found' : 'internal', `cannot copy from host ${hostPath}: ${(err as Error).message}`, { cause: err, details: { field: 'hostPath' } });
+      throw new SbxError(errnoOf(err) === 'ENOENT' ? 'not_found' : 'internal', `cannot copy from host ${hostPath}: ${(err as Error).message}`, {
+        cause: err,
+        details: { field: 'hostPath' },
+      });
     });
     const destination = dest ?? basename(hostPath);
     if (stat.isDirectory()) {
@@ -405,7 +410,9 @@ export class WorkspaceFS {
   private async replaceFile(entry: Entry, content: FileContent, mode: number | undefined): Promise<void> {
     const existing = await entry.parent.lstatIfExists(entry.name);
     if (existing?.isDirectory()) {
-      throw new SbxError('invalid_argument', `cannot write ${JSON.stringify(entry.display)}: it is a directory`, { details: { field: 'path', path: entry.display } });
+      throw new SbxError('invalid_argument', `cannot write ${JSON.stringify(entry.display)}: it is a directory`, {
+        details: { field: 'path', path: entry.display },
+      });
     }
     const replaced = existing?.isFile() ? existing : undefined;
     const finalMode = mode ?? (replaced ? replaced.mode & 0o777 : DEFAULT_FILE_MODE);
@@ -493,7 +500,8 @@ function isMissingPath(err: unknown): boolean {
 }
 
 function checkMode(mode: unknown): number {
-  if (typeof mode !== 'number' || !Number.isInteger(mode) || mode < 0 || mode > 0o7777) throw invalidArgument('mode', 'must be an integer permission mode such as 0o644');
+  if (typeof mode !== 'number' || !Number.isInteger(mode) || mode < 0 || mode > 0o7777)
+    throw invalidArgument('mode', 'must be an integer permission mode such as 0o644');
   // Permission bits only: no setuid/setgid/sticky on what the API writes.
   return mode & 0o777;
 }

@@ -53,7 +53,12 @@ describe('create', () => {
   });
 
   test('node is required, must exist and must be online', async () => {
-    const manager = makeManager(tmp.path, { nodes: () => [{ name: 'local', addr: 'local', online: true }, { name: 'down', addr: 'tcp://down', online: false }] });
+    const manager = makeManager(tmp.path, {
+      nodes: () => [
+        { name: 'local', addr: 'local', online: true },
+        { name: 'down', addr: 'tcp://down', online: false },
+      ],
+    });
     const missing = await rejectsWithCode(manager.create({ name: 'x', owner: 'a', node: '' }), 'invalid_argument');
     assert.equal((missing as { details?: { field?: string } }).details?.field, 'node');
     await rejectsWithCode(manager.create({ name: 'x', owner: 'a' } as never), 'invalid_argument');
@@ -105,14 +110,31 @@ describe('get, list, nodes', () => {
   });
 
   test('list filters by owner and node, oldest first', async () => {
-    const manager = makeManager(tmp.path, { nodes: () => [{ name: 'local', addr: 'local', online: true }, { name: 'n2', addr: 'x', online: true }] });
+    const manager = makeManager(tmp.path, {
+      nodes: () => [
+        { name: 'local', addr: 'local', online: true },
+        { name: 'n2', addr: 'x', online: true },
+      ],
+    });
     const a1 = await manager.create({ ...base, owner: 'alice' });
     const b1 = await manager.create({ ...base, owner: 'bob', node: 'n2' });
     const a2 = await manager.create({ ...base, owner: 'alice', node: 'n2' });
-    assert.deepEqual((await manager.list()).map((w) => w.id), [a1.id, b1.id, a2.id]);
-    assert.deepEqual((await manager.list({ owner: 'alice' })).map((w) => w.id), [a1.id, a2.id]);
-    assert.deepEqual((await manager.list({ node: 'n2' })).map((w) => w.id), [b1.id, a2.id]);
-    assert.deepEqual((await manager.list({ owner: 'alice', node: 'local' })).map((w) => w.id), [a1.id]);
+    assert.deepEqual(
+      (await manager.list()).map((w) => w.id),
+      [a1.id, b1.id, a2.id],
+    );
+    assert.deepEqual(
+      (await manager.list({ owner: 'alice' })).map((w) => w.id),
+      [a1.id, a2.id],
+    );
+    assert.deepEqual(
+      (await manager.list({ node: 'n2' })).map((w) => w.id),
+      [b1.id, a2.id],
+    );
+    assert.deepEqual(
+      (await manager.list({ owner: 'alice', node: 'local' })).map((w) => w.id),
+      [a1.id],
+    );
     assert.deepEqual(await manager.list({ owner: 'carol' }), []);
   });
 
@@ -198,7 +220,10 @@ describe('delete', () => {
     await manager.delete(ws.id, { force: true });
     await rejectsWithCode(manager.get(ws.id), 'not_found');
     assert.equal(existsSync(hostDir), false);
-    assert.deepEqual((await readdir(dirname(hostDir))).filter((n) => n.includes(ws.id)), []);
+    assert.deepEqual(
+      (await readdir(dirname(hostDir))).filter((n) => n.includes(ws.id)),
+      [],
+    );
     await rejectsWithCode(files.readFile('keep/me.txt'), 'not_found');
     await rejectsWithCode(files.exists('keep/me.txt'), 'not_found', 'exists on a deleted workspace');
     await rejectsWithCode(files.removeAll('keep'), 'not_found', 'removeAll on a deleted workspace');
@@ -289,7 +314,9 @@ describe('scale: 1,000 workspaces', () => {
     const ids: string[] = [];
     for (let batch = 0; batch < 1000; batch += 25) {
       const created = await Promise.all(
-        Array.from({ length: 25 }, (_, i) => writer.create({ name: `ws ${batch + i}`, owner: owners[(batch + i) % owners.length] as string, node: 'local', labels: { i: String(batch + i) } })),
+        Array.from({ length: 25 }, (_, i) =>
+          writer.create({ name: `ws ${batch + i}`, owner: owners[(batch + i) % owners.length] as string, node: 'local', labels: { i: String(batch + i) } }),
+        ),
       );
       ids.push(...created.map((w) => w.id));
     }

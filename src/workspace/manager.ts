@@ -106,8 +106,18 @@ export class WorkspaceManager {
     const quotaBytes = options.quotaBytes === undefined ? this.defaultQuotaBytes : checkQuota(options.quotaBytes);
     const requestedId = options.id === undefined ? undefined : checkWorkspaceId(options.id);
     const node = this.listNodes().find((candidate) => candidate.name === nodeName);
-    if (!node) throw new SbxError('not_found', `node ${nodeName} is not configured; pick one of: ${this.listNodes().map((n) => n.name).join(', ') || '(none)'}`, { details: { field: 'node' } });
-    if (!node.online) throw new SbxError('not_available', `node ${nodeName} is offline; workspaces can only be created on an online node`, { details: { field: 'node' } });
+    if (!node)
+      throw new SbxError(
+        'not_found',
+        `node ${nodeName} is not configured; pick one of: ${
+          this.listNodes()
+            .map((n) => n.name)
+            .join(', ') || '(none)'
+        }`,
+        { details: { field: 'node' } },
+      );
+    if (!node.online)
+      throw new SbxError('not_available', `node ${nodeName} is offline; workspaces can only be created on an online node`, { details: { field: 'node' } });
 
     const index = await this.loadIndex();
     const id = requestedId ?? this.unusedId(index);
@@ -332,7 +342,10 @@ export class WorkspaceManager {
     await requireProcFd();
     await mkdir(this.layout.base, { recursive: true, mode: 0o711 });
     const index = new Map<string, Workspace>();
-    for (const node of (await readdir(this.layout.base, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name).sort()) {
+    for (const node of (await readdir(this.layout.base, { withFileTypes: true }))
+      .filter((e) => e.isDirectory())
+      .map((e) => e.name)
+      .sort()) {
       const entries = await readdir(this.layout.node(node), { withFileTypes: true });
       const trash = entries.filter((e) => e.isDirectory() && e.name.startsWith(TRASH_PREFIX)).map((e) => e.name);
       if (trash.length > 0) {
@@ -343,7 +356,9 @@ export class WorkspaceManager {
       for (let start = 0; start < ids.length; start += LOAD_CONCURRENCY) {
         const batch = ids.slice(start, start + LOAD_CONCURRENCY);
         // Unreadable or mismatching metadata is left on disk untouched and out of the index.
-        const found = await Promise.all(batch.map(async (id) => ({ id, workspace: await readMetadata(this.layout.metadata(node, id)).catch(() => undefined) })));
+        const found = await Promise.all(
+          batch.map(async (id) => ({ id, workspace: await readMetadata(this.layout.metadata(node, id)).catch(() => undefined) })),
+        );
         for (const { id, workspace } of found) {
           if (workspace && workspace.id === id && workspace.node === node && !index.has(id)) index.set(id, workspace);
         }
@@ -355,7 +370,12 @@ export class WorkspaceManager {
 
 /** The contained resolver stands on Linux's /proc/self/fd; refuse plainly without it. */
 async function requireProcFd(): Promise<void> {
-  const available = process.platform === 'linux' && (await access('/proc/self/fd').then(() => true, () => false));
+  const available =
+    process.platform === 'linux' &&
+    (await access('/proc/self/fd').then(
+      () => true,
+      () => false,
+    ));
   if (!available) throw new SbxError('internal', 'workspaces need Linux with /proc mounted (the contained file I/O resolves paths through /proc/self/fd)');
 }
 

@@ -72,9 +72,13 @@ export class UsageTracker {
           const used = this.cached?.bytes ?? 0;
           const wouldUse = used - creditBytes + this.reserved + bytes;
           if (wouldUse > quota) {
-            throw new SbxError('quota_exceeded', `workspace ${this.workspaceId} would use ${wouldUse} bytes, over its quota of ${quota}; free some space or raise the quota`, {
-              details: { quotaBytes: quota, usedBytes: used, reservedBytes: this.reserved },
-            });
+            throw new SbxError(
+              'quota_exceeded',
+              `workspace ${this.workspaceId} would use ${wouldUse} bytes, over its quota of ${quota}; free some space or raise the quota`,
+              {
+                details: { quotaBytes: quota, usedBytes: used, reservedBytes: this.reserved },
+              },
+            );
           }
         }
         added += bytes;

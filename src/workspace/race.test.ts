@@ -34,7 +34,9 @@ test('a directory swapped for an outside symlink as fast as possible never leaks
   await fs.writeFile('d/file', 'inside');
 
   // The attacker: what a box can do through its mount, looping as fast as sh allows.
-  swapper = spawn('sh', ['-c', `cd '${root}' && while :; do mv d d.real; ln -s '${outside}' d; mv d d.link; mv d.real d; mv d.link d.gone; rm d.gone; done`], { stdio: 'ignore' });
+  swapper = spawn('sh', ['-c', `cd '${root}' && while :; do mv d d.real; ln -s '${outside}' d; mv d d.link; mv d.real d; mv d.link d.gone; rm d.gone; done`], {
+    stdio: 'ignore',
+  });
 
   // Control: a naive path-based read of the same file must see the secret, or the race is not real.
   let naiveReads = 0;

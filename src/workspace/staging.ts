@@ -73,7 +73,9 @@ async function visit(source: DirHandle, destination: DirHandle, display: string,
     }
     if (staged.isDirectory() !== existing.isDirectory()) {
       const what = existing.isDirectory() ? 'a directory' : 'not a directory';
-      throw new SbxError('conflict', `cannot write ${JSON.stringify(shown)}: it exists and is ${what}; remove it first`, { details: { field: 'path', path: shown } });
+      throw new SbxError('conflict', `cannot write ${JSON.stringify(shown)}: it exists and is ${what}; remove it first`, {
+        details: { field: 'path', path: shown },
+      });
     }
     if (!staged.isDirectory()) {
       if (mode === 'move') await source.rename(name, destination, name);

@@ -181,7 +181,10 @@ export async function extractTar(source: NodeJS.ReadableStream, into: DirHandle,
     extract.destroy();
     if (err instanceof SbxError) throw err;
     // Anything else came from parsing or from the source stream: the caller's archive is bad.
-    throw new SbxError('invalid_argument', `tar: cannot read the archive: ${err instanceof Error ? err.message : String(err)}`, { cause: err, details: { field: 'tar' } });
+    throw new SbxError('invalid_argument', `tar: cannot read the archive: ${err instanceof Error ? err.message : String(err)}`, {
+      cause: err,
+      details: { field: 'tar' },
+    });
   } finally {
     source.removeListener('error', onSourceError);
     if (typeof (source as Readable).destroy === 'function' && !(source as Readable).readableEnded) (source as Readable).destroy();
@@ -212,7 +215,12 @@ async function extractEntry(entry: TarEntry, into: DirHandle, opts: ExtractOptio
       case 'contiguous-file': {
         const parent = await openDirAt(into, parentPath, walk);
         try {
-          return await writeFileAtomic(parent, name, entry as AsyncIterable<Uint8Array>, { mode, owner: opts.owner, mtime: header.mtime, onBytes: opts.onBytes });
+          return await writeFileAtomic(parent, name, entry as AsyncIterable<Uint8Array>, {
+            mode,
+            owner: opts.owner,
+            mtime: header.mtime,
+            onBytes: opts.onBytes,
+          });
         } finally {
           await parent.close();
         }
@@ -234,7 +242,10 @@ async function extractEntry(entry: TarEntry, into: DirHandle, opts: ExtractOptio
         await extractHardLink(into, header.linkname ?? '', parentPath, name, display, walk);
         return 0;
       default:
-        throw invalidArgument('path', `tar entry ${JSON.stringify(display)} has unsupported type ${String(type)}; only files, directories, symlinks and hard links are imported`);
+        throw invalidArgument(
+          'path',
+          `tar entry ${JSON.stringify(display)} has unsupported type ${String(type)}; only files, directories, symlinks and hard links are imported`,
+        );
     }
   } catch (err) {
     // System-call failures get their path; stream errors (a truncated entry) go up as they are.
@@ -258,7 +269,10 @@ async function extractHardLink(
   }
   const targetName = target.at(-1);
   if (targetName === undefined) throw invalidArgument('path', `tar entry ${JSON.stringify(display)} is a hard link without a target`);
-  const notEarlierFile = invalidArgument('path', `tar entry ${JSON.stringify(display)} is a hard link to ${JSON.stringify(linkname)}, which is not an earlier file of this archive`);
+  const notEarlierFile = invalidArgument(
+    'path',
+    `tar entry ${JSON.stringify(display)} is a hard link to ${JSON.stringify(linkname)}, which is not an earlier file of this archive`,
+  );
   let targetParent: DirHandle;
   try {
     targetParent = await openDirAt(into, target.slice(0, -1), { display, action: 'import' });

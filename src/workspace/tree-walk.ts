@@ -37,7 +37,10 @@ export interface TreeEntry {
 export async function* walkTree(dir: DirHandle, prefix: readonly string[] = []): AsyncGenerator<TreeEntry> {
   // Each level holds one fd open; a box could nest directories until we ran out.
   if (prefix.length > MAX_WALK_DEPTH) {
-    throw new SbxError('limit_exceeded', `directory tree deeper than ${MAX_WALK_DEPTH} levels at ${JSON.stringify(prefix.slice(0, 3).join('/'))}/...; flatten it first`);
+    throw new SbxError(
+      'limit_exceeded',
+      `directory tree deeper than ${MAX_WALK_DEPTH} levels at ${JSON.stringify(prefix.slice(0, 3).join('/'))}/...; flatten it first`,
+    );
   }
   const names = (await dir.list()).sort();
   for (const name of names) {

@@ -70,7 +70,8 @@ export function checkLabels(labels: unknown): Record<string, string> {
   const copy: Record<string, string> = {};
   for (const [key, value] of entries) {
     if (key === '' || key.length > MAX_TEXT) throw invalidArgument('labels', `keys must be 1..${MAX_TEXT} characters, got ${JSON.stringify(key)}`);
-    if (typeof value !== 'string' || value.length > MAX_LABEL_VALUE) throw invalidArgument('labels', `value of ${JSON.stringify(key)} must be a string of at most ${MAX_LABEL_VALUE} characters`);
+    if (typeof value !== 'string' || value.length > MAX_LABEL_VALUE)
+      throw invalidArgument('labels', `value of ${JSON.stringify(key)} must be a string of at most ${MAX_LABEL_VALUE} characters`);
     copy[key] = value;
   }
   return copy;

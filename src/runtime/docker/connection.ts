@@ -29,13 +29,14 @@ export class DockerConnection {
   private readonly base: http.RequestOptions;
   private readonly secure: boolean;
 
-  constructor(readonly address: RuntimeAddress, options: DockerConnectionOptions = {}) {
+  constructor(
+    readonly address: RuntimeAddress,
+    options: DockerConnectionOptions = {},
+  ) {
     const maxSockets = options.maxSockets ?? 10;
     const tls = address.transport === 'tcp' && address.tls ? resolveTls(options.tls) : undefined;
     this.secure = tls !== undefined;
-    this.agent = this.secure
-      ? new https.Agent({ keepAlive: true, maxSockets, ...tls })
-      : new http.Agent({ keepAlive: true, maxSockets });
+    this.agent = this.secure ? new https.Agent({ keepAlive: true, maxSockets, ...tls }) : new http.Agent({ keepAlive: true, maxSockets });
     // docker-modem util.inspect()s every request's options (the agent and all its sockets
     // included) even with debug off: 13x raw's client CPU on 50 parallel execs (bench).
     Object.defineProperty(this.agent, inspect.custom, { value: () => `[docker agent ${address.raw}]` });

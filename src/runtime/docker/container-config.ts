@@ -18,7 +18,9 @@ export function toCreateOptions(spec: ContainerSpec): Docker.ContainerCreateOpti
     ...(spec.ports?.length ? { PortBindings: bindings } : {}),
     // Mounts, not Binds: a Binds source that does not exist is silently created (as root) by
     // the engine, so a deleted workspace would come back as an empty directory.
-    ...(spec.binds?.length ? { Mounts: spec.binds.map((b) => ({ Type: 'bind' as const, Source: b.hostPath, Target: b.containerPath, ReadOnly: b.readOnly ?? false })) } : {}),
+    ...(spec.binds?.length
+      ? { Mounts: spec.binds.map((b) => ({ Type: 'bind' as const, Source: b.hostPath, Target: b.containerPath, ReadOnly: b.readOnly ?? false })) }
+      : {}),
     ...(spec.network ? { NetworkMode: spec.network } : {}),
     ...(sec.noNewPrivileges ? { SecurityOpt: ['no-new-privileges'] } : {}),
     ...(sec.capDrop?.length ? { CapDrop: sec.capDrop } : {}),

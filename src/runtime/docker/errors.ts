@@ -29,7 +29,17 @@ export function toSbxError(err: unknown, address: string, what: string): SbxErro
   const engineMessage = engineText(e);
   const status = e.statusCode;
   const code: ErrorCode =
-    status === 404 ? 'not_found' : status === 409 ? 'conflict' : status === 400 ? 'invalid_argument' : status === 401 ? 'unauthorized' : status === 403 ? 'forbidden' : 'internal';
+    status === 404
+      ? 'not_found'
+      : status === 409
+        ? 'conflict'
+        : status === 400
+          ? 'invalid_argument'
+          : status === 401
+            ? 'unauthorized'
+            : status === 403
+              ? 'forbidden'
+              : 'internal';
   return new SbxError(code, `${what}: ${engineMessage}`, { cause: err, details: { address, ...(status ? { status } : {}) } });
 }
 

@@ -304,4 +304,3 @@ function abortError(signal: AbortSignal | undefined): SbxError {
   const reason: unknown = signal?.reason;
   return new SbxError('cancelled', `exec aborted: ${reason instanceof Error ? reason.message : String(reason ?? 'aborted')}`, { cause: reason });
 }
-

@@ -26,9 +26,7 @@ export class DockerImages implements Images {
     const what = `pull ${ref}`;
     let body: Readable;
     try {
-      const auth = opts.auth
-        ? { username: opts.auth.username, password: opts.auth.password, serveraddress: opts.auth.server ?? registryOf(ref) }
-        : undefined;
+      const auth = opts.auth ? { username: opts.auth.username, password: opts.auth.password, serveraddress: opts.auth.server ?? registryOf(ref) } : undefined;
       body = (await this.conn.docker.pull(ref, {
         ...(auth ? { authconfig: auth } : {}),
         ...(opts.signal ? { abortSignal: opts.signal } : {}),

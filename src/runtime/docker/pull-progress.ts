@@ -9,7 +9,11 @@ export function toPullProgress(line: Record<string, unknown>, ref: string): Pull
   const error = line['error'] ?? (line['errorDetail'] as { message?: unknown } | undefined)?.message;
   if (error !== undefined) {
     const message = String(error);
-    const code = /not found|manifest unknown|does not exist|repository .* not found/i.test(message) ? 'not_found' : /unauthorized|authentication required|denied/i.test(message) ? 'unauthorized' : 'internal';
+    const code = /not found|manifest unknown|does not exist|repository .* not found/i.test(message)
+      ? 'not_found'
+      : /unauthorized|authentication required|denied/i.test(message)
+        ? 'unauthorized'
+        : 'internal';
     throw new SbxError(code, `pull ${ref}: ${message}`, { details: { image: ref } });
   }
   const event: PullProgress = { status: String(line['status'] ?? '') };
