@@ -24,7 +24,7 @@ export class SbxSubject implements Subject<SbxRef> {
   ) {}
 
   static async open(opts: SbxSubjectOptions): Promise<SbxSubject> {
-    const manager = new Manager({ name: opts.managerName, pools: [{ name: 'local', addr: 'local' }], dataDir: opts.dataDir, cleanupInterval: 0 });
+    const manager = new Manager({ name: opts.managerName, pools: [{ name: 'local', addr: 'local' }], dataDir: opts.dataDir, cleanupIntervalMs: 0 });
     await manager.start();
     return new SbxSubject(manager, { [BENCH_LABEL]: opts.runId });
   }

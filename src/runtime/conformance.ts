@@ -97,11 +97,11 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
       await rt.remove(id, { force: true });
     });
 
-    test('env and workdir reach the process; exec env and cwd override them', async () => {
-      const id = await started({ env: { GREETING: 'hello', OTHER: 'x' }, workdir: '/tmp' });
+    test('env and workDir reach the process; exec env and workDir override them', async () => {
+      const id = await started({ env: { GREETING: 'hello', OTHER: 'x' }, workDir: '/tmp' });
       const r = await rt.exec(id, ['sh', '-c', 'echo "$GREETING $OTHER $(pwd)"']);
       assert.equal(r.stdout, 'hello x /tmp\n');
-      const o = await rt.exec(id, ['sh', '-c', 'echo "$GREETING $(pwd)"'], { env: { GREETING: 'bye' }, cwd: '/' });
+      const o = await rt.exec(id, ['sh', '-c', 'echo "$GREETING $(pwd)"'], { env: { GREETING: 'bye' }, workDir: '/' });
       assert.equal(o.stdout, 'bye /\n');
       await rt.remove(id, { force: true });
     });
@@ -322,7 +322,7 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
         [{ ports: [{ containerPort: 70000 }] }, 'ports.0.containerPort'],
         [{ binds: [{ hostPath: 'relative', containerPath: '/x' }] }, 'binds.0.hostPath'],
         [{ env: { 'BAD-NAME': 'x' } }, 'env.BAD-NAME'],
-        [{ workdir: 'tmp' }, 'workdir'],
+        [{ workDir: 'tmp' }, 'workDir'],
       ];
       for (const [extra, field] of cases) {
         await assert.rejects(rt.create({ ...spec(), ...extra }), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === field);

@@ -21,7 +21,7 @@ export const ContainerSpecSchema = z
     cmd: z.array(z.string()).optional(),
     entrypoint: z.array(z.string()).optional(),
     env: z.record(z.string().regex(envName, 'env names must match [A-Za-z_][A-Za-z0-9_]*'), z.string()).optional(),
-    workdir: absolutePath.optional(),
+    workDir: absolutePath.optional(),
     user: z
       .string()
       .regex(/^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?$/, "must be 'user', 'uid' or 'uid:gid'")

@@ -37,7 +37,7 @@ export interface ContainerSpec {
   cmd?: string[];
   entrypoint?: string[];
   env?: Record<string, string>;
-  workdir?: string;
+  workDir?: string;
   user?: string;
   labels?: Record<string, string>;
   /** Memory limit in bytes; 0 or absent = none. */
@@ -114,7 +114,7 @@ export interface ContainerStats {
 }
 
 export interface ExecOptions {
-  cwd?: string;
+  workDir?: string;
   env?: Record<string, string>;
   user?: string;
   /** Kill the process (and what it started) inside the box after this long. */
@@ -139,7 +139,7 @@ export interface ExecResult {
 }
 
 export interface ExecStreamOptions {
-  cwd?: string;
+  workDir?: string;
   env?: Record<string, string>;
   user?: string;
   /** Kill the process inside the box after this long; wait() then resolves with 137. */
@@ -203,10 +203,32 @@ export interface Images {
   build(context: Readable, tag: string, opts?: { labels?: Record<string, string> }): AsyncIterable<string>;
 }
 
+/** TLS material for a runtime reached over the network (PEM text or bytes). */
+export interface TlsOptions {
+  ca?: string | Buffer;
+  cert?: string | Buffer;
+  key?: string | Buffer;
+}
+
+/** How to open a runtime, the same for every engine; each engine applies what concerns it. */
+export interface RuntimeOptions {
+  /** Client TLS for network addresses; engines may fall back to their own defaults (DOCKER_CERT_PATH). */
+  tls?: TlsOptions;
+  /** Engine calls in flight at once on this runtime; small machines choke past about 10. */
+  maxConnections?: number;
+}
+
+/** What a runtime can do, so the layers above never ask which engine it is. */
+export interface RuntimeCapabilities {
+  /** Host directories of the machine sbx runs on can be mounted into boxes (workspaces). */
+  hostMounts: boolean;
+}
+
 export interface Runtime {
   /** The address this runtime was opened with, for messages. */
   readonly address: string;
   readonly images: Images;
+  readonly capabilities: RuntimeCapabilities;
   ping(): Promise<void>;
   version(): Promise<RuntimeVersion>;
   create(spec: ContainerSpec): Promise<string>;

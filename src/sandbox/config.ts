@@ -4,23 +4,29 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { LineCounter, parseDocument } from 'yaml';
 import { z } from 'zod';
-import { SbxError } from '../errors.js';
+import { SbxError, invalidArgument } from '../errors.js';
 import type { Runtime } from '../runtime/types.js';
-import type { RuntimeOptions } from '../runtime/index.js';
-import { durationSchema } from '../util/duration.js';
+import type { RuntimeOptions } from '../runtime/types.js';
+import { parseDuration } from '../util/duration.js';
 import { parseOrThrow } from '../util/validation.js';
 
 export const NAME_PATTERN = /^[a-z0-9][a-z0-9_-]{0,31}$/;
 
+const ms = z
+  .number()
+  .int()
+  .min(0)
+  .max(365 * 86_400_000);
+
 const poolSchema = z
   .object({
     name: z.string().regex(NAME_PATTERN, 'must be 1-32 of [a-z0-9_-], starting with a letter or digit'),
-    addr: z.string().default('local'),
+    addr: z.string().min(1, "must not be empty; use 'local' for the local Docker Engine").default('local'),
     maxPerUser: z.number().int().min(0).default(0),
     maxTotal: z.number().int().min(0).default(0),
-    idleTimeout: durationSchema.default(30 * 60_000),
-    maxLifetime: durationSchema.default(0),
-    stopTimeout: durationSchema.default(2000),
+    idleTimeoutMs: ms.default(30 * 60_000),
+    maxLifetimeMs: ms.default(0),
+    stopTimeoutMs: ms.default(2000),
     security: z.enum(['standard', 'strict']).default('standard'),
     ociRuntime: z
       .string()
@@ -34,15 +40,15 @@ const configSchema = z
   .object({
     name: z.string().regex(NAME_PATTERN, 'must be 1-32 of [a-z0-9_-]').default('sbx'),
     pools: z.array(poolSchema).min(1, 'at least one pool is required').optional(),
-    cleanupInterval: durationSchema.default(60_000),
+    cleanupIntervalMs: ms.default(60_000),
     dataDir: z.string().min(1).optional(),
     apiUrl: z.string().url().optional(),
     tokenSecret: z.string().min(16, 'must be at least 16 characters').optional(),
-    tokenTtl: durationSchema.default(24 * 3_600_000),
+    tokenTtlMs: ms.default(24 * 3_600_000),
   })
   .strict();
 
-/** One pool as written in a config file or passed to `new Manager()`. */
+/** One pool, as passed to `new Manager()` or `addPool()`; `pools()` returns the same fields. */
 export interface PoolConfig {
   name: string;
   /** Runtime address: `local`, `unix:///…`, `tcp://…`, `ssh://…`. Default `local`. */
@@ -54,12 +60,12 @@ export interface PoolConfig {
   maxPerUser?: number;
   /** Boxes on this pool; 0 = unlimited. */
   maxTotal?: number;
-  /** Milliseconds or a string like `30m`; 0 = never idle. Default 30m. */
-  idleTimeout?: number | string;
-  /** Milliseconds or `2h`; 0 = no limit. */
-  maxLifetime?: number | string;
-  /** SIGTERM grace before SIGKILL. Default 2s. */
-  stopTimeout?: number | string;
+  /** 0 = never idle. Default 30 minutes. */
+  idleTimeoutMs?: number;
+  /** 0 = no limit. */
+  maxLifetimeMs?: number;
+  /** SIGTERM grace before SIGKILL. Default 2 s. */
+  stopTimeoutMs?: number;
   security?: 'standard' | 'strict';
   /** OCI runtime for this pool's boxes, e.g. `runsc` (gVisor). */
   ociRuntime?: string;
@@ -67,21 +73,21 @@ export interface PoolConfig {
   pidsLimit?: number;
 }
 
-/** The Manager's configuration; the YAML file has the same keys. */
+/** The Manager's configuration. A YAML file has the same keys, durations written `idleTimeout: 30m`. */
 export interface ManagerConfig {
   /** Instance name, stamped on every box (label sbx.manager): Managers of other names leave them alone. */
   name?: string;
   pools?: PoolConfig[];
-  /** Default 60s. */
-  cleanupInterval?: number | string;
+  /** Default 60 s; 0 = no cleanup loop. */
+  cleanupIntervalMs?: number;
   /** Where the token secret and workspaces live. Default `$SBX_DATA_DIR` or `~/.sbx`. */
   dataDir?: string;
   /** URL boxes use to call back (heartbeat); handed to them as SBX_API_URL. */
   apiUrl?: string;
   /** HMAC secret for box tokens; default generated once and kept in the data dir. */
   tokenSecret?: string;
-  /** Box token lifetime. Default 24h. */
-  tokenTtl?: number | string;
+  /** Box token lifetime. Default 24 h. */
+  tokenTtlMs?: number;
   logger?: Logger;
 }
 
@@ -123,9 +129,9 @@ export function resolvePool(p: PoolConfig, field?: string): ResolvedPool {
     runtimeOptions: runtimeOptions ?? {},
     maxPerUser: v.maxPerUser,
     maxTotal: v.maxTotal,
-    idleTimeoutMs: v.idleTimeout,
-    maxLifetimeMs: v.maxLifetime,
-    stopTimeoutMs: v.stopTimeout,
+    idleTimeoutMs: v.idleTimeoutMs,
+    maxLifetimeMs: v.maxLifetimeMs,
+    stopTimeoutMs: v.stopTimeoutMs,
     security: v.security,
     ociRuntime: v.ociRuntime,
     pidsLimit: v.pidsLimit,
@@ -145,15 +151,19 @@ export function resolveConfig(config: ManagerConfig = {}, env: NodeJS.ProcessEnv
   return {
     name: v.name,
     pools: resolvedPools,
-    cleanupIntervalMs: v.cleanupInterval,
+    cleanupIntervalMs: v.cleanupIntervalMs,
     dataDir: v.dataDir ?? env['SBX_DATA_DIR'] ?? join(homedir(), '.sbx'),
     apiUrl: v.apiUrl,
     tokenSecret: v.tokenSecret,
-    tokenTtlMs: v.tokenTtl,
+    tokenTtlMs: v.tokenTtlMs,
   };
 }
 
-const ENV_KEYS: Record<string, keyof ManagerConfig> = {
+/** Config-file keys written as human durations (`30m`, or a number of ms) -> the TS object's `…Ms` key. */
+const FILE_DURATIONS: Record<string, string> = { cleanupInterval: 'cleanupIntervalMs', tokenTtl: 'tokenTtlMs' };
+const FILE_POOL_DURATIONS: Record<string, string> = { idleTimeout: 'idleTimeoutMs', maxLifetime: 'maxLifetimeMs', stopTimeout: 'stopTimeoutMs' };
+
+const ENV_KEYS: Record<string, string> = {
   SBX_NAME: 'name',
   SBX_DATA_DIR: 'dataDir',
   SBX_API_URL: 'apiUrl',
@@ -162,7 +172,7 @@ const ENV_KEYS: Record<string, keyof ManagerConfig> = {
   SBX_TOKEN_TTL: 'tokenTtl',
 };
 
-const POOL_ENV_KEYS: Record<string, keyof PoolConfig> = {
+const POOL_ENV_KEYS: Record<string, string> = {
   ADDR: 'addr',
   MAX_PER_USER: 'maxPerUser',
   MAX_TOTAL: 'maxTotal',
@@ -174,12 +184,14 @@ const POOL_ENV_KEYS: Record<string, keyof PoolConfig> = {
   PIDS_LIMIT: 'pidsLimit',
 };
 
-const NUMERIC_POOL_KEYS = new Set<keyof PoolConfig>(['maxPerUser', 'maxTotal', 'pidsLimit']);
+const NUMERIC_POOL_KEYS = new Set(['maxPerUser', 'maxTotal', 'pidsLimit']);
 
 /**
  * Loads a config: the YAML file at `file` (or `$SBX_CONFIG`), then `SBX_*` overrides
  * (`SBX_DATA_DIR`, `SBX_CLEANUP_INTERVAL`, …, and per pool `SBX_POOL_<NAME>_<KEY>`, e.g.
  * `SBX_POOL_LOCAL_MAX_TOTAL=5`), validated once; errors name the key and the file line.
+ * Files and variables write durations as `idleTimeout: 30m`; the result has `idleTimeoutMs`.
+ * `new Manager()` with no argument is `new Manager(loadConfig())`.
  *
  * @example
  * const manager = new Manager(loadConfig({ file: '/etc/sbx/config.yaml' }));
@@ -224,14 +236,45 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
     pool[key] = NUMERIC_POOL_KEYS.has(key) ? Number(value) : value;
     config['pools'] = list;
   }
+  const located = (e: SbxError, path: (string | number)[]) =>
+    new SbxError('invalid_argument', `config: ${e.message}${locate(path)}`, { cause: e, details: e.details });
+  let result: Record<string, unknown>;
   try {
-    resolveConfig(config as ManagerConfig, env);
+    result = fromFileDurations(config, FILE_DURATIONS, '');
+    if (Array.isArray(result['pools']))
+      result['pools'] = (result['pools'] as unknown[]).map((p, i) =>
+        p !== null && typeof p === 'object' && !Array.isArray(p) ? fromFileDurations(p as Record<string, unknown>, FILE_POOL_DURATIONS, `pools.${i}.`) : p,
+      );
+    resolveConfig(result as ManagerConfig, env);
   } catch (e) {
     if (e instanceof SbxError && typeof e.details?.['field'] === 'string') {
-      const path = e.details['field'].split('.').map((p) => (/^\d+$/.test(p) ? Number(p) : p));
-      throw new SbxError('invalid_argument', `config: ${e.message}${locate(path)}`, { cause: e, details: e.details });
+      // Name the key as the file wrote it: `idleTimeout`, not the `idleTimeoutMs` it became.
+      const field = e.details['field'].replace(/(cleanupInterval|tokenTtl|idleTimeout|maxLifetime|stopTimeout)Ms$/, '$1');
+      throw located(new SbxError('invalid_argument', e.message.replace(e.details['field'], field), { details: { field } }), toPath(field));
     }
     throw e;
   }
-  return config as ManagerConfig;
+  return result as ManagerConfig;
+}
+
+function toPath(field: string): (string | number)[] {
+  return field.split('.').map((p) => (/^\d+$/.test(p) ? Number(p) : p));
+}
+
+/** Turns `{ idleTimeout: '30m' }` into `{ idleTimeoutMs: 1800000 }`; an `…Ms` key in a file is refused. */
+function fromFileDurations(obj: Record<string, unknown>, keys: Record<string, string>, prefix: string): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...obj };
+  for (const [fileKey, msKey] of Object.entries(keys)) {
+    if (msKey in out) throw invalidArgument(`${prefix}${msKey}`, `config files write durations as '${fileKey}: 30m' (or a number of ms)`);
+    if (!(fileKey in out)) continue;
+    const value = out[fileKey];
+    delete out[fileKey];
+    if (typeof value !== 'number' && typeof value !== 'string') throw invalidArgument(`${prefix}${fileKey}`, 'must be a duration like 30s, 30m or 2h');
+    try {
+      out[msKey] = parseDuration(value);
+    } catch (e) {
+      throw invalidArgument(`${prefix}${fileKey}`, (e as Error).message.replace(/^duration: /, ''));
+    }
+  }
+  return out;
 }

@@ -27,7 +27,7 @@ function newManager(
   extra: ManagerConfig = {},
   name = `t${++seq}-${process.pid}`,
 ): Manager {
-  const m = new Manager({ name, pools, dataDir, cleanupInterval: 0, logger: pino({ level: 'silent' }), ...extra });
+  const m = new Manager({ name, pools, dataDir, cleanupIntervalMs: 0, logger: pino({ level: 'silent' }), ...extra });
   managers.push(m);
   return m;
 }
@@ -220,7 +220,7 @@ describe(`Manager on a real engine (${runId})`, () => {
   });
 
   test('the cleanup loop runs by itself on its interval', async () => {
-    const m = newManager(undefined, { cleanupInterval: 200 });
+    const m = newManager(undefined, { cleanupIntervalMs: 200 });
     await m.start();
     const box = await m.create({ image: IMAGE, idleTimeoutMs: 500 });
     for (let i = 0; i < 40 && m.list().length > 0; i++) await sleep(100);

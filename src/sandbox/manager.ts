@@ -5,7 +5,6 @@ import pino from 'pino';
 import type { Logger } from 'pino';
 import { SbxError, isSbxError } from '../errors.js';
 import type { ContainerSpec, PullProgress, RegistryAuth, Runtime } from '../runtime/types.js';
-import { parseRuntimeAddress } from '../runtime/address.js';
 import { mapSettled } from '../util/concurrency.js';
 import { WorkspaceManager } from '../workspace/index.js';
 import type { WorkspaceNode } from '../workspace/index.js';
@@ -87,11 +86,11 @@ export class Manager {
   }
 
   /**
-   * The nodes workspaces can live on: one per pool. Only pools whose engine runs on this
-   * machine (a unix socket) can host workspaces until the node agent serves remote storage.
+   * The nodes workspaces can live on: one per pool. Only pools whose runtime can mount this
+   * machine's directories can host workspaces until the node agent serves remote storage.
    */
   nodes(): WorkspaceNode[] {
-    return [...this.poolsByName.values()].map((p) => ({ name: p.name, addr: p.def.addr, online: isLocalAddress(p.def.addr) }));
+    return [...this.poolsByName.values()].map((p) => ({ name: p.name, addr: p.def.addr, online: p.runtime().capabilities.hostMounts }));
   }
 
   // --- Bootstrap -----------------------------------------------------------------------
@@ -301,7 +300,7 @@ export class Manager {
       name: `sbx-${this.config.name}-${id}`,
       cmd: opts.cmd ?? GRACEFUL_CMD,
       env,
-      workdir: opts.workDir ?? DEFAULT_WORKDIR,
+      workDir: opts.workDir ?? DEFAULT_WORKDIR,
       labels: recordToLabels(record),
       pidsLimit: opts.pidsLimit ?? pool.def.pidsLimit ?? DEFAULT_PIDS_LIMIT,
       security: profile.security,
@@ -541,13 +540,5 @@ export class Manager {
         this.log.error({ pool: pool.name, err: r.reason }, 'cleanup action failed');
       }
     }
-  }
-}
-
-function isLocalAddress(addr: string): boolean {
-  try {
-    return parseRuntimeAddress(addr).transport === 'unix';
-  } catch {
-    return false;
   }
 }

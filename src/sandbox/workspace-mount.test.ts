@@ -18,7 +18,7 @@ const pools = [
   { name: 'local', addr: testEnv.engineAddr },
   { name: 'other', addr: testEnv.engineAddr },
 ];
-const manager = new Manager({ name, dataDir, pools, cleanupInterval: 0, logger: pino({ level: 'silent' }) });
+const manager = new Manager({ name, dataDir, pools, cleanupIntervalMs: 0, logger: pino({ level: 'silent' }) });
 
 after(async () => {
   const left = await engine.list({ labels: managerSelector(name) });
@@ -112,7 +112,7 @@ describe('workspaces mounted into boxes through the Manager', () => {
   test('recovery keeps the workspace binding', async () => {
     const ws = await manager.workspaces.create({ name: 'recovered', owner: 'gina', node: 'local' });
     const box = await manager.create({ image: IMAGE, owner: 'gina', workspaceId: ws.id, mountPath: '/w' });
-    const again = new Manager({ name, dataDir, pools, cleanupInterval: 0, logger: pino({ level: 'silent' }) });
+    const again = new Manager({ name, dataDir, pools, cleanupIntervalMs: 0, logger: pino({ level: 'silent' }) });
     await again.start();
     const got = await again.get(box.id);
     assert.equal(got.workspaceId, ws.id);

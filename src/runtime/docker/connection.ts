@@ -4,20 +4,8 @@ import https from 'node:https';
 import { join } from 'node:path';
 import { inspect } from 'node:util';
 import Docker from 'dockerode';
-import type { RuntimeAddress } from '../address.js';
-
-/** TLS material for tcp:// engines; defaults come from DOCKER_CERT_PATH like the docker CLI. */
-export interface DockerTlsOptions {
-  ca?: string | Buffer;
-  cert?: string | Buffer;
-  key?: string | Buffer;
-}
-
-export interface DockerConnectionOptions {
-  tls?: DockerTlsOptions;
-  /** Engine calls in flight at once per runtime; the two-core machines this runs on choke past ~10. */
-  maxSockets?: number;
-}
+import type { RuntimeOptions, TlsOptions } from '../types.js';
+import type { RuntimeAddress } from './address.js';
 
 /**
  * One engine endpoint: a dockerode client for plain calls and raw `node:http` requests for the
@@ -31,9 +19,9 @@ export class DockerConnection {
 
   constructor(
     readonly address: RuntimeAddress,
-    options: DockerConnectionOptions = {},
+    options: RuntimeOptions = {},
   ) {
-    const maxSockets = options.maxSockets ?? 10;
+    const maxSockets = options.maxConnections ?? 10;
     const tls = address.transport === 'tcp' && address.tls ? resolveTls(options.tls) : undefined;
     this.secure = tls !== undefined;
     this.agent = this.secure ? new https.Agent({ keepAlive: true, maxSockets, ...tls }) : new http.Agent({ keepAlive: true, maxSockets });
@@ -87,7 +75,8 @@ export class DockerConnection {
   }
 }
 
-function resolveTls(given: DockerTlsOptions | undefined): DockerTlsOptions {
+/** TLS for tcp:// engines; without given material, DOCKER_CERT_PATH like the docker CLI. */
+function resolveTls(given: TlsOptions | undefined): TlsOptions {
   if (given && (given.ca || given.cert || given.key)) return given;
   const dir = process.env['DOCKER_CERT_PATH'];
   if (!dir) return {};

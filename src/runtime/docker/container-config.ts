@@ -36,7 +36,7 @@ export function toCreateOptions(spec: ContainerSpec): Docker.ContainerCreateOpti
     ...(spec.cmd ? { Cmd: spec.cmd } : {}),
     ...(spec.entrypoint ? { Entrypoint: spec.entrypoint } : {}),
     ...(spec.env ? { Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`) } : {}),
-    ...(spec.workdir ? { WorkingDir: spec.workdir } : {}),
+    ...(spec.workDir ? { WorkingDir: spec.workDir } : {}),
     ...(spec.user ? { User: spec.user } : {}),
     Labels: spec.labels ?? {},
     ...(spec.ports?.length ? { ExposedPorts: exposed } : {}),

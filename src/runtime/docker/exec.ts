@@ -38,7 +38,7 @@ interface ExecSession {
 }
 
 interface StartOptions {
-  cwd?: string;
+  workDir?: string;
   env?: Record<string, string>;
   user?: string;
   tty?: boolean;
@@ -62,7 +62,7 @@ async function startExec(conn: DockerConnection, containerId: string, cmd: strin
       AttachStdout: true,
       AttachStderr: true,
       Tty: opts.tty ?? false,
-      ...(opts.cwd ? { WorkingDir: opts.cwd } : {}),
+      ...(opts.workDir ? { WorkingDir: opts.workDir } : {}),
       ...(opts.user ? { User: opts.user } : {}),
     });
     execId = exec.id;
@@ -266,9 +266,9 @@ async function untilExit(session: ExecSession, killed: ReturnType<typeof watchFo
   return killed.reason ? KILLED_EXIT_CODE : code;
 }
 
-function pick(opts: ExecOptions | ExecStreamOptions): Pick<StartOptions, 'cwd' | 'env' | 'user'> {
+function pick(opts: ExecOptions | ExecStreamOptions): Pick<StartOptions, 'workDir' | 'env' | 'user'> {
   return {
-    ...(opts.cwd ? { cwd: opts.cwd } : {}),
+    ...(opts.workDir ? { workDir: opts.workDir } : {}),
     ...(opts.env ? { env: opts.env } : {}),
     ...(opts.user ? { user: opts.user } : {}),
   };

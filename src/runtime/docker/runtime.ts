@@ -1,7 +1,7 @@
 import type Docker from 'dockerode';
 import { SbxError } from '../../errors.js';
-import { parseRuntimeAddress } from '../address.js';
-import type { RuntimeAddress } from '../address.js';
+import { parseRuntimeAddress } from './address.js';
+import type { RuntimeAddress } from './address.js';
 import { validateSpec } from '../spec.js';
 import type {
   ContainerInfo,
@@ -17,10 +17,11 @@ import type {
   ProcessInfo,
   PublishedPort,
   Runtime,
+  RuntimeCapabilities,
+  RuntimeOptions,
   RuntimeVersion,
 } from '../types.js';
 import { DockerConnection } from './connection.js';
-import type { DockerConnectionOptions } from './connection.js';
 import { toCreateOptions } from './container-config.js';
 import { toSbxError } from './errors.js';
 import { runBuffered, runStreaming } from './exec.js';
@@ -38,11 +39,14 @@ import { DockerImages } from './images.js';
 export class DockerRuntime implements Runtime {
   readonly address: string;
   readonly images: DockerImages;
+  readonly capabilities: RuntimeCapabilities;
   private readonly conn: DockerConnection;
 
-  constructor(addr: string | RuntimeAddress, options: DockerConnectionOptions = {}) {
+  constructor(addr: string | RuntimeAddress, options: RuntimeOptions = {}) {
     const parsed = typeof addr === 'string' ? parseRuntimeAddress(addr) : addr;
     this.address = parsed.raw;
+    // Bind mounts name paths on the engine's machine: only a local socket means this machine.
+    this.capabilities = { hostMounts: parsed.transport === 'unix' };
     this.conn = new DockerConnection(parsed, options);
     this.images = new DockerImages(this.conn);
   }

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { isSbxError } from '../errors.js';
+import { isSbxError } from '../../errors.js';
 import { parseRuntimeAddress } from './address.js';
 
 test('local means the platform default engine, or DOCKER_HOST when set', () => {

@@ -1,4 +1,4 @@
-import { SbxError } from '../errors.js';
+import { SbxError } from '../../errors.js';
 
 /** Where a runtime lives, parsed from a pool's `addr`. */
 export type RuntimeAddress =
