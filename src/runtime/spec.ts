@@ -1,11 +1,33 @@
 import { z } from 'zod';
+import { invalidArgument } from '../errors.js';
 import { parseOrThrow } from '../util/validation.js';
-import type { ContainerSpec } from './types.js';
+import {
+  MAX_LABEL_VALUE,
+  MAX_OUTPUT_BYTES,
+  MAX_PIDS,
+  MIN_CPUS,
+  MIN_MEMORY_BYTES,
+  absolutePath,
+  commandLine,
+  durationMs,
+  envMap,
+  plainText,
+  userSpec,
+} from './bounds.js';
+import { parseImageRef } from './image-ref.js';
+import type { ContainerSpec, ExecOptions, ExecStreamOptions } from './types.js';
 
 const port = z.number().int().min(1).max(65535);
-const envName = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const labelKey = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/;
-const absolutePath = z.string().refine((p) => p.startsWith('/') && !p.includes('\0'), 'must be an absolute path');
+
+/** An image reference checked by the one parser (image-ref.ts). */
+export const imageRef = z.string({ error: 'is required' }).superRefine((ref, ctx) => {
+  try {
+    parseImageRef(ref);
+  } catch (e) {
+    ctx.addIssue({ code: 'custom', message: (e as Error).message.replace(/^image: /, '') });
+  }
+});
 
 /**
  * The engine-neutral validation of a ContainerSpec: every runtime checks specs with it, so a
@@ -13,28 +35,30 @@ const absolutePath = z.string().refine((p) => p.startsWith('/') && !p.includes('
  */
 export const ContainerSpecSchema = z
   .object({
-    image: z.string().min(1, 'is required'),
+    image: imageRef,
     name: z
       .string()
       .regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$/, 'must be 1-128 of [a-zA-Z0-9_.-]')
       .optional(),
-    cmd: z.array(z.string()).optional(),
-    entrypoint: z.array(z.string()).optional(),
-    env: z.record(z.string().regex(envName, 'env names must match [A-Za-z_][A-Za-z0-9_]*'), z.string()).optional(),
-    workDir: absolutePath.optional(),
-    user: z
-      .string()
-      .regex(/^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?$/, "must be 'user', 'uid' or 'uid:gid'")
-      .optional(),
-    labels: z.record(z.string().regex(labelKey, 'label keys must match [A-Za-z0-9][A-Za-z0-9._/-]*'), z.string()).optional(),
+    cmd: commandLine.optional(),
+    entrypoint: commandLine.optional(),
+    env: envMap.optional(),
+    workDir: absolutePath('workDir').optional(),
+    user: userSpec.optional(),
+    labels: z.record(z.string().regex(labelKey, 'label keys must match [A-Za-z0-9][A-Za-z0-9._/-]*'), plainText(MAX_LABEL_VALUE)).optional(),
     memory: z
       .number()
       .int()
       .min(0)
-      .refine((m) => m === 0 || m >= 6 * 1024 * 1024, 'must be 0 (none) or at least 6 MiB')
+      .refine((m) => m === 0 || m >= MIN_MEMORY_BYTES, 'must be 0 (none) or at least 6 MiB')
       .optional(),
-    cpus: z.number().min(0).max(1024).optional(),
-    pidsLimit: z.number().int().min(0).optional(),
+    cpus: z
+      .number()
+      .min(0)
+      .max(1024)
+      .refine((c) => c === 0 || c >= MIN_CPUS, `must be 0 (none) or at least ${MIN_CPUS}`)
+      .optional(),
+    pidsLimit: z.number().int().min(0).max(MAX_PIDS).optional(),
     ports: z
       .array(
         z.object({
@@ -45,7 +69,7 @@ export const ContainerSpecSchema = z
         }),
       )
       .optional(),
-    binds: z.array(z.object({ hostPath: absolutePath, containerPath: absolutePath, readOnly: z.boolean().optional() })).optional(),
+    binds: z.array(z.object({ hostPath: absolutePath('hostPath'), containerPath: absolutePath('containerPath'), readOnly: z.boolean().optional() })).optional(),
     network: z.string().min(1).optional(),
     security: z
       .object({
@@ -53,7 +77,7 @@ export const ContainerSpecSchema = z
         capDrop: z.array(z.string().regex(/^[A-Z_]+$/)).optional(),
         capAdd: z.array(z.string().regex(/^[A-Z_]+$/)).optional(),
         readOnlyRootfs: z.boolean().optional(),
-        tmpfs: z.record(absolutePath, z.string()).optional(),
+        tmpfs: z.record(absolutePath('tmpfs'), z.string()).optional(),
       })
       .optional(),
     ociRuntime: z
@@ -61,9 +85,58 @@ export const ContainerSpecSchema = z
       .regex(/^[a-zA-Z0-9_.-]+$/)
       .optional(),
     shmSize: z.number().int().min(0).optional(),
+    restartPolicy: z.enum(['no', 'unless-stopped']).optional(),
   })
   .strict();
 
 export function validateSpec(spec: ContainerSpec): ContainerSpec {
   return parseOrThrow(ContainerSpecSchema, spec, 'spec') as ContainerSpec;
+}
+
+const execCommon = {
+  workDir: absolutePath('workDir').optional(),
+  env: envMap.optional(),
+  user: userSpec.optional(),
+  /** 0 = no timeout. */
+  timeoutMs: durationMs.optional(),
+  signal: z.instanceof(AbortSignal, { message: 'must be an AbortSignal' }).optional(),
+};
+
+/** ExecOptions of a buffered exec (Box.exec, Runtime.exec, POST /v1/boxes/:id/exec). */
+export const ExecOptionsSchema = z
+  .object({
+    ...execCommon,
+    stdin: z.union([z.string(), z.instanceof(Uint8Array)], { error: 'must be a string or bytes' }).optional(),
+    maxOutputBytes: z.number().int().min(1).max(MAX_OUTPUT_BYTES, `must be at most ${MAX_OUTPUT_BYTES} bytes`).optional(),
+  })
+  .strict();
+
+const terminalSize = z.object({ cols: z.number().int().min(1).max(10_000), rows: z.number().int().min(1).max(10_000) }).strict();
+
+/** ExecStreamOptions of a streaming exec (Box.stream, Runtime.execStream, the WebSocket exec). */
+export const ExecStreamOptionsSchema = z
+  .object({
+    ...execCommon,
+    tty: z.boolean().optional(),
+    size: terminalSize.optional(),
+  })
+  .strict();
+
+export { terminalSize as TerminalSizeSchema };
+
+/** Checks a command and buffered-exec options before anything reaches an engine. */
+export function validateExec(cmd: unknown, opts: ExecOptions | undefined): ExecOptions {
+  parseOrThrow(commandLine, cmd, 'cmd', 'cmd');
+  return opts === undefined ? {} : (parseOrThrow(ExecOptionsSchema, objectOrThrow(opts), 'options') as ExecOptions);
+}
+
+/** Checks a command and streaming-exec options before anything reaches an engine. */
+export function validateExecStream(cmd: unknown, opts: ExecStreamOptions | undefined): ExecStreamOptions {
+  parseOrThrow(commandLine, cmd, 'cmd', 'cmd');
+  return opts === undefined ? {} : (parseOrThrow(ExecStreamOptionsSchema, objectOrThrow(opts), 'options') as ExecStreamOptions);
+}
+
+function objectOrThrow(v: unknown): object {
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) throw invalidArgument('options', 'must be an object');
+  return v;
 }

@@ -54,6 +54,9 @@ export interface ContainerSpec {
   ociRuntime?: string;
   /** /dev/shm size in bytes. */
   shmSize?: number;
+  /** What the engine does with the container when the engine itself restarts: `unless-stopped`
+   * starts it again unless it had been stopped on purpose. Default `no`. */
+  restartPolicy?: 'no' | 'unless-stopped';
 }
 
 export type ContainerStatus = 'created' | 'running' | 'paused' | 'restarting' | 'removing' | 'exited' | 'dead';

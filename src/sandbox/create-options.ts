@@ -1,53 +1,56 @@
 import { isIP } from 'node:net';
 import { z } from 'zod';
+import {
+  MAX_LABEL_VALUE,
+  MAX_LABELS,
+  MAX_PIDS,
+  MIN_CPUS,
+  MIN_MEMORY_BYTES,
+  absolutePath,
+  commandLine,
+  durationMs,
+  envMapOf,
+  envName,
+  plainText,
+  userSpec,
+} from '../runtime/bounds.js';
+import { imageRef } from '../runtime/spec.js';
+import { invalidArgument } from '../errors.js';
 import { parseOrThrow } from '../util/validation.js';
 import type { CreateOptions } from './types.js';
 import { LIFECYCLE_POLICIES } from './types.js';
 
 export const BOX_ID_PATTERN = /^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$/;
+/** Owner names: what an API key acts as, stamped as a label. */
+export const OWNER_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$/;
 const labelKey = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,63}$/;
-const envName = /^[A-Za-z_][A-Za-z0-9_]*$/;
-const absolute = (what: string) =>
-  z.string().refine((p) => p.startsWith('/') && !p.includes('\0') && !p.split('/').includes('..'), `${what} must be an absolute path without '..'`);
-const nonNegativeMs = z
-  .number()
-  .int()
-  .min(0)
-  .max(365 * 86_400_000);
 
 function isLoopback(ip: string): boolean {
   return (isIP(ip) === 4 && ip.startsWith('127.')) || ip === '::1';
 }
 
-const createOptionsSchema = z
+/**
+ * CreateOptions as a schema: the library, the config loader and the HTTP API validate creates
+ * with this one definition. Unknown fields are refused. Bounds that depend on the pool (the
+ * memory and CPU ceilings, the security profile's network rule) are checked by the Manager.
+ */
+export const CreateOptionsSchema = z
   .object({
     id: z.string().regex(BOX_ID_PATTERN, 'must be 1-63 of [a-zA-Z0-9_.-], starting with a letter or digit').optional(),
-    owner: z.string().min(1).max(128).optional(),
-    labels: z.record(z.string().regex(labelKey, 'label keys must be 1-64 of [A-Za-z0-9._/-]'), z.string().max(1024)).optional(),
-    pool: z.string().min(1).optional(),
-    image: z.string({ error: 'is required' }).min(1, 'is required'),
-    cmd: z.array(z.string()).min(1, 'must not be empty').optional(),
-    workDir: absolute('workDir').optional(),
-    user: z
-      .string()
-      .regex(/^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?$/, "must be 'user', 'uid' or 'uid:gid'")
+    owner: z.string().regex(OWNER_PATTERN, 'must be 1-128 of [A-Za-z0-9_.@-], starting with a letter or digit').optional(),
+    labels: z
+      .record(z.string().regex(labelKey, 'label keys must be 1-64 of [A-Za-z0-9._/-]'), plainText(MAX_LABEL_VALUE))
+      .refine((l) => Object.keys(l).length <= MAX_LABELS, `at most ${MAX_LABELS} labels`)
       .optional(),
-    env: z
-      .record(
-        z
-          .string()
-          .regex(envName, 'env names must match [A-Za-z_][A-Za-z0-9_]*')
-          .refine((k) => !k.startsWith('SBX_'), 'SBX_* variables are set by sbx'),
-        z.string(),
-      )
-      .optional(),
-    memory: z
-      .number()
-      .int()
-      .min(6 * 1024 * 1024, 'must be at least 6 MiB (bytes)')
-      .optional(),
-    cpus: z.number().positive().max(1024).optional(),
-    pidsLimit: z.number().int().min(1).max(1_000_000).optional(),
+    pool: z.string().min(1).max(32).optional(),
+    image: imageRef,
+    cmd: commandLine.optional(),
+    workDir: absolutePath('workDir').optional(),
+    user: userSpec.optional(),
+    env: envMapOf(envName.refine((k) => !k.startsWith('SBX_'), 'SBX_* variables are set by sbx')).optional(),
+    memory: z.number().int('must be a whole number of bytes').min(MIN_MEMORY_BYTES, 'must be at least 6 MiB (bytes)').optional(),
+    cpus: z.number().min(MIN_CPUS, `must be at least ${MIN_CPUS}`).max(1024).optional(),
+    pidsLimit: z.number().int().min(1).max(MAX_PIDS).optional(),
     vnc: z.boolean().optional(),
     ports: z
       .array(
@@ -63,18 +66,21 @@ const createOptionsSchema = z
       .max(64)
       .optional(),
     policy: z.enum(LIFECYCLE_POLICIES as [string, ...string[]]).optional(),
-    idleTimeoutMs: nonNegativeMs.optional(),
-    stopTimeoutMs: nonNegativeMs.optional(),
-    maxLifetimeMs: nonNegativeMs.optional(),
+    idleTimeoutMs: durationMs.optional(),
+    stopTimeoutMs: durationMs.optional(),
+    maxLifetimeMs: durationMs.optional(),
     network: z
       .string()
-      .regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/)
+      .regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$/, 'must be a network name')
       .refine((n) => n !== 'host', "'host' would share the host's network; not allowed")
       .optional(),
     security: z.enum(['standard', 'strict']).optional(),
-    workspaceId: z.string().min(1).optional(),
+    workspaceId: z
+      .string()
+      .regex(/^[a-z0-9][a-z0-9_.-]{0,62}$/, 'must be a workspace id')
+      .optional(),
     mountMode: z.enum(['rw', 'ro']).optional(),
-    mountPath: absolute('mountPath')
+    mountPath: absolutePath('mountPath')
       .refine((p) => p !== '/', 'must not be /')
       .optional(),
   })
@@ -82,6 +88,6 @@ const createOptionsSchema = z
 
 /** Validates CreateOptions; a bad one is invalid_argument naming the field. */
 export function validateCreateOptions(opts: CreateOptions): CreateOptions {
-  if (opts === null || typeof opts !== 'object') return parseOrThrow(createOptionsSchema, {}, 'options') as CreateOptions;
-  return parseOrThrow(createOptionsSchema, opts, 'options') as CreateOptions;
+  if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) throw invalidArgument('options', 'must be an object with at least an image');
+  return parseOrThrow(CreateOptionsSchema, opts, 'options') as CreateOptions;
 }

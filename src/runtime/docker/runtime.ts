@@ -2,7 +2,7 @@ import type Docker from 'dockerode';
 import { SbxError } from '../../errors.js';
 import { parseRuntimeAddress } from './address.js';
 import type { RuntimeAddress } from './address.js';
-import { validateSpec } from '../spec.js';
+import { validateExec, validateExecStream, validateSpec } from '../spec.js';
 import type {
   ContainerInfo,
   ContainerSpec,
@@ -208,12 +208,12 @@ export class DockerRuntime implements Runtime {
     };
   }
 
-  exec(id: string, cmd: string[], opts?: ExecOptions): Promise<ExecResult> {
-    return runBuffered(this.conn, id, cmd, opts);
+  async exec(id: string, cmd: string[], opts?: ExecOptions): Promise<ExecResult> {
+    return runBuffered(this.conn, id, cmd, validateExec(cmd, opts));
   }
 
-  execStream(id: string, cmd: string[], opts?: ExecStreamOptions): Promise<ExecStream> {
-    return runStreaming(this.conn, id, cmd, opts);
+  async execStream(id: string, cmd: string[], opts?: ExecStreamOptions): Promise<ExecStream> {
+    return runStreaming(this.conn, id, cmd, validateExecStream(cmd, opts));
   }
 
   async close(): Promise<void> {
