@@ -1,0 +1,137 @@
+/**
+ * The fastify application: authentication, owner scoping, validation with the library's zod
+ * schemas, one error mapping, one log line per request, metrics, /openapi.json.
+ */
+import { randomBytes } from 'node:crypto';
+import swagger from '@fastify/swagger';
+import websocket from '@fastify/websocket';
+import Fastify, { LogController } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
+import { SbxError } from '../errors.js';
+import { FailureLimiter, authenticate } from './auth.js';
+import type { Caller } from './auth.js';
+import type { ServerContext } from './context.js';
+import { mapError } from './errors.js';
+import { adminRoutes } from './routes-admin.js';
+import { boxRoutes } from './routes-boxes.js';
+import { workspaceRoutes } from './routes-workspaces.js';
+import { wsExecRoutes } from './ws-exec.js';
+
+export interface AppOptions {
+  bodyLimitBytes: number;
+  authFailures: { max: number; windowMs: number };
+  https?: { cert: string | Buffer; key: string | Buffer } | undefined;
+  /** Largest WebSocket message accepted from a client. */
+  wsMaxPayloadBytes?: number;
+}
+
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,64}$/;
+
+function subjectOf(caller: Caller | undefined): string | undefined {
+  if (!caller) return undefined;
+  return caller.kind === 'box' ? `box:${caller.boxId}` : `${caller.role}:${caller.name}`;
+}
+
+export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<FastifyInstance> {
+  const limiter = new FailureLimiter(opts.authFailures.max, opts.authFailures.windowMs);
+  const app = Fastify({
+    loggerInstance: ctx.log as unknown as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: opts.bodyLimitBytes,
+    requestIdHeader: false,
+    genReqId: (req) => {
+      const given = req.headers['x-request-id'];
+      return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomBytes(8).toString('hex');
+    },
+    routerOptions: { maxParamLength: 4096, ignoreDuplicateSlashes: false },
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+    ...(opts.https ? { https: { cert: opts.https.cert, key: opts.https.key } } : {}),
+  }) as unknown as FastifyInstance;
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
+
+  await app.register(swagger, {
+    openapi: {
+      info: { title: 'sbx', version: '1', description: 'sbx HTTP API; see docs/api.md' },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      security: [{ bearer: [] }],
+    },
+    transform: jsonSchemaTransform,
+  });
+  await app.register(websocket, { options: { maxPayload: opts.wsMaxPayloadBytes ?? 16 * 1024 * 1024 } });
+
+  app.addHook('onRequest', async (req, reply) => {
+    reply.header('x-request-id', req.id);
+    const config = req.routeOptions.config;
+    if (config?.public) return;
+    if (!req.routeOptions.url) return; // unknown route: 404 below, no auth to reveal nothing
+    let caller: Caller;
+    try {
+      caller = await authenticate(req.headers.authorization, req.ip, { keys: ctx.keys, verifyBoxToken: (t) => ctx.manager.verifyBoxToken(t), limiter });
+    } catch (err) {
+      ctx.metrics.authFailures.inc();
+      throw err;
+    }
+    if (caller.kind === 'box' && !config?.boxToken) throw new SbxError('forbidden', 'a box token may only call its own box heartbeat route');
+    req.caller = caller;
+  });
+
+  app.addHook('onResponse', async (req, reply) => {
+    const route = req.routeOptions.url ?? 'unknown';
+    const ms = reply.elapsedTime;
+    ctx.metrics.requests.observe({ method: req.method, route, status: String(reply.statusCode) }, ms / 1000);
+    const line = {
+      reqId: req.id,
+      method: req.method,
+      route,
+      status: reply.statusCode,
+      ms: Math.round(ms * 10) / 10,
+      subject: subjectOf(req.caller),
+      ip: req.ip,
+    };
+    if (reply.statusCode >= 500) ctx.log.error(line, 'request');
+    else ctx.log.info(line, 'request');
+  });
+
+  app.setErrorHandler(async (err, req, reply) => {
+    const mapped = mapError(err);
+    ctx.metrics.errors.inc({ code: mapped.error.code });
+    if (mapped.status >= 500 && mapped.error.code === 'internal') ctx.log.error({ reqId: req.id, err }, 'internal error');
+    if (mapped.error.code === 'limit_exceeded' && typeof mapped.error.details?.['retryAfterMs'] === 'number') {
+      reply.header('retry-after', String(Math.ceil((mapped.error.details['retryAfterMs'] as number) / 1000)));
+    }
+    return reply.code(mapped.status).type('application/json').send(mapped.body);
+  });
+
+  app.setNotFoundHandler(async (req, reply) => {
+    ctx.metrics.errors.inc({ code: 'not_found' });
+    return reply.code(404).send({ error: { code: 'not_found', message: `no route ${req.method} ${req.url.split('?')[0]}` } });
+  });
+
+  // --- public
+  app.get('/healthz', { config: { public: true }, schema: { summary: 'The process is alive (no auth)', tags: ['health'] } }, async () => ({ ok: true }));
+  app.get(
+    '/readyz',
+    { config: { public: true }, schema: { summary: 'Every pool answered its last check (no auth)', tags: ['health'] } },
+    async (_req, reply) => {
+      const pools = ctx.manager.pools().map((p) => ({ name: p.name, connected: p.connected }));
+      const ready = !ctx.shuttingDown() && pools.length > 0 && pools.every((p) => p.connected);
+      if (ready) return { ready, pools };
+      return reply
+        .code(503)
+        .send({ error: { code: 'not_available', message: ctx.shuttingDown() ? 'shutting down' : 'a pool did not answer its last check', details: { pools } } });
+    },
+  );
+  app.get('/metrics', { config: { public: true }, schema: { summary: 'Prometheus metrics (no auth)', tags: ['health'], hide: true } }, async (_req, reply) => {
+    return reply.type(ctx.metrics.registry.contentType).send(await ctx.metrics.registry.metrics());
+  });
+  app.get('/openapi.json', { config: { public: true }, schema: { hide: true } }, async () => app.swagger());
+
+  boxRoutes(app, ctx);
+  wsExecRoutes(app, ctx);
+  workspaceRoutes(app, ctx);
+  adminRoutes(app, ctx);
+  return app;
+}

@@ -1,0 +1,119 @@
+/**
+ * Who is calling: an API key (admin or user, acting as an owner) or a box token (speaking for
+ * one box, accepted on that box's heartbeat route only). Failed attempts are rate-limited per
+ * client address.
+ */
+import { SbxError } from '../errors.js';
+import type { KeyStore, Principal } from './keys.js';
+
+export interface BoxPrincipal {
+  kind: 'box';
+  boxId: string;
+}
+
+export type Caller = Principal | BoxPrincipal;
+
+export const BOX_TOKEN_PREFIX = 'sbxb1.';
+
+export interface AuthDeps {
+  keys: KeyStore;
+  verifyBoxToken(token: string): Promise<string>;
+  limiter: FailureLimiter;
+}
+
+/** Reads `Authorization: Bearer …` and resolves the caller; throws unauthorized or limit_exceeded. */
+export async function authenticate(header: string | undefined, address: string, deps: AuthDeps): Promise<Caller> {
+  deps.limiter.check(address);
+  const m = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
+  if (!m) {
+    deps.limiter.fail(address);
+    throw new SbxError('unauthorized', header ? 'Authorization must be "Bearer <key>"' : 'missing Authorization: Bearer <key>');
+  }
+  const credential = m[1]!;
+  if (credential.startsWith(BOX_TOKEN_PREFIX)) {
+    try {
+      return { kind: 'box', boxId: await deps.verifyBoxToken(credential) };
+    } catch (err) {
+      deps.limiter.fail(address);
+      if (err instanceof SbxError && err.code === 'unauthorized') throw err;
+      throw new SbxError('unauthorized', 'box token rejected', { cause: err });
+    }
+  }
+  const principal = deps.keys.verify(credential);
+  if (!principal) {
+    deps.limiter.fail(address);
+    throw new SbxError('unauthorized', 'API key is not valid (unknown, revoked or mistyped)');
+  }
+  return principal;
+}
+
+/** The API key behind a call; a box token here is forbidden (it may only send heartbeats). */
+export function requireKey(caller: Caller | undefined): Principal {
+  if (!caller) throw new SbxError('unauthorized', 'missing Authorization: Bearer <key>');
+  if (caller.kind === 'box') throw new SbxError('forbidden', 'a box token may only call its own box heartbeat route');
+  return caller;
+}
+
+export function requireAdmin(caller: Caller | undefined): Principal {
+  const p = requireKey(caller);
+  if (p.role !== 'admin') throw new SbxError('forbidden', 'this route is for admin keys only');
+  return p;
+}
+
+/**
+ * The owner a call acts as. A user key always acts as its owner; naming another owner is
+ * forbidden. An admin may name any owner (or none).
+ */
+export function actingOwner(p: Principal, requested: string | undefined): string | undefined {
+  if (p.role === 'admin') return requested;
+  if (requested !== undefined && requested !== p.owner) {
+    throw new SbxError('forbidden', `this key acts as owner '${p.owner}' and cannot act as '${requested}'`, { details: { field: 'owner' } });
+  }
+  return p.owner;
+}
+
+/** True when `p` may see something owned by `owner`. */
+export function mayAccess(p: Principal, owner: string): boolean {
+  return p.role === 'admin' || p.owner === owner;
+}
+
+/**
+ * Failed authentications per client address in a sliding window. Over the limit, the address
+ * gets limit_exceeded (429) until old failures age out, even with a good key.
+ */
+export class FailureLimiter {
+  private readonly failures = new Map<string, number[]>();
+
+  constructor(
+    readonly max: number,
+    readonly windowMs: number,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  private recent(address: string): number[] {
+    const cutoff = this.now() - this.windowMs;
+    const list = (this.failures.get(address) ?? []).filter((t) => t > cutoff);
+    if (list.length === 0) this.failures.delete(address);
+    else this.failures.set(address, list);
+    return list;
+  }
+
+  check(address: string): void {
+    if (this.max <= 0) return;
+    const list = this.recent(address);
+    if (list.length >= this.max) {
+      const retryMs = list[0]! + this.windowMs - this.now();
+      throw new SbxError('limit_exceeded', `too many failed authentications from ${address}; retry in ${Math.ceil(retryMs / 1000)} s`, {
+        details: { limit: 'authFailures', retryAfterMs: retryMs },
+      });
+    }
+  }
+
+  fail(address: string): void {
+    if (this.max <= 0) return;
+    const list = this.recent(address);
+    list.push(this.now());
+    this.failures.set(address, list);
+    if (this.failures.size > 10_000) this.failures.delete(this.failures.keys().next().value!);
+  }
+}

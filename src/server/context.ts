@@ -1,0 +1,86 @@
+/**
+ * What every route module gets: the Manager, the key store, metrics, the stream registry used by
+ * graceful shutdown, and the owner-scoping helpers.
+ */
+import type { Logger } from 'pino';
+import { SbxError } from '../errors.js';
+import type { Box, Manager } from '../sandbox/index.js';
+import type { Workspace } from '../workspace/index.js';
+import type { Caller } from './auth.js';
+import { mayAccess, requireKey } from './auth.js';
+import type { KeyStore, Principal } from './keys.js';
+import type { ServerMetrics } from './metrics.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    caller?: Caller;
+  }
+  interface FastifyContextConfig {
+    /** No authentication (health, metrics). */
+    public?: boolean;
+    /** A box token for the `:id` box is accepted (the heartbeat route). */
+    boxToken?: boolean;
+  }
+}
+
+/** A stream (SSE, WebSocket) that graceful shutdown may have to end. */
+export interface OpenStream {
+  /** Ends the stream, telling the client why. */
+  abort(reason: SbxError): void;
+  /** Settles when the stream has ended by itself or been aborted. */
+  done: Promise<void>;
+}
+
+export class StreamRegistry {
+  private readonly open = new Set<OpenStream>();
+  add(s: OpenStream): void {
+    this.open.add(s);
+    void s.done.finally(() => this.open.delete(s));
+  }
+  get size(): number {
+    return this.open.size;
+  }
+  all(): OpenStream[] {
+    return [...this.open];
+  }
+}
+
+export interface ServerContext {
+  manager: Manager;
+  keys: KeyStore;
+  metrics: ServerMetrics;
+  streams: StreamRegistry;
+  log: Logger;
+  /** True once close() began: new work is refused with not_available. */
+  shuttingDown(): boolean;
+}
+
+export const WORKSPACE_ID_PATTERN = /^[a-z0-9][a-z0-9_.-]{0,62}$/;
+
+function boxNotFound(id: string): SbxError {
+  return new SbxError('not_found', `box '${id}' not found`, { details: { id } });
+}
+
+/**
+ * The box `id` if the caller may use it; another owner's box answers exactly like a missing
+ * one, so ids do not leak. Looking it up does not count as activity.
+ */
+export function boxFor(ctx: ServerContext, caller: Caller | undefined, id: string): Box {
+  const p = requireKey(caller);
+  const box = ctx.manager.list().find((b) => b.id === id);
+  if (!box || !mayAccess(p, box.owner)) throw boxNotFound(id);
+  return box;
+}
+
+/** The workspace `id` if the caller may use it; another owner's answers 404. */
+export async function workspaceFor(ctx: ServerContext, p: Principal, id: string): Promise<Workspace> {
+  let ws: Workspace;
+  try {
+    ws = await ctx.manager.workspaces.get(id);
+  } catch (err) {
+    if (err instanceof SbxError && err.code === 'not_found') throw new SbxError('not_found', `workspace '${id}' not found`, { details: { id } });
+    throw err;
+  }
+  if (!mayAccess(p, ws.owner)) throw new SbxError('not_found', `workspace '${id}' not found`, { details: { id } });
+  return ws;
+}

@@ -1,0 +1,87 @@
+/**
+ * The one place where sbx error codes become HTTP statuses, and where everything a request can
+ * throw (SbxError, fastify's own validation and parsing errors, anything else) becomes the wire
+ * body `{"error":{"code","message","details"?}}`.
+ */
+import type { FastifyError } from 'fastify';
+import { SbxError } from '../errors.js';
+import type { ErrorCode } from '../errors.js';
+
+export const STATUS_BY_CODE: Record<ErrorCode, number> = {
+  invalid_argument: 400,
+  unauthorized: 401,
+  forbidden: 403,
+  not_found: 404,
+  pool_not_found: 404,
+  conflict: 409,
+  pool_in_use: 409,
+  quota_exceeded: 413,
+  limit_exceeded: 429,
+  cancelled: 499,
+  internal: 500,
+  not_available: 503,
+  runtime_unavailable: 503,
+  timeout: 504,
+};
+
+export interface ErrorBody {
+  error: { code: ErrorCode; message: string; details?: Record<string, unknown> };
+}
+
+export interface MappedError {
+  status: number;
+  body: ErrorBody;
+  /** The SbxError the body came from. */
+  error: SbxError;
+}
+
+/** Fastify's own error codes for bad requests, with the status they deserve. */
+const FASTIFY_CLIENT_ERRORS: Record<string, number> = {
+  FST_ERR_CTP_BODY_TOO_LARGE: 413,
+  FST_ERR_CTP_INVALID_JSON_BODY: 400,
+  FST_ERR_CTP_EMPTY_JSON_BODY: 400,
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: 415,
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 400,
+  FST_ERR_CTP_EMPTY_TYPE: 415,
+  FST_ERR_CTP_INVALID_TYPE: 415,
+  FST_ERR_VALIDATION: 400,
+  FST_ERR_BAD_URL: 400,
+  FST_ERR_ASYNC_CONSTRAINT: 400,
+};
+
+/** Turns anything thrown while serving a request into a status and an error body. */
+export function mapError(err: unknown): MappedError {
+  if (err instanceof SbxError) return { status: STATUS_BY_CODE[err.code] ?? 500, body: { error: err.toJSON() }, error: err };
+  const fe = err as Partial<FastifyError> & { validation?: Array<{ instancePath?: string; message?: string; params?: Record<string, unknown> }> };
+  if (fe && typeof fe === 'object' && typeof fe.code === 'string' && fe.code in FASTIFY_CLIENT_ERRORS) {
+    const status = FASTIFY_CLIENT_ERRORS[fe.code]!;
+    const sbx = fromFastify(fe, status);
+    return { status, body: { error: sbx.toJSON() }, error: sbx };
+  }
+  // Errors from body parsing that fastify passes on with a 4xx status (e.g. aborted uploads).
+  if (fe && typeof fe === 'object' && typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
+    const sbx = new SbxError('invalid_argument', fe.message ?? 'bad request', { cause: err });
+    return { status: fe.statusCode, body: { error: sbx.toJSON() }, error: sbx };
+  }
+  const sbx = new SbxError('internal', 'internal error; the server log has the details', { cause: err });
+  return { status: 500, body: { error: sbx.toJSON() }, error: sbx };
+}
+
+function fromFastify(fe: Partial<FastifyError> & { validation?: Array<{ instancePath?: string; message?: string }> }, status: number): SbxError {
+  if (fe.code === 'FST_ERR_VALIDATION') {
+    const first = fe.validation?.[0];
+    const where = fe.validationContext ?? 'body';
+    const path = (first?.instancePath ?? '').replace(/^\//, '').replace(/\//g, '.');
+    const field = path ? `${where}.${path}` : where;
+    const message = first?.message ?? fe.message ?? 'invalid';
+    return new SbxError('invalid_argument', `${field}: ${message}`, { cause: fe, details: { field } });
+  }
+  if (fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE')
+    return new SbxError('invalid_argument', 'body is larger than the server accepts', { cause: fe, details: { field: 'body', limit: 'bodyLimitBytes' } });
+  if (status === 415)
+    return new SbxError('invalid_argument', `${fe.message ?? 'unsupported media type'}; send application/json`, {
+      cause: fe,
+      details: { field: 'content-type' },
+    });
+  return new SbxError('invalid_argument', fe.message ?? 'bad request', { cause: fe, details: { field: 'body' } });
+}

@@ -1,0 +1,172 @@
+/**
+ * `sbx serve`: the HTTP API (and, when configured, the gRPC heartbeat) over a Manager.
+ *
+ * @example
+ * const server = await serve({ port: 7070, dataDir: '/var/lib/sbx' });
+ * console.log(server.url); // http://127.0.0.1:7070
+ * await server.close();    // in-flight work gets shutdownGraceMs, boxes keep running
+ */
+import { readFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import type { FastifyInstance } from 'fastify';
+import pino from 'pino';
+import type { Logger } from 'pino';
+import { SbxError } from '../errors.js';
+import { Manager } from '../sandbox/index.js';
+import type { ManagerConfig } from '../sandbox/index.js';
+import { buildApp } from './app.js';
+import { StreamRegistry } from './context.js';
+import type { ServerContext } from './context.js';
+import { startGrpc } from './grpc.js';
+import type { GrpcServerHandle } from './grpc.js';
+import { KeyStore } from './keys.js';
+import { ServerMetrics } from './metrics.js';
+
+export { mapError, STATUS_BY_CODE } from './errors.js';
+export type { ErrorBody } from './errors.js';
+export { KeyStore } from './keys.js';
+export type { ApiKeyInfo, Role } from './keys.js';
+export { CHANNEL } from './ws-exec.js';
+
+export interface TlsFiles {
+  /** PEM text or bytes, or read from certFile/keyFile. */
+  cert?: string | Buffer;
+  key?: string | Buffer;
+  certFile?: string;
+  keyFile?: string;
+}
+
+export interface ServeOptions {
+  /** Default 127.0.0.1. Another address needs `tls` unless `allowInsecure`. */
+  host?: string;
+  /** Default 7070; 0 = any free port. */
+  port?: number;
+  /** A Manager the caller made (and will close); otherwise one is made from `config` and started. */
+  manager?: Manager;
+  config?: ManagerConfig;
+  /** Where keys live (and the Manager's data, when serve makes it). Default the Manager's dataDir. */
+  dataDir?: string;
+  tls?: TlsFiles;
+  /** Serve plain HTTP on a non-loopback address (behind a TLS proxy). */
+  allowInsecure?: boolean;
+  /** Largest JSON body; default 1 MiB. File uploads are streamed and bounded by the workspace quota instead. */
+  bodyLimitBytes?: number;
+  /** How long close() waits for in-flight requests and streams before ending them; default 10 s. */
+  shutdownGraceMs?: number;
+  /** Failed authentications per client address in `windowMs` before 429; default 20 per minute. */
+  authFailures?: { max: number; windowMs: number };
+  /** The gRPC heartbeat server; off unless given. */
+  grpc?: { host?: string; port: number };
+  logger?: Logger;
+  /** Where the first admin key is printed; default stdout. */
+  print?: (text: string) => void;
+}
+
+export interface ServerHandle {
+  url: string;
+  port: number;
+  host: string;
+  manager: Manager;
+  app: FastifyInstance;
+  keys: KeyStore;
+  /** The admin key made on this start (a fresh data dir only); shown once. */
+  adminKey: string | undefined;
+  grpc: GrpcServerHandle | undefined;
+  close(): Promise<void>;
+}
+
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\./.test(host);
+}
+
+function pem(v: string | Buffer | undefined, file: string | undefined, what: string): string | Buffer {
+  if (v !== undefined) return v;
+  if (!file) throw new SbxError('invalid_argument', `tls.${what}: give the PEM or ${what}File`, { details: { field: `tls.${what}` } });
+  try {
+    return readFileSync(file);
+  } catch (cause) {
+    throw new SbxError('invalid_argument', `tls.${what}File: cannot read ${file}`, { cause, details: { field: `tls.${what}File` } });
+  }
+}
+
+export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
+  const host = options.host ?? '127.0.0.1';
+  const port = options.port ?? 7070;
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new SbxError('invalid_argument', 'port: must be 0-65535', { details: { field: 'port' } });
+  const https = options.tls ? { cert: pem(options.tls.cert, options.tls.certFile, 'cert'), key: pem(options.tls.key, options.tls.keyFile, 'key') } : undefined;
+  if (!https && !isLoopback(host) && !options.allowInsecure) {
+    throw new SbxError('invalid_argument', `host: ${host} is not a loopback address; give tls (cert and key) or allowInsecure behind a TLS proxy`, {
+      details: { field: 'host' },
+    });
+  }
+  const log = options.logger ?? pino({ name: 'sbx-server', level: process.env['SBX_LOG_LEVEL'] ?? 'info' });
+  const ownManager = !options.manager;
+  const manager =
+    options.manager ?? new Manager({ ...options.config, ...(options.dataDir ? { dataDir: options.dataDir } : {}), logger: options.config?.logger ?? log });
+  const dataDir = options.dataDir ?? manager.config.dataDir;
+  const keys = new KeyStore(dataDir);
+  await keys.load();
+  let adminKey: string | undefined;
+  if (keys.size === 0) {
+    const created = await keys.create({ name: 'admin', role: 'admin' });
+    adminKey = created.key;
+    (options.print ?? ((t) => process.stdout.write(t)))(
+      `sbx: created the first admin API key; it is shown this once (only its hash is kept, in ${keys.file}):\n${created.key}\n`,
+    );
+  }
+  if (ownManager) await manager.start();
+
+  let closing = false;
+  const streams = new StreamRegistry();
+  const metrics = new ServerMetrics({
+    boxesByPool: () => {
+      const counts = new Map<string, number>(manager.pools().map((p) => [p.name, 0]));
+      for (const b of manager.list()) counts.set(b.pool, (counts.get(b.pool) ?? 0) + 1);
+      return counts;
+    },
+    pools: () => manager.pools(),
+    cleanupStats: () => (manager as unknown as { cleanupStats?: Record<string, number> }).cleanupStats,
+  });
+  const ctx: ServerContext = { manager, keys, metrics, streams, log, shuttingDown: () => closing };
+  const app = await buildApp(ctx, {
+    bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,
+    authFailures: options.authFailures ?? { max: 20, windowMs: 60_000 },
+    https,
+  });
+  let grpcHandle: GrpcServerHandle | undefined;
+  try {
+    await app.listen({ host, port });
+    if (options.grpc) grpcHandle = await startGrpc({ host: options.grpc.host ?? host, port: options.grpc.port, manager, metrics });
+  } catch (err) {
+    await app.close().catch(() => undefined);
+    if (ownManager) await manager.close().catch(() => undefined);
+    throw err;
+  }
+  const bound = (app.server.address() as AddressInfo).port;
+  const url = `${https ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${bound}`;
+  log.info({ url, grpc: grpcHandle?.address }, 'sbx serving');
+
+  const grace = options.shutdownGraceMs ?? 10_000;
+  let closed: Promise<void> | undefined;
+  const close = () =>
+    (closed ??= (async () => {
+      closing = true;
+      // Stop accepting; requests and streams in flight get the grace period.
+      const stopped = app.close();
+      const deadline = Date.now() + grace;
+      while (streams.size > 0 && Date.now() < deadline) {
+        await Promise.race([
+          Promise.all(streams.all().map((s) => s.done)),
+          new Promise((r) => setTimeout(r, Math.min(100, Math.max(1, deadline - Date.now())))),
+        ]);
+      }
+      const reason = new SbxError('not_available', `the server is shutting down (grace of ${grace} ms passed); the box keeps running, reconnect later`);
+      for (const s of streams.all()) s.abort(reason);
+      await Promise.race([stopped, new Promise((r) => setTimeout(r, 2000))]);
+      await grpcHandle?.close();
+      if (ownManager) await manager.close();
+      log.info('sbx server closed');
+    })());
+
+  return { url, port: bound, host, manager, app, keys, adminKey, grpc: grpcHandle, close };
+}

@@ -1,0 +1,146 @@
+/**
+ * API keys: random 256-bit secrets shown once, stored only as SHA-256 hashes in
+ * `<dataDir>/api-keys.json` (mode 0600, written atomically: temp file, fsync, rename, fsync dir).
+ *
+ * A key reads `sbxk_<id>_<secret>`: the id finds the record, the secret's hash is compared with
+ * `timingSafeEqual`. A fast hash is enough because the secret is 256 random bits, not a password.
+ */
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { mkdir, open, readFile, rename } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { SbxError } from '../errors.js';
+
+export type Role = 'admin' | 'user';
+
+export interface ApiKeyRecord {
+  id: string;
+  name: string;
+  role: Role;
+  /** The owner name a user key acts as; admins act as themselves (`admin`) unless they say otherwise. */
+  owner: string;
+  createdAt: string;
+  /** hex SHA-256 of the secret part. */
+  hash: string;
+}
+
+/** What the API shows of a key: everything but its hash. */
+export type ApiKeyInfo = Omit<ApiKeyRecord, 'hash'>;
+
+export interface Principal {
+  kind: 'key';
+  keyId: string;
+  name: string;
+  role: Role;
+  owner: string;
+}
+
+const KEY_RE = /^sbxk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$/;
+export const KEY_FILE = 'api-keys.json';
+
+function sha256(s: string): Buffer {
+  return createHash('sha256').update(s).digest();
+}
+
+export class KeyStore {
+  private keys = new Map<string, ApiKeyRecord>();
+  private writing: Promise<void> = Promise.resolve();
+  readonly file: string;
+
+  constructor(dataDir: string) {
+    this.file = join(dataDir, KEY_FILE);
+  }
+
+  async load(): Promise<void> {
+    let text: string;
+    try {
+      text = await readFile(this.file, 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+      throw err;
+    }
+    const parsed = JSON.parse(text) as { keys?: ApiKeyRecord[] };
+    this.keys = new Map((parsed.keys ?? []).map((k) => [k.id, k]));
+  }
+
+  get size(): number {
+    return this.keys.size;
+  }
+
+  list(): ApiKeyInfo[] {
+    return [...this.keys.values()].map(({ hash: _hash, ...info }) => info);
+  }
+
+  /** Creates a key and persists its hash; the returned `key` is the only copy of the secret. */
+  async create(input: { name: string; role: Role; owner?: string | undefined }): Promise<ApiKeyInfo & { key: string }> {
+    const id = randomBytes(8).toString('hex');
+    const secret = randomBytes(32).toString('base64url');
+    const record: ApiKeyRecord = {
+      id,
+      name: input.name,
+      role: input.role,
+      owner: input.owner ?? (input.role === 'admin' ? 'admin' : input.name),
+      createdAt: new Date().toISOString(),
+      hash: sha256(secret).toString('hex'),
+    };
+    this.keys.set(id, record);
+    try {
+      await this.persist();
+    } catch (err) {
+      this.keys.delete(id);
+      throw err;
+    }
+    const { hash: _hash, ...info } = record;
+    return { ...info, key: `sbxk_${id}_${secret}` };
+  }
+
+  /** Revokes a key; effective for the next request. */
+  async remove(id: string): Promise<void> {
+    const record = this.keys.get(id);
+    if (!record) throw new SbxError('not_found', `key '${id}' not found`, { details: { id } });
+    this.keys.delete(id);
+    try {
+      await this.persist();
+    } catch (err) {
+      this.keys.set(id, record);
+      throw err;
+    }
+  }
+
+  /** The principal a presented key stands for, or undefined. Constant-time in the secret. */
+  verify(presented: string): Principal | undefined {
+    const m = KEY_RE.exec(presented);
+    // Hash even when the shape is wrong, so a miss costs the same as a hit.
+    const got = sha256(m ? m[2]! : presented);
+    const record = m ? this.keys.get(m[1]!) : undefined;
+    const want = record ? Buffer.from(record.hash, 'hex') : Buffer.alloc(32);
+    const same = timingSafeEqual(got, want);
+    if (!record || !same) return undefined;
+    return { kind: 'key', keyId: record.id, name: record.name, role: record.role, owner: record.owner };
+  }
+
+  private persist(): Promise<void> {
+    const next = this.writing.then(() => this.writeFile());
+    this.writing = next.catch(() => undefined);
+    return next;
+  }
+
+  private async writeFile(): Promise<void> {
+    const dir = dirname(this.file);
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    const tmp = `${this.file}.tmp-${randomBytes(6).toString('hex')}`;
+    const fh = await open(tmp, 'wx', 0o600);
+    try {
+      await fh.writeFile(JSON.stringify({ version: 1, keys: [...this.keys.values()] }, null, 2) + '\n');
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await rename(tmp, this.file);
+    const d = await open(dir, 'r');
+    try {
+      await d.sync();
+    } finally {
+      await d.close();
+    }
+  }
+}

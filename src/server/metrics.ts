@@ -1,0 +1,101 @@
+/**
+ * The server's Prometheus metrics, on a registry of its own (several servers can live in one
+ * process, e.g. in tests). Gauges about boxes are read from the Manager at scrape time without
+ * touching any box (monitoring never counts as activity).
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+export interface MetricsSource {
+  /** Registered boxes per pool. */
+  boxesByPool(): Map<string, number>;
+  /** Pools and whether their last check answered. */
+  pools(): Array<{ name: string; connected: boolean }>;
+  /** The Manager's cleanup counters, when it has them. */
+  cleanupStats(): Record<string, number> | undefined;
+}
+
+export class ServerMetrics {
+  readonly registry = new Registry();
+  readonly requests: Histogram<'method' | 'route' | 'status'>;
+  readonly creates: Counter<'pool'>;
+  readonly removes: Counter<'pool'>;
+  readonly errors: Counter<'code'>;
+  readonly execs: Counter<'transport' | 'outcome'>;
+  readonly execDuration: Histogram<'transport'>;
+  readonly heartbeats: Counter<'transport'>;
+  readonly workspaceBytes: Counter<'direction'>;
+  readonly authFailures: Counter;
+  readonly openStreams: Gauge<'transport'>;
+
+  constructor(source: MetricsSource) {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry, prefix: 'sbx_process_' });
+    this.requests = new Histogram({
+      name: 'sbx_http_request_duration_seconds',
+      help: 'HTTP API request duration by route pattern and status',
+      labelNames: ['method', 'route', 'status'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers,
+    });
+    this.creates = new Counter({ name: 'sbx_box_creates_total', help: 'Boxes created through the API', labelNames: ['pool'], registers });
+    this.removes = new Counter({ name: 'sbx_box_removes_total', help: 'Boxes removed through the API', labelNames: ['pool'], registers });
+    this.errors = new Counter({ name: 'sbx_errors_total', help: 'Error responses by sbx error code', labelNames: ['code'], registers });
+    this.execs = new Counter({
+      name: 'sbx_execs_total',
+      help: 'Execs by transport (http, sse, ws) and outcome',
+      labelNames: ['transport', 'outcome'],
+      registers,
+    });
+    this.execDuration = new Histogram({
+      name: 'sbx_exec_duration_seconds',
+      help: 'Exec duration from request to exit',
+      labelNames: ['transport'],
+      buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+      registers,
+    });
+    this.heartbeats = new Counter({
+      name: 'sbx_heartbeats_total',
+      help: 'Heartbeats received by transport (http, grpc)',
+      labelNames: ['transport'],
+      registers,
+    });
+    this.workspaceBytes = new Counter({
+      name: 'sbx_workspace_bytes_total',
+      help: 'Workspace file bytes moved through the API (read, written)',
+      labelNames: ['direction'],
+      registers,
+    });
+    this.authFailures = new Counter({ name: 'sbx_auth_failures_total', help: 'Failed authentications', registers });
+    this.openStreams = new Gauge({ name: 'sbx_open_streams', help: 'Exec streams open now (sse, ws)', labelNames: ['transport'], registers });
+    new Gauge({
+      name: 'sbx_boxes',
+      help: 'Boxes registered with the Manager, by pool',
+      labelNames: ['pool'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [pool, n] of source.boxesByPool()) this.set({ pool }, n);
+      },
+    });
+    new Gauge({
+      name: 'sbx_pool_connected',
+      help: '1 when the pool answered its last check',
+      labelNames: ['pool'],
+      registers,
+      collect() {
+        this.reset();
+        for (const p of source.pools()) this.set({ pool: p.name }, p.connected ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'sbx_cleanup_actions',
+      help: "The Manager's cleanup counters since it started, by reason",
+      labelNames: ['reason'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [reason, n] of Object.entries(source.cleanupStats() ?? {})) this.set({ reason }, n);
+      },
+    });
+  }
+}

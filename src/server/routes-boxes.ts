@@ -1,0 +1,229 @@
+/** Boxes, buffered and SSE exec, and the heartbeat route. */
+import { StringDecoder } from 'node:string_decoder';
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { SbxError } from '../errors.js';
+import type { ExecStream } from '../runtime/types.js';
+import { CreateOptionsSchema } from '../sandbox/create-options.js';
+import type { Box, BoxInfo, CreateOptions } from '../sandbox/index.js';
+import { mapSettled } from '../util/concurrency.js';
+import { actingOwner, mayAccess, requireKey } from './auth.js';
+import { boxFor } from './context.js';
+import type { ServerContext } from './context.js';
+import { mapError } from './errors.js';
+import { ExecBodySchema, HeartbeatBodySchema, ListBoxesQuery, boxIdParam, decodeStdin, flag, parseLabelFilters } from './schemas.js';
+import type { ExecBody } from './schemas.js';
+import { startSse } from './sse.js';
+
+/** Boxes inspected at once for a list. */
+const LIST_PARALLELISM = 8;
+
+export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
+  const r = app.withTypeProvider<ZodTypeProvider>();
+
+  r.post(
+    '/v1/boxes',
+    {
+      schema: {
+        summary: 'Create a box (or get it, with ?getOrCreate=true and an id)',
+        tags: ['boxes'],
+        body: CreateOptionsSchema,
+        querystring: z.object({ getOrCreate: flag.optional() }).strict(),
+      },
+    },
+    async (req, reply) => {
+      const p = requireKey(req.caller);
+      const owner = actingOwner(p, req.body.owner) ?? p.owner;
+      const opts = { ...req.body, owner } as CreateOptions;
+      let box: Box;
+      let created = true;
+      if (req.query.getOrCreate) {
+        if (!opts.id) throw new SbxError('invalid_argument', 'id: getOrCreate needs an id', { details: { field: 'id' } });
+        const existing = ctx.manager.list().find((b) => b.id === opts.id);
+        if (existing && !mayAccess(p, existing.owner)) throw new SbxError('conflict', `box id '${opts.id}' is taken`, { details: { id: opts.id } });
+        created = !existing;
+        box = await ctx.manager.getOrCreate(opts);
+      } else {
+        box = await ctx.manager.create(opts);
+      }
+      if (created) ctx.metrics.creates.inc({ pool: box.pool });
+      return reply.code(created ? 201 : 200).send(await box.info());
+    },
+  );
+
+  r.get('/v1/boxes', { schema: { summary: 'List boxes', tags: ['boxes'], querystring: ListBoxesQuery } }, async (req) => {
+    const p = requireKey(req.caller);
+    const owner = actingOwner(p, req.query.owner);
+    const labels = parseLabelFilters(req.query.label);
+    const boxes = ctx.manager.list({
+      ...(owner !== undefined ? { owner } : {}),
+      ...(req.query.pool !== undefined ? { pool: req.query.pool } : {}),
+      ...(labels ? { labels } : {}),
+    });
+    const infos = await mapSettled(boxes, LIST_PARALLELISM, (b) => b.info());
+    const out: BoxInfo[] = [];
+    for (const res of infos) {
+      if (res.status === 'fulfilled') out.push(res.value);
+      else if (!(res.reason instanceof SbxError && res.reason.code === 'not_found')) throw res.reason;
+    }
+    return { boxes: out };
+  });
+
+  r.get('/v1/boxes/:id', { schema: { summary: 'Describe a box', tags: ['boxes'], params: boxIdParam } }, async (req) => {
+    return boxFor(ctx, req.caller, req.params.id).info();
+  });
+
+  r.delete('/v1/boxes/:id', { schema: { summary: 'Remove a box (force)', tags: ['boxes'], params: boxIdParam } }, async (req, reply) => {
+    const box = boxFor(ctx, req.caller, req.params.id);
+    await ctx.manager.remove(box.id);
+    ctx.metrics.removes.inc({ pool: box.pool });
+    return reply.code(204).send();
+  });
+
+  r.post('/v1/boxes/:id/start', { schema: { summary: 'Start a stopped box', tags: ['boxes'], params: boxIdParam } }, async (req) => {
+    const box = boxFor(ctx, req.caller, req.params.id);
+    await box.start();
+    return box.info();
+  });
+
+  r.post('/v1/boxes/:id/stop', { schema: { summary: 'Stop a box (it stays registered)', tags: ['boxes'], params: boxIdParam } }, async (req) => {
+    const box = boxFor(ctx, req.caller, req.params.id);
+    await box.stop();
+    return box.info();
+  });
+
+  r.post(
+    '/v1/boxes/:id/exec',
+    {
+      schema: {
+        summary: 'Run a command to completion (JSON), or stream its output as Server-Sent Events with Accept: text/event-stream',
+        tags: ['exec'],
+        params: boxIdParam,
+        body: ExecBodySchema,
+      },
+    },
+    async (req, reply) => {
+      const box = boxFor(ctx, req.caller, req.params.id);
+      if (ctx.shuttingDown()) throw new SbxError('not_available', 'the server is shutting down');
+      const started = performance.now();
+      if ((req.headers.accept ?? '').includes('text/event-stream')) return execSse(ctx, box, req.body, req, reply, started);
+      const { cmd, stdin, ...rest } = req.body;
+      const controller = new AbortController();
+      const onClose = () => {
+        if (!reply.raw.writableFinished) controller.abort();
+      };
+      reply.raw.once('close', onClose);
+      try {
+        const result = await box.exec(cmd, { ...rest, ...(stdin !== undefined ? { stdin: decodeStdin(stdin)! } : {}), signal: controller.signal });
+        ctx.metrics.execs.inc({ transport: 'http', outcome: 'exited' });
+        return result;
+      } catch (err) {
+        ctx.metrics.execs.inc({ transport: 'http', outcome: 'error' });
+        throw err;
+      } finally {
+        reply.raw.off('close', onClose);
+        ctx.metrics.execDuration.observe({ transport: 'http' }, (performance.now() - started) / 1000);
+      }
+    },
+  );
+
+  r.post(
+    '/v1/boxes/:id/heartbeat',
+    {
+      config: { boxToken: true },
+      schema: {
+        summary: "Heartbeat from inside the box (its box token) or from an owner's key",
+        tags: ['boxes'],
+        params: boxIdParam,
+        body: HeartbeatBodySchema,
+      },
+    },
+    async (req, reply) => {
+      const caller = req.caller;
+      if (caller?.kind === 'box') {
+        if (caller.boxId !== req.params.id) throw new SbxError('forbidden', 'this box token speaks for another box');
+      } else {
+        boxFor(ctx, caller, req.params.id);
+      }
+      await ctx.manager.heartbeat(req.params.id, {
+        active: req.body.active,
+        ...(req.body.processCount !== undefined ? { processCount: req.body.processCount } : {}),
+      });
+      ctx.metrics.heartbeats.inc({ transport: 'http' });
+      return reply.code(204).send();
+    },
+  );
+}
+
+async function execSse(
+  ctx: ServerContext,
+  box: Box,
+  body: ExecBody,
+  req: Parameters<typeof startSse>[0],
+  reply: Parameters<typeof startSse>[1],
+  started: number,
+): Promise<unknown> {
+  const { cmd, stdin, workDir, env, user, timeoutMs } = body;
+  const stream: ExecStream = await box.stream(cmd, {
+    ...(workDir !== undefined ? { workDir } : {}),
+    ...(env !== undefined ? { env } : {}),
+    ...(user !== undefined ? { user } : {}),
+    ...(timeoutMs !== undefined ? { timeoutMs } : {}),
+  });
+  const sse = startSse(req, reply);
+  ctx.metrics.openStreams.inc({ transport: 'sse' });
+  let finished = false;
+  let resolveDone!: () => void;
+  const done = new Promise<void>((resolve) => (resolveDone = resolve));
+  ctx.streams.add({
+    done,
+    abort(reason) {
+      if (finished) return;
+      sse.event('error', { error: reason.toJSON() });
+      sse.end();
+      void stream.cancel().catch(() => undefined);
+    },
+  });
+  const pump = (readable: NodeJS.ReadableStream & { pause(): void; resume(): void }, name: 'stdout' | 'stderr') =>
+    new Promise<void>((resolve) => {
+      const decoder = new StringDecoder('utf8');
+      readable.on('data', (chunk: Buffer) => {
+        const text = decoder.write(chunk);
+        if (text && !sse.event(name, { text })) {
+          readable.pause();
+          void sse.drained().then(() => readable.resume());
+        }
+      });
+      readable.once('end', () => {
+        const rest = decoder.end();
+        if (rest) sse.event(name, { text: rest });
+        resolve();
+      });
+      readable.once('error', () => resolve());
+      readable.once('close', () => resolve());
+    });
+  void sse.onClose.then(() => {
+    if (!finished) void stream.cancel().catch(() => undefined);
+  });
+  const input = decodeStdin(stdin);
+  stream.stdin.on('error', () => undefined);
+  if (input !== undefined) stream.stdin.end(input);
+  else stream.stdin.end();
+  try {
+    const [exitCode] = await Promise.all([stream.wait(), pump(stream.stdout, 'stdout'), pump(stream.stderr, 'stderr')]);
+    finished = true;
+    sse.event('exit', { exitCode, durationMs: Math.round(performance.now() - started) });
+    ctx.metrics.execs.inc({ transport: 'sse', outcome: 'exited' });
+  } catch (err) {
+    finished = true;
+    sse.event('error', mapError(err).body);
+    ctx.metrics.execs.inc({ transport: 'sse', outcome: 'error' });
+  } finally {
+    sse.end();
+    resolveDone();
+    ctx.metrics.openStreams.dec({ transport: 'sse' });
+    ctx.metrics.execDuration.observe({ transport: 'sse' }, (performance.now() - started) / 1000);
+  }
+  return reply;
+}

@@ -1,0 +1,254 @@
+/** Workspaces: CRUD, usage, and file I/O streamed both ways (raw bytes, tar). */
+import { Transform } from 'node:stream';
+import type { Readable } from 'node:stream';
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { SbxError, invalidArgument } from '../errors.js';
+import { OWNER_PATTERN } from '../sandbox/create-options.js';
+import { actingOwner, requireKey } from './auth.js';
+import { WORKSPACE_ID_PATTERN, workspaceFor } from './context.js';
+import type { ServerContext } from './context.js';
+import { flag, workspaceIdParam, workspacePathParams } from './schemas.js';
+
+const labels = z.record(z.string(), z.string());
+
+const CreateWorkspaceBody = z
+  .object({
+    id: z.string().regex(WORKSPACE_ID_PATTERN, 'must be 1-63 of [a-z0-9_.-], starting with a letter or digit').optional(),
+    name: z.string().min(1).max(256),
+    owner: z.string().regex(OWNER_PATTERN).optional(),
+    node: z.string().min(1).max(63).optional(),
+    labels: labels.optional(),
+    quotaBytes: z.number().int().min(0).optional(),
+  })
+  .strict();
+
+const UpdateWorkspaceBody = z.object({ name: z.string().min(1).max(256).optional(), labels: labels.optional() }).strict();
+
+const FileOpBody = z.discriminatedUnion('op', [
+  z.object({ op: z.literal('mkdir') }).strict(),
+  z.object({ op: z.literal('rename'), to: z.string().min(1).max(4096) }).strict(),
+  z.object({ op: z.literal('copy'), to: z.string().min(1).max(4096) }).strict(),
+]);
+
+const FileQuery = z
+  .object({
+    /** GET: `?stat` describes the entry, `?list` lists a directory (`&recursive=true`). */
+    stat: flag.optional(),
+    list: flag.optional(),
+    recursive: flag.optional(),
+    /** PUT: permission bits as octal digits, e.g. 755. */
+    mode: z
+      .string()
+      .regex(/^[0-7]{3,4}$/, 'must be octal permission bits like 644')
+      .optional(),
+  })
+  .strict();
+
+function counting(ctx: ServerContext, direction: 'read' | 'written', source: Readable): Readable {
+  const meter = new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      ctx.metrics.workspaceBytes.inc({ direction }, chunk.length);
+      cb(null, chunk);
+    },
+  });
+  source.on('error', (err) => meter.destroy(err));
+  return source.pipe(meter);
+}
+
+export function workspaceRoutes(app: FastifyInstance, ctx: ServerContext): void {
+  const r = app.withTypeProvider<ZodTypeProvider>();
+  const wsm = () => ctx.manager.workspaces;
+
+  r.post('/v1/workspaces', { schema: { summary: 'Create a workspace', tags: ['workspaces'], body: CreateWorkspaceBody } }, async (req, reply) => {
+    const p = requireKey(req.caller);
+    const owner = actingOwner(p, req.body.owner) ?? p.owner;
+    const node =
+      req.body.node ??
+      wsm()
+        .nodes()
+        .find((n) => n.online)?.name ??
+      wsm().nodes()[0]?.name;
+    if (!node) throw new SbxError('not_available', 'no node can hold workspaces');
+    const { owner: _o, node: _n, ...rest } = req.body;
+    const ws = await wsm().create({ ...rest, owner, node });
+    return reply.code(201).send(ws);
+  });
+
+  r.get(
+    '/v1/workspaces',
+    {
+      schema: {
+        summary: 'List workspaces',
+        tags: ['workspaces'],
+        querystring: z.object({ owner: z.string().regex(OWNER_PATTERN).optional(), node: z.string().min(1).max(63).optional() }).strict(),
+      },
+    },
+    async (req) => {
+      const p = requireKey(req.caller);
+      const owner = actingOwner(p, req.query.owner);
+      return { workspaces: await wsm().list({ ...(owner !== undefined ? { owner } : {}), ...(req.query.node ? { node: req.query.node } : {}) }) };
+    },
+  );
+
+  r.get('/v1/workspaces/:id', { schema: { summary: 'Describe a workspace', tags: ['workspaces'], params: workspaceIdParam } }, async (req) => {
+    return workspaceFor(ctx, requireKey(req.caller), req.params.id);
+  });
+
+  r.patch(
+    '/v1/workspaces/:id',
+    { schema: { summary: 'Rename or relabel a workspace', tags: ['workspaces'], params: workspaceIdParam, body: UpdateWorkspaceBody } },
+    async (req) => {
+      await workspaceFor(ctx, requireKey(req.caller), req.params.id);
+      return wsm().update(req.params.id, req.body);
+    },
+  );
+
+  r.delete(
+    '/v1/workspaces/:id',
+    {
+      schema: {
+        summary: 'Delete a workspace (?force=true even while a box mounts it)',
+        tags: ['workspaces'],
+        params: workspaceIdParam,
+        querystring: z.object({ force: flag.optional() }).strict(),
+      },
+    },
+    async (req, reply) => {
+      await workspaceFor(ctx, requireKey(req.caller), req.params.id);
+      await wsm().delete(req.params.id, { force: req.query.force ?? false });
+      return reply.code(204).send();
+    },
+  );
+
+  r.get(
+    '/v1/workspaces/:id/usage',
+    { schema: { summary: 'Bytes and files a workspace holds', tags: ['workspaces'], params: workspaceIdParam } },
+    async (req) => {
+      await workspaceFor(ctx, requireKey(req.caller), req.params.id);
+      return wsm().usage(req.params.id);
+    },
+  );
+
+  const fsOf = async (caller: Parameters<typeof requireKey>[0], id: string) => {
+    await workspaceFor(ctx, requireKey(caller), id);
+    return wsm().fs(id);
+  };
+
+  for (const url of ['/v1/workspaces/:id/files/*', '/v1/workspaces/:id/files']) {
+    r.get(
+      url,
+      {
+        schema: {
+          summary: 'Read a file (raw bytes, streamed), or ?stat / ?list a path',
+          tags: ['files'],
+          params: url.endsWith('*') ? workspacePathParams : workspaceIdParam,
+          querystring: FileQuery,
+        },
+      },
+      async (req, reply) => {
+        const path = filePath(req.params);
+        const fs = await fsOf(req.caller, req.params.id);
+        if (req.query.stat) return fs.stat(path);
+        if (req.query.list) return { entries: await fs.readDir(path, { recursive: req.query.recursive ?? false }) };
+        const stream = await fs.createReadStream(path);
+        return reply.header('content-type', 'application/octet-stream').send(counting(ctx, 'read', stream));
+      },
+    );
+
+    r.delete(
+      url,
+      {
+        schema: {
+          summary: 'Remove a file or an empty directory (?recursive=true for a tree)',
+          tags: ['files'],
+          params: url.endsWith('*') ? workspacePathParams : workspaceIdParam,
+          querystring: z.object({ recursive: flag.optional() }).strict(),
+        },
+      },
+      async (req, reply) => {
+        const path = filePath(req.params);
+        if (path === '') throw invalidArgument('path', 'name a path inside the workspace; the root cannot be removed');
+        const fs = await fsOf(req.caller, req.params.id);
+        if (req.query.recursive) await fs.removeAll(path);
+        else await fs.remove(path);
+        return reply.code(204).send();
+      },
+    );
+
+    r.post(
+      url,
+      {
+        schema: {
+          summary: 'mkdir (with parents), rename or copy a path: {"op":"mkdir"} | {"op":"rename","to":…} | {"op":"copy","to":…}',
+          tags: ['files'],
+          params: url.endsWith('*') ? workspacePathParams : workspaceIdParam,
+          body: FileOpBody,
+        },
+      },
+      async (req, reply) => {
+        const path = filePath(req.params);
+        const fs = await fsOf(req.caller, req.params.id);
+        const body = req.body;
+        if (body.op === 'mkdir') await fs.mkdirAll(path);
+        else if (body.op === 'rename') await fs.rename(path, body.to);
+        else await fs.copy(path, body.to);
+        return reply.code(204).send();
+      },
+    );
+  }
+
+  r.get(
+    '/v1/workspaces/:id/tar/*',
+    { schema: { summary: 'Download a directory as a tar stream', tags: ['files'], params: workspacePathParams } },
+    async (req, reply) => {
+      const fs = await fsOf(req.caller, req.params.id);
+      const tar = await fs.exportTar(filePath(req.params));
+      return reply.header('content-type', 'application/x-tar').send(counting(ctx, 'read', tar));
+    },
+  );
+
+  // Raw uploads: the body is the file (or the tar), streamed to the workspace with bounded
+  // memory; the workspace quota, not the JSON body limit, bounds it.
+  void app.register(async (raw) => {
+    raw.removeAllContentTypeParsers();
+    raw.addContentTypeParser('*', { bodyLimit: Number.MAX_SAFE_INTEGER }, (_req, payload, done) => done(null, payload));
+    const rr = raw.withTypeProvider<ZodTypeProvider>();
+    rr.put(
+      '/v1/workspaces/:id/files/*',
+      {
+        bodyLimit: Number.MAX_SAFE_INTEGER,
+        schema: {
+          summary: 'Write a file from the raw body (streamed; atomic; quota enforced)',
+          tags: ['files'],
+          params: workspacePathParams,
+          querystring: FileQuery,
+        },
+      },
+      async (req, reply) => {
+        const path = filePath(req.params);
+        if (path === '') throw invalidArgument('path', 'name a file inside the workspace');
+        const fs = await fsOf(req.caller, req.params.id);
+        const body = (req.body ?? req.raw) as Readable;
+        await fs.writeFile(path, counting(ctx, 'written', body), req.query.mode ? { mode: parseInt(req.query.mode, 8) } : {});
+        return reply.code(204).send();
+      },
+    );
+    rr.put(
+      '/v1/workspaces/:id/tar/*',
+      { bodyLimit: Number.MAX_SAFE_INTEGER, schema: { summary: 'Unpack a tar stream into a directory', tags: ['files'], params: workspacePathParams } },
+      async (req) => {
+        const fs = await fsOf(req.caller, req.params.id);
+        const body = (req.body ?? req.raw) as Readable;
+        return fs.importTar(filePath(req.params), counting(ctx, 'written', body));
+      },
+    );
+  });
+}
+
+function filePath(params: { id: string; '*'?: string }): string {
+  const p = params['*'] ?? '';
+  if (p.includes('\0')) throw invalidArgument('path', 'must not contain NUL');
+  return p;
+}
