@@ -20,6 +20,8 @@ const HOST_FIELDS = [
   'PortBindings',
   'Runtime',
   'ShmSize',
+  'MemorySwap',
+  'RestartPolicy',
 ];
 
 /**

@@ -221,6 +221,23 @@ export interface RuntimeOptions {
   maxConnections?: number;
 }
 
+/** A change of one container's state, as the engine reports it. */
+export interface ContainerEvent {
+  /** Container id. */
+  id: string;
+  /** `created`, `started`, `stopped` (the process ended: exit, kill, OOM, engine shutdown) or `removed`. */
+  action: 'created' | 'started' | 'stopped' | 'removed';
+  labels: Record<string, string>;
+  /** ISO 8601. */
+  at: string;
+}
+
+/** What the machine under a runtime offers a box at most. */
+export interface RuntimeResources {
+  cpus: number;
+  memoryBytes: number;
+}
+
 /** What a runtime can do, so the layers above never ask which engine it is. */
 export interface RuntimeCapabilities {
   /** Host directories of the machine sbx runs on can be mounted into boxes (workspaces). */
@@ -243,6 +260,13 @@ export interface Runtime {
   inspect(id: string): Promise<ContainerInfo>;
   list(opts?: ContainerListOptions): Promise<ContainerSummary[]>;
   processes(id: string): Promise<ProcessInfo[]>;
+  /**
+   * Container state changes matching the labels, from now on, until `signal` aborts (then the
+   * iteration ends) or the engine goes away (then it throws runtime_unavailable).
+   */
+  events(opts: { labels?: Record<string, string>; signal: AbortSignal }): AsyncIterable<ContainerEvent>;
+  /** The cores and memory of the machine the engine runs on. */
+  resources(): Promise<RuntimeResources>;
   stats(id: string): Promise<ContainerStats>;
   exec(id: string, cmd: string[], opts?: ExecOptions): Promise<ExecResult>;
   execStream(id: string, cmd: string[], opts?: ExecStreamOptions): Promise<ExecStream>;

@@ -1,16 +1,57 @@
 import { SbxError } from '../errors.js';
+import { validateExec, validateExecStream } from '../runtime/spec.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, Runtime } from '../runtime/types.js';
 import type { WorkspaceFS } from '../workspace/index.js';
 import type { BoxRecord } from './labels.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from './types.js';
 
-/** What a Box needs from the Manager that owns it. */
+/**
+ * One sandbox, as its user sees it. Exec, stream and workspace calls are use: they keep a
+ * session box alive; `info()` is a read and never does (a dashboard must not keep boxes alive).
+ * An exec or stream that is open keeps the box alive however long it runs.
+ *
+ * @example
+ * await using box = await manager.create({ image: 'sbx-base:latest' });
+ * const { stdout } = await box.exec(['echo', 'hello']);
+ */
+export interface Box extends AsyncDisposable {
+  readonly id: string;
+  readonly containerId: string;
+  readonly owner: string;
+  readonly pool: string;
+  readonly policy: LifecyclePolicy;
+  readonly image: string;
+  readonly workspaceId: string | null;
+  /** Where the workspace is mounted inside the box (when it has one). */
+  readonly mountPath: string;
+  readonly labels: Record<string, string>;
+  /** ISO 8601. */
+  readonly createdAt: string;
+  /** The status the engine last reported (its events and the cleanup passes); `info()` asks it now. */
+  readonly status: BoxStatus;
+  /** Runs a command to completion. A `timeoutMs` kills it inside the box (`timedOut: true`, exit 137). */
+  exec(cmd: string[], opts?: ExecOptions): Promise<ExecResult>;
+  /** Starts a command with live stdin/stdout/stderr; the box counts as busy until it exits. */
+  stream(cmd: string[], opts?: ExecStreamOptions): Promise<ExecStream>;
+  /** The file API of the workspace mounted into this box; not_found when it has none. */
+  workspace(): Promise<WorkspaceFS>;
+  /** The box's fields and its status, asked of the engine now. */
+  info(): Promise<BoxInfo>;
+  start(): Promise<void>;
+  /** SIGTERM, then SIGKILL after the box's stop timeout. The box stays registered. */
+  stop(): Promise<void>;
+  /** Force-removes the container and forgets the box. */
+  remove(): Promise<void>;
+}
+
+/** What a box needs from the Manager that owns it. */
 export interface BoxHost {
   runtimeFor(pool: string): Runtime;
   removeBox(id: string): Promise<void>;
   /** Called when an exec or stream of the box has finished. */
-  onExecFinished(box: Box): void;
+  onExecFinished(box: ManagedBox): void;
   workspaceFs(workspaceId: string): Promise<WorkspaceFS>;
+  now(): number;
 }
 
 /** When the box was last used, and what is in use right now. */
@@ -25,33 +66,28 @@ export class BoxActivityState {
     this.lastCall = now;
   }
 
-  /** The latest of an external call and a heartbeat; "now" while work is in flight. */
+  /** The latest of an external use and a heartbeat; "now" while work is in flight. */
   lastActive(now: number): number {
     return this.inFlight > 0 ? now : Math.max(this.lastCall, this.lastHeartbeat);
   }
 }
 
-export type BoxExecOptions = ExecOptions;
-export type BoxStreamOptions = ExecStreamOptions;
-
-/**
- * One sandbox. Every call counts as activity for the idle clock; an exec or stream that is
- * open keeps the box alive however long it runs.
- *
- * @example
- * await using box = await manager.create({ image: 'sbx-base:latest' });
- * const { stdout } = await box.exec(['echo', 'hello']);
- */
-export class Box implements AsyncDisposable {
+/** The Manager's Box: the record recovery rebuilds, the activity the cleanup loop reads. */
+export class ManagedBox implements Box {
   readonly activity: BoxActivityState;
+  /** When this Manager learnt of the box: a list taken before cannot contain it. */
+  readonly registeredAt: number;
+  status: BoxStatus;
 
   constructor(
     readonly record: BoxRecord,
     readonly containerId: string,
     private readonly host: BoxHost,
-    now: number = Date.now(),
+    status: BoxStatus = 'running',
   ) {
-    this.activity = new BoxActivityState(now);
+    this.registeredAt = host.now();
+    this.activity = new BoxActivityState(this.registeredAt);
+    this.status = status;
   }
 
   get id(): string {
@@ -66,38 +102,47 @@ export class Box implements AsyncDisposable {
   get policy(): LifecyclePolicy {
     return this.record.policy;
   }
+  get image(): string {
+    return this.record.image;
+  }
   get workspaceId(): string | null {
     return this.record.workspaceId;
   }
+  get mountPath(): string {
+    return this.record.mountPath;
+  }
   get labels(): Record<string, string> {
     return { ...this.record.labels };
+  }
+  get createdAt(): string {
+    return new Date(this.record.createdAt).toISOString();
   }
 
   private get runtime(): Runtime {
     return this.host.runtimeFor(this.record.pool);
   }
 
-  /** Marks an external call; the Manager's API calls it too. */
-  touch(now = Date.now()): void {
-    this.activity.lastCall = Math.max(this.activity.lastCall, now);
+  /** Marks a use of the box (exec, stream, workspace, attach, proxy, getOrCreate). */
+  touch(): void {
+    this.activity.lastCall = Math.max(this.activity.lastCall, this.host.now());
   }
 
-  /** Runs a command to completion. A `timeoutMs` kills it inside the box (`timedOut: true`, exit 137). */
-  async exec(cmd: string[], opts: BoxExecOptions = {}): Promise<ExecResult> {
+  async exec(cmd: string[], opts?: ExecOptions): Promise<ExecResult> {
+    const valid = validateExec(cmd, opts);
     const finish = this.begin();
     try {
-      return await this.runtime.exec(this.containerId, cmd, opts);
+      return await this.runtime.exec(this.containerId, cmd, valid);
     } finally {
       finish();
     }
   }
 
-  /** Starts a command with live stdin/stdout/stderr; the box counts as busy until it exits. */
-  async stream(cmd: string[], opts: BoxStreamOptions = {}): Promise<ExecStream> {
+  async stream(cmd: string[], opts?: ExecStreamOptions): Promise<ExecStream> {
+    const valid = validateExecStream(cmd, opts);
     const finish = this.begin();
     let stream: ExecStream;
     try {
-      stream = await this.runtime.execStream(this.containerId, cmd, opts);
+      stream = await this.runtime.execStream(this.containerId, cmd, valid);
     } catch (err) {
       finish();
       throw err;
@@ -121,32 +166,30 @@ export class Box implements AsyncDisposable {
     };
   }
 
-  /** The file API of the workspace mounted into this box; not_found when it has none. */
   async workspace(): Promise<WorkspaceFS> {
-    this.touch();
     if (!this.record.workspaceId) throw new SbxError('not_found', `box '${this.id}' has no workspace`, { details: { id: this.id } });
+    this.touch();
     return this.host.workspaceFs(this.record.workspaceId);
   }
 
   async info(): Promise<BoxInfo> {
-    this.touch();
     const c = await this.runtime.inspect(this.containerId);
-    const status: BoxStatus = c.running ? 'running' : c.status === 'created' ? 'creating' : 'stopped';
-    const now = Date.now();
+    this.status = c.running ? 'running' : c.status === 'created' ? 'creating' : 'stopped';
     return {
       id: this.id,
       containerId: this.containerId,
       pool: this.pool,
       owner: this.owner,
-      status,
+      status: this.status,
       policy: this.policy,
       labels: this.labels,
       image: this.record.image,
-      createdAt: new Date(this.record.createdAt).toISOString(),
-      lastActive: new Date(this.activity.lastActive(now)).toISOString(),
+      createdAt: this.createdAt,
+      lastActive: new Date(this.activity.lastActive(this.host.now())).toISOString(),
       processCount: this.activity.processCount,
       vnc: this.record.vnc,
       workspaceId: this.record.workspaceId,
+      mountPath: this.record.mountPath,
       idleTimeoutMs: this.record.idleTimeoutMs,
       maxLifetimeMs: this.record.maxLifetimeMs,
       stopTimeoutMs: this.record.stopTimeoutMs,
@@ -157,15 +200,14 @@ export class Box implements AsyncDisposable {
   async start(): Promise<void> {
     this.touch();
     await this.runtime.start(this.containerId);
+    this.status = 'running';
   }
 
-  /** SIGTERM, then SIGKILL after the box's stop timeout. The box stays registered. */
   async stop(): Promise<void> {
-    this.touch();
     await this.runtime.stop(this.containerId, { timeoutMs: this.record.stopTimeoutMs });
+    this.status = 'stopped';
   }
 
-  /** Force-removes the container and forgets the box. */
   async remove(): Promise<void> {
     await this.host.removeBox(this.id);
   }

@@ -7,16 +7,17 @@ import { z } from 'zod';
 import { SbxError, invalidArgument } from '../errors.js';
 import type { Runtime } from '../runtime/types.js';
 import type { RuntimeOptions } from '../runtime/types.js';
+import { MAX_PIDS, MIN_CPUS, MIN_MEMORY_BYTES, durationMs } from '../runtime/bounds.js';
 import { parseDuration } from '../util/duration.js';
 import { parseOrThrow } from '../util/validation.js';
 
 export const NAME_PATTERN = /^[a-z0-9][a-z0-9_-]{0,31}$/;
 
-const ms = z
-  .number()
-  .int()
-  .min(0)
-  .max(365 * 86_400_000);
+const ms = durationMs;
+
+/** A box's memory and CPU unless it asks otherwise (pool keys `memory`, `cpus`; 0 = no limit). */
+export const DEFAULT_BOX_MEMORY = 1024 * 1024 * 1024;
+export const DEFAULT_BOX_CPUS = 1;
 
 const poolSchema = z
   .object({
@@ -32,7 +33,18 @@ const poolSchema = z
       .string()
       .regex(/^[a-zA-Z0-9_.-]+$/)
       .optional(),
-    pidsLimit: z.number().int().min(0).optional(),
+    pidsLimit: z.number().int().min(0).max(MAX_PIDS).optional(),
+    memory: z
+      .number()
+      .int()
+      .refine((m) => m === 0 || m >= MIN_MEMORY_BYTES, 'must be 0 (no limit) or at least 6 MiB')
+      .default(DEFAULT_BOX_MEMORY),
+    cpus: z
+      .number()
+      .refine((c) => c === 0 || (c >= MIN_CPUS && c <= 1024), `must be 0 (no limit) or between ${MIN_CPUS} and 1024`)
+      .default(DEFAULT_BOX_CPUS),
+    maxMemory: z.number().int().min(MIN_MEMORY_BYTES).optional(),
+    maxCpus: z.number().min(MIN_CPUS).max(1024).optional(),
   })
   .strict();
 
@@ -71,6 +83,14 @@ export interface PoolConfig {
   ociRuntime?: string;
   /** Default pids limit of a box (512). */
   pidsLimit?: number;
+  /** Memory of a box that does not ask, in bytes (files also take `512m`, `2g`); 0 = no limit. Default 1 GiB. */
+  memory?: number;
+  /** CPU cores of a box that does not ask; 0 = no limit. Default 1. */
+  cpus?: number;
+  /** Most memory a box may ask for. Default: the engine machine's memory. */
+  maxMemory?: number;
+  /** Most cores a box may ask for. Default: the engine machine's cores. */
+  maxCpus?: number;
 }
 
 /** The Manager's configuration. A YAML file has the same keys, durations written `idleTimeout: 30m`. */
@@ -89,6 +109,8 @@ export interface ManagerConfig {
   /** Box token lifetime. Default 24 h. */
   tokenTtlMs?: number;
   logger?: Logger;
+  /** The Manager's clock (epoch ms); tests inject one. Default `Date.now`. */
+  clock?: () => number;
 }
 
 export interface ResolvedPool {
@@ -104,6 +126,10 @@ export interface ResolvedPool {
   security: 'standard' | 'strict';
   ociRuntime: string | undefined;
   pidsLimit: number | undefined;
+  memory: number;
+  cpus: number;
+  maxMemory: number | undefined;
+  maxCpus: number | undefined;
 }
 
 export interface ResolvedConfig {
@@ -135,11 +161,15 @@ export function resolvePool(p: PoolConfig, field?: string): ResolvedPool {
     security: v.security,
     ociRuntime: v.ociRuntime,
     pidsLimit: v.pidsLimit,
+    memory: v.memory,
+    cpus: v.cpus,
+    maxMemory: v.maxMemory,
+    maxCpus: v.maxCpus,
   };
 }
 
 export function resolveConfig(config: ManagerConfig = {}, env: NodeJS.ProcessEnv = process.env): ResolvedConfig {
-  const { logger: _logger, pools, ...plain } = config;
+  const { logger: _logger, clock: _clock, pools, ...plain } = config;
   const v = parseOrThrow(configSchema, plain, 'config');
   const resolvedPools = (pools && pools.length > 0 ? pools : [EMBEDDED_DEFAULT_POOL]).map((p, i) => resolvePool(p, `pools.${i}`));
   const names = new Set<string>();
@@ -182,9 +212,14 @@ const POOL_ENV_KEYS: Record<string, string> = {
   SECURITY: 'security',
   OCI_RUNTIME: 'ociRuntime',
   PIDS_LIMIT: 'pidsLimit',
+  MEMORY: 'memory',
+  CPUS: 'cpus',
+  MAX_MEMORY: 'maxMemory',
+  MAX_CPUS: 'maxCpus',
 };
 
-const NUMERIC_POOL_KEYS = new Set(['maxPerUser', 'maxTotal', 'pidsLimit']);
+const NUMERIC_POOL_KEYS = new Set(['maxPerUser', 'maxTotal', 'pidsLimit', 'cpus', 'maxCpus']);
+const BYTE_POOL_KEYS = ['memory', 'maxMemory'];
 
 /**
  * Loads a config: the YAML file at `file` (or `$SBX_CONFIG`), then `SBX_*` overrides
@@ -226,7 +261,10 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
   for (const [envKey, key] of Object.entries(ENV_KEYS)) if (env[envKey] !== undefined) config[key] = env[envKey];
   const pools = Array.isArray(config['pools']) ? (config['pools'] as Record<string, unknown>[]) : undefined;
   for (const [envKey, value] of Object.entries(env)) {
-    const m = /^SBX_POOL_(.+?)_(ADDR|MAX_PER_USER|MAX_TOTAL|IDLE_TIMEOUT|MAX_LIFETIME|STOP_TIMEOUT|SECURITY|OCI_RUNTIME|PIDS_LIMIT)$/.exec(envKey);
+    const m =
+      /^SBX_POOL_(.+?)_(ADDR|MAX_PER_USER|MAX_TOTAL|IDLE_TIMEOUT|MAX_LIFETIME|STOP_TIMEOUT|SECURITY|OCI_RUNTIME|PIDS_LIMIT|MEMORY|CPUS|MAX_MEMORY|MAX_CPUS)$/.exec(
+        envKey,
+      );
     if (!m || value === undefined) continue;
     const wanted = m[1]!.toLowerCase().replace(/_/g, '-');
     const list = pools ?? [{ ...EMBEDDED_DEFAULT_POOL }];
@@ -257,6 +295,27 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
   return result as ManagerConfig;
 }
 
+const BYTE_UNITS: Record<string, number> = {
+  '': 1,
+  b: 1,
+  k: 1024,
+  kib: 1024,
+  m: 1024 ** 2,
+  mib: 1024 ** 2,
+  g: 1024 ** 3,
+  gib: 1024 ** 3,
+  t: 1024 ** 4,
+  tib: 1024 ** 4,
+};
+
+/** `512m`, `2g`, `1.5GiB` or a plain number of bytes (binary units, as the engine counts). */
+function parseBytes(text: string, field: string): number {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(text);
+  const unit = BYTE_UNITS[(m?.[2] ?? '').toLowerCase()];
+  if (!m || unit === undefined) throw invalidArgument(field, `'${text}' is not a size (use bytes or e.g. 512m, 2g)`);
+  return Math.round(Number(m[1]) * unit);
+}
+
 function toPath(field: string): (string | number)[] {
   return field.split('.').map((p) => (/^\d+$/.test(p) ? Number(p) : p));
 }
@@ -264,6 +323,9 @@ function toPath(field: string): (string | number)[] {
 /** Turns `{ idleTimeout: '30m' }` into `{ idleTimeoutMs: 1800000 }`; an `…Ms` key in a file is refused. */
 function fromFileDurations(obj: Record<string, unknown>, keys: Record<string, string>, prefix: string): Record<string, unknown> {
   const out: Record<string, unknown> = { ...obj };
+  for (const key of prefix.startsWith('pools.') ? BYTE_POOL_KEYS : []) {
+    if (typeof out[key] === 'string') out[key] = parseBytes(out[key] as string, `${prefix}${key}`);
+  }
   for (const [fileKey, msKey] of Object.entries(keys)) {
     if (msKey in out) throw invalidArgument(`${prefix}${msKey}`, `config files write durations as '${fileKey}: 30m' (or a number of ms)`);
     if (!(fileKey in out)) continue;

@@ -86,14 +86,14 @@ describe(`Manager on a real engine (${runId})`, () => {
     const b = await m.create({ image: IMAGE, owner: 'bob', labels: { team: 'blue' } });
     assert.deepEqual(a.labels, { team: 'red', tier: '1' });
     assert.deepEqual(
-      m.list({ labels: { team: 'red' } }).map((x) => x.id),
+      (await m.list({ labels: { team: 'red' } })).map((x) => x.id),
       [a.id],
     );
     assert.deepEqual(
-      m.list({ owner: 'bob' }).map((x) => x.id),
+      (await m.list({ owner: 'bob' })).map((x) => x.id),
       [b.id],
     );
-    assert.equal(m.list({ pool: 'local' }).length, 2);
+    assert.equal((await m.list({ pool: 'local' })).length, 2);
     assert.deepEqual((await a.info()).labels, { team: 'red', tier: '1' });
     await Promise.all([a.remove(), b.remove()]);
   });
@@ -129,7 +129,7 @@ describe(`Manager on a real engine (${runId})`, () => {
     await assert.rejects(m.create({ image: IMAGE, pool: 'nope' }), (e) => isSbxError(e, 'pool_not_found'));
     await assert.rejects(m.create({ image: 'sbx-absent:none' }), (e) => isSbxError(e, 'not_found') && /sbx-absent:none/.test(e.message));
     assert.deepEqual(await containersOf(m), []);
-    assert.equal(m.list().length, 0);
+    assert.equal((await m.list()).length, 0);
   });
 
   test('a box whose command cannot start is removed again and the error surfaces', async () => {
@@ -138,10 +138,10 @@ describe(`Manager on a real engine (${runId})`, () => {
       m.create({ image: IMAGE, cmd: ['/no/such/binary'] }),
       (e) => isSbxError(e) && /no\/such\/binary|executable file not found/.test(e.message),
     );
-    assert.equal(m.list().length, 0);
+    assert.equal((await m.list()).length, 0);
     assert.deepEqual(await containersOf(m), []);
     // The slot was released: the pool is not left thinking it holds a box.
-    assert.equal(m.pools()[0]?.boxes, 0);
+    assert.equal((await m.pools())[0]?.boxes, 0);
   });
 
   test('containers get hardened defaults', async () => {
@@ -223,8 +223,8 @@ describe(`Manager on a real engine (${runId})`, () => {
     const m = newManager(undefined, { cleanupIntervalMs: 200 });
     await m.start();
     const box = await m.create({ image: IMAGE, idleTimeoutMs: 500 });
-    for (let i = 0; i < 40 && m.list().length > 0; i++) await sleep(100);
-    assert.equal(m.list().length, 0, 'the loop removed the idle box');
+    for (let i = 0; i < 40 && (await m.list()).length > 0; i++) await sleep(100);
+    assert.equal((await m.list()).length, 0, 'the loop removed the idle box');
     assert.ok(m.cleanupStats.ticks >= 2);
     await assert.rejects(engine.inspect(box.containerId), (e) => isSbxError(e, 'not_found'));
     await m.close();
@@ -235,18 +235,15 @@ describe(`Manager on a real engine (${runId})`, () => {
     const box = await m.create({ image: IMAGE, idleTimeoutMs: 800 });
     for (let i = 0; i < 4; i++) {
       await sleep(400);
-      m.heartbeat(box.id, { active: true, processCount: 3 });
+      await m.heartbeat(box.id, { active: true, processCount: 3 });
     }
     await m.cleanup();
     const info = await (await m.get(box.id)).info();
     assert.equal(info.processCount, 3);
-    assert.throws(
-      () => m.heartbeat('nope', { active: true }),
-      (e) => isSbxError(e, 'not_found'),
-    );
+    await assert.rejects(m.heartbeat('nope', { active: true }), (e) => isSbxError(e, 'not_found'));
     // An inactive heartbeat reports processes but is not activity.
     await sleep(900);
-    m.heartbeat(box.id, { active: false, processCount: 0 });
+    await m.heartbeat(box.id, { active: false, processCount: 0 });
     await m.cleanup();
     await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'));
   });
@@ -338,7 +335,7 @@ describe(`Manager on a real engine (${runId})`, () => {
     const second = newManager(undefined, {}, name);
     const other = newManager();
     await Promise.all([second.start(), other.start()]);
-    assert.equal(other.list().length, 0, 'a Manager of another name adopts nothing');
+    assert.equal((await other.list()).length, 0, 'a Manager of another name adopts nothing');
     const got = await second.get('rec-1');
     const after = await got.info();
     for (const k of [
@@ -373,8 +370,8 @@ describe(`Manager on a real engine (${runId})`, () => {
     assert.equal(refused.length, 7);
     for (const r of refused) assert.ok(isSbxError((r as PromiseRejectedResult).reason, 'limit_exceeded'));
     assert.equal((await containersOf(m)).length, 3);
-    assert.equal(m.pools()[0]?.boxes, 3);
-    await Promise.all(m.list().map((b) => b.remove()));
+    assert.equal((await m.pools())[0]?.boxes, 3);
+    await Promise.all((await m.list()).map((b) => b.remove()));
   });
 
   test('maxPerUser limits each owner separately', async () => {
@@ -389,7 +386,7 @@ describe(`Manager on a real engine (${runId})`, () => {
       ['fulfilled', 'rejected', 'fulfilled'],
     );
     assert.ok(isSbxError((results[1] as PromiseRejectedResult).reason, 'limit_exceeded'));
-    await Promise.all(m.list().map((b) => b.remove()));
+    await Promise.all((await m.list()).map((b) => b.remove()));
   });
 
   test('getOrCreate: 10 concurrent calls for one id create exactly one box', async () => {
@@ -418,7 +415,7 @@ describe(`Manager on a real engine (${runId})`, () => {
     await m.removePool('second', { force: true });
     await assert.rejects(engine.inspect(box.containerId), (e) => isSbxError(e, 'not_found'));
     assert.deepEqual(
-      m.pools().map((p) => p.name),
+      (await m.pools()).map((p) => p.name),
       ['local'],
     );
     await assert.rejects(m.removePool('second'), (e) => isSbxError(e, 'pool_not_found'));
@@ -481,7 +478,7 @@ describe(`Manager on a real engine (${runId})`, () => {
   test('an unreachable pool is reported, and creating on it is runtime_unavailable', async () => {
     const m = newManager([{ name: 'dead', addr: 'unix:///tmp/sbx-no-engine.sock' }]);
     await m.start();
-    assert.equal(m.pools()[0]?.connected, false);
+    assert.equal((await m.pools())[0]?.connected, false);
     await assert.rejects(m.create({ image: IMAGE }), (e) => isSbxError(e, 'runtime_unavailable'));
     await m.cleanup();
     assert.ok(m.cleanupStats.errors >= 1);

@@ -1,46 +1,40 @@
 import { randomBytes } from 'node:crypto';
-import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import pino from 'pino';
 import type { Logger } from 'pino';
 import { SbxError, isSbxError } from '../errors.js';
-import type { ContainerSpec, PullProgress, RegistryAuth, Runtime } from '../runtime/types.js';
+import { parseImageRef } from '../runtime/image-ref.js';
+import type { ContainerEvent, PullProgress, RegistryAuth } from '../runtime/types.js';
 import { mapSettled } from '../util/concurrency.js';
 import { WorkspaceManager } from '../workspace/index.js';
 import type { WorkspaceNode } from '../workspace/index.js';
-import { Box } from './box.js';
-import type { BoxHost } from './box.js';
-import { resolveConfig, resolvePool } from './config.js';
+import { ManagedBox } from './box.js';
+import type { Box, BoxHost } from './box.js';
+import { buildContainerSpec, newBoxRecord } from './box-spec.js';
+import { CleanupLoop, planCleanup } from './cleanup.js';
+import { resolveConfig, resolvePool, loadConfig } from './config.js';
 import type { ManagerConfig, PoolConfig, ResolvedConfig } from './config.js';
 import { validateCreateOptions } from './create-options.js';
-import { labelsToRecord, managerSelector, recordToLabels } from './labels.js';
-import type { BoxRecord } from './labels.js';
-import { decideCleanup } from './policy.js';
+import { managerSelector } from './labels.js';
 import { Pool } from './pool.js';
-import { DEFAULT_PIDS_LIMIT, securityFor } from './security.js';
+import { PoolWatch } from './pool-watch.js';
+import { planReconcile } from './reconcile.js';
+import { BoxRegistry } from './registry.js';
+import { loadTokenSecret } from './token-secret.js';
 import { BoxTokenService } from './tokens.js';
-import type { BoxInfo, CleanupStats, CreateOptions, HeartbeatInput, ListOptions, LifecyclePolicy, PoolInfo } from './types.js';
-import { DEFAULT_POLICY } from './types.js';
+import type { BoxInfo, CleanupStats, CreateOptions, HeartbeatInput, ListOptions, PoolInfo } from './types.js';
 
-/** The CMD a box runs unless the caller gives one: sleeps, and exits at once on SIGTERM. */
-export const GRACEFUL_CMD = ['/bin/sh', '-c', "trap 'exit 0' TERM; while :; do sleep 86400 & wait $!; done"];
-
-export const DEFAULT_WORKDIR = '/workspace';
 /** Engine calls in flight at once during cleanup and pool removal. */
 const CLEANUP_PARALLELISM = 5;
-
-interface Reservation {
-  id: string;
-  pool: string;
-  owner: string;
-}
+const DEFAULT_OWNER = 'default';
 
 /**
- * Keeps pools of container runtimes and the boxes on them: creation with limits, lookup,
- * recovery after a restart, and the cleanup loop that applies lifecycle policies.
+ * Keeps pools of container runtimes and the boxes on them, as the seed's table of operations:
+ * create, get, getOrCreate, list, remove, heartbeat; pools; images; and the cleanup loop that
+ * applies lifecycle policies. Every lookup is async, as it is in the SDK, so code moves between
+ * the two unchanged.
  *
  * @example
- * const manager = new Manager();          // one pool `local` on the local Docker Engine
+ * const manager = new Manager();          // SBX_CONFIG / SBX_* or one pool `local` on the local engine
  * await manager.start();                  // recover existing boxes, start the cleanup loop
  * const box = await manager.create({ image: 'sbx-base:latest', owner: 'alice' });
  * console.log((await box.exec(['uname', '-a'])).stdout);
@@ -52,26 +46,41 @@ export class Manager {
   readonly log: Logger;
   /** Workspaces on this Manager's nodes (a node is a pool's host); wired to its boxes' mounts. */
   readonly workspaces: WorkspaceManager;
+  readonly cleanupStats: CleanupStats = {
+    ticks: 0,
+    removedIdle: 0,
+    removedLifetime: 0,
+    removedOneshot: 0,
+    stoppedIdle: 0,
+    vanished: 0,
+    adopted: 0,
+    swept: 0,
+    errors: 0,
+  };
+  private readonly now: () => number;
   private readonly poolsByName = new Map<string, Pool>();
-  private readonly boxes = new Map<string, Box>();
-  private readonly reservations = new Map<string, Reservation>();
-  private readonly inflightGetOrCreate = new Map<string, Promise<Box>>();
+  private readonly registry = new BoxRegistry();
+  /** Creates with a known id in flight: getOrCreate joins them instead of racing them. */
+  private readonly creating = new Map<string, Promise<ManagedBox>>();
   /** Removals in progress: a second remove() of the same box waits for the first. */
   private readonly removing = new Map<string, Promise<void>>();
   private tokenService: Promise<BoxTokenService> | undefined;
-  private timer: NodeJS.Timeout | undefined;
-  private tick: Promise<void> | undefined;
+  private readonly loop: CleanupLoop;
+  private started = false;
   private readonly boxHost: BoxHost;
-  readonly cleanupStats: CleanupStats = { ticks: 0, removedIdle: 0, removedLifetime: 0, removedOneshot: 0, stoppedIdle: 0, vanished: 0, errors: 0 };
 
-  constructor(config: ManagerConfig = {}) {
+  /** With no argument, the config comes from `SBX_CONFIG` and `SBX_*` (see loadConfig). */
+  constructor(config: ManagerConfig = loadConfig()) {
     this.config = resolveConfig(config);
+    this.now = config.clock ?? Date.now;
     this.log = config.logger ?? pino({ name: 'sbx', level: process.env['SBX_LOG_LEVEL'] ?? 'warn' }, pino.destination(2));
     for (const p of this.config.pools) this.poolsByName.set(p.name, new Pool(p));
+    this.loop = new CleanupLoop(this.config.cleanupIntervalMs, () => this.cleanupOnce());
     this.boxHost = {
       runtimeFor: (pool) => this.pool(pool).runtime(),
       removeBox: (id) => this.remove(id),
       workspaceFs: (workspaceId) => this.workspaces.fs(workspaceId),
+      now: this.now,
       onExecFinished: (box) => {
         if (box.policy === 'oneshot' && box.activity.inFlight === 0) {
           this.remove(box.id).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'oneshot removal failed; cleanup will retry'));
@@ -81,7 +90,7 @@ export class Manager {
     this.workspaces = new WorkspaceManager({
       dataDir: this.config.dataDir,
       nodes: () => this.nodes(),
-      isMounted: (workspaceId) => [...this.boxes.values()].some((b) => b.workspaceId === workspaceId),
+      isMounted: (workspaceId) => this.registry.all().some((b) => b.workspaceId === workspaceId),
     });
   }
 
@@ -97,60 +106,113 @@ export class Manager {
 
   /**
    * Connects the pools, adopts every box this Manager's name labelled (all fields come back
-   * from the labels), then starts the cleanup loop. A pool that cannot be reached is logged
-   * and adopted on a later tick.
+   * from the labels), sweeps what a crash left half-made, follows the engines' events, then
+   * starts the cleanup loop. A pool that cannot be reached is logged and adopted later.
    */
   async start(): Promise<void> {
-    await Promise.all([...this.poolsByName.values()].map((p) => this.recoverPool(p).catch(() => undefined)));
-    if (!this.timer && this.config.cleanupIntervalMs > 0) {
-      this.timer = setInterval(() => void this.cleanup().catch(() => undefined), this.config.cleanupIntervalMs);
-      this.timer.unref();
-    }
+    this.started = true;
+    await Promise.all([...this.poolsByName.values()].map((p) => this.reconcilePool(p).catch(() => undefined)));
+    await this.sweepWorkspaces();
+    for (const p of this.poolsByName.values()) this.watch(p);
+    this.loop.start();
   }
 
   /** Stops the cleanup loop and closes connections. Boxes keep running. */
   async close(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
-    await this.tick;
+    this.started = false;
+    await this.loop.stop();
     // A oneshot removal started in the background must finish before its connection closes.
     await Promise.allSettled([...this.removing.values()]);
     await Promise.all([...this.poolsByName.values()].map((p) => p.close()));
   }
 
-  private async recoverPool(pool: Pool): Promise<void> {
-    const list = await this.listContainers(pool);
-    this.adopt(pool, list);
+  private async sweepWorkspaces(): Promise<void> {
+    const sweep = (this.workspaces as { sweepLeftovers?: () => Promise<unknown> }).sweepLeftovers;
+    if (!sweep) return;
+    try {
+      const result = await sweep.call(this.workspaces);
+      this.log.info({ result }, 'swept workspace leftovers');
+    } catch (err) {
+      this.log.error({ err }, 'sweeping workspace leftovers failed');
+    }
   }
 
-  private async listContainers(pool: Pool) {
+  private watch(pool: Pool): void {
+    if (pool.watch) return;
+    pool.watch = new PoolWatch(
+      pool.runtime(),
+      managerSelector(this.config.name, pool.name),
+      {
+        onEvent: (e) => this.onContainerEvent(pool, e),
+        onDisconnect: (err) => {
+          pool.connected = false;
+          this.log.warn({ pool: pool.name, err }, 'engine events stopped; reconnecting');
+        },
+        onReconnect: () => this.reconcilePool(pool).then(() => this.log.info({ pool: pool.name }, 'engine is back; boxes reconciled')),
+      },
+      this.log,
+    );
+    pool.watch.start();
+  }
+
+  private onContainerEvent(pool: Pool, e: ContainerEvent): void {
+    const box = this.registry.ofPool(pool.name).find((b) => b.containerId === e.id);
+    if (!box) return;
+    if (e.action === 'started') box.status = 'running';
+    else if (e.action === 'stopped') box.status = 'stopped';
+    else if (e.action === 'removed' && !this.removing.has(box.id)) {
+      this.registry.delete(box);
+      this.cleanupStats.vanished++;
+      this.log.warn({ box: box.id, pool: pool.name }, 'box removed behind sbx; forgotten');
+    }
+  }
+
+  /** Lists the pool and applies the reconcile plan: adopt, sweep, forget, refresh statuses. */
+  private async reconcilePool(pool: Pool): Promise<ManagedBox[]> {
+    const runtime = pool.runtime();
+    const listedAt = this.now();
+    let list;
     try {
-      const list = await pool.runtime().list({ labels: managerSelector(this.config.name, pool.name) });
+      [list, pool.resources] = await Promise.all([
+        runtime.list({ labels: managerSelector(this.config.name, pool.name) }),
+        pool.resources ? Promise.resolve(pool.resources) : runtime.resources(),
+      ]);
       pool.connected = true;
-      return list;
     } catch (err) {
       pool.connected = false;
       this.log.warn({ pool: pool.name, err }, 'pool unreachable');
       throw err;
     }
-  }
-
-  private adopt(pool: Pool, list: Awaited<ReturnType<Runtime['list']>>): void {
-    const now = Date.now();
-    for (const c of list) {
-      const record = labelsToRecord(c.labels, {
-        idleTimeoutMs: pool.def.idleTimeoutMs,
-        stopTimeoutMs: pool.def.stopTimeoutMs,
-        maxLifetimeMs: pool.def.maxLifetimeMs,
-        createdAt: Date.parse(c.createdAt) || now,
-        image: c.image,
-      });
-      if (!record || record.manager !== this.config.name || this.boxes.has(record.id)) continue;
-      // The idle clock restarts at recovery: a restart never reaps boxes on the spot.
-      this.boxes.set(record.id, new Box(record, c.id, this.boxHost, now));
-      this.log.info({ box: record.id, pool: pool.name }, 'recovered box');
+    const plan = planReconcile({
+      manager: this.config.name,
+      pool: pool.def,
+      list,
+      listedAt,
+      known: this.registry.ofPool(pool.name),
+      busy: (id) => this.registry.isReserved(id) || this.removing.has(id) || this.creating.has(id),
+      now: this.now(),
+    });
+    for (const { box, status } of plan.statuses) box.status = status;
+    for (const box of plan.vanished) {
+      if (!this.registry.delete(box)) continue;
+      this.cleanupStats.vanished++;
+      this.log.warn({ box: box.id, pool: pool.name }, 'box vanished from its runtime; forgotten');
+    }
+    for (const { record, container } of plan.adopt) {
+      // The idle clock restarts at adoption: a restart never reaps boxes on the spot.
+      this.registry.add(new ManagedBox(record, container.id, this.boxHost, container.running ? 'running' : 'stopped'));
+      if (pool.recovered) this.cleanupStats.adopted++;
+      this.log.info({ box: record.id, pool: pool.name }, pool.recovered ? 'adopted a box created by another process' : 'recovered box');
+    }
+    const swept = await mapSettled(plan.sweep, CLEANUP_PARALLELISM, (c) => runtime.remove(c.id, { force: true }));
+    for (const [i, r] of swept.entries()) {
+      if (r.status === 'fulfilled' || isSbxError(r.reason, 'not_found')) {
+        this.cleanupStats.swept++;
+        this.log.warn({ container: plan.sweep[i]!.id, pool: pool.name }, 'swept a box whose create never finished');
+      } else this.log.error({ container: plan.sweep[i]!.id, err: r.reason }, 'could not sweep a half-made box');
     }
     pool.recovered = true;
+    return this.registry.ofPool(pool.name);
   }
 
   // --- Pools ---------------------------------------------------------------------------
@@ -170,22 +232,25 @@ export class Manager {
     return first.value;
   }
 
-  /** Adds a pool (validated; names are unique). Its connection opens on first use. */
-  async addPool(def: PoolConfig): Promise<PoolInfo> {
-    const resolved = resolvePool(def);
+  /** Adds a pool (validated; names are unique). Takes what `pools()` returns; its status fields are ignored. */
+  async addPool(def: PoolConfig | PoolInfo): Promise<PoolInfo> {
+    const { connected: _c, boxes: _b, ...settings } = def as PoolInfo;
+    const resolved = resolvePool(settings);
     if (this.poolsByName.has(resolved.name)) throw new SbxError('conflict', `pool '${resolved.name}' already exists`, { details: { pool: resolved.name } });
     const pool = new Pool(resolved);
     this.poolsByName.set(resolved.name, pool);
-    if (this.timer) await this.recoverPool(pool).catch(() => undefined);
-    return pool.info(0);
+    if (this.started) {
+      await this.reconcilePool(pool).catch(() => undefined);
+      this.watch(pool);
+    }
+    return pool.info(this.registry.ofPool(pool.name).length);
   }
 
   /** Removes a pool: pool_in_use while it has boxes, unless `force`, which removes them first. */
   async removePool(name: string, opts: { force?: boolean } = {}): Promise<void> {
     const pool = this.pool(name);
-    const boxes = this.boxesOf(name);
-    const pending = [...this.reservations.values()].some((r) => r.pool === name);
-    if ((boxes.length > 0 || pending) && !opts.force) {
+    const boxes = this.registry.ofPool(name);
+    if ((boxes.length > 0 || this.registry.hasReservationsIn(name)) && !opts.force) {
       throw new SbxError('pool_in_use', `pool '${name}' has ${boxes.length} box(es); remove them or pass force`, {
         details: { pool: name, boxes: boxes.length },
       });
@@ -201,12 +266,8 @@ export class Manager {
     await pool.close();
   }
 
-  pools(): PoolInfo[] {
-    return [...this.poolsByName.values()].map((p) => p.info(this.boxesOf(p.name).length));
-  }
-
-  private boxesOf(pool: string): Box[] {
-    return [...this.boxes.values()].filter((b) => b.pool === pool);
+  async pools(): Promise<PoolInfo[]> {
+    return [...this.poolsByName.values()].map((p) => p.info(this.registry.count(p.name)));
   }
 
   // --- Boxes ---------------------------------------------------------------------------
@@ -216,11 +277,21 @@ export class Manager {
    * step, so concurrent creates can never exceed maxTotal or maxPerUser.
    */
   async create(options: CreateOptions): Promise<Box> {
-    const opts = validateCreateOptions(options);
-    const pool = await this.placement(opts);
-    const owner = opts.owner ?? 'default';
+    return this.createBox(validateCreateOptions(options));
+  }
+
+  private async createBox(opts: CreateOptions): Promise<ManagedBox> {
     const id = opts.id ?? `sb-${randomBytes(6).toString('hex')}`;
-    const release = this.reserve(id, pool, owner);
+    if (this.creating.has(id)) throw new SbxError('conflict', `box '${id}' already exists`, { details: { id } });
+    const creation = this.placeAndCreate(id, opts).finally(() => this.creating.delete(id));
+    this.creating.set(id, creation);
+    return creation;
+  }
+
+  private async placeAndCreate(id: string, opts: CreateOptions): Promise<ManagedBox> {
+    const pool = await this.placement(opts);
+    const owner = opts.owner ?? DEFAULT_OWNER;
+    const release = this.registry.reserve(id, pool.def, owner);
     try {
       return await this.createReserved(id, owner, pool, opts);
     } finally {
@@ -244,74 +315,18 @@ export class Manager {
     return this.pool(node);
   }
 
-  private reserve(id: string, pool: Pool, owner: string): () => void {
-    if (this.boxes.has(id) || this.reservations.has(id)) throw new SbxError('conflict', `box '${id}' already exists`, { details: { id } });
-    const inPool = (r: { pool: string }) => r.pool === pool.name;
-    const all = [...this.boxes.values(), ...this.reservations.values()];
-    const total = all.filter(inPool).length;
-    if (pool.def.maxTotal > 0 && total >= pool.def.maxTotal) {
-      throw new SbxError('limit_exceeded', `pool '${pool.name}' is full (${pool.def.maxTotal} boxes)`, {
-        details: { pool: pool.name, limit: 'maxTotal', max: pool.def.maxTotal },
-      });
-    }
-    const mine = all.filter((r) => inPool(r) && r.owner === owner).length;
-    if (pool.def.maxPerUser > 0 && mine >= pool.def.maxPerUser) {
-      throw new SbxError('limit_exceeded', `owner '${owner}' has ${mine} box(es) on pool '${pool.name}' (max ${pool.def.maxPerUser})`, {
-        details: { pool: pool.name, owner, limit: 'maxPerUser', max: pool.def.maxPerUser },
-      });
-    }
-    this.reservations.set(id, { id, pool: pool.name, owner });
-    return () => this.reservations.delete(id);
-  }
-
-  private async createReserved(id: string, owner: string, pool: Pool, opts: CreateOptions): Promise<Box> {
-    const record: BoxRecord = {
-      manager: this.config.name,
-      id,
-      owner,
-      pool: pool.name,
-      policy: (opts.policy as LifecyclePolicy | undefined) ?? DEFAULT_POLICY,
-      workspaceId: opts.workspaceId ?? null,
-      mountMode: opts.mountMode ?? 'rw',
-      mountPath: opts.mountPath ?? DEFAULT_WORKDIR,
-      idleTimeoutMs: opts.idleTimeoutMs ?? pool.def.idleTimeoutMs,
-      stopTimeoutMs: opts.stopTimeoutMs ?? pool.def.stopTimeoutMs,
-      maxLifetimeMs: opts.maxLifetimeMs ?? pool.def.maxLifetimeMs,
-      createdAt: Date.now(),
-      vnc: opts.vnc ?? false,
-      image: opts.image,
-      tokenNonce: BoxTokenService.newNonce(),
-      labels: opts.labels ?? {},
-    };
+  private async createReserved(id: string, owner: string, pool: Pool, opts: CreateOptions): Promise<ManagedBox> {
+    const record = newBoxRecord({ manager: this.config.name, id, owner, pool: pool.def, opts, now: this.now(), tokenNonce: BoxTokenService.newNonce() });
     const tokens = await this.tokens();
-    const env: Record<string, string> = {
-      ...(opts.env ?? {}),
+    const sbxEnv: Record<string, string> = {
       SBX_SANDBOX_ID: id,
       SBX_TOKEN: tokens.issue(id, record.tokenNonce, this.config.tokenTtlMs),
       ...(this.config.apiUrl ? { SBX_API_URL: this.config.apiUrl } : {}),
     };
-    const binds = record.workspaceId
-      ? [{ hostPath: await this.workspaces.mountPath(record.workspaceId), containerPath: record.mountPath, readOnly: record.mountMode === 'ro' }]
-      : [];
-    const profile = securityFor(opts.security ?? pool.def.security);
-    const network = opts.network ?? profile.network;
-    const spec: ContainerSpec = {
-      image: opts.image,
-      name: `sbx-${this.config.name}-${id}`,
-      cmd: opts.cmd ?? GRACEFUL_CMD,
-      env,
-      workDir: opts.workDir ?? DEFAULT_WORKDIR,
-      labels: recordToLabels(record),
-      pidsLimit: opts.pidsLimit ?? pool.def.pidsLimit ?? DEFAULT_PIDS_LIMIT,
-      security: profile.security,
-      ...(opts.user ? { user: opts.user } : {}),
-      ...(opts.memory ? { memory: opts.memory } : {}),
-      ...(opts.cpus ? { cpus: opts.cpus } : {}),
-      ...(opts.ports?.length ? { ports: opts.ports } : {}),
-      ...(binds.length ? { binds } : {}),
-      ...(network ? { network } : {}),
-      ...(pool.def.ociRuntime ? { ociRuntime: pool.def.ociRuntime } : {}),
-    };
+    const mount = record.workspaceId
+      ? { hostPath: await this.workspaces.mountPath(record.workspaceId), containerPath: record.mountPath, readOnly: record.mountMode === 'ro' }
+      : undefined;
+    const spec = buildContainerSpec({ record, opts, pool: pool.def, sbxEnv, mount, machine: pool.resources });
     const runtime = pool.runtime();
     let containerId: string;
     try {
@@ -331,51 +346,50 @@ export class Manager {
         .catch((e: unknown) => this.log.error({ box: id, err: e }, 'could not remove a box that failed to start'));
       throw err;
     }
-    const box = new Box(record, containerId, this.boxHost);
-    this.boxes.set(id, box);
+    const box = new ManagedBox(record, containerId, this.boxHost);
+    this.registry.add(box);
     this.log.info({ box: id, pool: pool.name, owner, policy: record.policy }, 'box created');
     return box;
   }
 
-  /** The box with this id; not_found otherwise. Counts as activity. */
+  /** The box with this id; not_found otherwise. A read: it does not count as use. */
   async get(id: string): Promise<Box> {
-    const box = this.boxes.get(id);
+    return this.known(id);
+  }
+
+  private known(id: string): ManagedBox {
+    const box = this.registry.get(id);
     if (!box) throw new SbxError('not_found', `box '${id}' not found`, { details: { id } });
-    box.touch();
     return box;
   }
 
   /**
-   * The box with `opts.id`, created if absent. Concurrent calls for one id share one creation:
-   * N callers, one box.
+   * The box with `opts.id`, created if absent. Concurrent calls for one id, and a plain
+   * `create()` of the same id in flight, share one creation: N callers, one box. Returning an
+   * existing box counts as use (the caller is about to work in it).
    */
-  async getOrCreate(opts: CreateOptions): Promise<Box> {
-    if (!opts?.id) throw new SbxError('invalid_argument', 'id: getOrCreate needs an id', { details: { field: 'id' } });
+  async getOrCreate(options: CreateOptions): Promise<Box> {
+    const opts = validateCreateOptions(options);
+    if (!opts.id) throw new SbxError('invalid_argument', 'id: getOrCreate needs an id', { details: { field: 'id' } });
     const id = opts.id;
-    const existing = this.boxes.get(id);
-    if (existing) return this.checkOwner(existing, opts);
-    const pending = this.inflightGetOrCreate.get(id);
-    if (pending) return pending.then((b) => this.checkOwner(b, opts));
-    const creation = this.create(opts).finally(() => this.inflightGetOrCreate.delete(id));
-    this.inflightGetOrCreate.set(id, creation);
-    return creation;
-  }
-
-  private checkOwner(box: Box, opts: CreateOptions): Box {
-    const owner = opts.owner ?? 'default';
+    const existing = this.registry.get(id);
+    const box = existing ?? (await (this.creating.get(id) ?? this.createBox(opts)));
+    const owner = opts.owner ?? DEFAULT_OWNER;
     if (box.owner !== owner) throw new SbxError('conflict', `box '${box.id}' exists and belongs to another owner`, { details: { id: box.id } });
     box.touch();
     return box;
   }
 
-  /** Boxes matching every given filter. */
-  list(opts: ListOptions = {}): Box[] {
-    return [...this.boxes.values()].filter(
-      (b) =>
-        (opts.owner === undefined || b.owner === opts.owner) &&
-        (opts.pool === undefined || b.pool === opts.pool) &&
-        Object.entries(opts.labels ?? {}).every(([k, v]) => b.record.labels[k] === v),
-    );
+  /** Boxes matching every given filter. A read: it does not count as use. */
+  async list(opts: ListOptions = {}): Promise<Box[]> {
+    return this.registry
+      .all()
+      .filter(
+        (b) =>
+          (opts.owner === undefined || b.owner === opts.owner) &&
+          (opts.pool === undefined || b.pool === opts.pool) &&
+          Object.entries(opts.labels ?? {}).every(([k, v]) => b.record.labels[k] === v),
+      );
   }
 
   /**
@@ -385,67 +399,51 @@ export class Manager {
   async remove(id: string): Promise<void> {
     const inProgress = this.removing.get(id);
     if (inProgress) return inProgress;
-    const box = this.boxes.get(id);
-    if (!box) throw new SbxError('not_found', `box '${id}' not found`, { details: { id } });
+    const box = this.known(id);
     const removal = this.removeBox(box).finally(() => this.removing.delete(id));
     this.removing.set(id, removal);
     return removal;
   }
 
-  private async removeBox(box: Box): Promise<void> {
+  private async removeBox(box: ManagedBox): Promise<void> {
     try {
       await this.pool(box.pool).runtime().remove(box.containerId, { force: true });
     } catch (err) {
       if (!isSbxError(err, 'not_found')) throw err;
     }
-    if (this.boxes.get(box.id) === box) this.boxes.delete(box.id);
+    this.registry.delete(box);
     this.log.info({ box: box.id, pool: box.pool }, 'box removed');
   }
 
   /** Records a heartbeat from inside the box: activity when `active`, and its process count. */
-  heartbeat(id: string, input: HeartbeatInput): void {
-    const box = this.boxes.get(id);
-    if (!box) throw new SbxError('not_found', `box '${id}' not found`, { details: { id } });
-    if (input.active) box.activity.lastHeartbeat = Date.now();
-    if (input.processCount !== undefined) box.activity.processCount = Math.max(0, Math.floor(input.processCount));
+  async heartbeat(id: string, input: HeartbeatInput): Promise<void> {
+    const box = this.known(id);
+    if (typeof input?.active !== 'boolean') throw new SbxError('invalid_argument', 'active: must be true or false', { details: { field: 'active' } });
+    if (input.processCount !== undefined && !(Number.isInteger(input.processCount) && input.processCount >= 0)) {
+      throw new SbxError('invalid_argument', 'processCount: must be a non-negative integer', { details: { field: 'processCount' } });
+    }
+    if (input.active) box.activity.lastHeartbeat = this.now();
+    if (input.processCount !== undefined) box.activity.processCount = input.processCount;
   }
 
+  /** The box's info, asked of the engine now. A read: it does not count as use. */
   async info(id: string): Promise<BoxInfo> {
-    return (await this.get(id)).info();
+    return this.known(id).info();
   }
 
   // --- Box tokens ----------------------------------------------------------------------
 
   private tokens(): Promise<BoxTokenService> {
-    this.tokenService ??= this.loadTokenSecret().then((secret) => new BoxTokenService(secret));
+    this.tokenService ??= (this.config.tokenSecret ? Promise.resolve(Buffer.from(this.config.tokenSecret)) : loadTokenSecret(this.config.dataDir)).then(
+      (secret) => new BoxTokenService(secret, this.now),
+    );
     return this.tokenService;
-  }
-
-  private async loadTokenSecret(): Promise<Buffer> {
-    if (this.config.tokenSecret) return Buffer.from(this.config.tokenSecret);
-    const file = join(this.config.dataDir, 'box-token.key');
-    try {
-      return Buffer.from((await readFile(file, 'utf8')).trim(), 'base64');
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-    }
-    await mkdir(this.config.dataDir, { recursive: true, mode: 0o700 });
-    const secret = randomBytes(32);
-    try {
-      await writeFile(file, secret.toString('base64'), { mode: 0o600, flag: 'wx' });
-    } catch (err) {
-      // Another Manager on the same data dir won the race: use its secret.
-      if ((err as NodeJS.ErrnoException).code === 'EEXIST') return Buffer.from((await readFile(file, 'utf8')).trim(), 'base64');
-      throw err;
-    }
-    await chmod(file, 0o600);
-    return secret;
   }
 
   /** The box a token speaks for; unauthorized if forged, expired, or its box is gone. */
   async verifyBoxToken(token: string): Promise<string> {
     const claims = (await this.tokens()).verify(token);
-    const box = this.boxes.get(claims.boxId);
+    const box = this.registry.get(claims.boxId);
     if (!box || box.record.tokenNonce !== claims.nonce) throw new SbxError('unauthorized', 'box token does not belong to a live box');
     return box.id;
   }
@@ -453,17 +451,18 @@ export class Manager {
   /** A fresh token for the same box, given a valid one. */
   async refreshBoxToken(token: string): Promise<string> {
     const id = await this.verifyBoxToken(token);
-    const box = this.boxes.get(id)!;
-    return (await this.tokens()).issue(id, box.record.tokenNonce, this.config.tokenTtlMs);
+    return (await this.tokens()).issue(id, this.known(id).record.tokenNonce, this.config.tokenTtlMs);
   }
 
   // --- Images --------------------------------------------------------------------------
 
   async imageExists(pool: string, ref: string): Promise<boolean> {
+    parseImageRef(ref, 'ref');
     return this.pool(pool).runtime().images.exists(ref);
   }
 
   pullImage(pool: string, ref: string, opts: { auth?: RegistryAuth; signal?: AbortSignal } = {}): AsyncIterable<PullProgress> {
+    parseImageRef(ref, 'ref');
     return this.pool(pool).runtime().images.pull(ref, opts);
   }
 
@@ -480,8 +479,7 @@ export class Manager {
 
   /** One cleanup pass over every pool (the loop calls it; tests and operators may too). */
   cleanup(): Promise<void> {
-    this.tick ??= this.cleanupOnce().finally(() => (this.tick = undefined));
-    return this.tick;
+    return this.loop.runOnce();
   }
 
   private async cleanupOnce(): Promise<void> {
@@ -490,50 +488,20 @@ export class Manager {
   }
 
   private async cleanupPool(pool: Pool): Promise<void> {
-    const listedAt = Date.now();
-    const list = await this.listContainers(pool);
-    if (!pool.recovered) this.adopt(pool, list);
-    const byId = new Map(list.map((c) => [c.id, c]));
-    const now = Date.now();
-    const work: Array<() => Promise<void>> = [];
-    for (const box of this.boxesOf(pool.name)) {
-      if (this.removing.has(box.id)) continue;
-      const c = byId.get(box.containerId);
-      if (!c) {
-        // Created after the list was taken: not vanished, just new.
-        if (box.activity.lastCall >= listedAt || this.reservations.has(box.id)) continue;
-        this.boxes.delete(box.id);
-        this.cleanupStats.vanished++;
-        this.log.warn({ box: box.id, pool: pool.name }, 'box vanished from its runtime; forgotten');
-        continue;
+    const boxes = (await this.reconcilePool(pool)).filter((b) => !this.removing.has(b.id));
+    const planned = planCleanup(boxes, this.now());
+    const results = await mapSettled(planned, CLEANUP_PARALLELISM, async ({ box, action, reason }) => {
+      if (action === 'stop') {
+        await box.stop();
+        this.cleanupStats.stoppedIdle++;
+      } else {
+        await this.remove(box.id);
+        if (reason === 'idle') this.cleanupStats.removedIdle++;
+        else if (reason === 'lifetime') this.cleanupStats.removedLifetime++;
+        else this.cleanupStats.removedOneshot++;
       }
-      const decision = decideCleanup({
-        policy: box.policy,
-        now,
-        createdAt: box.record.createdAt,
-        lastActive: box.activity.lastActive(now),
-        inFlight: box.activity.inFlight,
-        execsCompleted: box.activity.execsCompleted,
-        running: c.running,
-        idleTimeoutMs: box.record.idleTimeoutMs,
-        maxLifetimeMs: box.record.maxLifetimeMs,
-      });
-      if (decision.action === 'keep') continue;
-      const { action, reason } = decision;
-      work.push(async () => {
-        if (action === 'stop') {
-          await pool.runtime().stop(box.containerId, { timeoutMs: box.record.stopTimeoutMs });
-          this.cleanupStats.stoppedIdle++;
-        } else {
-          await this.remove(box.id);
-          if (reason === 'idle') this.cleanupStats.removedIdle++;
-          else if (reason === 'lifetime') this.cleanupStats.removedLifetime++;
-          else this.cleanupStats.removedOneshot++;
-        }
-        this.log.info({ box: box.id, pool: pool.name, policy: box.policy, action, reason }, 'cleanup');
-      });
-    }
-    const results = await mapSettled(work, CLEANUP_PARALLELISM, (w) => w());
+      this.log.info({ box: box.id, pool: pool.name, policy: box.policy, action, reason }, 'cleanup');
+    });
     for (const r of results) {
       if (r.status === 'rejected') {
         this.cleanupStats.errors++;

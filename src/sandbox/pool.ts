@@ -1,6 +1,7 @@
 import { openRuntime } from '../runtime/index.js';
-import type { Runtime } from '../runtime/types.js';
+import type { Runtime, RuntimeResources } from '../runtime/types.js';
 import type { ResolvedPool } from './config.js';
+import type { PoolWatch } from './pool-watch.js';
 import type { PoolInfo } from './types.js';
 
 /** A named runtime with its limits; the connection opens on first use and is reused. */
@@ -8,8 +9,11 @@ export class Pool {
   private rt: Runtime | undefined;
   /** Whether the last call that needed the engine reached it. */
   connected = false;
-  /** Whether this pool's existing boxes have been adopted (start() or a later tick). */
+  /** Whether this pool's existing boxes have been adopted (start() or a later pass). */
   recovered = false;
+  /** The engine machine's size, learned at recovery: the default ceiling of box resources. */
+  resources: RuntimeResources | undefined;
+  watch: PoolWatch | undefined;
 
   constructor(readonly def: ResolvedPool) {}
 
@@ -23,21 +27,30 @@ export class Pool {
   }
 
   info(boxes: number): PoolInfo {
+    const d = this.def;
     return {
-      name: this.def.name,
-      addr: this.def.addr,
+      name: d.name,
+      addr: d.addr,
       connected: this.connected,
       boxes,
-      maxPerUser: this.def.maxPerUser,
-      maxTotal: this.def.maxTotal,
-      idleTimeoutMs: this.def.idleTimeoutMs,
-      maxLifetimeMs: this.def.maxLifetimeMs,
-      stopTimeoutMs: this.def.stopTimeoutMs,
-      security: this.def.security,
+      maxPerUser: d.maxPerUser,
+      maxTotal: d.maxTotal,
+      idleTimeoutMs: d.idleTimeoutMs,
+      maxLifetimeMs: d.maxLifetimeMs,
+      stopTimeoutMs: d.stopTimeoutMs,
+      security: d.security,
+      memory: d.memory,
+      cpus: d.cpus,
+      ...(d.ociRuntime ? { ociRuntime: d.ociRuntime } : {}),
+      ...(d.pidsLimit !== undefined ? { pidsLimit: d.pidsLimit } : {}),
+      ...(d.maxMemory !== undefined ? { maxMemory: d.maxMemory } : {}),
+      ...(d.maxCpus !== undefined ? { maxCpus: d.maxCpus } : {}),
     };
   }
 
   async close(): Promise<void> {
+    await this.watch?.stop();
+    this.watch = undefined;
     // A runtime handed in by the caller is theirs to close.
     if (this.rt && !this.def.runtime) await this.rt.close();
     this.rt = undefined;

@@ -68,12 +68,17 @@ export interface BoxInfo {
   processCount: number;
   vnc: boolean;
   workspaceId: string | null;
+  mountPath: string;
   idleTimeoutMs: number;
   maxLifetimeMs: number;
   stopTimeoutMs: number;
   ports: Array<{ containerPort: number; hostIp: string; hostPort: number; protocol: 'tcp' | 'udp' }>;
 }
 
+/**
+ * A pool as `pools()` reports it: its settings (what `addPool()` takes; `connected` and `boxes`
+ * are status, ignored there) and its state.
+ */
 export interface PoolInfo {
   name: string;
   addr: string;
@@ -85,6 +90,12 @@ export interface PoolInfo {
   maxLifetimeMs: number;
   stopTimeoutMs: number;
   security: SecurityProfile;
+  memory: number;
+  cpus: number;
+  ociRuntime?: string;
+  pidsLimit?: number;
+  maxMemory?: number;
+  maxCpus?: number;
 }
 
 export interface HeartbeatInput {
@@ -100,5 +111,9 @@ export interface CleanupStats {
   removedOneshot: number;
   stoppedIdle: number;
   vanished: number;
+  /** Boxes found on the engine after start: creates that landed after their Manager died. */
+  adopted: number;
+  /** Containers of this Manager created but never started (their creator died in between), removed. */
+  swept: number;
   errors: number;
 }

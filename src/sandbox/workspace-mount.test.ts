@@ -94,7 +94,7 @@ describe('workspaces mounted into boxes through the Manager', () => {
 
   test('an unknown workspace id is not_found and creates nothing', async () => {
     await assert.rejects(manager.create({ image: IMAGE, workspaceId: 'ws-does-not-exist' }), (e) => isSbxError(e, 'not_found'));
-    assert.equal(manager.list().length, 0);
+    assert.equal((await manager.list()).length, 0);
     assert.deepEqual(await engine.list({ labels: managerSelector(name) }), []);
   });
 
@@ -116,7 +116,7 @@ describe('workspaces mounted into boxes through the Manager', () => {
     await again.start();
     const got = await again.get(box.id);
     assert.equal(got.workspaceId, ws.id);
-    assert.equal(got.record.mountPath, '/w');
+    assert.equal(got.mountPath, '/w');
     await (await got.workspace()).writeFile('x.txt', 'via recovered');
     assert.equal((await got.exec(['cat', '/w/x.txt'])).stdout, 'via recovered');
     await assert.rejects(again.workspaces.delete(ws.id), (e) => isSbxError(e, 'conflict'));

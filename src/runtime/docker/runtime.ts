@@ -1,3 +1,4 @@
+import type { Readable } from 'node:stream';
 import type Docker from 'dockerode';
 import { SbxError } from '../../errors.js';
 import { parseRuntimeAddress } from './address.js';
@@ -14,11 +15,13 @@ import type {
   ExecStream,
   ExecStreamOptions,
   ContainerListOptions,
+  ContainerEvent,
   ProcessInfo,
   PublishedPort,
   Runtime,
   RuntimeCapabilities,
   RuntimeOptions,
+  RuntimeResources,
   RuntimeVersion,
 } from '../types.js';
 import { DockerConnection } from './connection.js';
@@ -26,6 +29,7 @@ import { toCreateOptions } from './container-config.js';
 import { toSbxError } from './errors.js';
 import { runBuffered, runStreaming } from './exec.js';
 import { DockerImages } from './images.js';
+import { jsonLines } from './json-lines.js';
 
 /**
  * The Runtime for a Docker Engine (local socket, tcp with optional TLS, or ssh).
@@ -189,6 +193,50 @@ export class DockerRuntime implements Runtime {
     return (top.Processes ?? []).map((p) => ({ pid: p[pid] ?? '', user: user >= 0 ? (p[user] ?? '') : '', command: cmd >= 0 ? (p[cmd] ?? '') : '' }));
   }
 
+  async *events(opts: { labels?: Record<string, string>; signal: AbortSignal }): AsyncGenerator<ContainerEvent> {
+    if (opts.signal.aborted) return;
+    const label = Object.entries(opts.labels ?? {}).map(([k, v]) => (v === '' ? k : `${k}=${v}`));
+    let body: Readable;
+    try {
+      body = (await this.docker.getEvents({
+        filters: { type: ['container'], event: Object.keys(EVENT_ACTIONS), ...(label.length ? { label } : {}) },
+        abortSignal: opts.signal,
+      } as Docker.GetEventsOptions)) as unknown as Readable;
+    } catch (err) {
+      if (opts.signal.aborted) return;
+      this.fail(err, 'events');
+    }
+    const abort = () => body.destroy();
+    opts.signal.addEventListener('abort', abort, { once: true });
+    try {
+      for await (const e of jsonLines(body)) {
+        const action = EVENT_ACTIONS[String(e['Action'] ?? e['status'] ?? '')];
+        const actor = (e['Actor'] ?? {}) as { ID?: string; Attributes?: Record<string, string> };
+        const id = actor.ID ?? String(e['id'] ?? '');
+        if (!action || !id) continue;
+        const nanos = Number(e['timeNano']);
+        const at = Number.isFinite(nanos) && nanos > 0 ? new Date(nanos / 1e6).toISOString() : new Date().toISOString();
+        yield { id, action, labels: actor.Attributes ?? {}, at };
+      }
+    } catch (err) {
+      if (!opts.signal.aborted) this.fail(err, 'events');
+    } finally {
+      opts.signal.removeEventListener('abort', abort);
+      body.destroy();
+    }
+    // The engine closed the stream (it is shutting down): the caller must know to reconnect.
+    if (!opts.signal.aborted) throw new SbxError('runtime_unavailable', `events from ${this.address} ended: the engine went away`);
+  }
+
+  async resources(): Promise<RuntimeResources> {
+    try {
+      const info = (await this.docker.info()) as { NCPU?: number; MemTotal?: number };
+      return { cpus: info.NCPU ?? 0, memoryBytes: info.MemTotal ?? 0 };
+    } catch (err) {
+      this.fail(err, 'info');
+    }
+  }
+
   async stats(id: string): Promise<ContainerStats> {
     let s: Docker.ContainerStats;
     try {
@@ -220,6 +268,9 @@ export class DockerRuntime implements Runtime {
     this.conn.close();
   }
 }
+
+/** Engine event names -> the engine-neutral actions ('die' covers exit, kill, OOM and shutdown). */
+const EVENT_ACTIONS: Record<string, ContainerEvent['action']> = { create: 'created', start: 'started', die: 'stopped', destroy: 'removed' };
 
 function statusOf(err: unknown): number | undefined {
   return (err as { statusCode?: number } | undefined)?.statusCode;

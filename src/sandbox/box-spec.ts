@@ -1,0 +1,113 @@
+/**
+ * From validated CreateOptions to what the engine is asked for: the box's record (which becomes
+ * its labels) and its ContainerSpec. Pure functions, so every default and refusal is testable
+ * without an engine.
+ */
+import { invalidArgument } from '../errors.js';
+import type { BindMount, ContainerSpec, RuntimeResources } from '../runtime/types.js';
+import type { ResolvedPool } from './config.js';
+import type { BoxRecord } from './labels.js';
+import { recordToLabels } from './labels.js';
+import { DEFAULT_PIDS_LIMIT, securityFor } from './security.js';
+import type { CreateOptions, LifecyclePolicy } from './types.js';
+import { DEFAULT_POLICY } from './types.js';
+
+/** The CMD a box runs unless the caller gives one: sleeps, and exits at once on SIGTERM. */
+export const GRACEFUL_CMD = ['/bin/sh', '-c', "trap 'exit 0' TERM; while :; do sleep 86400 & wait $!; done"];
+
+export const DEFAULT_WORKDIR = '/workspace';
+
+export interface RecordInput {
+  manager: string;
+  id: string;
+  owner: string;
+  pool: ResolvedPool;
+  opts: CreateOptions;
+  now: number;
+  tokenNonce: string;
+}
+
+export function newBoxRecord({ manager, id, owner, pool, opts, now, tokenNonce }: RecordInput): BoxRecord {
+  return {
+    manager,
+    id,
+    owner,
+    pool: pool.name,
+    policy: (opts.policy as LifecyclePolicy | undefined) ?? DEFAULT_POLICY,
+    workspaceId: opts.workspaceId ?? null,
+    mountMode: opts.mountMode ?? 'rw',
+    mountPath: opts.mountPath ?? DEFAULT_WORKDIR,
+    idleTimeoutMs: opts.idleTimeoutMs ?? pool.idleTimeoutMs,
+    stopTimeoutMs: opts.stopTimeoutMs ?? pool.stopTimeoutMs,
+    maxLifetimeMs: opts.maxLifetimeMs ?? pool.maxLifetimeMs,
+    createdAt: now,
+    vnc: opts.vnc ?? false,
+    image: opts.image,
+    tokenNonce,
+    labels: opts.labels ?? {},
+  };
+}
+
+/**
+ * The memory and CPU a box gets: what it asked for, else the pool's default, never more than
+ * the pool's ceiling (configured, else the engine machine's size when known).
+ */
+export function boxResources(opts: CreateOptions, pool: ResolvedPool, machine: RuntimeResources | undefined): { memory: number; cpus: number } {
+  const maxMemory = pool.maxMemory ?? machine?.memoryBytes ?? 0;
+  const maxCpus = pool.maxCpus ?? machine?.cpus ?? 0;
+  if (opts.memory !== undefined && maxMemory > 0 && opts.memory > maxMemory) {
+    throw invalidArgument('memory', `${opts.memory} bytes is more than pool '${pool.name}' allows (${maxMemory} bytes)`);
+  }
+  if (opts.cpus !== undefined && maxCpus > 0 && opts.cpus > maxCpus) {
+    throw invalidArgument('cpus', `${opts.cpus} is more than pool '${pool.name}' allows (${maxCpus} cores)`);
+  }
+  const cap = (value: number, max: number) => (max > 0 && value > max ? max : value);
+  return { memory: opts.memory ?? cap(pool.memory, maxMemory), cpus: opts.cpus ?? cap(pool.cpus, maxCpus) };
+}
+
+/**
+ * Boxes that must survive an engine restart come back with it: the engine restarts them unless
+ * they were stopped on purpose (a longrunning box stopped for idleness stays stopped). A oneshot
+ * box lives for one exec, which a restart has killed anyway.
+ */
+export function restartPolicyFor(policy: LifecyclePolicy): 'no' | 'unless-stopped' {
+  return policy === 'oneshot' ? 'no' : 'unless-stopped';
+}
+
+export interface SpecInput {
+  record: BoxRecord;
+  opts: CreateOptions;
+  pool: ResolvedPool;
+  /** Variables sbx hands every box (SBX_SANDBOX_ID, SBX_TOKEN, ...), over the caller's. */
+  sbxEnv: Record<string, string>;
+  mount: BindMount | undefined;
+  machine: RuntimeResources | undefined;
+}
+
+export function buildContainerSpec({ record, opts, pool, sbxEnv, mount, machine }: SpecInput): ContainerSpec {
+  const profileName = opts.security ?? pool.security;
+  const profile = securityFor(profileName);
+  if (profile.network && opts.network !== undefined && opts.network !== profile.network) {
+    throw invalidArgument('network', `the '${profileName}' security profile means network '${profile.network}'; use security 'standard' for a network`);
+  }
+  const network = opts.network ?? profile.network;
+  const { memory, cpus } = boxResources(opts, pool, machine);
+  return {
+    image: opts.image,
+    name: `sbx-${record.manager}-${record.id}`,
+    cmd: opts.cmd ?? GRACEFUL_CMD,
+    env: { ...(opts.env ?? {}), ...sbxEnv },
+    workDir: opts.workDir ?? DEFAULT_WORKDIR,
+    labels: recordToLabels(record),
+    pidsLimit: opts.pidsLimit ?? pool.pidsLimit ?? DEFAULT_PIDS_LIMIT,
+    security: profile.security,
+    restartPolicy: restartPolicyFor(record.policy),
+    ...(memory ? { memory } : {}),
+    ...(cpus ? { cpus } : {}),
+    ...(opts.user ? { user: opts.user } : {}),
+    ...(opts.ports?.length ? { ports: opts.ports } : {}),
+    ...(mount ? { binds: [mount] } : {}),
+    ...(network ? { network } : {}),
+    ...(pool.ociRuntime ? { ociRuntime: pool.ociRuntime } : {}),
+  };
+}
