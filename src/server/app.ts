@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import swagger from '@fastify/swagger';
 import websocket from '@fastify/websocket';
 import Fastify, { LogController } from 'fastify';
-import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance, FastifyReply } from 'fastify';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import { SbxError } from '../errors.js';
 import { FailureLimiter, authenticate } from './auth.js';
@@ -46,9 +46,17 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
     },
     routerOptions: { maxParamLength: 4096, ignoreDuplicateSlashes: false },
     return503OnClosing: true,
+    // Errors the router raises before any route runs (a malformed %-escape, a bad content type).
+    frameworkErrors: (err, _req, reply) => {
+      const mapped = mapError(err);
+      ctx.metrics.errors.inc({ code: mapped.error.code });
+      void (reply as unknown as FastifyReply).code(mapped.status).type('application/json').send(mapped.body);
+    },
     forceCloseConnections: 'idle',
     ...(opts.https ? { https: { cert: opts.https.cert, key: opts.https.key } } : {}),
   }) as unknown as FastifyInstance;
+  // JSON only: a text/plain body is refused (415) rather than parsed as a string.
+  app.removeContentTypeParser('text/plain');
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
 
@@ -116,7 +124,7 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
     '/readyz',
     { config: { public: true }, schema: { summary: 'Every pool answered its last check (no auth)', tags: ['health'] } },
     async (_req, reply) => {
-      const pools = ctx.manager.pools().map((p) => ({ name: p.name, connected: p.connected }));
+      const pools = (await ctx.manager.pools()).map((p) => ({ name: p.name, connected: p.connected }));
       const ready = !ctx.shuttingDown() && pools.length > 0 && pools.every((p) => p.connected);
       if (ready) return { ready, pools };
       return reply

@@ -65,9 +65,9 @@ function boxNotFound(id: string): SbxError {
  * The box `id` if the caller may use it; another owner's box answers exactly like a missing
  * one, so ids do not leak. Looking it up does not count as activity.
  */
-export function boxFor(ctx: ServerContext, caller: Caller | undefined, id: string): Box {
+export async function boxFor(ctx: ServerContext, caller: Caller | undefined, id: string): Promise<Box> {
   const p = requireKey(caller);
-  const box = ctx.manager.list().find((b) => b.id === id);
+  const box = (await ctx.manager.list()).find((b) => b.id === id);
   if (!box || !mayAccess(p, box.owner)) throw boxNotFound(id);
   return box;
 }

@@ -119,7 +119,8 @@ export async function startGrpc(opts: { host: string; port: number; manager: Man
           return callback(status(grpc.status.UNAUTHENTICATED, err instanceof SbxError ? err.message : 'box token rejected'));
         }
         const req = call.request;
-        if (!opts.manager.list().some((b) => b.id === req.sandboxId)) return callback(status(grpc.status.NOT_FOUND, `sandbox '${req.sandboxId}' not found`));
+        if (!(await opts.manager.list()).some((b) => b.id === req.sandboxId))
+          return callback(status(grpc.status.NOT_FOUND, `sandbox '${req.sandboxId}' not found`));
         if (req.sandboxId !== boxId) return callback(status(grpc.status.PERMISSION_DENIED, 'this box token speaks for another box'));
         try {
           await opts.manager.heartbeat(req.sandboxId, { active: req.active, processCount: Math.max(0, req.processCount) });

@@ -119,12 +119,12 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
   let closing = false;
   const streams = new StreamRegistry();
   const metrics = new ServerMetrics({
-    boxesByPool: () => {
-      const counts = new Map<string, number>(manager.pools().map((p) => [p.name, 0]));
-      for (const b of manager.list()) counts.set(b.pool, (counts.get(b.pool) ?? 0) + 1);
+    boxesByPool: async () => {
+      const counts = new Map<string, number>((await manager.pools()).map((p) => [p.name, 0]));
+      for (const b of await manager.list()) counts.set(b.pool, (counts.get(b.pool) ?? 0) + 1);
       return counts;
     },
-    pools: () => manager.pools(),
+    pools: async () => manager.pools(),
     cleanupStats: () => (manager as unknown as { cleanupStats?: Record<string, number> }).cleanupStats,
   });
   const ctx: ServerContext = { manager, keys, metrics, streams, log, shuttingDown: () => closing };

@@ -7,9 +7,9 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 
 export interface MetricsSource {
   /** Registered boxes per pool. */
-  boxesByPool(): Map<string, number>;
+  boxesByPool(): Promise<Map<string, number>>;
   /** Pools and whether their last check answered. */
-  pools(): Array<{ name: string; connected: boolean }>;
+  pools(): Promise<Array<{ name: string; connected: boolean }>>;
   /** The Manager's cleanup counters, when it has them. */
   cleanupStats(): Record<string, number> | undefined;
 }
@@ -72,9 +72,10 @@ export class ServerMetrics {
       help: 'Boxes registered with the Manager, by pool',
       labelNames: ['pool'],
       registers,
-      collect() {
+      async collect() {
+        const counts = await source.boxesByPool();
         this.reset();
-        for (const [pool, n] of source.boxesByPool()) this.set({ pool }, n);
+        for (const [pool, n] of counts) this.set({ pool }, n);
       },
     });
     new Gauge({
@@ -82,9 +83,10 @@ export class ServerMetrics {
       help: '1 when the pool answered its last check',
       labelNames: ['pool'],
       registers,
-      collect() {
+      async collect() {
+        const pools = await source.pools();
         this.reset();
-        for (const p of source.pools()) this.set({ pool: p.name }, p.connected ? 1 : 0);
+        for (const p of pools) this.set({ pool: p.name }, p.connected ? 1 : 0);
       },
     });
     new Gauge({

@@ -56,8 +56,8 @@ const PullBody = z
 
 export function adminRoutes(app: FastifyInstance, ctx: ServerContext): void {
   const r = app.withTypeProvider<ZodTypeProvider>();
-  const defaultPool = () => {
-    const first = ctx.manager.pools()[0];
+  const defaultPool = async () => {
+    const first = (await ctx.manager.pools())[0];
     if (!first) throw new SbxError('not_available', 'no pools configured');
     return first.name;
   };
@@ -65,7 +65,7 @@ export function adminRoutes(app: FastifyInstance, ctx: ServerContext): void {
   // --- pools
   r.get('/v1/pools', { schema: { summary: 'List pools (admin)', tags: ['pools'] } }, async (req) => {
     requireAdmin(req.caller);
-    return { pools: ctx.manager.pools() };
+    return { pools: await ctx.manager.pools() };
   });
   r.post('/v1/pools', { schema: { summary: 'Add a pool (admin)', tags: ['pools'], body: AddPoolBody } }, async (req, reply) => {
     requireAdmin(req.caller);
@@ -100,7 +100,7 @@ export function adminRoutes(app: FastifyInstance, ctx: ServerContext): void {
     },
     async (req) => {
       requireAdmin(req.caller);
-      const pool = req.query.pool ?? defaultPool();
+      const pool = req.query.pool ?? (await defaultPool());
       return { pool, ref: req.query.ref, exists: await ctx.manager.imageExists(pool, req.query.ref) };
     },
   );
@@ -109,8 +109,8 @@ export function adminRoutes(app: FastifyInstance, ctx: ServerContext): void {
     { schema: { summary: 'Pull an image; progress as Server-Sent Events (admin)', tags: ['images'], body: PullBody } },
     async (req, reply) => {
       requireAdmin(req.caller);
-      const pool = req.body.pool ?? defaultPool();
-      if (!ctx.manager.pools().some((p) => p.name === pool)) throw new SbxError('pool_not_found', `pool '${pool}' not found`, { details: { pool } });
+      const pool = req.body.pool ?? (await defaultPool());
+      if (!(await ctx.manager.pools()).some((p) => p.name === pool)) throw new SbxError('pool_not_found', `pool '${pool}' not found`, { details: { pool } });
       const controller = new AbortController();
       const sse = startSse(req, reply);
       void sse.onClose.then(() => controller.abort());

@@ -40,7 +40,7 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
       let created = true;
       if (req.query.getOrCreate) {
         if (!opts.id) throw new SbxError('invalid_argument', 'id: getOrCreate needs an id', { details: { field: 'id' } });
-        const existing = ctx.manager.list().find((b) => b.id === opts.id);
+        const existing = (await ctx.manager.list()).find((b) => b.id === opts.id);
         if (existing && !mayAccess(p, existing.owner)) throw new SbxError('conflict', `box id '${opts.id}' is taken`, { details: { id: opts.id } });
         created = !existing;
         box = await ctx.manager.getOrCreate(opts);
@@ -56,7 +56,7 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
     const p = requireKey(req.caller);
     const owner = actingOwner(p, req.query.owner);
     const labels = parseLabelFilters(req.query.label);
-    const boxes = ctx.manager.list({
+    const boxes = await ctx.manager.list({
       ...(owner !== undefined ? { owner } : {}),
       ...(req.query.pool !== undefined ? { pool: req.query.pool } : {}),
       ...(labels ? { labels } : {}),
@@ -71,24 +71,24 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
   });
 
   r.get('/v1/boxes/:id', { schema: { summary: 'Describe a box', tags: ['boxes'], params: boxIdParam } }, async (req) => {
-    return boxFor(ctx, req.caller, req.params.id).info();
+    return (await boxFor(ctx, req.caller, req.params.id)).info();
   });
 
   r.delete('/v1/boxes/:id', { schema: { summary: 'Remove a box (force)', tags: ['boxes'], params: boxIdParam } }, async (req, reply) => {
-    const box = boxFor(ctx, req.caller, req.params.id);
+    const box = await boxFor(ctx, req.caller, req.params.id);
     await ctx.manager.remove(box.id);
     ctx.metrics.removes.inc({ pool: box.pool });
     return reply.code(204).send();
   });
 
   r.post('/v1/boxes/:id/start', { schema: { summary: 'Start a stopped box', tags: ['boxes'], params: boxIdParam } }, async (req) => {
-    const box = boxFor(ctx, req.caller, req.params.id);
+    const box = await boxFor(ctx, req.caller, req.params.id);
     await box.start();
     return box.info();
   });
 
   r.post('/v1/boxes/:id/stop', { schema: { summary: 'Stop a box (it stays registered)', tags: ['boxes'], params: boxIdParam } }, async (req) => {
-    const box = boxFor(ctx, req.caller, req.params.id);
+    const box = await boxFor(ctx, req.caller, req.params.id);
     await box.stop();
     return box.info();
   });
@@ -104,7 +104,7 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
       },
     },
     async (req, reply) => {
-      const box = boxFor(ctx, req.caller, req.params.id);
+      const box = await boxFor(ctx, req.caller, req.params.id);
       if (ctx.shuttingDown()) throw new SbxError('not_available', 'the server is shutting down');
       const started = performance.now();
       if ((req.headers.accept ?? '').includes('text/event-stream')) return execSse(ctx, box, req.body, req, reply, started);
@@ -144,7 +144,7 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
       if (caller?.kind === 'box') {
         if (caller.boxId !== req.params.id) throw new SbxError('forbidden', 'this box token speaks for another box');
       } else {
-        boxFor(ctx, caller, req.params.id);
+        await boxFor(ctx, caller, req.params.id);
       }
       await ctx.manager.heartbeat(req.params.id, {
         active: req.body.active,

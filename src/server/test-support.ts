@@ -3,6 +3,7 @@
  * (own name, temp data dir), a small fetch client, and cleanup that removes every box it made.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
@@ -25,7 +26,11 @@ export interface TestServer {
   admin: string;
   dataDir: string;
   /** fetch with JSON in and out; `key` defaults to the admin key, null for none. */
-  call(method: string, path: string, opts?: { body?: unknown; key?: string | null; headers?: Record<string, string>; raw?: RequestInit['body'] }): Promise<Res>;
+  call(
+    method: string,
+    path: string,
+    opts?: { body?: unknown; key?: string | null; headers?: Record<string, string>; raw?: RequestInit['body']; rawPath?: boolean },
+  ): Promise<Res>;
   /** Stops the server, removes every container of its Manager, deletes the data dir. */
   dispose(): Promise<void>;
 }
@@ -58,6 +63,7 @@ export async function startTestServer(
       body = typeof o.body === 'string' ? o.body : JSON.stringify(o.body);
       headers['content-type'] ??= 'application/json';
     }
+    if (o.rawPath) return rawRequest(server.url, method, path, headers, typeof body === 'string' ? body : undefined);
     const res = await fetch(server.url + path, { method, headers, ...(body !== undefined ? { body, duplex: 'half' } : {}) } as RequestInit);
     const text = await res.text();
     let json: unknown;
@@ -94,4 +100,29 @@ export async function removeContainersOf(managerName: string): Promise<number> {
   } finally {
     await engine.close();
   }
+}
+
+/** A request whose path is sent as written (fetch would resolve `%2e%2e` before sending). */
+export function rawRequest(base: string, method: string, path: string, headers: Record<string, string>, body?: string): Promise<Res> {
+  return new Promise((resolve, reject) => {
+    const u = new URL(base);
+    const req = httpRequest({ host: u.hostname, port: u.port, method, path, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString();
+        let json: unknown;
+        try {
+          json = text ? JSON.parse(text) : undefined;
+        } catch {
+          json = undefined;
+        }
+        const h = new Headers();
+        for (const [k, v] of Object.entries(res.headers)) if (typeof v === 'string') h.set(k, v);
+        resolve({ status: res.statusCode ?? 0, headers: h, json, text });
+      });
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
 }

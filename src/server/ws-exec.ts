@@ -92,7 +92,7 @@ export function wsExecRoutes(app: FastifyInstance, ctx: ServerContext): void {
       // gets a plain HTTP error, never a socket.
       preHandler: async (req) => {
         const { id } = req.params as { id: string };
-        boxFor(ctx, req.caller, id);
+        await boxFor(ctx, req.caller, id);
         fromQuery(req.query as z.infer<typeof WsExecQuery>);
         if (ctx.shuttingDown()) throw new SbxError('not_available', 'the server is shutting down');
       },
@@ -188,7 +188,7 @@ async function runSession(ctx: ServerContext, ws: WebSocket, req: FastifyRequest
       });
     }
     if (finished) return;
-    const box = boxFor(ctx, req.caller, id);
+    const box = await boxFor(ctx, req.caller, id);
     const { cmd, ...opts } = spec;
     stream = await box.stream(cmd, opts);
     if (finished) {

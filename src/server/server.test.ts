@@ -1,0 +1,461 @@
+/**
+ * The HTTP API on a real server (127.0.0.1, real engine) with real clients (fetch): auth and
+ * owner scoping, boxes, exec (JSON and SSE), heartbeat and box tokens, keys, pools, images,
+ * a table of malformed requests, metrics, logs without secrets, openapi.
+ */
+import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
+import { after, before, describe, test } from 'node:test';
+import pino from 'pino';
+import { BoxTokenService } from '../sandbox/tokens.js';
+import { IMAGE, startTestServer } from './test-support.js';
+import type { TestServer } from './test-support.js';
+
+const TOKEN_SECRET = 'server-test-secret-0123456789abcdef';
+const logLines: string[] = [];
+const sink = new Writable({
+  write(chunk: Buffer, _enc, cb) {
+    logLines.push(...chunk.toString().split('\n').filter(Boolean));
+    cb();
+  },
+});
+
+let t: TestServer;
+let alice: string;
+let bob: string;
+let bobKeyId: string;
+
+before(async () => {
+  t = await startTestServer('http', { config: { tokenSecret: TOKEN_SECRET }, logger: pino({ level: 'info' }, sink) });
+  const a = await t.call('POST', '/v1/keys', { body: { name: 'alice', role: 'user' } });
+  assert.equal(a.status, 201, a.text);
+  alice = a.json.key;
+  const b = await t.call('POST', '/v1/keys', { body: { name: 'bob', role: 'user', owner: 'bob' } });
+  bob = b.json.key;
+  bobKeyId = b.json.id;
+});
+
+after(async () => {
+  await t.dispose();
+});
+
+async function newBox(key: string, extra: Record<string, unknown> = {}): Promise<string> {
+  const r = await t.call('POST', '/v1/boxes', { key, body: { image: IMAGE, ...extra } });
+  assert.equal(r.status, 201, r.text);
+  return r.json.id;
+}
+
+async function boxToken(id: string): Promise<string> {
+  const r = await t.call('POST', `/v1/boxes/${id}/exec`, { body: { cmd: ['sh', '-c', 'echo $SBX_TOKEN'] } });
+  assert.equal(r.status, 200, r.text);
+  return r.json.stdout.trim();
+}
+
+describe('health, openapi, first start', () => {
+  test('healthz and readyz answer without auth; openapi lists the routes', async () => {
+    assert.deepEqual((await t.call('GET', '/healthz', { key: null })).json, { ok: true });
+    const ready = await t.call('GET', '/readyz', { key: null });
+    assert.equal(ready.status, 200);
+    assert.equal(ready.json.ready, true);
+    const spec = await t.call('GET', '/openapi.json', { key: null });
+    assert.equal(spec.status, 200);
+    for (const p of ['/v1/boxes', '/v1/boxes/{id}/exec', '/v1/boxes/{id}/heartbeat', '/v1/workspaces', '/v1/keys', '/v1/pools', '/v1/images/pull'])
+      assert.ok(spec.json.paths[p], `openapi has ${p}`);
+    assert.ok(spec.json.paths['/v1/boxes'].post.requestBody, 'the create body schema is in the spec');
+  });
+
+  test('the first start made one admin key, stored as a hash only', async () => {
+    const { readFile, stat } = await import('node:fs/promises');
+    const file = t.server.keys.file;
+    const text = await readFile(file, 'utf8');
+    assert.ok(!text.includes(t.admin.split('_')[2]!), 'the secret is not in the file');
+    assert.equal((await stat(file)).mode & 0o777, 0o600);
+    const keys = await t.call('GET', '/v1/keys');
+    assert.equal(keys.status, 200);
+    assert.ok(keys.json.keys.some((k: { role: string; name: string }) => k.role === 'admin' && k.name === 'admin'));
+    assert.ok(keys.json.keys.every((k: Record<string, unknown>) => !('hash' in k) && !('key' in k)));
+  });
+});
+
+describe('auth and scoping', () => {
+  test('no key, bad key, malformed header, revoked key → 401', async () => {
+    for (const key of [null, 'sbxk_0000000000000000_' + 'A'.repeat(43), 'garbage']) {
+      const r = await t.call('GET', '/v1/boxes', { key });
+      assert.equal(r.status, 401, String(key));
+      assert.equal(r.json.error.code, 'unauthorized');
+    }
+    const basic = await t.call('GET', '/v1/boxes', { key: null, headers: { authorization: 'Basic Zm9vOmJhcg==' } });
+    assert.equal(basic.status, 401);
+    const tmp = await t.call('POST', '/v1/keys', { body: { name: 'temp', role: 'user' } });
+    assert.equal((await t.call('GET', '/v1/boxes', { key: tmp.json.key })).status, 200);
+    assert.equal((await t.call('DELETE', `/v1/keys/${tmp.json.id}`)).status, 204);
+    const revoked = await t.call('GET', '/v1/boxes', { key: tmp.json.key });
+    assert.equal(revoked.status, 401, 'revocation is effective at once');
+  });
+
+  test('users: stamped as their owner, spoofing 403, others’ boxes 404, admin routes 403', async () => {
+    const spoof = await t.call('POST', '/v1/boxes', { key: alice, body: { image: IMAGE, owner: 'bob' } });
+    assert.equal(spoof.status, 403);
+    assert.equal(spoof.json.error.code, 'forbidden');
+    const id = await newBox(alice);
+    const info = await t.call('GET', `/v1/boxes/${id}`, { key: alice });
+    assert.equal(info.json.owner, 'alice');
+    for (const [method, path] of [
+      ['GET', `/v1/boxes/${id}`],
+      ['DELETE', `/v1/boxes/${id}`],
+      ['POST', `/v1/boxes/${id}/stop`],
+    ] as const) {
+      const r = await t.call(method, path, { key: bob });
+      assert.equal(r.status, 404, `${method} ${path} as bob`);
+      assert.equal(r.json.error.code, 'not_found');
+    }
+    const bobExec = await t.call('POST', `/v1/boxes/${id}/exec`, { key: bob, body: { cmd: ['true'] } });
+    assert.equal(bobExec.status, 404);
+    assert.deepEqual(
+      (await t.call('GET', '/v1/boxes', { key: bob })).json.boxes.map((b: { id: string }) => b.id),
+      [],
+    );
+    assert.equal((await t.call('GET', '/v1/boxes?owner=alice', { key: bob })).status, 403);
+    assert.ok((await t.call('GET', '/v1/boxes', { key: alice })).json.boxes.some((b: { id: string }) => b.id === id));
+    assert.ok(
+      (await t.call('GET', '/v1/boxes?owner=alice')).json.boxes.some((b: { id: string }) => b.id === id),
+      'admin filters by owner',
+    );
+    for (const [method, path, body] of [
+      ['GET', '/v1/pools', undefined],
+      ['POST', '/v1/pools', { name: 'x' }],
+      ['DELETE', '/v1/pools/local', undefined],
+      ['GET', `/v1/images/exists?ref=${IMAGE}`, undefined],
+      ['POST', '/v1/images/pull', { ref: IMAGE }],
+      ['GET', '/v1/keys', undefined],
+      ['POST', '/v1/keys', { name: 'x', role: 'admin' }],
+      ['DELETE', `/v1/keys/${bobKeyId}`, undefined],
+    ] as const) {
+      const r = await t.call(method, path, { key: alice, ...(body ? { body } : {}) });
+      assert.equal(r.status, 403, `${method} ${path} as a user`);
+      assert.equal(r.json.error.code, 'forbidden');
+    }
+    assert.equal((await t.call('DELETE', `/v1/boxes/${id}`, { key: alice })).status, 204);
+  });
+
+  test('box tokens: only on that box’s heartbeat; another box 403; expired 401; forged 401', async () => {
+    const a = await newBox(alice);
+    const b = await newBox(alice);
+    const token = await boxToken(a);
+    const hb = await t.call('POST', `/v1/boxes/${a}/heartbeat`, { key: token, body: { active: true, processCount: 3 } });
+    assert.equal(hb.status, 204, hb.text);
+    assert.equal((await t.call('GET', `/v1/boxes/${a}`)).json.processCount, 3);
+    const other = await t.call('POST', `/v1/boxes/${b}/heartbeat`, { key: token, body: { active: true } });
+    assert.equal(other.status, 403);
+    for (const [method, path] of [
+      ['GET', `/v1/boxes/${a}`],
+      ['GET', '/v1/boxes'],
+      ['POST', `/v1/boxes/${a}/exec`],
+      ['GET', '/v1/keys'],
+    ] as const) {
+      const r = await t.call(method, path, { key: token, ...(method === 'POST' ? { body: { cmd: ['true'] } } : {}) });
+      assert.equal(r.status, 403, `${method} ${path} with a box token`);
+    }
+    const nonce = token.split('.').at(-3)!;
+    const expired = new BoxTokenService(Buffer.from(TOKEN_SECRET), () => Date.now() - 3_600_000).issue(a, nonce, 1000);
+    const e = await t.call('POST', `/v1/boxes/${a}/heartbeat`, { key: expired, body: { active: true } });
+    assert.equal(e.status, 401);
+    assert.match(e.json.error.message, /expired/);
+    const forged = token.slice(0, -4) + 'AAAA';
+    assert.equal((await t.call('POST', `/v1/boxes/${a}/heartbeat`, { key: forged, body: { active: true } })).status, 401);
+    // An owner's key may heartbeat too; another user's may not see the box.
+    assert.equal((await t.call('POST', `/v1/boxes/${a}/heartbeat`, { key: alice, body: { active: false } })).status, 204);
+    assert.equal((await t.call('POST', `/v1/boxes/${a}/heartbeat`, { key: bob, body: { active: true } })).status, 404);
+    await t.call('DELETE', `/v1/boxes/${a}`);
+    await t.call('DELETE', `/v1/boxes/${b}`);
+  });
+
+  test('failed authentications are rate-limited per address', async () => {
+    const s = await startTestServer('ratelimit', { serve: { authFailures: { max: 3, windowMs: 60_000 } } });
+    try {
+      for (let i = 0; i < 3; i++) assert.equal((await s.call('GET', '/v1/boxes', { key: 'wrong' })).status, 401);
+      const limited = await s.call('GET', '/v1/boxes', { key: 'wrong' });
+      assert.equal(limited.status, 429);
+      assert.equal(limited.json.error.code, 'limit_exceeded');
+      assert.ok(Number(limited.headers.get('retry-after')) > 0);
+      assert.equal((await s.call('GET', '/v1/boxes')).status, 429, 'even a good key waits out the window');
+      assert.equal((await s.call('GET', '/healthz', { key: null })).status, 200);
+    } finally {
+      await s.dispose();
+    }
+  });
+
+  test('the timing-safe comparison is in the code', async () => {
+    const { readFile } = await import('node:fs/promises');
+    const src = await readFile(new URL('./keys.ts', import.meta.url), 'utf8');
+    assert.match(src, /timingSafeEqual\(got, want\)/);
+  });
+});
+
+describe('boxes and exec', () => {
+  test('create, get, list with filters, stop, start, getOrCreate, remove', async () => {
+    const id = `srv-${process.pid}-a`;
+    const c = await t.call('POST', '/v1/boxes', { key: alice, body: { id, image: IMAGE, labels: { team: 'x' }, idleTimeoutMs: 600_000 } });
+    assert.equal(c.status, 201, c.text);
+    assert.equal(c.json.idleTimeoutMs, 600_000);
+    assert.equal(c.json.status, 'running');
+    const dup = await t.call('POST', '/v1/boxes', { key: alice, body: { id, image: IMAGE } });
+    assert.equal(dup.status, 409);
+    assert.equal(dup.json.error.code, 'conflict');
+    const again = await t.call('POST', '/v1/boxes?getOrCreate=true', { key: alice, body: { id, image: IMAGE } });
+    assert.equal(again.status, 200);
+    assert.equal(again.json.containerId, c.json.containerId);
+    const bobs = await t.call('POST', '/v1/boxes?getOrCreate=true', { key: bob, body: { id, image: IMAGE } });
+    assert.equal(bobs.status, 409, 'another owner cannot get it');
+    assert.deepEqual(
+      (await t.call('GET', '/v1/boxes?label=team=x', { key: alice })).json.boxes.map((b: { id: string }) => b.id),
+      [id],
+    );
+    assert.deepEqual((await t.call('GET', '/v1/boxes?label=team=y', { key: alice })).json.boxes, []);
+    assert.equal((await t.call('GET', '/v1/boxes?pool=local', { key: alice })).json.boxes.length >= 1, true);
+    const stopped = await t.call('POST', `/v1/boxes/${id}/stop`, { key: alice });
+    assert.equal(stopped.status, 200);
+    assert.equal(stopped.json.status, 'stopped');
+    const started = await t.call('POST', `/v1/boxes/${id}/start`, { key: alice });
+    assert.equal(started.json.status, 'running');
+    assert.equal((await t.call('DELETE', `/v1/boxes/${id}`, { key: alice })).status, 204);
+    assert.equal((await t.call('GET', `/v1/boxes/${id}`, { key: alice })).status, 404);
+    assert.equal((await t.call('DELETE', `/v1/boxes/${id}`, { key: alice })).status, 404);
+    const created = await t.call('POST', '/v1/boxes?getOrCreate=1', { key: alice, body: { id, image: IMAGE } });
+    assert.equal(created.status, 201, 'getOrCreate creates when absent');
+    await t.call('DELETE', `/v1/boxes/${id}`);
+  });
+
+  test('exec: stdout, stderr, exit code, string and base64 stdin, env, workDir, user, timeout', async () => {
+    const id = await newBox(alice);
+    const r = await t.call('POST', `/v1/boxes/${id}/exec`, {
+      key: alice,
+      body: { cmd: ['sh', '-c', 'cat; echo "$FOO $(pwd) $(id -u)" >&2; exit 7'], stdin: 'in\n', env: { FOO: 'bar' }, workDir: '/tmp', user: '1000' },
+    });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.exitCode, 7);
+    assert.equal(r.json.stdout, 'in\n');
+    assert.equal(r.json.stderr, 'bar /tmp 1000\n');
+    const b64 = await t.call('POST', `/v1/boxes/${id}/exec`, {
+      key: alice,
+      body: { cmd: ['od', '-An', '-tx1'], stdin: { base64: Buffer.from([0, 255, 10]).toString('base64') } },
+    });
+    assert.match(b64.json.stdout, /00 ff 0a/);
+    const slow = await t.call('POST', `/v1/boxes/${id}/exec`, { key: alice, body: { cmd: ['sleep', '30'], timeoutMs: 300 } });
+    assert.equal(slow.json.timedOut, true);
+    assert.equal(slow.json.exitCode, 137);
+    await t.call('DELETE', `/v1/boxes/${id}`);
+  });
+
+  test('SSE exec: events arrive over time, not as one buffer; stdin; exit event', async () => {
+    const id = await newBox(alice);
+    const res = await fetch(`${t.url}/v1/boxes/${id}/exec`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${alice}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+      body: JSON.stringify({ cmd: ['sh', '-c', 'cat; echo one; sleep 0.6; echo two >&2; sleep 0.6; echo three; exit 4'], stdin: 'zero\n' }),
+    });
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type') ?? '', /text\/event-stream/);
+    const arrivals: Array<{ at: number; text: string }> = [];
+    const t0 = performance.now();
+    const decoder = new TextDecoder();
+    for await (const chunk of res.body!) arrivals.push({ at: performance.now() - t0, text: decoder.decode(chunk as Uint8Array) });
+    const all = arrivals.map((a) => a.text).join('');
+    const events = all
+      .split('\n\n')
+      .filter((e) => e.startsWith('event:'))
+      .map((e) => ({ event: /^event: (\w+)/.exec(e)![1], data: JSON.parse(/\ndata: (.*)$/.exec(e)![1]!) }));
+    assert.deepEqual(
+      events.map((e) => e.event),
+      ['stdout', 'stdout', 'stderr', 'stdout', 'exit'],
+    );
+    assert.equal(events[0]!.data.text, 'zero\n');
+    assert.equal(events[2]!.data.text, 'two\n');
+    assert.equal(events.at(-1)!.data.exitCode, 4);
+    const firstOut = arrivals.find((a) => a.text.includes('one'))!.at;
+    const last = arrivals.find((a) => a.text.includes('three'))!.at;
+    assert.ok(last - firstOut > 900, `output arrived over time (${Math.round(firstOut)} ms, then ${Math.round(last)} ms)`);
+    await t.call('DELETE', `/v1/boxes/${id}`);
+  });
+
+  test('SSE exec: a client that goes away kills the process inside the box', async () => {
+    const id = await newBox(alice);
+    const controller = new AbortController();
+    const res = await fetch(`${t.url}/v1/boxes/${id}/exec`, {
+      method: 'POST',
+      signal: controller.signal,
+      headers: { authorization: `Bearer ${alice}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+      body: JSON.stringify({ cmd: ['sh', '-c', 'echo started; exec sleep 300'] }),
+    });
+    const reader = res.body!.getReader();
+    let seen = '';
+    while (!seen.includes('started')) seen += new TextDecoder().decode((await reader.read()).value);
+    controller.abort();
+    let running = true;
+    for (let i = 0; i < 50 && running; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      const ps = await t.call('POST', `/v1/boxes/${id}/exec`, { body: { cmd: ['sh', '-c', 'ps | grep -c "[s]leep 300" || true'] } });
+      running = ps.json.stdout.trim() !== '0';
+    }
+    assert.equal(running, false, 'sleep 300 was killed');
+    await t.call('DELETE', `/v1/boxes/${id}`);
+  });
+});
+
+describe('admin: keys, pools, images', () => {
+  test('keys: create (shown once), list, revoke, last admin kept', async () => {
+    const k = await t.call('POST', '/v1/keys', { body: { name: 'ops', role: 'admin' } });
+    assert.equal(k.status, 201);
+    assert.match(k.json.key, /^sbxk_[0-9a-f]{16}_[A-Za-z0-9_-]{43}$/);
+    const list = await t.call('GET', '/v1/keys');
+    assert.ok(list.json.keys.some((x: { id: string }) => x.id === k.json.id));
+    assert.equal((await t.call('DELETE', `/v1/keys/${k.json.id}`)).status, 204);
+    assert.equal((await t.call('DELETE', `/v1/keys/${k.json.id}`)).status, 404);
+    const first = list.json.keys.find((x: { name: string }) => x.name === 'admin');
+    const last = await t.call('DELETE', `/v1/keys/${first.id}`);
+    assert.equal(last.status, 409, 'the last admin key is not revoked');
+  });
+
+  test('pools: list, add, duplicate, remove, unknown', async () => {
+    const list = await t.call('GET', '/v1/pools');
+    assert.equal(list.json.pools[0].name, 'local');
+    const add = await t.call('POST', '/v1/pools', { body: { name: 'extra', addr: 'local', maxTotal: 2 } });
+    assert.equal(add.status, 201, add.text);
+    assert.equal(add.json.maxTotal, 2);
+    assert.equal((await t.call('POST', '/v1/pools', { body: { name: 'extra' } })).status, 409);
+    assert.equal((await t.call('DELETE', '/v1/pools/extra')).status, 204);
+    const gone = await t.call('DELETE', '/v1/pools/extra');
+    assert.equal(gone.status, 404);
+    assert.equal(gone.json.error.code, 'pool_not_found');
+  });
+
+  test('images: exists, and pull progress as SSE (an error event for an unknown image)', async () => {
+    const yes = await t.call('GET', `/v1/images/exists?ref=${encodeURIComponent(IMAGE)}`);
+    assert.deepEqual(yes.json, { pool: 'local', ref: IMAGE, exists: true });
+    const no = await t.call('GET', '/v1/images/exists?ref=sbx-no-such-image:latest');
+    assert.equal(no.json.exists, false);
+    const pull = await t.call('POST', '/v1/images/pull', { body: { ref: '127.0.0.1:1/sbx/nothing:latest' }, headers: { accept: 'text/event-stream' } });
+    assert.equal(pull.status, 200);
+    assert.match(pull.text, /event: error\ndata: \{"error":\{"code":"/);
+    const unknownPool = await t.call('POST', '/v1/images/pull', { body: { ref: IMAGE, pool: 'nope' } });
+    assert.equal(unknownPool.status, 404);
+  });
+});
+
+describe('malformed requests', () => {
+  test('each is a 4xx with its code; the server stays healthy', async () => {
+    const box = await newBox(alice);
+    const ws = await t.call('POST', '/v1/workspaces', { key: alice, body: { name: 'bad-input' } });
+    assert.equal(ws.status, 201, ws.text);
+    const wsId = ws.json.id;
+    const json = (body: unknown) => ({ body });
+    const cases: Array<
+      [string, string, { body?: unknown; headers?: Record<string, string>; raw?: string; key?: string | null; rawPath?: boolean }, number, string]
+    > = [
+      ['POST', '/v1/boxes', { body: '{"image": ', headers: { 'content-type': 'application/json' } }, 400, 'invalid_argument'],
+      ['POST', '/v1/boxes', { raw: '', headers: { 'content-type': 'application/json' } }, 400, 'invalid_argument'],
+      ['POST', '/v1/boxes', json({ image: IMAGE, bogus: 1 }), 400, 'invalid_argument'],
+      ['POST', '/v1/boxes', json({ image: 42 }), 400, 'invalid_argument'],
+      ['POST', '/v1/boxes', json({}), 400, 'invalid_argument'],
+      ['POST', '/v1/boxes', json([1, 2]), 400, 'invalid_argument'],
+      ['POST', '/v1/boxes', { body: 'null', headers: { 'content-type': 'application/json' } }, 400, 'invalid_argument'],
+      ['POST', '/v1/boxes', json({ image: IMAGE, idleTimeoutMs: -1 }), 400, 'invalid_argument'],
+      ['POST', '/v1/boxes', json({ image: IMAGE, memory: '1g' }), 400, 'invalid_argument'],
+      ['POST', '/v1/boxes', json({ image: IMAGE, labels: ['a'] }), 400, 'invalid_argument'],
+      ['POST', '/v1/boxes', json({ image: IMAGE, env: { SBX_TOKEN: 'x' } }), 400, 'invalid_argument'],
+      ['POST', '/v1/boxes', json({ image: IMAGE, id: '../etc' }), 400, 'invalid_argument'],
+      ['POST', '/v1/boxes', json({ image: IMAGE, network: 'host' }), 400, 'invalid_argument'],
+      ['POST', '/v1/boxes', json({ image: 'UPPER/Case:bad tag' }), 400, 'invalid_argument'],
+      ['POST', '/v1/boxes', json({ image: IMAGE, labels: { k: 'x'.repeat(2_000_000) } }), 413, 'invalid_argument'],
+      ['POST', '/v1/boxes', { raw: 'image=x', headers: { 'content-type': 'text/plain' } }, 415, 'invalid_argument'],
+      ['POST', '/v1/boxes?getOrCreate=maybe', json({ image: IMAGE, id: 'x1' }), 400, 'invalid_argument'],
+      ['GET', '/v1/boxes/%2e%2e', { rawPath: true }, 400, 'invalid_argument'],
+      ['GET', `/v1/boxes/${'a'.repeat(64)}`, {}, 400, 'invalid_argument'],
+      ['GET', '/v1/boxes/sb-doesnotexist', {}, 404, 'not_found'],
+      ['GET', '/v1/boxes?label=novalue', {}, 400, 'invalid_argument'],
+      ['GET', '/v1/boxes?colour=red', {}, 400, 'invalid_argument'],
+      ['POST', `/v1/boxes/${box}/exec`, json({ cmd: [] }), 400, 'invalid_argument'],
+      ['POST', `/v1/boxes/${box}/exec`, json({ cmd: 'ls -l' }), 400, 'invalid_argument'],
+      ['POST', `/v1/boxes/${box}/exec`, json({ cmd: ['cat'], stdin: { base64: 'not*base64' } }), 400, 'invalid_argument'],
+      ['POST', `/v1/boxes/${box}/exec`, json({ cmd: ['cat'], stdin: 42 }), 400, 'invalid_argument'],
+      ['POST', `/v1/boxes/${box}/exec`, json({ cmd: ['true'], timeoutMs: -5 }), 400, 'invalid_argument'],
+      ['POST', `/v1/boxes/${box}/exec`, json({ cmd: ['true'], timeoutMs: 1.5 }), 400, 'invalid_argument'],
+      ['POST', `/v1/boxes/${box}/exec`, json({ cmd: ['true'], shell: true }), 400, 'invalid_argument'],
+      ['POST', `/v1/boxes/${box}/exec`, json({ cmd: ['true'], workDir: 'relative/dir' }), 400, 'invalid_argument'],
+      ['POST', `/v1/boxes/${box}/exec`, json({ cmd: ['a\u0000b'] }), 400, 'invalid_argument'],
+      ['POST', '/v1/boxes/sb-doesnotexist/exec', json({ cmd: ['true'] }), 404, 'not_found'],
+      ['POST', `/v1/boxes/${box}/heartbeat`, json({}), 400, 'invalid_argument'],
+      ['POST', `/v1/boxes/${box}/heartbeat`, json({ active: true, processCount: -1 }), 400, 'invalid_argument'],
+      ['POST', `/v1/boxes/${box}/heartbeat`, json({ active: 'yes' }), 400, 'invalid_argument'],
+      ['GET', '/v1/workspaces/Bad_ID', {}, 400, 'invalid_argument'],
+      ['GET', `/v1/workspaces/${wsId}/files/%2e%2e/%2e%2e/etc/passwd`, { rawPath: true }, 400, 'invalid_argument'],
+      [
+        'PUT',
+        `/v1/workspaces/${wsId}/files/a/%2e%2e/%2e%2e/escape`,
+        { raw: 'x', rawPath: true, headers: { 'content-type': 'application/octet-stream' } },
+        400,
+        'invalid_argument',
+      ],
+      ['GET', `/v1/workspaces/${wsId}/files/%2Fetc%2Fpasswd`, {}, 400, 'invalid_argument'],
+      ['POST', `/v1/workspaces/${wsId}/files/x`, json({ op: 'rename', to: '../../out' }), 400, 'invalid_argument'],
+      ['POST', `/v1/workspaces/${wsId}/files/x`, json({ op: 'explode' }), 400, 'invalid_argument'],
+      ['PATCH', `/v1/workspaces/${wsId}`, json({ labels: 5 }), 400, 'invalid_argument'],
+      ['GET', `/v1/workspaces/${wsId}/files/missing.txt`, {}, 404, 'not_found'],
+      ['POST', '/v1/keys', json({ name: 'x', role: 'root' }), 400, 'invalid_argument'],
+      ['DELETE', '/v1/keys/not-a-key-id', {}, 400, 'invalid_argument'],
+      ['POST', '/v1/pools', json({ name: 'Upper' }), 400, 'invalid_argument'],
+      ['GET', '/v1/images/exists', {}, 400, 'invalid_argument'],
+      ['GET', '/v1/nothing-here', {}, 404, 'not_found'],
+      ['GET', '/v1/boxes/%zz', { rawPath: true }, 400, 'invalid_argument'],
+      ['GET', '/v1/boxes', { key: null, headers: { authorization: 'Bearer' } }, 401, 'unauthorized'],
+    ];
+    const failures: string[] = [];
+    for (const [method, path, opts, status, code] of cases) {
+      const r = await t.call(method, path, opts.key === undefined ? { key: alice, ...opts } : opts);
+      if (r.status !== status || r.json?.error?.code !== code || typeof r.json?.error?.message !== 'string')
+        failures.push(`${method} ${path.slice(0, 80)}: got ${r.status} ${r.text.slice(0, 160)}, want ${status} ${code}`);
+    }
+    assert.deepEqual(failures, []);
+    assert.ok(cases.length >= 30);
+    assert.equal((await t.call('GET', '/healthz', { key: null })).status, 200);
+    assert.ok(!logLines.some((l) => l.includes('"status":500')), 'no request ended in a 500');
+    await t.call('DELETE', `/v1/boxes/${box}`);
+    await t.call('DELETE', `/v1/workspaces/${wsId}?force=true`);
+  });
+});
+
+describe('observability', () => {
+  test('metrics count requests, creates, errors, execs and heartbeats', async () => {
+    const id = await newBox(alice);
+    await t.call('POST', `/v1/boxes/${id}/exec`, { key: alice, body: { cmd: ['true'] } });
+    await t.call('POST', `/v1/boxes/${id}/heartbeat`, { key: alice, body: { active: true } });
+    const m = (await t.call('GET', '/metrics', { key: null })).text;
+    assert.match(m, /sbx_boxes\{pool="local"\} [1-9]/);
+    assert.match(m, /sbx_box_creates_total\{pool="local"\} [1-9]/);
+    assert.match(m, /sbx_errors_total\{code="invalid_argument"\} [1-9]/);
+    assert.match(m, /sbx_execs_total\{transport="http",outcome="exited"\} [1-9]/);
+    assert.match(m, /sbx_exec_duration_seconds_count\{transport="http"\} [1-9]/);
+    assert.match(m, /sbx_heartbeats_total\{transport="http"\} [1-9]/);
+    assert.match(m, /sbx_http_request_duration_seconds_bucket\{le="[^"]+",method="POST",route="\/v1\/boxes\/:id\/exec",status="200"\}/);
+    assert.match(m, /sbx_cleanup_actions\{reason="ticks"\}/);
+    await t.call('DELETE', `/v1/boxes/${id}`);
+  });
+
+  test('one log line per request with route, status, ms, subject; never a key or a token', async () => {
+    const id = await newBox(alice);
+    const token = await boxToken(id);
+    await t.call('POST', `/v1/boxes/${id}/heartbeat`, { key: token, body: { active: true } });
+    const created = await t.call('POST', '/v1/keys', { body: { name: 'logged', role: 'user' } });
+    await t.call('GET', '/v1/boxes', { key: 'sbxk_0123456789abcdef_' + 'S'.repeat(43) });
+    await t.call('DELETE', `/v1/boxes/${id}`);
+    const requests = logLines.map((l) => JSON.parse(l)).filter((l) => l.msg === 'request');
+    const hb = requests.find((l) => l.route === '/v1/boxes/:id/heartbeat' && l.subject === `box:${id}`);
+    assert.ok(hb, 'the heartbeat is logged with the box as subject');
+    assert.equal(hb.status, 204);
+    assert.equal(typeof hb.ms, 'number');
+    assert.ok(requests.some((l) => l.subject === 'user:alice'));
+    const everything = logLines.join('\n');
+    for (const secret of [t.admin, alice, bob, token, created.json.key, 'S'.repeat(43)]) assert.ok(!everything.includes(secret), 'a secret reached the log');
+    assert.ok(!/authorization/i.test(everything), 'no authorization header in the log');
+  });
+});
