@@ -73,6 +73,7 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   app.addHook('onRequest', async (req, reply) => {
     reply.header('x-request-id', req.id);
     const config = req.routeOptions.config;
+    if (ctx.shuttingDown() && !config?.public) throw new SbxError('not_available', 'the server is shutting down; retry against the restarted server');
     if (config?.public) return;
     if (!req.routeOptions.url) return; // unknown route: 404 below, no auth to reveal nothing
     let caller: Caller;

@@ -151,8 +151,9 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
   const close = () =>
     (closed ??= (async () => {
       closing = true;
-      // Stop accepting; requests and streams in flight get the grace period.
-      const stopped = app.close();
+      // New work is refused (503 not_available) from now on; requests and streams in flight get
+      // the grace period, then open streams are told why they close. Only then does fastify
+      // close (its websocket plugin would otherwise cut every socket at once).
       const deadline = Date.now() + grace;
       while (streams.size > 0 && Date.now() < deadline) {
         await Promise.race([
@@ -162,7 +163,8 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
       }
       const reason = new SbxError('not_available', `the server is shutting down (grace of ${grace} ms passed); the box keeps running, reconnect later`);
       for (const s of streams.all()) s.abort(reason);
-      await Promise.race([stopped, new Promise((r) => setTimeout(r, 2000))]);
+      await new Promise((r) => setTimeout(r, 50));
+      await Promise.race([app.close(), new Promise((r) => setTimeout(r, Math.max(2000, deadline - Date.now())))]);
       await grpcHandle?.close();
       if (ownManager) await manager.close();
       log.info('sbx server closed');

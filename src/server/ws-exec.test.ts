@@ -1,0 +1,204 @@
+/**
+ * WebSocket exec against a real server and engine, with the `ws` client: channel framing,
+ * stdin half-close, stderr, exit codes, TTY resize, the exec frame, backpressure with a slow
+ * reader on 50 MB, and graceful shutdown telling open streams why they close.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import WebSocket from 'ws';
+import { CHANNEL } from './ws-exec.js';
+import { IMAGE, startTestServer } from './test-support.js';
+import type { TestServer } from './test-support.js';
+
+let t: TestServer;
+let box: string;
+
+before(async () => {
+  t = await startTestServer('ws');
+  const r = await t.call('POST', '/v1/boxes', { body: { image: IMAGE } });
+  assert.equal(r.status, 201, r.text);
+  box = r.json.id;
+});
+after(async () => {
+  await t.dispose();
+});
+
+interface Session {
+  ws: WebSocket;
+  stdout: Buffer[];
+  stderr: Buffer[];
+  controls: Array<Record<string, unknown>>;
+  closed: Promise<{ code: number }>;
+  send(channel: number, data?: string | Buffer): void;
+  text(which: 'stdout' | 'stderr'): string;
+}
+
+function open(server: TestServer, id: string, query: string, opts: { onMessage?: (data: Buffer, ws: WebSocket) => void } = {}): Promise<Session> {
+  const wsUrl = server.url.replace(/^http/, 'ws') + `/v1/boxes/${id}/exec/ws${query}`;
+  const ws = new WebSocket(wsUrl, { headers: { authorization: `Bearer ${server.admin}` } });
+  const s: Session = {
+    ws,
+    stdout: [],
+    stderr: [],
+    controls: [],
+    closed: new Promise((resolve) => ws.once('close', (code) => resolve({ code }))),
+    send(channel, data = Buffer.alloc(0)) {
+      ws.send(Buffer.concat([Buffer.from([channel]), Buffer.from(data)]));
+    },
+    text(which) {
+      return Buffer.concat(s[which]).toString();
+    },
+  };
+  ws.on('message', (data: Buffer) => {
+    if (data[0] === CHANNEL.stdout) s.stdout.push(data.subarray(1));
+    else if (data[0] === CHANNEL.stderr) s.stderr.push(data.subarray(1));
+    else if (data[0] === CHANNEL.control) s.controls.push(JSON.parse(data.subarray(1).toString()));
+    opts.onMessage?.(data, ws);
+  });
+  return new Promise((resolve, reject) => {
+    ws.once('open', () => resolve(s));
+    ws.once('unexpected-response', (_req, res) => reject(new Error(`HTTP ${res.statusCode}`)));
+    ws.once('error', reject);
+  });
+}
+
+const q = (cmd: string[], extra = '') => '?' + cmd.map((c) => `cmd=${encodeURIComponent(c)}`).join('&') + extra;
+
+describe('WebSocket exec', () => {
+  test('stdin with half-close: cat sees EOF, its output still arrives, exit 0', async () => {
+    const s = await open(t, box, q(['sh', '-c', 'cat; echo done']));
+    s.send(CHANNEL.stdin, 'hello ');
+    s.send(CHANNEL.stdin, 'world\n');
+    s.send(CHANNEL.stdinEof);
+    const { code } = await s.closed;
+    assert.equal(code, 1000);
+    assert.equal(s.text('stdout'), 'hello world\ndone\n');
+    assert.deepEqual(s.controls, [{ exit: 0 }]);
+  });
+
+  test('stderr on its own channel; the exit code in a control frame', async () => {
+    const s = await open(t, box, q(['sh', '-c', 'echo out; echo err >&2; exit 5']));
+    await s.closed;
+    assert.equal(s.text('stdout'), 'out\n');
+    assert.equal(s.text('stderr'), 'err\n');
+    assert.deepEqual(s.controls, [{ exit: 5 }]);
+  });
+
+  test('the command in a first control frame, with env and workDir', async () => {
+    const s = await open(t, box, '');
+    s.send(CHANNEL.control, JSON.stringify({ exec: { cmd: ['sh', '-c', 'echo $A $(pwd)'], env: { A: 'b' }, workDir: '/tmp' } }));
+    await s.closed;
+    assert.equal(s.text('stdout'), 'b /tmp\n');
+    assert.deepEqual(s.controls, [{ exit: 0 }]);
+  });
+
+  test('TTY: a terminal of the asked size, resized by a control frame', async () => {
+    const s = await open(t, box, q(['sh', '-c', 'sleep 0.3; stty size; read x; stty size'], '&tty=true&cols=80&rows=24'));
+    for (let i = 0; i < 50 && !s.text('stdout').includes('24 80'); i++) await new Promise((r) => setTimeout(r, 50));
+    s.send(CHANNEL.control, JSON.stringify({ resize: { cols: 100, rows: 40 } }));
+    await new Promise((r) => setTimeout(r, 200));
+    s.send(CHANNEL.stdin, 'go\r');
+    await s.closed;
+    const out = s.text('stdout');
+    assert.match(out, /24 80/);
+    assert.match(out, /40 100/);
+    assert.deepEqual(s.controls.at(-1), { exit: 0 });
+  });
+
+  test('bad requests: HTTP errors before the upgrade, bad frames answered with an error control frame', async () => {
+    await assert.rejects(open(t, 'sb-nope', q(['true'])), /HTTP 404/);
+    await assert.rejects(open(t, box, q(['true'], '&timeoutMs=-1')), /HTTP 400/);
+    const ws = new WebSocket(t.url.replace(/^http/, 'ws') + `/v1/boxes/${box}/exec/ws${q(['true'])}`);
+    await assert.rejects(
+      new Promise((resolve, reject) => (ws.once('open', resolve), ws.once('unexpected-response', (_r, res) => reject(new Error(`HTTP ${res.statusCode}`))))),
+      /HTTP 401/,
+    );
+    const s = await open(t, box, '');
+    s.send(CHANNEL.control, JSON.stringify({ exec: { cmd: [] } }));
+    const { code } = await s.closed;
+    assert.equal(code, 1008);
+    assert.equal((s.controls[0] as { error: { code: string } }).error.code, 'invalid_argument');
+  });
+
+  test('backpressure: 50 MB through a slow reader; the process is slowed, memory stays flat', async () => {
+    const total = 50 * 1024 * 1024;
+    const rate = 8 * 1024 * 1024; // bytes per second the reader accepts
+    let received = 0;
+    let peak = 0;
+    let midway: Promise<string> | undefined;
+    const base = process.memoryUsage();
+    const baseline = base.heapUsed + base.arrayBuffers;
+    const sampler = setInterval(() => {
+      const m = process.memoryUsage();
+      peak = Math.max(peak, m.heapUsed + m.arrayBuffers - baseline);
+    }, 20);
+    const started = performance.now();
+    const s = await open(t, box, q(['sh', '-c', `rm -f /tmp/bp-done; head -c ${total} /dev/zero; touch /tmp/bp-done`]), {
+      onMessage: (data, ws) => {
+        if (data[0] !== CHANNEL.stdout) return;
+        received += data.length - 1;
+        if (midway === undefined && received >= total / 2) {
+          midway = t
+            .call('POST', `/v1/boxes/${box}/exec`, { body: { cmd: ['sh', '-c', 'test -e /tmp/bp-done && echo done || echo running'] } })
+            .then((r) => r.json.stdout.trim());
+        }
+        const ahead = received / rate - (performance.now() - started) / 1000;
+        if (ahead > 0) {
+          ws.pause();
+          setTimeout(() => ws.resume(), ahead * 1000);
+        }
+      },
+    });
+    s.stdout.length = 0; // do not keep the bytes
+    const origPush = s.stdout.push.bind(s.stdout);
+    s.stdout.push = () => 0;
+    void origPush;
+    await s.closed;
+    clearInterval(sampler);
+    const elapsed = (performance.now() - started) / 1000;
+    assert.equal(received, total);
+    assert.deepEqual(s.controls, [{ exit: 0 }]);
+    assert.equal(await midway, 'running', 'halfway through the reading, the process is still writing: the reader slowed it');
+    assert.ok(elapsed > 2, `the reader set the pace (${elapsed.toFixed(1)} s)`);
+    assert.ok(peak < 40 * 1024 * 1024, `memory stayed flat: peak growth ${(peak / 1048576).toFixed(1)} MiB for 50 MiB`);
+    console.log(`# ws backpressure: 50 MiB in ${elapsed.toFixed(1)} s, peak heap+buffers growth ${(peak / 1048576).toFixed(1)} MiB`);
+  });
+
+  test('a client that goes away kills the process inside the box', async () => {
+    const s = await open(t, box, q(['sh', '-c', 'echo up; exec sleep 301']));
+    for (let i = 0; i < 50 && !s.text('stdout').includes('up'); i++) await new Promise((r) => setTimeout(r, 50));
+    s.ws.terminate();
+    let running = true;
+    for (let i = 0; i < 50 && running; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      const ps = await t.call('POST', `/v1/boxes/${box}/exec`, { body: { cmd: ['sh', '-c', 'ps | grep -c "[s]leep 301" || true'] } });
+      running = ps.json.stdout.trim() !== '0';
+    }
+    assert.equal(running, false);
+  });
+});
+
+describe('graceful shutdown', () => {
+  test('in-flight streams get the grace period, then a control frame saying why; boxes keep running', async () => {
+    const s2 = await startTestServer('shutdown', { serve: { shutdownGraceMs: 500 } });
+    try {
+      const r = await s2.call('POST', '/v1/boxes', { body: { image: IMAGE } });
+      const quick = await open(s2, r.json.id, q(['sh', '-c', 'sleep 0.2; echo quick']));
+      const slow = await open(s2, r.json.id, q(['sleep', '30']));
+      const t0 = performance.now();
+      await s2.server.close();
+      const waited = performance.now() - t0;
+      assert.equal((await quick.closed).code, 1000);
+      assert.equal(quick.text('stdout'), 'quick\n', 'a stream that ends within the grace period ends normally');
+      assert.equal((await slow.closed).code, 1001);
+      const err = slow.controls[0] as { error: { code: string; message: string } };
+      assert.equal(err.error.code, 'not_available');
+      assert.match(err.error.message, /shutting down/);
+      assert.ok(waited >= 450, `waited the grace period (${Math.round(waited)} ms)`);
+      const boxes = await s2.manager.list();
+      assert.equal((await boxes[0]!.info()).status, 'running', 'the box keeps running');
+    } finally {
+      await s2.dispose();
+    }
+  });
+});
