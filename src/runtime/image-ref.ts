@@ -27,8 +27,9 @@ const MAX_NAME = 255;
 
 /**
  * Parses an image reference (`[registry/]path[:tag][@digest]`) or throws invalid_argument
- * naming `field`. As in the engine, the first path component is a registry when it has a `.`
- * or a `:`, is `localhost`, or has an uppercase letter; repositories are lowercase.
+ * naming `field`. As in Docker Engine 20.10, the first path component is a registry when it
+ * has a `.` or a `:` or is `localhost`; everything else is repository, which is lowercase
+ * (newer grammars also take an uppercase first component as a host: `UPPER/x` is refused here).
  *
  * @example
  * parseImageRef('127.0.0.1:5000/sbx/pulltest:latest') // { registry: '127.0.0.1:5000', repository: 'sbx/pulltest', tag: 'latest' }
@@ -59,7 +60,7 @@ export function parseImageRef(ref: unknown, field = 'image'): ImageRef {
   const slash = rest.indexOf('/');
   if (slash > 0) {
     const first = rest.slice(0, slash);
-    if (/[.:]/.test(first) || first === 'localhost' || first !== first.toLowerCase()) {
+    if (/[.:]/.test(first) || first === 'localhost') {
       registry = first;
       repository = rest.slice(slash + 1);
       if (!DOMAIN_RE.test(registry)) throw bad(`'${registry}' is not a registry host[:port]`);

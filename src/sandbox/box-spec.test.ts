@@ -1,0 +1,75 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { isSbxError } from '../errors.js';
+import { buildContainerSpec, newBoxRecord, restartPolicyFor } from './box-spec.js';
+import { resolvePool } from './config.js';
+import type { CreateOptions } from './types.js';
+
+const GiB = 1024 ** 3;
+const machine = { cpus: 2, memoryBytes: 8 * GiB };
+
+function spec(opts: Partial<CreateOptions> = {}, poolExtra: Parameters<typeof resolvePool>[0] = { name: 'local' }) {
+  const pool = resolvePool(poolExtra);
+  const all: CreateOptions = { image: 'sbx-base:latest', ...opts };
+  const record = newBoxRecord({ manager: 'm', id: 'sb-1', owner: 'alice', pool, opts: all, now: 1000, tokenNonce: 'n' });
+  return buildContainerSpec({ record, opts: all, pool, sbxEnv: { SBX_SANDBOX_ID: 'sb-1' }, mount: undefined, machine });
+}
+
+describe('container spec building (no engine)', () => {
+  test('defaults: the graceful command, /workspace, hardening, pool memory and cpus, restart policy', () => {
+    const s = spec();
+    assert.equal(s.name, 'sbx-m-sb-1');
+    assert.equal(s.workDir, '/workspace');
+    assert.equal(s.memory, GiB);
+    assert.equal(s.cpus, 1);
+    assert.equal(s.pidsLimit, 512);
+    assert.equal(s.restartPolicy, 'unless-stopped');
+    assert.equal(s.security?.noNewPrivileges, true);
+    assert.deepEqual(s.security?.capDrop, ['ALL']);
+    assert.equal(s.network, undefined);
+    assert.equal(s.labels?.['sbx.owner'], 'alice');
+  });
+
+  test("sbx's variables win over the caller's", () => {
+    assert.equal(spec({ env: { A: '1' } }).env?.['SBX_SANDBOX_ID'], 'sb-1');
+    assert.equal(spec({ env: { A: '1' } }).env?.['A'], '1');
+  });
+
+  test('pool defaults are capped at the pool ceiling, explicit asks above it are refused', () => {
+    const s = spec({}, { name: 'small', memory: 4 * GiB, cpus: 4, maxMemory: 2 * GiB });
+    assert.equal(s.memory, 2 * GiB);
+    assert.equal(s.cpus, 2, 'capped at the machine when no maxCpus');
+    assert.throws(
+      () => spec({ memory: 3 * GiB }, { name: 'small', maxMemory: 2 * GiB }),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'memory',
+    );
+    assert.throws(
+      () => spec({ cpus: 3 }),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'cpus',
+    );
+    assert.equal(spec({ memory: 0 } as never, { name: 'p', memory: 0, cpus: 0 }).memory, undefined, '0 = no limit');
+  });
+
+  test('strict means no network; asking for one with it is refused, not silently applied', () => {
+    assert.equal(spec({ security: 'strict' }).network, 'none');
+    assert.equal(spec({ security: 'strict', network: 'none' }).network, 'none');
+    assert.throws(
+      () => spec({ security: 'strict', network: 'bridge' }),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'network',
+    );
+    assert.throws(
+      () => spec({ network: 'bridge' }, { name: 'p', security: 'strict' }),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'network',
+    );
+    assert.equal(spec({ network: 'bridge' }).network, 'bridge');
+  });
+
+  test('only oneshot boxes stay down when the engine restarts', () => {
+    assert.deepEqual((['oneshot', 'session', 'longrunning', 'persistent'] as const).map(restartPolicyFor), [
+      'no',
+      'unless-stopped',
+      'unless-stopped',
+      'unless-stopped',
+    ]);
+  });
+});
