@@ -231,7 +231,12 @@ export function workspaceRoutes(app: FastifyInstance, ctx: ServerContext): void 
         if (path === '') throw invalidArgument('path', 'name a file inside the workspace');
         const fs = await fsOf(req.caller, req.params.id);
         const body = (req.body ?? req.raw) as Readable;
-        await fs.writeFile(path, counting(ctx, 'written', body), req.query.mode ? { mode: parseInt(req.query.mode, 8) } : {});
+        try {
+          await fs.writeFile(path, counting(ctx, 'written', body), req.query.mode ? { mode: parseInt(req.query.mode, 8) } : {});
+        } catch (err) {
+          drain(req.raw);
+          throw err;
+        }
         return reply.code(204).send();
       },
     );
@@ -241,7 +246,12 @@ export function workspaceRoutes(app: FastifyInstance, ctx: ServerContext): void 
       async (req) => {
         const fs = await fsOf(req.caller, req.params.id);
         const body = (req.body ?? req.raw) as Readable;
-        return fs.importTar(filePath(req.params), counting(ctx, 'written', body));
+        try {
+          return await fs.importTar(filePath(req.params), counting(ctx, 'written', body));
+        } catch (err) {
+          drain(req.raw);
+          throw err;
+        }
       },
     );
   });
@@ -251,4 +261,14 @@ function filePath(params: { id: string; '*'?: string }): string {
   const p = params['*'] ?? '';
   if (p.includes('\0')) throw invalidArgument('path', 'must not contain NUL');
   return p;
+}
+
+/**
+ * After a failed upload (quota, bad path), the rest of the body is read and dropped, so the
+ * client gets the error answer instead of a reset connection. Nothing is kept in memory.
+ */
+function drain(raw: NodeJS.ReadableStream & { unpipe?: () => void }): void {
+  raw.unpipe?.();
+  raw.on('data', () => undefined);
+  raw.resume();
 }
