@@ -89,22 +89,21 @@ describe('cleanup loop (in-memory runtime, manual clock)', () => {
   });
 
   test('a container removed behind sbx is forgotten on the next pass (vanished)', async () => {
-    const { rt, manager } = setup();
-    await manager.start();
+    const { clock, rt, manager } = setup();
+    // Not started: no event stream, so only the pass can notice.
     const box = await manager.create({ image: IMAGE });
-    await manager.close(); // no event stream: only the pass can notice
+    const kept = await manager.create({ image: IMAGE });
     rt.vanish(box.containerId);
-    const again = new Manager({
-      name: 'unit',
-      dataDir,
-      cleanupIntervalMs: 0,
-      tokenSecret: 'a-test-secret-of-16+',
-      pools: [{ name: 'local', runtime: rt }],
-      logger: pino({ level: 'silent' }),
-    });
-    await again.cleanup();
-    assert.equal((await again.list()).length, 0);
-    await again.close();
+    await manager.cleanup();
+    assert.equal((await manager.list()).length, 2, 'a list taken in the same millisecond as the register proves nothing');
+    clock.advance(1);
+    await manager.cleanup();
+    assert.deepEqual(
+      (await manager.list()).map((b) => b.id),
+      [kept.id],
+    );
+    assert.equal(manager.cleanupStats.vanished, 1);
+    await manager.close();
   });
 
   test('a pool unreachable at start is reported, then adopted by a later pass', async () => {
