@@ -1,0 +1,128 @@
+/**
+ * The gRPC heartbeat: from inside a real box over the engine's bridge gateway (a raw HTTP/2
+ * gRPC call made by node in the box), and from a grpc-js client built from heartbeat.proto
+ * (so the hand-written codec is checked against the .proto). Heartbeats keep an idle session
+ * box alive past its idle timeout; bad tokens are refused.
+ */
+import assert from 'node:assert/strict';
+import { fileURLToPath } from 'node:url';
+import { after, before, describe, test } from 'node:test';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import { testEnv } from '../testing/env.js';
+import { decodeHeartbeatRequest, encodeHeartbeatRequest } from './grpc.js';
+import { IMAGE, startTestServer } from './test-support.js';
+import type { TestServer } from './test-support.js';
+
+/** Runs in the box: one gRPC call per mode over plain HTTP/2, prints grpc-status codes. */
+const IN_BOX = `
+const http2 = require('http2');
+const fs = require('fs');
+const [mode, a1, a2] = process.argv.slice(1);
+const addr = process.env.HB_ADDR, id = process.env.SBX_SANDBOX_ID, tok = process.env.SBX_TOKEN;
+function frame(sid) {
+  const b = Buffer.from(sid);
+  const msg = Buffer.from([0x0a, b.length, ...b, 0x10, 1, 0x18, 2]);
+  const f = Buffer.alloc(5); f.writeUInt32BE(msg.length, 1);
+  return Buffer.concat([f, msg]);
+}
+function call(token, sid) {
+  return new Promise((res) => {
+    const c = http2.connect('http://' + addr);
+    c.on('error', (e) => res('conn:' + e.code));
+    const r = c.request({ ':method': 'POST', ':path': '/sbx.v1.Sandbox/Heartbeat', 'content-type': 'application/grpc', te: 'trailers', authorization: 'Bearer ' + token });
+    let st = '?';
+    r.on('response', (h) => { if (h['grpc-status'] !== undefined) st = h['grpc-status']; });
+    r.on('trailers', (h) => { st = h['grpc-status']; });
+    r.on('data', () => {});
+    r.on('end', () => { c.close(); res(st); });
+    r.on('error', (e) => res('err:' + e.code));
+    r.end(frame(sid));
+  });
+}
+(async () => {
+  if (mode === 'loop') {
+    for (;;) { fs.appendFileSync('/tmp/hb.log', (await call(tok, id)) + '\\n'); await new Promise((r) => setTimeout(r, 500)); }
+  }
+  const good = await call(tok, id);
+  const bad = await call(tok.slice(0, -4) + 'AAAA', id);
+  const none = await call('', id);
+  const unknown = await call(tok, a1);
+  const other = await call(tok, a2);
+  console.log(JSON.stringify({ good, bad, none, unknown, other }));
+})();
+`;
+
+let t: TestServer;
+let gateway: string;
+
+before(async () => {
+  // Which address does a box reach the host on? Ask a box: its default route's gateway.
+  const probe = await startTestServer('gwprobe');
+  try {
+    const box = (await probe.call('POST', '/v1/boxes', { body: { image: IMAGE } })).json.id;
+    const route = await probe.call('POST', `/v1/boxes/${box}/exec`, { body: { cmd: ['cat', '/proc/net/route'] } });
+    const line = route.json.stdout.split('\n').find((l: string) => l.split(/\s+/)[1] === '00000000');
+    const hex = line.split(/\s+/)[2] as string;
+    gateway = [3, 2, 1, 0].map((i) => parseInt(hex.slice(i * 2, i * 2 + 2), 16)).join('.');
+  } finally {
+    await probe.dispose();
+  }
+  t = await startTestServer('grpc', { serve: { grpc: { host: gateway, port: 0 } } });
+});
+after(async () => {
+  await t?.dispose();
+});
+
+describe('gRPC heartbeat', () => {
+  test('the codec round-trips and matches heartbeat.proto (a grpc-js client built from the .proto)', async () => {
+    const msg = { sandboxId: 'sb-1.a', active: true, processCount: 300 };
+    assert.deepEqual(decodeHeartbeatRequest(encodeHeartbeatRequest(msg)), msg);
+    const def = protoLoader.loadSync(fileURLToPath(new URL('./heartbeat.proto', import.meta.url)), { keepCase: false });
+    const pkg = grpc.loadPackageDefinition(def) as unknown as { sbx: { v1: { Sandbox: grpc.ServiceClientConstructor } } };
+    const client = new pkg.sbx.v1.Sandbox(t.server.grpc!.address, grpc.credentials.createInsecure());
+    const box = (await t.call('POST', '/v1/boxes', { body: { image: IMAGE } })).json.id;
+    const token = (await t.call('POST', `/v1/boxes/${box}/exec`, { body: { cmd: ['sh', '-c', 'echo $SBX_TOKEN'] } })).json.stdout.trim();
+    const call = (tok: string, req: Record<string, unknown>) =>
+      new Promise<grpc.ServiceError | null>((resolve) => {
+        const md = new grpc.Metadata();
+        if (tok) md.set('authorization', `Bearer ${tok}`);
+        (client['heartbeat'] as (r: unknown, m: grpc.Metadata, cb: (e: grpc.ServiceError | null) => void) => void).call(client, req, md, (e) => resolve(e));
+      });
+    assert.equal(await call(token, { sandboxId: box, active: true, processCount: 4 }), null);
+    assert.equal((await (await t.call('GET', `/v1/boxes/${box}`)).json).processCount, 4, 'process_count arrived through the .proto encoding');
+    assert.equal((await call('', { sandboxId: box, active: true }))?.code, grpc.status.UNAUTHENTICATED);
+    assert.equal((await call(token, { sandboxId: 'sb-unknown', active: true }))?.code, grpc.status.NOT_FOUND);
+    client.close();
+    await t.call('DELETE', `/v1/boxes/${box}`);
+  });
+
+  test('from inside a real box over the bridge gateway: keeps an idle session box alive; bad tokens refused', async () => {
+    const env = { HB_ADDR: t.server.grpc!.address };
+    const short = { policy: 'session', idleTimeoutMs: 2500 };
+    const alive = await t.call('POST', '/v1/boxes', { body: { image: testEnv.testImage, cmd: ['node', '-e', IN_BOX, 'loop'], env, ...short } });
+    assert.equal(alive.status, 201, alive.text);
+    const control = await t.call('POST', '/v1/boxes', { body: { image: IMAGE, ...short } });
+    await new Promise((r) => setTimeout(r, 4000));
+    await t.manager.cleanup();
+    const ids = (await t.manager.list()).map((b) => b.id);
+    assert.ok(ids.includes(alive.json.id), 'the heartbeating box outlived its idle timeout');
+    assert.ok(!ids.includes(control.json.id), 'the control box without heartbeats was removed as idle');
+    const log = await t.call('POST', `/v1/boxes/${alive.json.id}/exec`, { body: { cmd: ['cat', '/tmp/hb.log'] } });
+    const statuses = log.json.stdout.trim().split('\n');
+    assert.ok(statuses.length >= 5 && statuses.every((s: string) => s === '0'), `heartbeats from the box answered OK: ${statuses.join(',')}`);
+    const other = (await t.call('POST', '/v1/boxes', { body: { image: IMAGE } })).json.id;
+    const once = await t.call('POST', `/v1/boxes/${alive.json.id}/exec`, { body: { cmd: ['node', '-e', IN_BOX, 'once', 'sb-nope', other] } });
+    assert.deepEqual(JSON.parse(once.json.stdout), {
+      good: '0',
+      bad: String(grpc.status.UNAUTHENTICATED),
+      none: String(grpc.status.UNAUTHENTICATED),
+      unknown: String(grpc.status.NOT_FOUND),
+      other: String(grpc.status.PERMISSION_DENIED),
+    });
+    assert.match((await t.call('GET', '/metrics', { key: null })).text, /sbx_heartbeats_total\{transport="grpc"\} [1-9]/);
+    console.log(`# boxes reached the gRPC heartbeat at ${t.server.grpc!.address} (the bridge gateway)`);
+    await t.call('DELETE', `/v1/boxes/${alive.json.id}`);
+    await t.call('DELETE', `/v1/boxes/${other}`);
+  });
+});
