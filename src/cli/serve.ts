@@ -1,0 +1,105 @@
+/**
+ * `sbx serve`: the HTTP API (and optionally the gRPC heartbeat) until SIGINT/SIGTERM.
+ * src/cli/main.ts adds it with `program.addCommand(serveCommand())`.
+ *
+ * Flags win over `SBX_*` variables, which win over defaults. The Manager's own settings
+ * (pools, data dir, timeouts) come from the config file and its `SBX_*` variables, as for
+ * every other command.
+ */
+import { Command, InvalidArgumentError } from 'commander';
+import { loadConfig } from '../sandbox/config.js';
+import { SbxError } from '../errors.js';
+import { parseDuration } from '../util/duration.js';
+import { serve } from '../server/index.js';
+import type { ServeOptions } from '../server/index.js';
+
+interface ServeFlags {
+  host?: string;
+  port?: number;
+  config?: string;
+  dataDir?: string;
+  tlsCert?: string;
+  tlsKey?: string;
+  allowInsecure?: boolean;
+  grpcPort?: number;
+  grpcHost?: string;
+  shutdownGrace?: number;
+  bodyLimit?: number;
+}
+
+function port(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new InvalidArgumentError('expected a port number 0-65535');
+  return n;
+}
+
+function bytes(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('expected a number of bytes');
+  return n;
+}
+
+function duration(value: string): number {
+  try {
+    return parseDuration(value);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message.replace(/^duration: /, ''));
+  }
+}
+
+/** Options for serve() from flags, then `SBX_*` variables. Exported for tests. */
+export function serveOptions(flags: ServeFlags, env: NodeJS.ProcessEnv = process.env): ServeOptions {
+  const fromEnv = <T>(key: string, parse: (v: string) => T): T | undefined => (env[key] !== undefined && env[key] !== '' ? parse(env[key]!) : undefined);
+  const config = loadConfig({ ...(flags.config ? { file: flags.config } : {}), env });
+  const grpcPort = flags.grpcPort ?? fromEnv('SBX_GRPC_PORT', port);
+  const certFile = flags.tlsCert ?? env['SBX_TLS_CERT'];
+  const keyFile = flags.tlsKey ?? env['SBX_TLS_KEY'];
+  if ((certFile === undefined) !== (keyFile === undefined))
+    throw new SbxError('invalid_argument', 'tls: give both --tls-cert and --tls-key', { details: { field: 'tls' } });
+  const dataDir = flags.dataDir ?? config.dataDir;
+  const grace = flags.shutdownGrace ?? fromEnv('SBX_SHUTDOWN_GRACE', duration);
+  const bodyLimit = flags.bodyLimit ?? fromEnv('SBX_BODY_LIMIT', bytes);
+  const grpcHost = flags.grpcHost ?? env['SBX_GRPC_HOST'];
+  return {
+    host: flags.host ?? env['SBX_HOST'] ?? '127.0.0.1',
+    port: flags.port ?? fromEnv('SBX_PORT', port) ?? 7070,
+    config: { ...config, ...(dataDir ? { dataDir } : {}) },
+    ...(dataDir ? { dataDir } : {}),
+    ...(certFile && keyFile ? { tls: { certFile, keyFile } } : {}),
+    ...(flags.allowInsecure ? { allowInsecure: true } : {}),
+    ...(grpcPort !== undefined ? { grpc: { port: grpcPort, ...(grpcHost ? { host: grpcHost } : {}) } } : {}),
+    ...(grace !== undefined ? { shutdownGraceMs: grace } : {}),
+    ...(bodyLimit !== undefined ? { bodyLimitBytes: bodyLimit } : {}),
+  };
+}
+
+export function serveCommand(): Command {
+  return new Command('serve')
+    .description('Serve the HTTP API (boxes, exec, workspaces, pools, keys) until SIGINT/SIGTERM; the first start prints an admin key')
+    .option('--host <addr>', 'address to bind (default $SBX_HOST or 127.0.0.1; other addresses need TLS)')
+    .option('--port <n>', 'port (default $SBX_PORT or 7070)', port)
+    .option('-c, --config <file>', 'YAML config file (default $SBX_CONFIG)')
+    .option('--data-dir <dir>', 'data directory: keys, box-token secret, workspaces (default $SBX_DATA_DIR or ~/.sbx)')
+    .option('--tls-cert <file>', 'PEM certificate (or $SBX_TLS_CERT)')
+    .option('--tls-key <file>', 'PEM private key (or $SBX_TLS_KEY)')
+    .option('--allow-insecure', 'plain HTTP on a non-loopback address (behind a TLS proxy)')
+    .option('--grpc-port <n>', 'serve the gRPC heartbeat on this port (or $SBX_GRPC_PORT; off by default)', port)
+    .option('--grpc-host <addr>', 'address for the gRPC heartbeat (default the --host; boxes reach the host on the bridge gateway)')
+    .option('--shutdown-grace <duration>', 'grace for in-flight work on shutdown, e.g. 10s (or $SBX_SHUTDOWN_GRACE)', duration)
+    .option('--body-limit <bytes>', 'largest JSON body (or $SBX_BODY_LIMIT; default 1048576)', bytes)
+    .action(async (flags: ServeFlags, cmd: Command) => {
+      const parentConfig = cmd.parent?.opts<{ config?: string }>().config;
+      const opts = serveOptions({ ...flags, ...(flags.config === undefined && parentConfig ? { config: parentConfig } : {}) });
+      const server = await serve(opts);
+      process.stderr.write(`sbx: serving ${server.url}${server.grpc ? ` (gRPC heartbeat on ${server.grpc.address})` : ''}\n`);
+      await new Promise<void>((resolve) => {
+        const stop = (signal: NodeJS.Signals) => {
+          process.stderr.write(`sbx: ${signal}, shutting down\n`);
+          resolve();
+        };
+        process.once('SIGINT', stop);
+        process.once('SIGTERM', stop);
+      });
+      await server.close();
+    });
+}
