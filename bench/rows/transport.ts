@@ -1,0 +1,148 @@
+/**
+ * Transport rows: the same operation through the HTTP API (and the WebSocket exec) against the
+ * library, as ratios in one run (subject p50 / library p50). Goal of issue #9: HTTP exec adds
+ * at most 2 ms p50 over the library.
+ *
+ * Run alone: `npx tsx bench/rows/transport.ts [--quick]`. In bench/run.ts it is one call:
+ * `results.push(...(await runTransportRows(run.ctx, { managerName: `${run.managerName}-tr`, dataDir: join(run.tmp, 'transport'), runId: run.runId })))`.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pino from 'pino';
+import WebSocket from 'ws';
+import { serve } from '../../src/server/index.js';
+import type { ServerHandle } from '../../src/server/index.js';
+import { BASE_IMAGE, BENCH_LABEL } from '../core/identity.js';
+import type { RowResult } from '../core/result.js';
+import type { AnyRow } from '../core/row.js';
+import { runPairRows } from '../core/run-rows.js';
+import type { RunContext } from '../core/run-rows.js';
+import { sweep } from '../core/sweep.js';
+import { EngineClient } from '../engine/client.js';
+import { SbxSubject } from '../subjects/sbx.js';
+import type { BoxRef, ExecOutcome, Subject } from '../subjects/subject.js';
+import { latencyRows } from './boxes.js';
+
+/** The library rows that have a transport twin. */
+const TWINS = ['Exec', 'ExecOutput1M', 'Create'];
+
+/** Boxes over the HTTP API with fetch (keep-alive), as a remote client would drive them. */
+export class HttpSubject implements Subject {
+  readonly name: string = 'http';
+  constructor(
+    protected readonly url: string,
+    protected readonly key: string,
+    private readonly runId: string,
+  ) {}
+
+  protected async call(method: string, path: string, body?: unknown): Promise<{ status: number; json: Record<string, unknown> | undefined }> {
+    const res = await fetch(this.url + path, {
+      method,
+      headers: { authorization: `Bearer ${this.key}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    });
+    const text = await res.text();
+    const json = text ? (JSON.parse(text) as Record<string, unknown>) : undefined;
+    if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${text.slice(0, 200)}`);
+    return { status: res.status, json };
+  }
+
+  async create(): Promise<BoxRef> {
+    const r = await this.call('POST', '/v1/boxes', { image: BASE_IMAGE, labels: { [BENCH_LABEL]: this.runId } });
+    return { id: String(r.json!['id']) };
+  }
+  async exec(box: BoxRef, cmd: string[]): Promise<ExecOutcome> {
+    const r = await this.call('POST', `/v1/boxes/${box.id}/exec`, { cmd });
+    return { exitCode: Number(r.json!['exitCode']), stdoutBytes: String(r.json!['stdout']).length };
+  }
+  async info(box: BoxRef): Promise<void> {
+    await this.call('GET', `/v1/boxes/${box.id}`);
+  }
+  async stop(box: BoxRef): Promise<void> {
+    await this.call('POST', `/v1/boxes/${box.id}/stop`);
+  }
+  async start(box: BoxRef): Promise<void> {
+    await this.call('POST', `/v1/boxes/${box.id}/start`);
+  }
+  async remove(box: BoxRef): Promise<void> {
+    await this.call('DELETE', `/v1/boxes/${box.id}`);
+  }
+  async close(): Promise<void> {}
+}
+
+/** Exec over the WebSocket exec (one socket per exec, as `sbx exec` would); the rest over HTTP. */
+export class WsSubject extends HttpSubject {
+  override readonly name = 'ws';
+  override exec(box: BoxRef, cmd: string[]): Promise<ExecOutcome> {
+    const query = cmd.map((c) => `cmd=${encodeURIComponent(c)}`).join('&');
+    const ws = new WebSocket(`${this.url.replace(/^http/, 'ws')}/v1/boxes/${box.id}/exec/ws?${query}`, { headers: { authorization: `Bearer ${this.key}` } });
+    return new Promise((resolve, reject) => {
+      let stdoutBytes = 0;
+      let exitCode: number | undefined;
+      ws.on('message', (data: Buffer) => {
+        if (data[0] === 1) stdoutBytes += data.length - 1;
+        else if (data[0] === 3) {
+          const msg = JSON.parse(data.subarray(1).toString()) as { exit?: number; error?: { message: string } };
+          if (msg.error) reject(new Error(msg.error.message));
+          if (msg.exit !== undefined) exitCode = msg.exit;
+        }
+      });
+      ws.once('close', () => (exitCode === undefined ? reject(new Error('closed without exit')) : resolve({ exitCode, stdoutBytes })));
+      ws.once('error', reject);
+    });
+  }
+}
+
+function twin(prefix: string, names: string[]): AnyRow<Subject>[] {
+  return latencyRows.filter((r) => names.includes(r.name)).map((r) => ({ ...r, name: `${prefix} ${r.name}`, note: `${r.note ?? ''} (vs library)`.trim() }));
+}
+
+/** HTTP Exec/ExecOutput1M/Create and WS Exec/ExecOutput1M, each against the library in one run. */
+export async function runTransportRows(ctx: RunContext, opts: { managerName: string; dataDir: string; runId: string }): Promise<RowResult[]> {
+  const lib = await SbxSubject.open(opts);
+  let server: ServerHandle | undefined;
+  try {
+    server = await serve({ manager: lib.manager, port: 0, dataDir: opts.dataDir, logger: pino({ level: 'silent' }), print: () => undefined });
+    const key = server.adminKey!;
+    const http = new HttpSubject(server.url, key, opts.runId);
+    const ws = new WsSubject(server.url, key, opts.runId);
+    return [
+      ...(await runPairRows(twin('HTTP', TWINS), http, lib as unknown as Subject, ctx)),
+      ...(await runPairRows(twin('WS', ['Exec', 'ExecOutput1M']), ws, lib as unknown as Subject, ctx)),
+    ];
+  } finally {
+    await server?.close();
+    await lib.close();
+  }
+}
+
+async function main(): Promise<void> {
+  const mode = process.argv.includes('--quick') ? 'quick' : 'full';
+  const runId = String(process.pid);
+  const tmp = await mkdtemp(join(os.tmpdir(), 'sbx-bench-transport-'));
+  const log = (line: string) => process.stderr.write(`bench: ${line}\n`);
+  const engine = new EngineClient();
+  try {
+    const rows = await runTransportRows({ mode, log, signal: new AbortController().signal }, { managerName: `bench-tr-${process.pid}`, dataDir: tmp, runId });
+    const out = ['row                     subject  p50 ms   lib p50 ms  ratio   added p50 ms'];
+    for (const r of rows) {
+      if (r.sides.length !== 2) {
+        out.push(`${r.name.padEnd(24)}${r.status}: ${r.reason ?? ''}`);
+        continue;
+      }
+      const [s, b] = r.sides;
+      out.push(
+        `${r.name.padEnd(24)}${s.subject.padEnd(9)}${s.stats.p50.toFixed(1).padStart(6)}   ${b.stats.p50.toFixed(1).padStart(10)}  ${(r.ratio ?? 0).toFixed(2).padStart(5)}x  ${(s.stats.p50 - b.stats.p50).toFixed(1).padStart(8)}   (n=${s.stats.n})`,
+      );
+    }
+    process.stdout.write(`${out.join('\n')}\n`);
+  } finally {
+    await sweep(engine, runId).catch(() => 0);
+    engine.close();
+    await rm(tmp, { recursive: true, force: true });
+  }
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) await main();
