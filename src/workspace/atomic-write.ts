@@ -3,9 +3,9 @@
  * temp file beside the target, is fsynced, then renamed over the target, and the directory is
  * fsynced. Readers see the old entry or the new one, never a half-written file.
  */
-import { randomBytes } from 'node:crypto';
 import type { FileHandle } from 'node:fs/promises';
 import type { DirHandle } from './contained-path.js';
+import { tempName } from './temp-names.js';
 import type { FileContent, FileOwner } from './types.js';
 
 /**
@@ -20,16 +20,6 @@ export interface AtomicWriteOptions {
   mtime?: Date | undefined;
   /** Called before each chunk is written, with its size; throwing aborts the write cleanly. */
   onBytes?: ((bytes: number) => void) | undefined;
-}
-
-/**
- * A fresh temp name; it starts with a dot and says what it is, since a box can see it for a moment.
- *
- * @example
- * tempName(); // '.sbx-tmp-3f9c0a1b2c3d4e5f'
- */
-export function tempName(): string {
-  return `.sbx-tmp-${randomBytes(8).toString('hex')}`;
 }
 
 /**

@@ -6,6 +6,7 @@
  *   <dataDir>/workspaces/<node>/<id>/workspace.json   metadata (host-private)
  *   <dataDir>/workspaces/<node>/<id>/root/            what boxes bind-mount
  *   <dataDir>/workspaces/<node>/<id>/staging/         private scratch for all-or-nothing writes
+ *   <dataDir>/workspaces/<node>/.sbx-tmp-<writer>-<rand>/   a workspace being created (temp-names.ts)
  *   <dataDir>/workspaces/<node>/.trash-<id>-<rand>/   a workspace being deleted
  */
 import { join, resolve } from 'node:path';

@@ -5,7 +5,8 @@ import { readdir, readFile, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { isSbxError } from '../errors.js';
 import { WorkspaceManager } from './manager.js';
-import { makeManager, makeTempDir, rejectsWithCode } from './testing/fixtures.js';
+import { tempName } from './temp-names.js';
+import { deadWriterTempName, makeManager, makeTempDir, rejectsWithCode } from './testing/fixtures.js';
 import type { WorkspaceNode } from './types.js';
 
 let tmp: Awaited<ReturnType<typeof makeTempDir>>;
@@ -82,7 +83,7 @@ describe('create', () => {
     for (const r of results) if (r.status === 'rejected') assert.ok(isSbxError(r.reason, 'conflict'), String(r.reason));
   });
 
-  test('concurrent creates of one id from two managers on one data dir: the mkdir claim lets exactly one win', async () => {
+  test('concurrent creates of one id from two managers on one data dir: the rename claim lets exactly one win', async () => {
     const dataDir = join(tmp.path, 'shared-data');
     const a = new WorkspaceManager({ dataDir });
     const b = new WorkspaceManager({ dataDir });
@@ -253,20 +254,23 @@ describe('delete', () => {
 });
 
 describe('crash leftovers', () => {
-  test('staging left by a crash is cleared when a manager first opens the workspace; interrupted deletes are finished on load', async () => {
+  test('staging a dead writer left is cleared when a manager first opens the workspace, a live one is kept; interrupted deletes are finished on load', async () => {
     const dataDir = join(tmp.path, 'crash');
     const first = new WorkspaceManager({ dataDir });
     const ws = await first.create(base);
     const wsDir = dirname(await first.mountPath(ws.id));
     const { mkdirSync, writeFileSync, symlinkSync } = await import('node:fs');
-    mkdirSync(join(wsDir, 'staging', 'stage-left-over', 'deep'), { recursive: true });
-    writeFileSync(join(wsDir, 'staging', 'stage-left-over', 'deep', 'half.bin'), 'x');
+    const leftOver = deadWriterTempName();
+    mkdirSync(join(wsDir, 'staging', leftOver, 'deep'), { recursive: true });
+    writeFileSync(join(wsDir, 'staging', leftOver, 'deep', 'half.bin'), 'x');
+    const live = tempName(); // this process's: alive
+    mkdirSync(join(wsDir, 'staging', live));
     const trash = join(dirname(wsDir), '.trash-ws-gone-1234');
     mkdirSync(join(trash, 'root'), { recursive: true });
     symlinkSync('/etc', join(trash, 'root', 'etc'));
     const second = new WorkspaceManager({ dataDir });
     await (await second.fs(ws.id)).writeFile('a.txt', 'a');
-    assert.deepEqual(await readdir(join(wsDir, 'staging')), []);
+    assert.deepEqual(await readdir(join(wsDir, 'staging')), [live]);
     assert.equal(existsSync(trash), false);
     assert.equal(existsSync('/etc/passwd'), true);
   });

@@ -13,6 +13,8 @@ import { WorkspaceFS } from './fs.js';
 import { KeyedLock } from './keyed-lock.js';
 import { TRASH_PREFIX, WorkspaceLayout } from './layout.js';
 import { readMetadata, writeMetadata } from './metadata.js';
+import { removeIfOrphan, sweepRoot, sweepTempEntries } from './sweep.js';
+import { WriterCheck, tempName } from './temp-names.js';
 import { removeTree } from './tree-walk.js';
 import type {
   CreateWorkspaceOptions,
@@ -32,6 +34,8 @@ const DEFAULT_NODES: WorkspaceNode[] = [{ name: 'local', addr: 'local', online: 
 const SANDBOX_USER: FileOwner = { uid: 1000, gid: 1000 };
 /** Metadata reads in flight while loading the index. */
 const LOAD_CONCURRENCY = 64;
+/** Workspaces swept at once (each walk holds a few fds per level). */
+const SWEEP_CONCURRENCY = 8;
 
 /**
  * Persistent, node-bound workspaces under `<dataDir>/workspaces/`.
@@ -71,10 +75,11 @@ export class WorkspaceManager {
 
   /**
    * Installs the "is a running box mounting this?" check (the seed's SetWorkspaceManager, from
-   * this side). The sandbox Manager calls it once at startup.
+   * this side), for a caller that builds the WorkspaceManager before it can answer; the sandbox
+   * Manager passes `isMounted` to the constructor instead.
    *
    * @example
-   * workspaces.setMountChecker((id) => sandboxes.hasRunningBoxWithWorkspace(id));
+   * workspaces.setMountChecker((id) => [...boxes.values()].some((box) => box.workspaceId === id));
    */
   setMountChecker(check: MountChecker): void {
     this.mountChecker = check;
@@ -252,10 +257,10 @@ export class WorkspaceManager {
 
   private async openFS(workspace: Workspace): Promise<WorkspaceFS> {
     const stagingPath = this.layout.staging(workspace.node, workspace.id);
-    // Before this manager's first operation on the workspace nothing of its can be staged, so
-    // whatever is there was left by a crash.
+    // Staged trees a crashed process left would otherwise stay until the next sweepLeftovers;
+    // those of live processes (this one included) are left alone.
     await using staging = await DirHandle.openHostDir(stagingPath);
-    for (const name of await staging.list()) await removeTree(staging, name);
+    await sweepTempEntries(staging, new WriterCheck());
     return new WorkspaceFS({
       id: workspace.id,
       rootPath: this.layout.root(workspace.node, workspace.id),
@@ -297,32 +302,106 @@ export class WorkspaceManager {
     const nodeDir = this.layout.node(node);
     await mkdir(this.layout.base, { recursive: true, mode: 0o711 });
     await mkdir(nodeDir, { recursive: true, mode: 0o711 });
-    const dir = this.layout.workspace(node, id);
+    await using nodeHandle = await DirHandle.openHostDir(nodeDir);
+    if (await nodeHandle.lstatIfExists(id)) throw conflictingId(id);
+    // The workspace is built complete under a temp name (which names this process) and then
+    // renamed to its id, so an id directory always holds its metadata: a crash mid-create leaves
+    // only a temp directory that the sweep can tell is a dead writer's.
+    const building = tempName();
+    const dir = join(nodeDir, building);
+    const now = new Date().toISOString();
+    const workspace: Workspace = { id, name: fields.name, owner: fields.owner, node, labels: fields.labels, createdAt: now, updatedAt: now };
+    if (fields.quotaBytes !== undefined) workspace.quotaBytes = fields.quotaBytes;
+    await mkdir(dir, { mode: 0o711 });
     try {
-      // The atomic claim: of concurrent creators of one id (any process), exactly one mkdir succeeds.
-      await mkdir(dir, { mode: 0o711 });
-    } catch (err) {
-      if (errnoOf(err) === 'EEXIST') throw conflictingId(id);
-      throw err;
-    }
-    try {
-      const root = this.layout.root(node, id);
+      const root = join(dir, 'root');
       await mkdir(root, { mode: 0o755 });
       if (process.getuid?.() === 0) await chown(root, this.fileOwner.uid, this.fileOwner.gid);
       await chmod(root, 0o755);
-      await mkdir(this.layout.staging(node, id), { mode: 0o700 });
-      const now = new Date().toISOString();
-      const workspace: Workspace = { id, name: fields.name, owner: fields.owner, node, labels: fields.labels, createdAt: now, updatedAt: now };
-      if (fields.quotaBytes !== undefined) workspace.quotaBytes = fields.quotaBytes;
+      await mkdir(join(dir, 'staging'), { mode: 0o700 });
       await writeMetadata(dir, workspace);
-      await using nodeHandle = await DirHandle.openHostDir(nodeDir);
-      await nodeHandle.sync();
-      return workspace;
+      try {
+        // The atomic claim: rename(2) cannot replace a non-empty directory, so of concurrent
+        // creators of one id (any process) exactly one succeeds; the others get ENOTEMPTY.
+        await nodeHandle.rename(building, nodeHandle, id);
+      } catch (err) {
+        const code = errnoOf(err);
+        if (code === 'ENOTEMPTY' || code === 'EEXIST' || code === 'ENOTDIR') throw conflictingId(id);
+        throw err;
+      }
     } catch (err) {
-      await using nodeHandle = await DirHandle.openHostDir(nodeDir);
-      await removeTree(nodeHandle, id).catch(() => undefined);
+      await removeTree(nodeHandle, building).catch(() => undefined);
       throw err;
     }
+    await nodeHandle.sync();
+    return workspace;
+  }
+
+  /**
+   * Removes what crashed processes left in the data directory: temp files of interrupted writes
+   * (in workspace roots, at any depth, and beside metadata), staged trees of interrupted imports
+   * and copies, workspaces whose create was interrupted, and workspace directories without
+   * metadata. A temp entry is removed only when the process its name carries has exited, so the
+   * live work of another process sharing the data directory (an import, a create) is never
+   * touched; see docs/workspaces.md. Safe to call at any time, also while this manager works.
+   *
+   * @example
+   * const { stagingRemoved, orphanDirsRemoved } = await workspaces.sweepLeftovers();
+   */
+  async sweepLeftovers(): Promise<{ stagingRemoved: number; orphanDirsRemoved: number }> {
+    await this.loadIndex(); // also finishes interrupted deletes
+    const writers = new WriterCheck();
+    const counts = { stagingRemoved: 0, orphanDirsRemoved: 0 };
+    for (const node of await this.nodesOnDisk()) {
+      await using nodeDir = await DirHandle.openHostDir(this.layout.node(node));
+      const names = await nodeDir.list();
+      // Workspaces being built: a whole temp directory is one abandoned create.
+      counts.orphanDirsRemoved += await sweepTempEntries(nodeDir, writers);
+      const ids = names.filter(isWorkspaceId);
+      for (let start = 0; start < ids.length; start += SWEEP_CONCURRENCY) {
+        const found = await Promise.all(ids.slice(start, start + SWEEP_CONCURRENCY).map((id) => this.sweepWorkspace(nodeDir, node, id, writers)));
+        for (const one of found) {
+          counts.stagingRemoved += one.stagingRemoved;
+          counts.orphanDirsRemoved += one.orphanDirsRemoved;
+        }
+      }
+    }
+    return counts;
+  }
+
+  private async sweepWorkspace(
+    nodeDir: DirHandle,
+    node: string,
+    id: string,
+    writers: WriterCheck,
+  ): Promise<{ stagingRemoved: number; orphanDirsRemoved: number }> {
+    if (await removeIfOrphan(nodeDir, id)) return { stagingRemoved: 0, orphanDirsRemoved: 1 };
+    let stagingRemoved = 0;
+    for (const dir of [this.layout.workspace(node, id), this.layout.staging(node, id)]) {
+      const handle = await DirHandle.openHostDir(dir).catch(() => undefined);
+      if (!handle) continue; // deleted meanwhile, or a hand-made directory without one
+      try {
+        stagingRemoved += await sweepTempEntries(handle, writers);
+      } finally {
+        await handle.close();
+      }
+    }
+    const root = await DirHandle.openHostDir(this.layout.root(node, id)).catch(() => undefined);
+    if (root) {
+      try {
+        stagingRemoved += await sweepRoot(root, writers);
+      } finally {
+        await root.close();
+      }
+    }
+    return { stagingRemoved, orphanDirsRemoved: 0 };
+  }
+
+  private async nodesOnDisk(): Promise<string[]> {
+    return (await readdir(this.layout.base, { withFileTypes: true }))
+      .filter((e) => e.isDirectory())
+      .map((e) => e.name)
+      .sort();
   }
 
   private loadIndex(): Promise<Map<string, Workspace>> {
@@ -342,10 +421,7 @@ export class WorkspaceManager {
     await requireProcFd();
     await mkdir(this.layout.base, { recursive: true, mode: 0o711 });
     const index = new Map<string, Workspace>();
-    for (const node of (await readdir(this.layout.base, { withFileTypes: true }))
-      .filter((e) => e.isDirectory())
-      .map((e) => e.name)
-      .sort()) {
+    for (const node of await this.nodesOnDisk()) {
       const entries = await readdir(this.layout.node(node), { withFileTypes: true });
       const trash = entries.filter((e) => e.isDirectory() && e.name.startsWith(TRASH_PREFIX)).map((e) => e.name);
       if (trash.length > 0) {

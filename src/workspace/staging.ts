@@ -4,10 +4,10 @@
  * boxes — and only moved into the workspace once complete. A failure (bad archive entry, quota)
  * leaves nothing in the workspace.
  */
-import { randomBytes } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import { SbxError } from '../errors.js';
 import { DirHandle } from './contained-path.js';
+import { tempName } from './temp-names.js';
 import { removeTree } from './tree-walk.js';
 
 /**
@@ -29,7 +29,8 @@ export class StagedTree implements AsyncDisposable {
     await mkdir(stagingAreaPath, { recursive: true, mode: 0o700 });
     const area = await DirHandle.openHostDir(stagingAreaPath);
     try {
-      const name = `stage-${randomBytes(8).toString('hex')}`;
+      // A temp name carries this process, so a sweep by another process leaves it alone while we live.
+      const name = tempName();
       await area.mkdir(name, 0o700);
       return new StagedTree(area, name, await area.openDir(name));
     } catch (err) {

@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isSbxError, type ErrorCode } from '../../errors.js';
 import { WorkspaceManager } from '../manager.js';
+import { tempName } from '../temp-names.js';
 import type { WorkspaceManagerOptions } from '../types.js';
 
 /** A fresh temp directory and its removal. */
@@ -37,4 +38,17 @@ export async function rejectsWithCode(work: Promise<unknown> | (() => Promise<un
 /** Number of fds this process has open (Linux). */
 export async function openFdCount(): Promise<number> {
   return (await readdir('/proc/self/fd')).length;
+}
+
+/**
+ * A temp name whose writer is certainly gone: this process's pid with another start time, which
+ * is what a crashed writer's pid looks like once the kernel has recycled it.
+ */
+export function deadWriterTempName(): string {
+  return tempName().replace(/^(\.sbx-tmp-\d+-\d+-)(\d+)/, (_, head: string, start: string) => `${head}${BigInt(start) + 1n}`);
+}
+
+/** A temp name of a writer in another pid namespace (which a sweep cannot judge, so keeps). */
+export function otherNamespaceTempName(): string {
+  return tempName().replace(/^\.sbx-tmp-\d+-/, '.sbx-tmp-1-');
 }
