@@ -28,5 +28,5 @@ console.log(`stream exit=${code}: ${Buffer.concat(out).toString().trim()} ${Buff
 const info = await box.info();
 console.log(`info: status=${info.status} policy=${info.policy} owner=${info.owner} image=${info.image}`);
 await box.remove();
-console.log(`removed ${box.id}; boxes left: ${manager.list().length}`);
+console.log(`removed ${box.id}; boxes left: ${(await manager.list()).length}`);
 await manager.close();

@@ -45,17 +45,17 @@ try {
     baselineRss: baseline.rss,
     managerRss: withManager.rss,
     managerHeapUsed: withManager.heapUsed,
-    firstBoxes: manager.list().length >= PARALLEL ? PARALLEL : args.boxes,
+    firstBoxes: (await manager.list()).length >= PARALLEL ? PARALLEL : args.boxes,
     firstRss: withFirst.rss,
     firstHeapUsed: withFirst.heapUsed,
     boxesRss: withBoxes.rss,
     boxesHeapUsed: withBoxes.heapUsed,
-    boxes: manager.list().length,
+    boxes: (await manager.list()).length,
     gc: gc !== undefined,
     createWallMs,
   };
   process.send?.(report);
 } finally {
-  await forEachLimited(manager.list(), 5, (b) => b.remove());
+  await forEachLimited(await manager.list(), 5, (b) => b.remove());
   await manager.close();
 }

@@ -1,12 +1,13 @@
 #!/usr/bin/env node
 /**
- * The `sbx` command line. This first cut runs one command in a fresh box on the local
- * engine; `sbx serve` and the API-backed commands come with the HTTP server.
+ * The `sbx` command line: `sbx serve` (the HTTP API), `sbx run` (one command in a fresh box on
+ * the local engine) and `sbx pools`; the API-backed commands come with the SDK.
  */
 import { Command } from 'commander';
 import { Manager } from '../sandbox/manager.js';
 import { loadConfig } from '../sandbox/config.js';
 import { SbxError } from '../errors.js';
+import { serveCommand } from './serve.js';
 
 const program = new Command()
   .name('sbx')
@@ -43,9 +44,11 @@ program
   .action(async () => {
     const manager = new Manager(loadConfig(program.opts<{ config?: string }>().config ? { file: program.opts<{ config: string }>().config } : {}));
     await manager.start();
-    for (const p of manager.pools()) console.log(`${p.name}\t${p.addr}\t${p.connected ? 'connected' : 'unreachable'}\tboxes=${p.boxes}`);
+    for (const p of await manager.pools()) console.log(`${p.name}\t${p.addr}\t${p.connected ? 'connected' : 'unreachable'}\tboxes=${p.boxes}`);
     await manager.close();
   });
+
+program.addCommand(serveCommand());
 
 program.parseAsync().catch((err: unknown) => {
   if (err instanceof SbxError) console.error(`sbx: ${err.code}: ${err.message}`);
