@@ -127,10 +127,8 @@ export class Manager {
   }
 
   private async sweepWorkspaces(): Promise<void> {
-    const sweep = (this.workspaces as { sweepLeftovers?: () => Promise<unknown> }).sweepLeftovers;
-    if (!sweep) return;
     try {
-      const result = await sweep.call(this.workspaces);
+      const result = await this.workspaces.sweepLeftovers();
       this.log.info({ result }, 'swept workspace leftovers');
     } catch (err) {
       this.log.error({ err }, 'sweeping workspace leftovers failed');
