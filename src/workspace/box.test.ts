@@ -4,10 +4,12 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
+import type { Runtime } from '../runtime/types.js';
+import { openTestRuntime, sh, startTestBox, waitForImage } from '../testing/boxes.js';
+import { assertNoContainersLeft } from '../testing/cleanup.js';
+import { testEnv, testRunId } from '../testing/env.js';
 import type { WorkspaceFS } from './fs.js';
 import type { WorkspaceManager } from './manager.js';
-import { BASE_IMAGE, docker, labelledContainers, removeLabelledContainers, startBox, waitForImage } from './testing/docker.js';
 import { makeManager, makeTempDir, rejectsWithCode } from './testing/fixtures.js';
 import { hammerWorkspace } from './testing/race-hammer.js';
 
@@ -20,15 +22,18 @@ let fs: WorkspaceFS;
 let root: string;
 let sibling: { fs: WorkspaceFS; root: string };
 let outside: string;
-let box: string;
-let readOnlyBox: string;
+const runId = testRunId('workspace-box');
+let rt: Runtime;
+let box: string | undefined;
+let readOnlyBox: string | undefined;
 
-async function inBox(script: string, options: { user?: string; container?: string } = {}) {
-  return docker(['exec', ...(options.user ? ['-u', options.user] : []), options.container ?? box, 'sh', '-c', script]);
+function inBox(script: string, options: { user?: string; container?: string } = {}) {
+  return sh(rt, options.container ?? (box as string), script, options.user ? { user: options.user } : {});
 }
 
 before(async () => {
-  await waitForImage(BASE_IMAGE, 5 * 60_000);
+  rt = openTestRuntime();
+  await waitForImage(rt, testEnv.baseImage, 5 * 60_000);
   tmp = await makeTempDir('box');
   manager = makeManager(tmp.path);
   const ws = await manager.create({ name: 'boxed', owner: 'alice', node: 'local' });
@@ -41,28 +46,32 @@ before(async () => {
   mkdirSync(outside);
   writeFileSync(join(outside, 'file'), SECRET);
   writeFileSync(join(outside, 'only-outside'), SECRET);
-  box = await startBox(root);
-  readOnlyBox = await startBox(root, { readOnly: true });
+  box = await startTestBox(rt, runId, { binds: [{ hostPath: root, containerPath: '/workspace' }] });
+  readOnlyBox = await startTestBox(rt, runId, { binds: [{ hostPath: root, containerPath: '/workspace', readOnly: true }] });
 });
 
 after(async () => {
-  await removeLabelledContainers();
-  assert.deepEqual(await labelledContainers(), [], 'test containers left behind');
-  assert.equal(readFileSync('/etc/passwd', 'utf8'), passwd, '/etc/passwd unchanged');
-  await tmp?.remove();
+  try {
+    for (const id of [box, readOnlyBox]) if (id) await rt.remove(id, { force: true });
+    await assertNoContainersLeft(rt, runId);
+    assert.equal(readFileSync('/etc/passwd', 'utf8'), passwd, '/etc/passwd unchanged');
+  } finally {
+    await rt?.close();
+    await tmp?.remove();
+  }
 });
 
 describe('a workspace mounted into a real box', () => {
   test('a file written through the FS is visible in the box', async () => {
     await fs.writeFile('hello.txt', 'from the api');
     const cat = await inBox('cat /workspace/hello.txt');
-    assert.equal(cat.code, 0, cat.stderr);
+    assert.equal(cat.exitCode, 0, cat.stderr);
     assert.equal(cat.stdout, 'from the api');
   });
 
   test('a file written in the box is read through the FS', async () => {
     const write = await inBox('mkdir -p /workspace/made && echo from the box > /workspace/made/in-box.txt');
-    assert.equal(write.code, 0, write.stderr);
+    assert.equal(write.exitCode, 0, write.stderr);
     assert.equal(await fs.readFile('made/in-box.txt', 'utf8'), 'from the box\n');
     assert.deepEqual(
       (await fs.readDir('made')).map((e) => e.name),
@@ -73,7 +82,7 @@ describe('a workspace mounted into a real box', () => {
   test('the box user (uid 1000) can edit files and directories the API created', async () => {
     await fs.writeFile('api/edit.txt', 'v1');
     const edit = await inBox('echo v2 >> /workspace/api/edit.txt && touch /workspace/api/new && stat -c %u:%g /workspace/api/edit.txt', { user: '1000:1000' });
-    assert.equal(edit.code, 0, edit.stderr);
+    assert.equal(edit.exitCode, 0, edit.stderr);
     assert.equal(edit.stdout.trim(), '1000:1000');
     assert.equal(await fs.readFile('api/edit.txt', 'utf8'), 'v1v2\n');
     assert.equal(await fs.exists('api/new'), true);
@@ -83,7 +92,7 @@ describe('a workspace mounted into a real box', () => {
     const read = await inBox('cat /workspace/hello.txt', { container: readOnlyBox });
     assert.equal(read.stdout, 'from the api');
     const write = await inBox('echo x > /workspace/ro.txt', { container: readOnlyBox });
-    assert.notEqual(write.code, 0);
+    assert.notEqual(write.exitCode, 0);
     assert.match(write.stderr, /read-only/i);
     assert.equal(await fs.exists('ro.txt'), false);
   });
@@ -92,15 +101,15 @@ describe('a workspace mounted into a real box', () => {
     const list = await inBox('ls -a /workspace');
     assert.ok(!list.stdout.includes('workspace.json'));
     const climb = await inBox('cat /workspace/../workspace.json');
-    assert.notEqual(climb.code, 0);
+    assert.notEqual(climb.exitCode, 0);
     const sib = await inBox(`ls ${sibling.root}`);
-    assert.notEqual(sib.code, 0, 'the sibling host path does not exist inside the box');
+    assert.notEqual(sib.exitCode, 0, 'the sibling host path does not exist inside the box');
   });
 
   test('a box cannot hard-link a file from outside its mount (EXDEV), even as root', async () => {
     for (const source of ['/etc/passwd', '/etc/hostname', '/bin/busybox']) {
       const link = await inBox(`ln ${source} /workspace/hardlink`, { user: '0:0' });
-      assert.notEqual(link.code, 0, `ln ${source} succeeded`);
+      assert.notEqual(link.exitCode, 0, `ln ${source} succeeded`);
       assert.match(link.stderr, /cross-device/i);
     }
     assert.equal(await fs.exists('hardlink'), false);
@@ -110,7 +119,7 @@ describe('a workspace mounted into a real box', () => {
     const plant = await inBox(
       `cd /workspace && ln -s /etc/passwd pw && ln -s ${sibling.root} sib && ln -s /etc etc && ln -s ${outside} out && mkdir -p tree && ln -s ${sibling.root} tree/sib`,
     );
-    assert.equal(plant.code, 0, plant.stderr);
+    assert.equal(plant.exitCode, 0, plant.stderr);
     for (const path of ['pw', 'sib/secret.txt', 'etc/passwd', 'out/file', 'tree/sib/secret.txt']) {
       await rejectsWithCode(fs.readFile(path), 'invalid_argument', path);
       await rejectsWithCode(fs.createReadStream(path), 'invalid_argument', path);
@@ -138,9 +147,11 @@ describe('a workspace mounted into a real box', () => {
 
   test('a box swapping a directory for an outside symlink in a loop never leaks the secret', async (t) => {
     await fs.writeFile('d/file', 'inside');
-    const loop = `cd /workspace && while [ ! -e stop ]; do mv d d.real; ln -s ${outside} d; mv d d.link; mv d.real d; mv d.link d.gone; rm d.gone; done`;
-    const started = await docker(['exec', '-d', box, 'sh', '-c', loop]);
-    assert.equal(started.code, 0, started.stderr);
+    const loop = `cd /workspace && while :; do mv d d.real; ln -s ${outside} d; mv d d.link; mv d.real d; mv d.link d.gone; rm d.gone; done`;
+    const swapper = await rt.execStream(box as string, ['sh', '-c', loop]);
+    swapper.stdin.end();
+    swapper.stdout.resume();
+    swapper.stderr.resume();
     try {
       let naiveReads = 0;
       let naiveLeaks = 0;
@@ -157,9 +168,9 @@ describe('a workspace mounted into a real box', () => {
       assert.ok(counts.okReads > 0 && counts.refused > 0, JSON.stringify(counts));
       assert.deepEqual(counts.unexpected, []);
     } finally {
-      await fs.writeFile('stop', '');
-      await sleep(500);
+      await swapper.cancel(); // kills the loop inside the box
     }
+    assert.equal(await swapper.wait(), 137, 'the loop ran until cancelled');
     assert.deepEqual(readdirSync(outside).sort(), ['file', 'only-outside'], 'nothing written outside');
   });
 });

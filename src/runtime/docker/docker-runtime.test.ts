@@ -1,5 +1,5 @@
 import { testEnv, testRunId } from '../../testing/env.js';
-import { runtimeConformance } from '../conformance.js';
+import { runtimeConformance } from '../../testing/conformance.js';
 import { DockerRuntime } from './runtime.js';
 
 runtimeConformance('docker', {
