@@ -1,57 +1,158 @@
 #!/usr/bin/env node
 /**
- * The `sbx` command line: `sbx serve` (the HTTP API), `sbx run` (one command in a fresh box on
- * the local engine) and `sbx pools`; the API-backed commands come with the SDK.
+ * The `sbx` command line: `run` one command in a fresh box, list the `pools`, and `serve` the
+ * HTTP API. These work on the library directly (this machine's config); commands that talk to a
+ * running server come with the SDK.
  */
-import { Command } from 'commander';
+import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { Manager } from '../sandbox/manager.js';
 import { loadConfig } from '../sandbox/config.js';
 import { SbxError } from '../errors.js';
 import { serveCommand } from './serve.js';
 
+/** Exit statuses of sbx itself; `run` otherwise exits with the command's own status. */
+export const EXIT = { usage: 2, timeout: 124, sbx: 125, cannotRun: 126, notFound: 127 } as const;
+const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143 };
+
+const CONFIG_HELP = 'YAML config file (default: $SBX_CONFIG, else one pool `local` on the local Docker Engine)';
+
 const program = new Command()
   .name('sbx')
   .description('Isolated execution environments ("boxes") on pools of container runtimes.')
-  .option('-c, --config <file>', 'YAML config file (default: $SBX_CONFIG, else one pool `local` on the local Docker Engine)')
-  .showHelpAfterError();
+  .option('-c, --config <file>', CONFIG_HELP)
+  .enablePositionalOptions()
+  .exitOverride()
+  .showHelpAfterError("(run 'sbx help' or 'sbx <command> --help' for usage)");
+
+/** The Manager for a command: its `-c` first, then the global one, then $SBX_CONFIG and SBX_* variables. */
+function manager(opts: { config?: string }): Manager {
+  const file = opts.config ?? program.opts<{ config?: string }>().config;
+  return new Manager(loadConfig(file ? { file } : {}));
+}
+
+function duration(value: string): number {
+  try {
+    return Number(value);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message.replace(/^duration: /, ''));
+  }
+}
+
+/** `KEY=VALUE`, or `KEY` alone for the caller's value of KEY (as `docker run -e` does). */
+function envVar(value: string, previous: Record<string, string> = {}): Record<string, string> {
+  const eq = value.indexOf('=');
+  const key = eq < 0 ? value : value.slice(0, eq);
+  if (key === '') throw new InvalidArgumentError('expected KEY=VALUE or KEY');
+  if (eq >= 0) return { ...previous, [key]: value.slice(eq + 1) };
+  const inherited = process.env[key];
+  if (inherited === undefined) throw new InvalidArgumentError(`${key} is not set in this environment; write ${key}=VALUE`);
+  return { ...previous, [key]: inherited };
+}
+
+interface RunOptions {
+  config?: string;
+  pool?: string;
+  timeout?: number;
+  env?: Record<string, string>;
+  interactive?: boolean;
+}
 
 program
   .command('run')
-  .description("Create a box, run one command in it, print its output, remove the box; exits with the command's exit code.")
+  .description("Create a box, run one command in it with live output, remove the box; exits with the command's exit status.")
   .argument('<image>', 'image to create the box from, e.g. sbx-base:latest')
-  .argument('<cmd...>', 'command and arguments (put -- before options meant for the command)')
+  .argument('<cmd...>', 'command and arguments; everything after the image goes to the command')
+  .option('-c, --config <file>', CONFIG_HELP)
   .option('-p, --pool <name>', 'pool to create the box on (default: the first pool)')
-  .option('-t, --timeout <ms>', 'kill the command after this many milliseconds', (v) => Number(v))
-  .option('-e, --env <KEY=VALUE...>', 'environment variables for the box')
-  .action(async (image: string, cmd: string[], opts: { pool?: string; timeout?: number; env?: string[] }) => {
-    const env = Object.fromEntries((opts.env ?? []).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
-    const manager = new Manager(loadConfig(program.opts<{ config?: string }>().config ? { file: program.opts<{ config: string }>().config } : {}));
+  .option('-t, --timeout <duration>', 'kill the command after this long: 500ms, 30s, 2m, 1h30m, or milliseconds; 0 = no limit', duration)
+  .option('-e, --env <KEY[=VALUE]>', "set a variable in the box; KEY alone passes the caller's value (repeatable)", envVar)
+  .option('-i, --interactive', "pass this process's stdin to the command (default: the command reads EOF)")
+  .passThroughOptions()
+  .addHelpText(
+    'after',
+    `
+Exit status:
+  the command's own     when it ran (137 if it was killed)
+  ${EXIT.timeout}                   the command ran past --timeout and was killed
+  ${EXIT.sbx}                   sbx failed: config, pool, image, engine (the message says which)
+  ${EXIT.cannotRun}, ${EXIT.notFound}              the command could not be started / was not found in the box
+  ${EXIT.usage}                     usage error: unknown option, bad --timeout or --env
+  ${SIGNAL_EXIT['SIGINT']}, ${SIGNAL_EXIT['SIGTERM']}              sbx got SIGINT / SIGTERM: the command was killed, the box removed
+
+Examples:
+  sbx run sbx-base:latest echo hello
+  sbx run -t 30s -e FOO=bar -e HOME sbx-base:latest sh -c 'echo $FOO $HOME'
+  echo data | sbx run -i sbx-base:latest wc -c`,
+  )
+  .action(async (image: string, args: string[], opts: RunOptions) => {
+    // `sbx run IMAGE -- CMD`, as earlier help texts asked for, still works.
+    const cmd = args[0] === '--' ? args.slice(1) : args;
+    if (cmd.length === 0) program.error("error: missing required argument 'cmd'", { exitCode: EXIT.usage, code: 'sbx.missingCommand' });
+    const m = manager(opts);
+    const stop = new AbortController();
+    const onSignal = (signal: NodeJS.Signals) => stop.abort(signal);
+    process.once('SIGINT', onSignal).once('SIGTERM', onSignal);
     try {
-      await using box = await manager.create({ image, env, policy: 'oneshot', ...(opts.pool ? { pool: opts.pool } : {}) });
-      const r = await box.exec(cmd, opts.timeout ? { timeoutMs: opts.timeout } : {});
-      process.stdout.write(r.stdout);
-      process.stderr.write(r.stderr);
-      if (r.timedOut) process.stderr.write(`sbx: timed out after ${opts.timeout} ms; the command was killed\n`);
-      process.exitCode = r.exitCode;
+      await using box = await m.create({ image, env: opts.env ?? {}, policy: 'oneshot', ...(opts.pool ? { pool: opts.pool } : {}) });
+      if (stop.signal.aborted) return;
+      const timer = opts.timeout ? setTimeout(() => stop.abort('timeout'), opts.timeout) : undefined;
+      let s;
+      try {
+        s = await box.stream(cmd, { signal: stop.signal });
+      } catch (err) {
+        // The command could not start: a shell's statuses, as `docker run` gives them.
+        if (!(err instanceof SbxError) || typeof err.details?.['cmd'] !== 'string') throw err;
+        clearTimeout(timer);
+        console.error(`sbx: ${err.code}: ${err.message}`);
+        process.exitCode = err.code === 'not_found' ? EXIT.notFound : EXIT.cannotRun;
+        return;
+      }
+      s.stdout.pipe(process.stdout);
+      s.stderr.pipe(process.stderr);
+      if (opts.interactive) process.stdin.pipe(s.stdin);
+      else s.stdin.end();
+      const code = await s.wait();
+      clearTimeout(timer);
+      if (opts.interactive) process.stdin.unpipe(s.stdin).destroy();
+      if (stop.signal.reason === 'timeout') {
+        process.stderr.write(`sbx: timed out after ${formatMs(opts.timeout!)}; the command was killed\n`);
+        process.exitCode = EXIT.timeout;
+      } else process.exitCode = code;
     } finally {
-      await manager.close();
+      process.off('SIGINT', onSignal).off('SIGTERM', onSignal);
+      await m.close();
+      if (stop.signal.aborted && stop.signal.reason !== 'timeout') process.exitCode = SIGNAL_EXIT[String(stop.signal.reason)] ?? 1;
     }
   });
 
 program
   .command('pools')
-  .description('List the configured pools and whether their runtimes answer.')
-  .action(async () => {
-    const manager = new Manager(loadConfig(program.opts<{ config?: string }>().config ? { file: program.opts<{ config: string }>().config } : {}));
-    await manager.start();
-    for (const p of await manager.pools()) console.log(`${p.name}\t${p.addr}\t${p.connected ? 'connected' : 'unreachable'}\tboxes=${p.boxes}`);
-    await manager.close();
+  .description('List the configured pools (name, address, whether the runtime answers, boxes of this instance), tab-separated.')
+  .option('-c, --config <file>', CONFIG_HELP)
+  .action(async (opts: { config?: string }) => {
+    const m = manager(opts);
+    try {
+      await m.start();
+      for (const p of await m.pools()) console.log(`${p.name}\t${p.addr}\t${p.connected ? 'connected' : 'unreachable'}\tboxes=${p.boxes}`);
+    } finally {
+      await m.close();
+    }
   });
 
-program.addCommand(serveCommand());
+// Usage errors exit 2 here too: the settings above are copied, as .command() does for the others.
+program.addCommand(serveCommand().copyInheritedSettings(program));
+
+function formatMs(ms: number): string {
+  return ms % 1000 === 0 ? `${ms / 1000}s` : `${ms} ms`;
+}
 
 program.parseAsync().catch((err: unknown) => {
+  if (err instanceof CommanderError) {
+    // Commander has printed the message (or the help); --help and --version are not errors.
+    process.exitCode = err.exitCode === 0 ? 0 : EXIT.usage;
+    return;
+  }
   if (err instanceof SbxError) console.error(`sbx: ${err.code}: ${err.message}`);
   else console.error(`sbx: ${(err as Error).message ?? String(err)}`);
-  process.exitCode = 1;
+  process.exitCode = EXIT.sbx;
 });
