@@ -8,6 +8,7 @@ import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { Manager } from '../sandbox/manager.js';
 import { loadConfig } from '../sandbox/config.js';
 import { SbxError } from '../errors.js';
+import { parseDuration } from '../util/duration.js';
 import { serveCommand } from './serve.js';
 
 /** Exit statuses of sbx itself; `run` otherwise exits with the command's own status. */
@@ -32,7 +33,7 @@ function manager(opts: { config?: string }): Manager {
 
 function duration(value: string): number {
   try {
-    return Number(value);
+    return parseDuration(value);
   } catch (err) {
     throw new InvalidArgumentError((err as Error).message.replace(/^duration: /, ''));
   }
