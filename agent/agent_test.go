@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestFramesRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	fw := &frameWriter{w: &buf}
+	if err := fw.write(fStdout, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fw.writeJSON(fExit, exitResp{ExitCode: 3}); err != nil {
+		t.Fatal(err)
+	}
+	hdr := make([]byte, 5)
+	f, err := readFrame(&buf, hdr)
+	if err != nil || f.typ != fStdout || string(f.payload) != "hello" {
+		t.Fatalf("got %v %q %v", f.typ, f.payload, err)
+	}
+	f, err = readFrame(&buf, hdr)
+	if err != nil || f.typ != fExit || string(f.payload) != `{"exitCode":3}` {
+		t.Fatalf("got %v %q %v", f.typ, f.payload, err)
+	}
+	big := append([]byte{fStdin, 0x7f, 0, 0, 0}, make([]byte, 10)...)
+	if _, err := readFrame(bytes.NewReader(big), hdr); err == nil {
+		t.Fatal("an oversized frame must be refused")
+	}
+}
+
+func TestLookupUser(t *testing.T) {
+	dir := t.TempDir()
+	passwdFile, groupFile = filepath.Join(dir, "passwd"), filepath.Join(dir, "group")
+	defer func() { passwdFile, groupFile = "/etc/passwd", "/etc/group" }()
+	os.WriteFile(passwdFile, []byte("root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000:sandbox:/home/sandbox:/bin/sh\n"), 0o644)
+	os.WriteFile(groupFile, []byte("root:x:0:\nsandbox:x:1000:\nextra:x:2000:sandbox,other\n"), 0o644)
+	cases := []struct {
+		spec     string
+		uid, gid uint32
+		groups   []uint32
+		home     string
+	}{
+		{"", 0, 0, nil, "/root"},
+		{"sandbox", 1000, 1000, []uint32{2000}, "/home/sandbox"},
+		{"1000", 1000, 1000, []uint32{2000}, "/home/sandbox"},
+		{"1000:0", 1000, 0, nil, "/home/sandbox"},
+		{"sandbox:extra", 1000, 2000, nil, "/home/sandbox"},
+		{"4242", 4242, 0, nil, "/"},
+		{"4242:7", 4242, 7, nil, "/"},
+	}
+	for _, c := range cases {
+		cred, err := lookupUser(c.spec)
+		if err != nil {
+			t.Fatalf("%q: %v", c.spec, err)
+		}
+		if cred.uid != c.uid || cred.gid != c.gid || cred.home != c.home || len(cred.groups) != len(c.groups) {
+			t.Fatalf("%q: got %+v", c.spec, cred)
+		}
+	}
+	for _, bad := range []string{"bob", "sandbox:nogroup"} {
+		if _, err := lookupUser(bad); err == nil || !strings.Contains(err.Error(), "unable to find") {
+			t.Fatalf("%q: want an error, got %v", bad, err)
+		}
+	}
+}
+
+func TestParseInit(t *testing.T) {
+	cfg, err := parseInit([]string{"--user", "1000:1000", "--home", "--drop-caps", "5,7", "--", "sh", "-c", "x"})
+	if err != nil || cfg.user != "1000:1000" || !cfg.home || len(cfg.dropCaps) != 2 || strings.Join(cfg.cmd, " ") != "sh -c x" {
+		t.Fatalf("%+v %v", cfg, err)
+	}
+	if _, err := parseInit([]string{"--nope"}); err == nil {
+		t.Fatal("unknown option accepted")
+	}
+}
+
+// testAgent runs a reaper like init does.
+func testAgent(t *testing.T) *agent {
+	a := newAgent(initConfig{})
+	if a.spawner.memfd < 0 {
+		t.Skip("no memfd_create here")
+	}
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-sigs:
+				a.reap()
+			case <-time.After(50 * time.Millisecond):
+				a.reap()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { signal.Stop(sigs); close(stop) })
+	return a
+}
+
+func TestTrampolineMakesTheExecASubreaper(t *testing.T) {
+	a := testAgent(t)
+	done := make(chan syscall.WaitStatus, 1)
+	cred := credential{uid: uint32(os.Getuid()), gid: uint32(os.Getgid())}
+	// A double fork: the subshell exits at once, orphaning the sleep.
+	pid, err := a.start(spawnSpec{path: "/bin/sh", argv: []string{"sh", "-c", "(sleep 30 &); sleep 30"}, env: []string{"PATH=/usr/bin:/bin"}, dir: "/", cred: cred, asRoot: true, files: [3]uintptr{0, 1, 2}}, func(ws syscall.WaitStatus) { done <- ws })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var orphan int
+	for i := 0; i < 100 && orphan == 0; i++ {
+		time.Sleep(20 * time.Millisecond)
+		for p, st := range readProcs() {
+			if st.ppid == pid && st.comm == "sleep" && p != pid {
+				cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
+				if bytes.Contains(cmd, []byte("30")) {
+					// two sleeps: the direct child and the reparented orphan both have ppid == pid
+					orphan = p
+				}
+			}
+		}
+	}
+	if orphan == 0 {
+		t.Fatal("no sleep below the exec")
+	}
+	n := 0
+	for _, st := range readProcs() {
+		if st.ppid == pid && st.comm == "sleep" {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("want the orphan reparented to the exec (2 sleeps below it), got %d", n)
+	}
+	if killed := killTree(pid); killed < 3 {
+		t.Fatalf("killTree found %d processes, want the shell and both sleeps", killed)
+	}
+	select {
+	case ws := <-done:
+		if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("exit %v", ws)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the exec did not die")
+	}
+	time.Sleep(100 * time.Millisecond)
+	for p, st := range readProcs() {
+		if st.session == pid && st.state != 'Z' {
+			t.Fatalf("process %d of the exec survived", p)
+		}
+	}
+}
+
+func TestTrampolineReportsExecErrors(t *testing.T) {
+	a := testAgent(t)
+	done := make(chan syscall.WaitStatus, 1)
+	cred := credential{uid: uint32(os.Getuid()), gid: uint32(os.Getgid())}
+	dir := t.TempDir()
+	noexec := filepath.Join(dir, "script")
+	os.WriteFile(noexec, []byte("no shebang\n"), 0o755)
+	_, err := a.start(spawnSpec{path: noexec, argv: []string{"script"}, dir: "/", cred: cred, asRoot: true, files: [3]uintptr{0, 1, 2}}, func(ws syscall.WaitStatus) { done <- ws })
+	if !errors.Is(err, syscall.ENOEXEC) {
+		t.Fatalf("want ENOEXEC, got %v", err)
+	}
+	select {
+	case ws := <-done:
+		if ws.ExitStatus() != 127 {
+			t.Fatalf("trampoline exit %v", ws)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no exit")
+	}
+}
+
+func TestLookPath(t *testing.T) {
+	if p, err := lookPath("sh", "/nope:/bin", "/"); err != nil || p != "/bin/sh" {
+		t.Fatalf("%q %v", p, err)
+	}
+	if _, err := lookPath("no-such-cmd", "/bin", "/"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatal(err)
+	}
+	if _, err := lookPath("/no/such", "/bin", "/"); err == nil {
+		t.Fatal("missing path accepted")
+	}
+}

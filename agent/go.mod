@@ -1,0 +1,3 @@
+module sbx/agent
+
+go 1.22

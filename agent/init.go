@@ -1,0 +1,246 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+type agent struct {
+	cfg        initConfig
+	spawner    *spawner
+	baseEnv    []string
+	defaultDir string
+	devNull    *os.File
+
+	// procMu is held across a fork and the registration of its waiter, and around each reap,
+	// so the reaper never takes an exit nobody is waiting for yet.
+	procMu  sync.Mutex
+	waiters map[int]func(syscall.WaitStatus)
+
+	mainPid atomic.Int64
+	execs   sync.Map // pid -> *execProc, the running execs
+}
+
+func newAgent(cfg initConfig) *agent {
+	a := &agent{cfg: cfg, waiters: map[int]func(syscall.WaitStatus){}}
+	a.spawner = newSpawner()
+	for _, kv := range os.Environ() {
+		// The engine sets HOME from the container's user, which is root when the agent is
+		// injected: the runtime says --home when the box did not set HOME itself, and each
+		// process then gets its own user's home, as the engine gives it.
+		if cfg.home && strings.HasPrefix(kv, "HOME=") {
+			continue
+		}
+		a.baseEnv = append(a.baseEnv, kv)
+	}
+	a.defaultDir, _ = os.Getwd()
+	if a.defaultDir == "" {
+		a.defaultDir = "/"
+	}
+	a.devNull, _ = os.Open(os.DevNull)
+	return a
+}
+
+func runInit(cfg initConfig) int {
+	a := newAgent(cfg)
+	sigs := make(chan os.Signal, 64)
+	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	// Reap what was already there (nothing, normally; a box restarted by the engine is new).
+	a.reap()
+
+	mainDone := make(chan syscall.WaitStatus, 1)
+	if len(cfg.cmd) > 0 {
+		if code, err := a.startMain(mainDone); err != nil {
+			fmt.Fprintf(os.Stderr, "sbx-agent: cannot start %q: %v\n", cfg.cmd[0], err)
+			return code
+		}
+	}
+	if ln, err := listen(cfg.socket); err != nil {
+		// Still init: the host finds no socket and uses the engine's exec.
+		fmt.Fprintf(os.Stderr, "sbx-agent: no exec socket (%v); init only\n", err)
+	} else {
+		go a.serve(ln)
+	}
+	go a.heartbeats()
+
+	for {
+		select {
+		case ws := <-mainDone:
+			return exitCodeOf(ws)
+		case s := <-sigs:
+			sig := s.(syscall.Signal)
+			if sig == syscall.SIGCHLD {
+				a.reap()
+				continue
+			}
+			if pid := int(a.mainPid.Load()); pid > 0 {
+				_ = syscall.Kill(pid, sig)
+			} else if sig == syscall.SIGTERM || sig == syscall.SIGINT || sig == syscall.SIGQUIT || sig == syscall.SIGHUP {
+				// No command: waiting was all there was to do.
+				return 0
+			}
+		}
+	}
+}
+
+func exitCodeOf(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// reap collects every exited child: the execs' and the command's to their waiters, orphans
+// reparented to PID 1 just so they leave no zombie.
+func (a *agent) reap() {
+	for {
+		var ws syscall.WaitStatus
+		a.procMu.Lock()
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		var cb func(syscall.WaitStatus)
+		if pid > 0 {
+			cb = a.waiters[pid]
+			delete(a.waiters, pid)
+		}
+		a.procMu.Unlock()
+		if err == syscall.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			return
+		}
+		if cb != nil {
+			cb(ws)
+		}
+	}
+}
+
+func (a *agent) startMain(done chan syscall.WaitStatus) (int, error) {
+	cmd := a.cfg.cmd
+	cred, err := lookupUser(a.cfg.user)
+	if err != nil {
+		return 126, err
+	}
+	env := a.envFor(nil, cred, false)
+	path, err := lookPath(cmd[0], envValue(env, "PATH"), a.defaultDir)
+	if err != nil {
+		return 127, err
+	}
+	pid, err := a.start(spawnSpec{path: path, argv: cmd, env: env, dir: a.defaultDir, cred: cred, files: [3]uintptr{0, 1, 2}}, func(ws syscall.WaitStatus) {
+		done <- ws
+	})
+	if err != nil {
+		return 126, err
+	}
+	a.mainPid.Store(int64(pid))
+	return 0, nil
+}
+
+// envFor is the environment of a process: the box's, the exec's over it, HOME from the
+// user's passwd entry when neither sets it, TERM=xterm on a terminal (as the engine does).
+func (a *agent) envFor(extra map[string]string, cred credential, tty bool) []string {
+	env := make([]string, 0, len(a.baseEnv)+len(extra)+2)
+	seen := map[string]bool{}
+	for _, kv := range a.baseEnv {
+		k, _, _ := strings.Cut(kv, "=")
+		if v, ok := extra[k]; ok {
+			env = append(env, k+"="+v)
+		} else {
+			env = append(env, kv)
+		}
+		seen[k] = true
+	}
+	for k, v := range extra {
+		if !seen[k] {
+			env = append(env, k+"="+v)
+			seen[k] = true
+		}
+	}
+	if !seen["HOME"] {
+		home := cred.home
+		if home == "" {
+			home = "/"
+		}
+		env = append(env, "HOME="+home)
+	}
+	if tty && !seen["TERM"] {
+		env = append(env, "TERM=xterm")
+	}
+	return env
+}
+
+func envValue(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+type notFoundError struct{ name string }
+
+func (e notFoundError) Error() string {
+	if strings.Contains(e.name, "/") {
+		return fmt.Sprintf("stat %s: no such file or directory", e.name)
+	}
+	return fmt.Sprintf("%q: executable file not found in $PATH", e.name)
+}
+
+// lookPath finds an executable as the engine does: a name with a slash as it is (relative
+// to the working directory), else the first match in PATH.
+func lookPath(name, path, dir string) (string, error) {
+	check := func(p string) bool {
+		st, err := os.Stat(p)
+		return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+	}
+	if strings.Contains(name, "/") {
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return "", notFoundError{name}
+		}
+		return p, nil
+	}
+	if path == "" {
+		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	for _, d := range filepath.SplitList(path) {
+		if d == "" {
+			d = "."
+		}
+		p := filepath.Join(d, name)
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if check(p) {
+			return p, nil
+		}
+	}
+	return "", notFoundError{name}
+}
+
+func listen(path string) (*net.UnixListener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	_ = os.Remove(path) // a socket left by the box's previous run
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	// The directory (0700, the host's) keeps box processes out; the socket itself must be
+	// usable by the host's user whoever that is, and every peer is checked (SO_PEERCRED).
+	_ = os.Chmod(path, 0o666)
+	return ln, nil
+}

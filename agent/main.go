@@ -1,0 +1,98 @@
+// Command sbx-agent is the in-box agent of sbx: injected by the Docker runtime as the box's
+// PID 1, it reaps zombies, forwards SIGTERM/SIGINT to the box's command and exits with it,
+// serves the exec API on a unix socket that only the host can use, and sends heartbeats.
+// Standard library only, built static (CGO_ENABLED=0): it runs in any image, FROM scratch
+// included. See docs/agent.md.
+//
+//	sbx-agent init [--user U] [--home] [--drop-caps N,N] [--socket PATH] [-- CMD ARGS...]
+//	sbx-agent version
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+const defaultSocket = "/run/sbx-agent/agent.sock"
+
+type initConfig struct {
+	user     string
+	home     bool
+	dropCaps []int
+	socket   string
+	cmd      []string
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: sbx-agent init [--user U] [--home] [--drop-caps N,...] [--socket PATH] [-- CMD...] | version")
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "version":
+		fmt.Printf("sbx-agent %s protocol %d\n", AgentVersion, ProtocolVersion)
+	case "init":
+		cfg, err := parseInit(os.Args[2:])
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "sbx-agent: %v\n", err)
+			os.Exit(2)
+		}
+		os.Exit(runInit(cfg))
+	default:
+		fmt.Fprintf(os.Stderr, "sbx-agent: unknown command %q\n", os.Args[1])
+		os.Exit(2)
+	}
+}
+
+func parseInit(args []string) (initConfig, error) {
+	cfg := initConfig{socket: defaultSocket}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		next := func() (string, error) {
+			if i+1 >= len(args) {
+				return "", fmt.Errorf("%s needs a value", a)
+			}
+			i++
+			return args[i], nil
+		}
+		switch a {
+		case "--":
+			cfg.cmd = args[i+1:]
+			return cfg, nil
+		case "--user":
+			v, err := next()
+			if err != nil {
+				return cfg, err
+			}
+			cfg.user = v
+		case "--home":
+			cfg.home = true
+		case "--socket":
+			v, err := next()
+			if err != nil {
+				return cfg, err
+			}
+			cfg.socket = v
+		case "--drop-caps":
+			v, err := next()
+			if err != nil {
+				return cfg, err
+			}
+			for _, s := range strings.Split(v, ",") {
+				if s == "" {
+					continue
+				}
+				n, err := strconv.Atoi(s)
+				if err != nil || n < 0 || n > 63 {
+					return cfg, fmt.Errorf("--drop-caps: bad capability number %q", s)
+				}
+				cfg.dropCaps = append(cfg.dropCaps, n)
+			}
+		default:
+			return cfg, fmt.Errorf("unknown option %q", a)
+		}
+	}
+	return cfg, nil
+}

@@ -1,0 +1,423 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+const (
+	// After the process exited, how long its output may stay silent before the agent stops
+	// reading it: what the process wrote is already in the pipes; anything still holding them
+	// open (an escaped background process) must not hold up the exit.
+	drainIdle = 20 * time.Millisecond
+	// The most the output is still read after the exit, whatever keeps writing.
+	drainMax  = 2 * time.Second
+	helloWait = 10 * time.Second
+)
+
+func (a *agent) serve(ln *net.UnixListener) {
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		go a.handle(c)
+	}
+}
+
+// peerCred is the connecting process's credentials as the kernel saw them at connect.
+func peerCred(c *net.UnixConn) (*syscall.Ucred, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *syscall.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	return cred, cerr
+}
+
+func (a *agent) handle(c *net.UnixConn) {
+	defer c.Close()
+	fw := &frameWriter{w: c}
+	fail := func(code, field, msg string) {
+		_ = fw.writeJSON(fError, errorResp{Code: code, Field: field, Message: msg})
+	}
+	// Only the host: a process of this box has a pid in the agent's pid namespace; the host's
+	// connection comes from outside it, which the kernel reports as pid 0.
+	cred, err := peerCred(c)
+	if err != nil || cred.Pid != 0 {
+		fail("forbidden", "", "the sbx agent serves the host only")
+		return
+	}
+	hdr := make([]byte, 5)
+	_ = c.SetReadDeadline(time.Now().Add(helloWait))
+	f, err := readFrame(c, hdr)
+	if err != nil {
+		return
+	}
+	if f.typ != fHello {
+		fail("protocol", "", "the first frame must be HELLO")
+		return
+	}
+	var hello helloReq
+	if err := json.Unmarshal(f.payload, &hello); err != nil {
+		fail("protocol", "", "bad HELLO: "+err.Error())
+		return
+	}
+	speaks := false
+	for _, v := range hello.Versions {
+		if v == ProtocolVersion {
+			speaks = true
+		}
+	}
+	if !speaks {
+		fail("version", "", fmt.Sprintf("sbx-agent %s speaks protocol %d; the host offered %v", AgentVersion, ProtocolVersion, hello.Versions))
+		return
+	}
+	if err := fw.writeJSON(fHelloOK, helloResp{Version: ProtocolVersion, Versions: []int{ProtocolVersion}, Agent: AgentVersion, Pid: os.Getpid()}); err != nil {
+		return
+	}
+	f, err = readFrame(c, hdr)
+	if err != nil {
+		return // a probe: HELLO only
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if f.typ != fStart {
+		fail("protocol", "", "expected START")
+		return
+	}
+	var req startReq
+	if err := json.Unmarshal(f.payload, &req); err != nil {
+		fail("protocol", "", "bad START: "+err.Error())
+		return
+	}
+	ex, e := a.startExec(req, fw, c)
+	if e != nil {
+		_ = fw.writeJSON(fError, e)
+		return
+	}
+	for {
+		f, err := readFrame(c, hdr)
+		if err != nil {
+			break
+		}
+		switch f.typ {
+		case fStdin:
+			ex.queueStdin(f.payload, false)
+		case fStdinEOF:
+			ex.queueStdin(nil, true)
+		case fResize:
+			var s sizeReq
+			if json.Unmarshal(f.payload, &s) == nil && ex.master != nil && s.Cols > 0 && s.Rows > 0 {
+				_ = setWinsize(int(ex.master.Fd()), s.Cols, s.Rows)
+			}
+		case fKill:
+			ex.kill()
+		case fSignal:
+			var s struct {
+				Signal int `json:"signal"`
+			}
+			if json.Unmarshal(f.payload, &s) == nil && s.Signal > 0 && s.Signal < 65 && !ex.exited.Load() {
+				_ = syscall.Kill(ex.pid, syscall.Signal(s.Signal))
+			}
+		}
+	}
+	// The host went away (or closed after EXIT): an exec nobody can see any more is killed.
+	if !ex.exited.Load() {
+		ex.kill()
+	}
+	<-ex.done
+}
+
+type stdinItem struct {
+	data []byte
+	eof  bool
+}
+
+type execProc struct {
+	a      *agent
+	pid    int
+	master *os.File
+	stdin  *os.File // pipe to the process (nil without stdin; the master with a tty)
+	outs   []*os.File
+	fw     *frameWriter
+	conn   *net.UnixConn
+
+	exited   atomic.Bool
+	exitedAt atomic.Int64
+	killed   atomic.Bool
+	status   chan syscall.WaitStatus
+	done     chan struct{}
+	readers  sync.WaitGroup
+
+	qmu    sync.Mutex
+	queue  []stdinItem
+	qready chan struct{}
+}
+
+func (a *agent) startExec(req startReq, fw *frameWriter, conn *net.UnixConn) (*execProc, *errorResp) {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return nil, &errorResp{Code: "invalid_argument", Field: "cmd", Message: "cmd: must be a non-empty array"}
+	}
+	userSpec := req.User
+	if userSpec == "" {
+		userSpec = a.cfg.user
+	}
+	cred, err := lookupUser(userSpec)
+	if err != nil {
+		return nil, &errorResp{Code: "invalid_argument", Field: "user", Message: err.Error()}
+	}
+	env := a.envFor(req.Env, cred, req.Tty)
+	dir := req.WorkDir
+	if dir == "" {
+		dir = a.defaultDir
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		why := "not a directory"
+		if err != nil {
+			why = err.Error()
+		}
+		return nil, &errorResp{Code: "invalid_argument", Field: "workDir", Message: fmt.Sprintf("chdir to %s: %s", dir, why)}
+	}
+	path, err := lookPath(req.Argv[0], envValue(env, "PATH"), dir)
+	if err != nil {
+		return nil, &errorResp{Code: "not_found", Field: "cmd", Message: err.Error()}
+	}
+
+	ex := &execProc{a: a, fw: fw, conn: conn, status: make(chan syscall.WaitStatus, 1), done: make(chan struct{}), qready: make(chan struct{}, 1)}
+	var child []*os.File
+	var files [3]uintptr
+	if req.Tty {
+		m, s, err := openPty(req.Cols, req.Rows, cred.uid, cred.gid)
+		if err != nil {
+			return nil, &errorResp{Code: "internal", Message: err.Error()}
+		}
+		ex.master, ex.stdin, ex.outs = m, m, []*os.File{m}
+		child = []*os.File{s}
+		files = [3]uintptr{s.Fd(), s.Fd(), s.Fd()}
+	} else {
+		var closeAll = func(fs ...*os.File) {
+			for _, f := range fs {
+				if f != nil {
+					f.Close()
+				}
+			}
+		}
+		inFd := a.devNull.Fd()
+		var inR *os.File
+		if req.Stdin {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return nil, &errorResp{Code: "internal", Message: err.Error()}
+			}
+			ex.stdin, inR = w, r
+			inFd = r.Fd()
+			child = append(child, r)
+		}
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			closeAll(inR, ex.stdin)
+			return nil, &errorResp{Code: "internal", Message: err.Error()}
+		}
+		errR, errW, err := os.Pipe()
+		if err != nil {
+			closeAll(inR, ex.stdin, outR, outW)
+			return nil, &errorResp{Code: "internal", Message: err.Error()}
+		}
+		ex.outs = []*os.File{outR, errR}
+		child = append(child, outW, errW)
+		// Fd() puts the child's ends back into blocking mode, as programs expect.
+		files = [3]uintptr{inFd, outW.Fd(), errW.Fd()}
+	}
+	closeChild := func() {
+		for _, f := range child {
+			f.Close()
+		}
+	}
+	pid, err := a.start(spawnSpec{path: path, argv: req.Argv, env: env, dir: dir, cred: cred, files: files, tty: req.Tty}, func(ws syscall.WaitStatus) {
+		ex.status <- ws
+	})
+	closeChild()
+	if err != nil {
+		if ex.stdin != nil && ex.stdin != ex.master {
+			ex.stdin.Close()
+		}
+		for _, f := range ex.outs {
+			f.Close()
+		}
+		code, field := "internal", ""
+		if errors.Is(err, syscall.ENOENT) {
+			code, field = "not_found", "cmd"
+		}
+		return nil, &errorResp{Code: code, Field: field, Message: fmt.Sprintf("exec %s: %v", path, err)}
+	}
+	ex.pid = pid
+	a.execs.Store(pid, ex)
+	_ = fw.writeJSON(fStarted, map[string]int{"pid": pid})
+
+	types := []byte{fStdout, fStderr}
+	for i, f := range ex.outs {
+		ex.readers.Add(1)
+		go ex.pump(f, types[i])
+	}
+	if ex.stdin != nil {
+		go ex.writeStdin()
+	}
+	go ex.wait()
+	return ex, nil
+}
+
+func (ex *execProc) pump(f *os.File, typ byte) {
+	defer ex.readers.Done()
+	buf := make([]byte, 64*1024)
+	broken := false
+	for {
+		if at := ex.exitedAt.Load(); at != 0 {
+			d := time.Now().Add(drainIdle)
+			if max := time.Unix(0, at).Add(drainMax); d.After(max) {
+				d = max
+			}
+			_ = f.SetReadDeadline(d)
+		}
+		n, err := f.Read(buf)
+		if n > 0 && !broken {
+			if ex.fw.write(typ, buf[:n]) != nil {
+				broken = true // keep reading: the process must not block on a full pipe
+			}
+		}
+		if err != nil {
+			return // EOF, EIO (a terminal whose last holder closed it), or the drain deadline
+		}
+	}
+}
+
+func (ex *execProc) queueStdin(b []byte, eof bool) {
+	if ex.stdin == nil {
+		if !eof {
+			ex.ack(len(b))
+		}
+		return
+	}
+	ex.qmu.Lock()
+	ex.queue = append(ex.queue, stdinItem{data: b, eof: eof})
+	ex.qmu.Unlock()
+	select {
+	case ex.qready <- struct{}{}:
+	default:
+	}
+}
+
+func (ex *execProc) ack(n int) {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(n))
+	_ = ex.fw.write(fStdinAck, b[:])
+}
+
+// writeStdin hands stdin to the process in order, acknowledging each frame once written, so
+// the host never has more than the window in flight; control frames are never stuck behind it.
+func (ex *execProc) writeStdin() {
+	tty := ex.master != nil
+	closed := false
+	for {
+		select {
+		case <-ex.qready:
+		case <-ex.done:
+			if !tty && !closed {
+				ex.stdin.Close()
+			}
+			return
+		}
+		for {
+			ex.qmu.Lock()
+			if len(ex.queue) == 0 {
+				ex.qmu.Unlock()
+				break
+			}
+			it := ex.queue[0]
+			ex.queue = ex.queue[1:]
+			ex.qmu.Unlock()
+			if it.eof {
+				if tty {
+					// A terminal has no half-close: EOF is ^D, as the engine sends it.
+					_, _ = ex.stdin.Write([]byte{4})
+				} else if !closed {
+					closed = true
+					ex.stdin.Close()
+				}
+				continue
+			}
+			if !closed {
+				if _, err := ex.stdin.Write(it.data); err != nil && !tty {
+					closed = true
+					ex.stdin.Close()
+				}
+			}
+			ex.ack(len(it.data))
+		}
+	}
+}
+
+func (ex *execProc) kill() {
+	if ex.killed.Swap(true) || ex.exited.Load() {
+		return
+	}
+	killTree(ex.pid)
+}
+
+func (ex *execProc) wait() {
+	ws := <-ex.status
+	ex.exited.Store(true)
+	ex.exitedAt.Store(time.Now().UnixNano())
+	ex.a.execs.Delete(ex.pid)
+	for _, f := range ex.outs {
+		_ = f.SetReadDeadline(time.Now().Add(drainIdle))
+	}
+	ex.readers.Wait()
+	for _, f := range ex.outs {
+		f.Close()
+	}
+	resp := exitResp{ExitCode: exitCodeOf(ws), Killed: ex.killed.Load()}
+	if ws.Signaled() {
+		resp.Signal = signalName(ws.Signal())
+	}
+	_ = ex.fw.writeJSON(fExit, resp)
+	_ = ex.conn.CloseWrite()
+	// The host closes its side once it read EXIT; do not wait for one that does not.
+	_ = ex.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	close(ex.done)
+}
+
+func signalName(s syscall.Signal) string {
+	names := map[syscall.Signal]string{
+		syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
+		syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE", syscall.SIGKILL: "SIGKILL",
+		syscall.SIGSEGV: "SIGSEGV", syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM",
+		syscall.SIGUSR1: "SIGUSR1", syscall.SIGUSR2: "SIGUSR2", syscall.SIGXCPU: "SIGXCPU", syscall.SIGSYS: "SIGSYS",
+	}
+	if n, ok := names[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("SIG%d", int(s))
+}

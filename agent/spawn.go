@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+// spawnSpec is one process to start: already resolved (path, credentials, environment).
+type spawnSpec struct {
+	path   string
+	argv   []string
+	env    []string
+	dir    string
+	cred   credential
+	files  [3]uintptr
+	tty    bool
+	asRoot bool // the agent's own credentials (no setuid/setgroups needed)
+}
+
+// spawner starts processes through the trampoline in a memfd (or directly when the kernel
+// has no memfd, losing only the subreaper).
+type spawner struct {
+	memfd int
+}
+
+func newSpawner() *spawner {
+	s := &spawner{memfd: -1}
+	name := []byte("sbx-exec\x00")
+	fd, _, e := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(&name[0])), 1 /* MFD_CLOEXEC */, 0)
+	if e != 0 {
+		return s
+	}
+	elf := trampolineELF()
+	if n, err := syscall.Write(int(fd), elf); err != nil || n != len(elf) {
+		syscall.Close(int(fd))
+		return s
+	}
+	s.memfd = int(fd)
+	return s
+}
+
+// start forks and executes spec; onExit is registered with the reaper before it can run.
+// It returns once the process runs the target (or failed to: then the errno, and the
+// reaper still calls onExit for the trampoline's exit).
+func (a *agent) start(spec spawnSpec, onExit func(syscall.WaitStatus)) (int, error) {
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
+		return 0, err
+	}
+	r, w := p[0], p[1]
+	sys := &syscall.SysProcAttr{Setsid: true}
+	if spec.tty {
+		sys.Setctty = true
+		sys.Ctty = 0
+	}
+	if !spec.asRoot || spec.cred.uid != uint32(os.Getuid()) || spec.cred.gid != uint32(os.Getgid()) || len(spec.cred.groups) > 0 {
+		sys.Credential = &syscall.Credential{Uid: spec.cred.uid, Gid: spec.cred.gid, Groups: spec.cred.groups}
+	}
+	path, argv := spec.path, spec.argv
+	files := []uintptr{spec.files[0], spec.files[1], spec.files[2]}
+	if a.spawner.memfd >= 0 {
+		path = "/proc/self/fd/3"
+		argv = append([]string{spec.path}, spec.argv...)
+		files = append(files, uintptr(a.spawner.memfd), uintptr(w))
+	}
+	attr := &syscall.ProcAttr{Dir: spec.dir, Env: spec.env, Files: files, Sys: sys}
+	a.procMu.Lock()
+	pid, err := syscall.ForkExec(path, argv, attr)
+	if err == nil {
+		a.waiters[pid] = onExit
+	}
+	a.procMu.Unlock()
+	syscall.Close(w)
+	if err != nil {
+		syscall.Close(r)
+		return 0, err
+	}
+	var b [4]byte
+	n, _ := readFull(r, b[:])
+	syscall.Close(r)
+	if n == 4 {
+		return pid, syscall.Errno(binary.LittleEndian.Uint32(b[:]))
+	}
+	return pid, nil
+}
+
+func readFull(fd int, b []byte) (int, error) {
+	got := 0
+	for got < len(b) {
+		n, err := syscall.Read(fd, b[got:])
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil || n == 0 {
+			return got, err
+		}
+		got += n
+	}
+	return got, nil
+}
