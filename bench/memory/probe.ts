@@ -1,8 +1,9 @@
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import type { MemoryChildArgs, MemoryReport } from './protocol.js';
+import type { ExecMemoryArgs, ExecMemoryReport, MemoryChildArgs, MemoryReport } from './protocol.js';
 
 const CHILD = fileURLToPath(new URL('./child.ts', import.meta.url));
+const EXEC_CHILD = fileURLToPath(new URL('./exec-child.ts', import.meta.url));
 const TIMEOUT_MS = 180_000;
 
 /**
@@ -10,15 +11,24 @@ const TIMEOUT_MS = 180_000;
  * exiting). `onChild` hands the pid to the interrupt handler so Ctrl-C can end it first.
  */
 export function probeMemory(args: MemoryChildArgs, onChild: (pid: number | undefined) => void): Promise<MemoryReport> {
+  return probe<MemoryReport>(CHILD, args, onChild);
+}
+
+/** The same for the exec memory child: one buffered exec far past its output cap. */
+export function probeExecMemory(args: ExecMemoryArgs, onChild: (pid: number | undefined) => void): Promise<ExecMemoryReport> {
+  return probe<ExecMemoryReport>(EXEC_CHILD, args, onChild);
+}
+
+function probe<R>(child: string, args: unknown, onChild: (pid: number | undefined) => void): Promise<R> {
   return new Promise((resolve, reject) => {
     // The parent's execArgv carries the tsx loader; --expose-gc makes RSS mean live memory.
-    const child = fork(CHILD, [JSON.stringify(args)], { execArgv: [...process.execArgv, '--expose-gc'], stdio: ['ignore', 2, 2, 'ipc'] });
-    onChild(child.pid);
-    let report: MemoryReport | undefined;
-    const timer = setTimeout(() => child.kill('SIGKILL'), TIMEOUT_MS);
-    child.on('message', (m) => (report = m as MemoryReport));
-    child.once('error', reject);
-    child.once('exit', (code, signal) => {
+    const proc = fork(child, [JSON.stringify(args)], { execArgv: [...process.execArgv, '--expose-gc'], stdio: ['ignore', 2, 2, 'ipc'] });
+    onChild(proc.pid);
+    let report: R | undefined;
+    const timer = setTimeout(() => proc.kill('SIGKILL'), TIMEOUT_MS);
+    proc.on('message', (m) => (report = m as R));
+    proc.once('error', reject);
+    proc.once('exit', (code, signal) => {
       clearTimeout(timer);
       onChild(undefined);
       if (report && code === 0) resolve(report);

@@ -27,3 +27,33 @@ export interface MemoryChildArgs {
   runId: string;
   boxes: number;
 }
+
+export interface ExecMemoryArgs {
+  runId: string;
+  /** What the exec prints on stdout. */
+  bytes: number;
+  /** Its maxOutputBytes. */
+  capBytes: number;
+}
+
+/** What the exec memory child (memory/exec-child.ts) reports. */
+export interface ExecMemoryReport {
+  /** RSS after GC before sbx is imported: node + the tsx loader. */
+  aloneRss: number;
+  /** RSS after GC just before the exec: runtime loaded, box up, one small exec done. */
+  beforeRss: number;
+  /** The highest RSS during the exec (the kernel's VmHWM, reset just before it). */
+  peakRss: number;
+  /** False when VmHWM could not be reset and the peak was sampled every 5 ms instead. */
+  exactPeak: boolean;
+  /** RSS and heap after GC with the result still held. */
+  heldRss: number;
+  heldHeapUsed: number;
+  stdoutChars: number;
+  truncated: boolean;
+  exitCode: number;
+  bytes: number;
+  capBytes: number;
+  execMs: number;
+  gc: boolean;
+}

@@ -4,6 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -45,13 +46,19 @@ function cliEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
 /** Runs `sbx ARGS…`, then asserts that no box of this test's instance is left (and sweeps any). */
 async function sbx(
   args: string[],
-  opts: { input?: string; env?: Record<string, string>; onOutput?: (out: { stdout: string; stderr: string }, kill: () => void) => void } = {},
+  opts: {
+    input?: string;
+    env?: Record<string, string>;
+    onSpawn?: (child: ChildProcess) => void;
+    onOutput?: (out: { stdout: string; stderr: string }, child: ChildProcess) => void;
+  } = {},
 ): Promise<Result> {
   const started = Date.now();
   const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], { cwd: ROOT, env: cliEnv(opts.env), stdio: ['pipe', 'pipe', 'pipe'] });
+  opts.onSpawn?.(child);
   let stdout = '';
   let stderr = '';
-  const seen = () => opts.onOutput?.({ stdout, stderr }, () => child.kill('SIGINT'));
+  const seen = () => opts.onOutput?.({ stdout, stderr }, child);
   child.stdout.setEncoding('utf8').on('data', (d: string) => {
     stdout += d;
     seen();
@@ -102,12 +109,12 @@ describe('sbx run', () => {
     let seen: Awaited<ReturnType<typeof boxes>> | undefined;
     let signalled = false;
     const r = await sbx(['run', IMAGE, 'sh', '-c', 'echo ready; sleep 60'], {
-      onOutput: ({ stdout }, kill) => {
+      onOutput: ({ stdout }, child) => {
         if (!stdout.includes('ready') || signalled) return;
         signalled = true;
         void boxes().then((list) => {
           seen = list;
-          kill();
+          child.kill('SIGINT');
         });
       },
     });
@@ -119,10 +126,45 @@ describe('sbx run', () => {
     assert.ok(r.ms < 20_000, `took ${r.ms} ms: the sleep was not killed`);
   });
 
+  test('SIGINT as soon as the box exists, while it is being made: the box is removed, exit 130', async () => {
+    // Signal as soon as the container exists (created, not yet running the command).
+    let signalled = false;
+    const poll = setInterval(() => {
+      void boxes().then((list) => {
+        if (list.length === 0 || signalled) return;
+        signalled = true;
+        process.kill(pid, 'SIGINT');
+      });
+    }, 10);
+    let pid = 0;
+    const r = await sbx(['run', IMAGE, 'sh', '-c', 'echo ran; sleep 60'], { onSpawn: (child) => (pid = child.pid!) }).finally(() => clearInterval(poll));
+    assert.ok(signalled, 'the box was seen');
+    assert.equal(r.code, 130, r.stderr);
+    assert.ok(r.ms < 20_000, `took ${r.ms} ms`);
+  });
+
+  test('a reader that goes away (| head -1): the command is killed, the box removed, exit 141', async () => {
+    const r = await sbx(['run', IMAGE, 'yes'], { onOutput: (_out, child) => child.stdout?.destroy() });
+    assert.equal(r.code, 141, r.stderr);
+    assert.match(r.stdout, /^y\n/);
+    assert.doesNotMatch(r.stderr, /EPIPE|Unhandled/);
+    assert.ok(r.ms < 20_000, `took ${r.ms} ms: yes was not killed`);
+  });
+
   test('a command killed inside the box exits 137, not the timeout status', async () => {
     const r = await sbx(['run', '-t', '1m', IMAGE, 'sh', '-c', 'kill -9 $$']);
     assert.equal(r.code, 137);
     assert.doesNotMatch(r.stderr, /timed out/);
+  });
+
+  test('a command that is not in the box exits 127 and says so; one that cannot be run exits 126, as docker run does', async () => {
+    const missing = await sbx(['run', IMAGE, 'no-such-command']);
+    assert.equal(missing.code, 127);
+    assert.match(missing.stderr, /^sbx: not_found: cmd: 'no-such-command' was not found/);
+    assert.equal(missing.stdout, '');
+    const notExecutable = await sbx(['run', IMAGE, '/etc/passwd']);
+    assert.equal(notExecutable.code, 126, notExecutable.stderr);
+    assert.match(notExecutable.stderr, /\/etc\/passwd/);
   });
 });
 
@@ -265,7 +307,7 @@ describe('sbx help and pools', () => {
     let checked: Promise<void> | undefined;
     const r = await sbx(['serve', '--port', '0'], {
       env: { SBX_DATA_DIR: join(dir, 'serve-data') },
-      onOutput: (out, kill) => {
+      onOutput: (out, child) => {
         const url = /sbx: serving (http:\/\/127\.0\.0\.1:\d+)/.exec(out.stderr)?.[1];
         const key = /sbxk_[A-Za-z0-9_-]+/.exec(out.stdout + out.stderr)?.[0];
         if (!url || !key || checked) return;
@@ -275,7 +317,7 @@ describe('sbx help and pools', () => {
           const boxes = await fetch(`${url}/v1/boxes`, { headers: { authorization: `Bearer ${key}` } });
           assert.equal(boxes.status, 200);
           assert.deepEqual(await boxes.json(), { boxes: [] });
-        })().finally(kill);
+        })().finally(() => child.kill('SIGINT'));
       },
     });
     assert.ok(checked, `serve never said where it serves: ${r.stderr}`);

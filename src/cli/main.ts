@@ -6,14 +6,15 @@
  */
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { Manager } from '../sandbox/manager.js';
+import type { Box } from '../sandbox/box.js';
 import { loadConfig } from '../sandbox/config.js';
-import { SbxError } from '../errors.js';
+import { SbxError, isSbxError } from '../errors.js';
 import { parseDuration } from '../util/duration.js';
 import { serveCommand } from './serve.js';
 
 /** Exit statuses of sbx itself; `run` otherwise exits with the command's own status. */
 export const EXIT = { usage: 2, timeout: 124, sbx: 125, cannotRun: 126, notFound: 127 } as const;
-const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143 };
+const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143, SIGPIPE: 141 };
 
 const CONFIG_HELP = 'YAML config file (default: $SBX_CONFIG, else one pool `local` on the local Docker Engine)';
 
@@ -79,6 +80,7 @@ Exit status:
   ${EXIT.cannotRun}, ${EXIT.notFound}              the command could not be started / was not found in the box
   ${EXIT.usage}                     usage error: unknown option, bad --timeout or --env
   ${SIGNAL_EXIT['SIGINT']}, ${SIGNAL_EXIT['SIGTERM']}              sbx got SIGINT / SIGTERM: the command was killed, the box removed
+  ${SIGNAL_EXIT['SIGPIPE']}                   sbx's stdout or stderr was closed (e.g. | head): the command was killed, the box removed
 
 Examples:
   sbx run sbx-base:latest echo hello
@@ -93,8 +95,9 @@ Examples:
     const stop = new AbortController();
     const onSignal = (signal: NodeJS.Signals) => stop.abort(signal);
     process.once('SIGINT', onSignal).once('SIGTERM', onSignal);
+    let box: Box | undefined;
     try {
-      await using box = await m.create({ image, env: opts.env ?? {}, policy: 'oneshot', ...(opts.pool ? { pool: opts.pool } : {}) });
+      box = await m.create({ image, env: opts.env ?? {}, policy: 'oneshot', ...(opts.pool ? { pool: opts.pool } : {}) });
       if (stop.signal.aborted) return;
       const timer = opts.timeout ? setTimeout(() => stop.abort('timeout'), opts.timeout) : undefined;
       let s;
@@ -108,8 +111,17 @@ Examples:
         process.exitCode = err.code === 'not_found' ? EXIT.notFound : EXIT.cannotRun;
         return;
       }
-      s.stdout.pipe(process.stdout);
-      s.stderr.pipe(process.stderr);
+      for (const [from, to] of [
+        [s.stdout, process.stdout],
+        [s.stderr, process.stderr],
+      ] as const) {
+        from.pipe(to);
+        // A reader that went away (`sbx run … | head -1`): stop the command as a shell's SIGPIPE would.
+        to.on('error', () => {
+          from.unpipe(to).resume();
+          stop.abort('SIGPIPE');
+        });
+      }
       if (opts.interactive) process.stdin.pipe(s.stdin);
       else s.stdin.end();
       const code = await s.wait();
@@ -121,6 +133,10 @@ Examples:
       } else process.exitCode = code;
     } finally {
       process.off('SIGINT', onSignal).off('SIGTERM', onSignal);
+      // A oneshot box removes itself after its exec; this covers a command that never started.
+      await box?.remove().catch((err: unknown) => {
+        if (!isSbxError(err, 'not_found')) throw err;
+      });
       await m.close();
       if (stop.signal.aborted && stop.signal.reason !== 'timeout') process.exitCode = SIGNAL_EXIT[String(stop.signal.reason)] ?? 1;
     }

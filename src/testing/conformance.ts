@@ -123,9 +123,10 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
       assert.equal(r.stderr, 'err1\nerr2\n');
     });
 
-    test('a missing command is a non-zero exit, not a hang', async () => {
-      const r = await rt.exec(box, ['/no/such/binary']);
-      assert.notEqual(r.exitCode, 0);
+    test('a command that cannot start is a typed error, not a hang or a program output', async () => {
+      await assert.rejects(rt.exec(box, ['/no/such/binary']), (e: unknown) => isSbxError(e, 'not_found'));
+      await assert.rejects(rt.exec(box, ['/etc/hostname']), (e: unknown) => isSbxError(e));
+      await assert.rejects(rt.exec(box, ['true'], { workDir: '/no/such/dir' }), (e: unknown) => isSbxError(e, 'invalid_argument'));
     });
 
     test('stdin reaches cat and wc -c, and EOF is a real half-close', async () => {

@@ -7,9 +7,20 @@ const HEADER = 8;
  * Splits the engine's multiplexed exec/attach stream (8-byte frame header: stream type, 3 zero
  * bytes, big-endian payload length) into stdout and stderr, keeping backpressure: a slow
  * reader of either side slows the socket instead of buffering without bound.
+ *
+ * Payload bytes are handed on as they arrive (slices of the socket's own chunks), never
+ * gathered into whole frames: a frame of any size costs no copy and no buffering here.
+ * Stream types 0 (stdin) and 1 go to stdout, 2 and 3 (the engine's own error text) to stderr;
+ * frames of any other type are skipped, so a stream that is not what we think can neither
+ * land on the wrong side nor make us hold its bytes.
  */
 export class StdStreamDemuxer extends Writable {
-  private pending: Buffer = Buffer.alloc(0);
+  /** The header being read; only the first `headerFill` bytes are valid. */
+  private readonly header = Buffer.alloc(HEADER);
+  private headerFill = 0;
+  /** Payload bytes of the current frame still to come, and where they go (undefined: dropped). */
+  private remaining = 0;
+  private target: PassThrough | undefined;
 
   constructor(
     private readonly stdout: PassThrough,
@@ -19,24 +30,51 @@ export class StdStreamDemuxer extends Writable {
   }
 
   override _write(chunk: Buffer, _enc: BufferEncoding, done: (err?: Error | null) => void): void {
-    this.pending = this.pending.length === 0 ? chunk : Buffer.concat([this.pending, chunk]);
-    const waits: PassThrough[] = [];
-    while (this.pending.length >= HEADER) {
-      const size = this.pending.readUInt32BE(4);
-      if (this.pending.length < HEADER + size) break;
-      const target = this.pending[0] === 2 ? this.stderr : this.stdout;
-      const payload = this.pending.subarray(HEADER, HEADER + size);
-      this.pending = this.pending.subarray(HEADER + size);
-      if (size > 0 && !target.write(payload) && !waits.includes(target)) waits.push(target);
+    const waits = new Set<PassThrough>();
+    let at = 0;
+    while (at < chunk.length) {
+      if (this.remaining === 0) {
+        const n = Math.min(HEADER - this.headerFill, chunk.length - at);
+        chunk.copy(this.header, this.headerFill, at, at + n);
+        this.headerFill += n;
+        at += n;
+        if (this.headerFill < HEADER) break;
+        this.headerFill = 0;
+        this.remaining = this.header.readUInt32BE(4);
+        this.target = this.streamFor(this.header[0]!);
+        continue;
+      }
+      const n = Math.min(this.remaining, chunk.length - at);
+      const payload = chunk.subarray(at, at + n);
+      at += n;
+      this.remaining -= n;
+      const target = this.target;
+      // A side its reader destroyed or ended takes no more bytes, and must not stall the other.
+      if (!target || target.destroyed || target.writableEnded) continue;
+      if (!target.write(payload)) waits.add(target);
     }
-    if (waits.length === 0) return done();
-    let left = waits.length;
-    for (const w of waits) w.once('drain', () => --left === 0 && done());
+    if (waits.size === 0) return done();
+    let left = waits.size;
+    for (const w of waits) {
+      // 'close' too: a reader that destroys its side must not keep the socket paused forever.
+      const go = () => {
+        w.off('drain', go);
+        w.off('close', go);
+        if (--left === 0) done();
+      };
+      w.on('drain', go);
+      w.on('close', go);
+    }
   }
 
   override _final(done: (err?: Error | null) => void): void {
-    this.stdout.end();
-    this.stderr.end();
+    for (const side of [this.stdout, this.stderr]) if (!side.destroyed) side.end();
     done();
+  }
+
+  private streamFor(type: number): PassThrough | undefined {
+    if (type === 0 || type === 1) return this.stdout;
+    if (type === 2 || type === 3) return this.stderr;
+    return undefined;
   }
 }

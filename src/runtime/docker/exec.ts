@@ -1,6 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { PassThrough, Writable } from 'node:stream';
+import type { Readable } from 'node:stream';
+import { finished } from 'node:stream/promises';
+import { StringDecoder } from 'node:string_decoder';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SbxError } from '../../errors.js';
 import { KILLED_EXIT_CODE } from '../types.js';
@@ -8,30 +11,117 @@ import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from '../
 import type { DockerConnection } from './connection.js';
 import { StdStreamDemuxer } from './demux.js';
 import { toSbxError } from './errors.js';
+import { abortError, watchForKill } from './kill-watch.js';
+import type { KillWatch } from './kill-watch.js';
 
 /**
- * Every exec carries this variable so that a timeout or cancel can find and kill the process
- * and everything it started: the Engine API has no "kill exec", and killing the connection
- * leaves the process running.
+ * Every exec carries this variable so that a timeout or cancel can find the process and
+ * everything it started: the Engine API has no "kill exec", and killing the connection
+ * leaves the process running. See docs/exec.md.
  */
 export const EXEC_MARKER_ENV = 'SBX_EXEC_ID';
 
-// Runs as the exec's own user (who may read its processes' environ) and loops because a
-// dying tree can fork between passes.
-const KILL_SCRIPT = `m="${EXEC_MARKER_ENV}=$1"; for pass in 1 2 3; do found=0; for d in /proc/[0-9]*; do p=\${d#/proc/}; [ "$p" = "$$" ] && continue; if tr '\\0' '\\n' < "$d/environ" 2>/dev/null | grep -qxF "$m"; then kill -9 "$p" 2>/dev/null && found=1; fi; done; [ $found = 0 ] && break; done; exit 0`;
+/**
+ * The killer, run as a second exec as the exec's own user (who may read its processes' /proc
+ * entries and signal them), with the marker as $1. A target is a process
+ * - whose environ holds the marker (children inherit it),
+ * - whose parent is a target (`env -i` children),
+ * - that shares a session with a target (orphans of a target that died; a process group never
+ *   spans sessions, so this covers the groups too), or
+ * - that holds the exec's output: the exec's own process (the marked one with no parent in
+ *   the box) has the engine's pipes (or terminal) as stdout and stderr, and any process with
+ *   one of those open keeps the engine's stream open, escaped or not.
+ * Each target is stopped as soon as it is found and the scan repeats until a pass finds
+ * nothing new: a stopped process cannot fork, so nothing escapes between passes; then all
+ * are killed at once. /proc is read with shell builtins only (`read -d ''` splits environ at
+ * its NULs in busybox ash, bash, zsh and mksh; `test -ef` compares open files); a shell
+ * without `read -d` (dash) falls back to tr and grep for the environ check. PID 1 and the
+ * killer itself are never targets. It says KILLER_DONE when done. See docs/exec.md.
+ */
+const KILLER_DONE = 'sbx-killed';
+const KILL_SCRIPT = `m="${EXEC_MARKER_ENV}=$1" me=$$ hasd=
+read -r -d '' v < "/proc/$me/environ" 2>/dev/null && hasd=1
+marked() {
+  if [ -n "$hasd" ]; then
+    while IFS= read -r -d '' v; do [ "$v" = "$m" ] && return 0; done < "$1/environ"
+    return 1
+  fi
+  tr '\\0' '\\n' < "$1/environ" | grep -qxF "$m"
+}
+T=' ' S=' ' R=' ' seen=' '
+scan() {
+  added=
+  for d in /proc/[0-9]*; do
+    p=\${d#/proc/}
+    case "$p" in "$me" | 1) continue ;; esac
+    case "$T" in *" $p "*) continue ;; esac
+    read -r st < "$d/stat" || continue
+    set -- \${st##*) }
+    hit=
+    case "$T" in *" $2 "*) hit=1 ;; esac
+    case "$S" in *" $4 "*) hit=1 ;; esac
+    if [ -z "$hit" ]; then
+      for r in $R; do for f in "$d"/fd/*; do [ "$f" -ef "$r" ] && hit=1; done; done
+    fi
+    if [ -z "$hit" ]; then
+      case "$seen" in *" $p "*) continue ;; esac
+      seen="$seen$p "
+      marked "$d" 2>/dev/null || continue
+    fi
+    kill -STOP "$p" 2>/dev/null
+    T="$T$p " added=1
+    [ "$4" -gt 1 ] && S="$S$4 "
+    [ "$2" = 0 ] || continue
+    for f in "$d/fd/1" "$d/fd/2"; do
+      [ -p "$f" ] && R="$R$f "
+      for t in /dev/pts/[0-9]*; do [ "$f" -ef "$t" ] && R="$R$f "; done
+    done
+  done
+}
+n=0
+while [ $n -lt 50 ]; do scan; [ -z "$added" ] && break; n=$((n + 1)); done
+for p in $T; do kill -KILL "$p" 2>/dev/null; done
+echo ${KILLER_DONE}`;
 
 const DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024;
-/** After a kill, how long the output may take to close before the socket is cut. */
-const KILL_GRACE_MS = 2000;
+/**
+ * After the killer ran, how long the output may take to close before the socket is cut: a
+ * process the killer could not find may hold it open, and the engine then keeps the stream
+ * (and its exec inspect) for 2 s more.
+ */
+const CUT_AFTER_KILL_MS = 100;
+/** After a kill, how long the one exec inspect (start failure or not) may take. */
+const INSPECT_AFTER_KILL_MS = 100;
+/** The killer is not waited for longer than this (a frozen or overloaded box). */
+const KILLER_MAX_MS = 3000;
+/** How long execStream waits for the engine to say whether the process started, polling at most this far apart. */
+const START_WAIT_MS = 2000;
+const START_POLL_MAX_MS = 10;
+/** How much of the output a start failure's message is read from. */
+const MESSAGE_BYTES = 4096;
+/** Output is decoded to text in batches of this many bytes (see collectText). */
+const DECODE_BATCH = 1024 * 1024;
+
+/** What an exec inspect says, reduced to what sbx decides on. */
+interface ExecState {
+  running: boolean;
+  exitCode: number | null;
+  /** The process's pid on the engine's host; 0 while starting and when it never started. */
+  pid: number;
+}
 
 interface ExecSession {
   stdout: PassThrough;
   stderr: PassThrough;
   stdin: Writable;
-  /** Resolves when the engine closed the output (the process and its stdio are gone). */
+  /** Resolves when the output closed: the engine ended it, or sbx cut it. */
   drained: Promise<void>;
-  /** Polls until the process has exited; `giveUp` ends the wait with 137 (a kill that did not take). */
-  exitCode(giveUp?: () => boolean): Promise<number>;
+  /** True once sbx cut the socket after a kill (something it could not find still held the output). */
+  readonly cut: boolean;
+  inspect(signal?: AbortSignal): Promise<ExecState>;
+  /** Calls `fn` whenever output or the end of the stream arrives; returns the unsubscribe. */
+  watchOutput(fn: () => void): () => void;
+  /** Runs the killer, then gives the output a moment to close and cuts the socket if it does not. */
   kill(): Promise<void>;
   resize(size: { cols: number; rows: number }): Promise<void>;
   destroy(): void;
@@ -51,6 +141,7 @@ async function startExec(conn: DockerConnection, containerId: string, cmd: strin
   }
   const marker = randomUUID();
   const env = Object.entries(opts.env ?? {}).map(([k, v]) => `${k}=${v}`);
+  // Last, so a caller's own SBX_EXEC_ID cannot replace it.
   env.push(`${EXEC_MARKER_ENV}=${marker}`);
   const what = `exec in container ${containerId}`;
   let execId: string;
@@ -74,9 +165,10 @@ async function startExec(conn: DockerConnection, containerId: string, cmd: strin
   const stdout = new PassThrough();
   const stderr = new PassThrough();
   const sink: Writable = opts.tty ? stdout : new StdStreamDemuxer(stdout, stderr);
+  let ended = false;
+  let cut = false;
   const drained = new Promise<void>((resolve) => {
     let settled = false;
-    let ended = false;
     const finish = () => {
       if (settled) return;
       settled = true;
@@ -123,25 +215,31 @@ async function startExec(conn: DockerConnection, containerId: string, cmd: strin
     stderr,
     stdin,
     drained,
-    async exitCode(giveUp = () => false) {
-      // The output closes when the process exits, so this is usually one call; a process that
-      // closed its stdio early is waited for here.
-      let delay = 2;
-      for (;;) {
-        const info = await exec.inspect().catch((err: unknown) => {
-          throw toSbxError(err, conn.address.raw, what);
-        });
-        if (!info.Running && info.ExitCode !== null) return info.ExitCode;
-        if (giveUp()) return KILLED_EXIT_CODE;
-        await sleep(delay);
-        delay = Math.min(delay * 2, 100);
+    get cut() {
+      return cut;
+    },
+    async inspect(signal) {
+      try {
+        const info = await exec.inspect(signal ? { abortSignal: signal } : {});
+        return { running: info.Running, exitCode: info.ExitCode, pid: (info as { Pid?: number }).Pid ?? 0 };
+      } catch (err) {
+        throw toSbxError(err, conn.address.raw, what);
       }
     },
+    watchOutput(fn) {
+      socket.on('data', fn);
+      socket.on('close', fn);
+      return () => {
+        socket.off('data', fn);
+        socket.off('close', fn);
+      };
+    },
     async kill() {
-      await runBuffered(conn, containerId, ['/bin/sh', '-c', KILL_SCRIPT, 'sbx-kill', marker], user ? { user } : {}).catch(() => undefined);
-      const cut = setTimeout(() => socket.destroy(), KILL_GRACE_MS);
-      await drained;
-      clearTimeout(cut);
+      await runKiller(conn, containerId, marker, user);
+      if (await within(drained, CUT_AFTER_KILL_MS)) return;
+      // Not waiting for a reader that does not read either: wait() and exec still drain.
+      cut = !ended;
+      socket.destroy();
     },
     async resize({ cols, rows }) {
       try {
@@ -154,6 +252,49 @@ async function startExec(conn: DockerConnection, containerId: string, cmd: strin
       socket.destroy();
     },
   };
+}
+
+/**
+ * Runs the killer and returns once it says it is done, not once its exec ends: the engine
+ * handles a box's exec exits one at a time and holds each up to 2 s while an escaped process
+ * keeps that exec's output open, so the killer's own exit may be reported seconds late.
+ */
+async function runKiller(conn: DockerConnection, containerId: string, marker: string, user: string | undefined): Promise<void> {
+  let killer: ExecSession;
+  try {
+    killer = await startExec(conn, containerId, ['/bin/sh', '-c', KILL_SCRIPT, 'sbx-kill', marker], { ...(user ? { user } : {}), attachStdin: false });
+  } catch {
+    return;
+  }
+  const done = new Promise<void>((resolve) => {
+    let said = '';
+    killer.stdout.on('data', (c: Buffer) => {
+      said += c.toString('latin1');
+      if (said.includes(KILLER_DONE)) resolve();
+    });
+    // No /bin/sh: the engine's start-failure text, then the end.
+    killer.stdout.once('end', resolve);
+  });
+  killer.stderr.resume();
+  await within(done, KILLER_MAX_MS);
+  killer.destroy();
+}
+
+/** Whether `p` settled within `ms` (it is left running either way; its rejection is ignored). */
+async function within(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+  try {
+    return await Promise.race([
+      p.then(
+        () => true,
+        () => true,
+      ),
+      late,
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** POSTs `path` asking for a protocol upgrade and returns the raw duplex socket. */
@@ -193,6 +334,110 @@ function hijack(conn: DockerConnection, path: string, body: unknown, what: strin
   });
 }
 
+/**
+ * The engine could not start the process: it answered the start with an upgrade anyway, wrote
+ * its error text on stdout and set exit code 126 (127 on some versions) with no pid. A
+ * process that ran and exited 126 or 127 itself (`sh -c nosuchcmd`) has a pid.
+ */
+function failedToStart(s: ExecState): boolean {
+  return !s.running && s.pid === 0 && (s.exitCode === 126 || s.exitCode === 127);
+}
+
+/**
+ * The SbxError for a start failure, from the engine's text. Shapes seen on Engine 20.10 (runc):
+ * `OCI runtime exec failed: exec failed: unable to start container process: chdir to cwd
+ * ("/nope") set in config.json failed: no such file or directory: unknown`,
+ * `... exec: "nosuch": executable file not found in $PATH: unknown`,
+ * `... exec: "/no/such": stat /no/such: no such file or directory: unknown`, and, from dockerd
+ * itself, `unable to find user bob: no matching entries in passwd file`.
+ */
+export function startError(engineText: string, cmd: string[], opts: { workDir?: string; user?: string }, containerId: string): SbxError {
+  const text = engineText.trim() || 'the engine gave no reason';
+  const where = `in container ${containerId}`;
+  if (/chdir|\bcwd\b|working dir/i.test(text)) {
+    return new SbxError('invalid_argument', `workDir: '${opts.workDir ?? ''}' is not a directory the process can enter ${where} (${text})`, {
+      details: { field: 'workDir', workDir: opts.workDir ?? null, engine: text },
+    });
+  }
+  if (/unable to find (user|group)|no matching entries in (passwd|group)/i.test(text)) {
+    return new SbxError('invalid_argument', `user: '${opts.user ?? ''}' does not exist ${where} (${text})`, {
+      details: { field: 'user', user: opts.user ?? null, engine: text },
+    });
+  }
+  if (/executable file not found|no such file or directory|not found/i.test(text)) {
+    return new SbxError('not_found', `cmd: '${cmd[0]}' was not found ${where}; check the name and the image's PATH (${text})`, {
+      details: { cmd: cmd[0], engine: text },
+    });
+  }
+  return new SbxError('internal', `exec ${where} could not start '${cmd[0]}': ${text}`, { details: { cmd: cmd[0], engine: text } });
+}
+
+/** The engine's start-failure text: the first bytes of the output, read until it closes. */
+async function failureText(session: ExecSession): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  const take = (c: Buffer) => {
+    if (size < MESSAGE_BYTES) chunks.push(c.subarray(0, MESSAGE_BYTES - size));
+    size += c.length;
+  };
+  // Read to the end of both sides: the text may still sit in their buffers after the socket closed.
+  const ends = [session.stdout, session.stderr].map((side) => {
+    side.on('data', take);
+    return finished(side);
+  });
+  await within(Promise.all(ends), 1000);
+  session.destroy();
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/**
+ * Decodes a stream to text as it arrives and keeps at most `limit` bytes of it; past that it
+ * keeps reading (the process must not block on a full pipe) and drops what it reads. Chunks
+ * are decoded in batches of about DECODE_BATCH: each batch becomes one string large enough
+ * for V8 to place it straight in large-object space (no copying between heap generations),
+ * its chunks are freed, and the text is a rope of those strings, never copied whole. `head`
+ * keeps the first bytes whatever the limit, for a start failure's message.
+ */
+function collectText(stream: Readable, limit: number) {
+  const decoder = new StringDecoder('utf8');
+  const state = { text: '', size: 0, truncated: false, head: undefined as Buffer | undefined, batch: [] as Buffer[], batchSize: 0 };
+  const flush = () => {
+    if (state.batchSize === 0) return;
+    state.text += decoder.write(state.batch.length === 1 ? state.batch[0]! : Buffer.concat(state.batch, state.batchSize));
+    state.batch = [];
+    state.batchSize = 0;
+  };
+  stream.on('data', (chunk: Buffer) => {
+    state.head ??= Buffer.from(chunk.subarray(0, MESSAGE_BYTES));
+    if (state.size >= limit) {
+      state.truncated = true;
+      return;
+    }
+    const room = limit - state.size;
+    if (chunk.length > room) {
+      state.truncated = true;
+      chunk = chunk.subarray(0, room);
+    }
+    state.size += chunk.length;
+    state.batch.push(chunk);
+    state.batchSize += chunk.length;
+    if (state.batchSize >= DECODE_BATCH) flush();
+  });
+  return {
+    get truncated() {
+      return state.truncated;
+    },
+    get head() {
+      return state.head?.toString('utf8') ?? '';
+    },
+    /** The text; a character the cut split in two is dropped, one the process left unfinished is U+FFFD. */
+    text: () => {
+      flush();
+      return state.truncated ? state.text : state.text + decoder.end();
+    },
+  };
+}
+
 /** Runs `cmd` to completion and collects its output (the Runtime's `exec`). */
 export async function runBuffered(conn: DockerConnection, containerId: string, cmd: string[], opts: ExecOptions = {}): Promise<ExecResult> {
   const started = performance.now();
@@ -201,46 +446,40 @@ export async function runBuffered(conn: DockerConnection, containerId: string, c
     ...pick(opts),
     attachStdin: opts.stdin !== undefined,
   });
-  let truncated = false;
-  const collect = (stream: PassThrough) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    stream.on('data', (chunk: Buffer) => {
-      if (size >= limit) {
-        truncated = true;
-        return;
-      }
-      const room = limit - size;
-      if (chunk.length > room) {
-        truncated = true;
-        chunk = chunk.subarray(0, room);
-      }
-      chunks.push(chunk);
-      size += chunk.length;
-    });
-    return () => Buffer.concat(chunks).toString('utf8');
-  };
-  const stdout = collect(session.stdout);
-  const stderr = collect(session.stderr);
+  const stdout = collectText(session.stdout, limit);
+  const stderr = collectText(session.stderr, limit);
   if (opts.stdin !== undefined) session.stdin.end(Buffer.from(opts.stdin));
 
   const killed = watchForKill(session, opts);
   await session.drained;
-  const exitCode = await untilExit(session, killed);
+  const exit = await untilExit(session, killed);
+  if (exit.failed) throw startError(stdout.head, cmd, opts, containerId);
   if (killed.reason === 'aborted') throw abortError(opts.signal);
   return {
-    exitCode,
-    stdout: stdout(),
-    stderr: stderr(),
-    truncated,
+    exitCode: exit.code,
+    stdout: stdout.text(),
+    stderr: stderr.text(),
+    truncated: stdout.truncated || stderr.truncated,
     timedOut: killed.reason === 'timeout',
     durationMs: Math.round(performance.now() - started),
   };
 }
 
-/** Starts `cmd` with live stdio (the Runtime's `execStream`). */
+/**
+ * Starts `cmd` with live stdio (the Runtime's `execStream`). It returns once the engine says
+ * the process runs, so a process that cannot start (bad workDir, missing executable) throws
+ * here, like `exec` does, instead of handing back the engine's text as output.
+ */
 export async function runStreaming(conn: DockerConnection, containerId: string, cmd: string[], opts: ExecStreamOptions = {}): Promise<ExecStream> {
   const session = await startExec(conn, containerId, cmd, { ...pick(opts), ...(opts.tty ? { tty: true } : {}), attachStdin: true });
+  let state: ExecState;
+  try {
+    state = await untilStarted(session);
+  } catch (err) {
+    session.destroy();
+    throw err;
+  }
+  if (failedToStart(state)) throw startError(await failureText(session), cmd, opts, containerId);
   if (opts.tty && opts.size) await session.resize(opts.size).catch(() => undefined);
   const killed = watchForKill(session, opts);
   let exit: Promise<number> | undefined;
@@ -249,7 +488,12 @@ export async function runStreaming(conn: DockerConnection, containerId: string, 
     stderr: session.stderr,
     stdin: session.stdin,
     wait() {
-      exit ??= session.drained.then(() => untilExit(session, killed));
+      exit ??= session.drained.then(async () => {
+        const { code, failed } = await untilExit(session, killed);
+        // Only when the engine took longer than START_WAIT_MS to say: the output was the engine's text.
+        if (failed) throw startError('', cmd, opts, containerId);
+        return code;
+      });
       return exit;
     },
     async cancel() {
@@ -259,11 +503,57 @@ export async function runStreaming(conn: DockerConnection, containerId: string, 
   };
 }
 
-/** The exit code, with the timeout and abort still armed until the process is gone. */
-async function untilExit(session: ExecSession, killed: ReturnType<typeof watchForKill>): Promise<number> {
-  const code = await session.exitCode(() => killed.reason !== undefined && Date.now() - killed.at > KILL_GRACE_MS);
-  killed.stop();
-  return killed.reason ? KILLED_EXIT_CODE : code;
+/**
+ * Polls until the engine has started the process (a pid) or failed to. The pid only shows
+ * once the engine's start call returns (tens of ms), so polls are short and a poll is also
+ * made as soon as output or the end of the stream arrives: a failure's text comes right after
+ * the engine recorded it.
+ */
+async function untilStarted(session: ExecSession): Promise<ExecState> {
+  const deadline = Date.now() + START_WAIT_MS;
+  let poke: (() => void) | undefined;
+  const unwatch = session.watchOutput(() => poke?.());
+  try {
+    let delay = 2;
+    for (;;) {
+      const state = await session.inspect();
+      if (state.pid > 0 || (!state.running && state.exitCode !== null) || Date.now() > deadline) return state;
+      await within(new Promise<void>((resolve) => (poke = resolve)), delay);
+      delay = Math.min(delay * 2, START_POLL_MAX_MS);
+    }
+  } finally {
+    unwatch();
+  }
+}
+
+/**
+ * The exit code once the output closed, with the timeout and abort still armed: a process
+ * that closed its stdio early is polled for until it exits or is killed. After a kill the
+ * answer is 137 without waiting for the engine, which holds the inspect for 2 s while anything
+ * keeps the output open.
+ */
+async function untilExit(session: ExecSession, killed: KillWatch): Promise<{ code: number; failed: boolean }> {
+  let delay = 2;
+  for (;;) {
+    if (killed.reason) return exitAfterKill(session, killed);
+    const state = await session.inspect();
+    if (!state.running && state.exitCode !== null) {
+      killed.stop();
+      if (failedToStart(state)) return { code: state.exitCode, failed: true };
+      // A kill that fired during the inspect still wins: the caller was told it would be killed.
+      return { code: killed.reason ? KILLED_EXIT_CODE : state.exitCode, failed: false };
+    }
+    await Promise.race([sleep(delay), killed.fired]);
+    delay = Math.min(delay * 2, 100);
+  }
+}
+
+async function exitAfterKill(session: ExecSession, killed: KillWatch): Promise<{ code: number; failed: boolean }> {
+  await killed.done;
+  // A cut socket means a process held the output: something started, no start failure to find.
+  if (session.cut) return { code: KILLED_EXIT_CODE, failed: false };
+  const state = await session.inspect(AbortSignal.timeout(INSPECT_AFTER_KILL_MS)).catch(() => undefined);
+  return state && failedToStart(state) ? { code: state.exitCode!, failed: true } : { code: KILLED_EXIT_CODE, failed: false };
 }
 
 function pick(opts: ExecOptions | ExecStreamOptions): Pick<StartOptions, 'workDir' | 'env' | 'user'> {
@@ -272,35 +562,4 @@ function pick(opts: ExecOptions | ExecStreamOptions): Pick<StartOptions, 'workDi
     ...(opts.env ? { env: opts.env } : {}),
     ...(opts.user ? { user: opts.user } : {}),
   };
-}
-
-type KillReason = 'timeout' | 'aborted' | 'cancelled';
-
-/** Arms the timeout and abort signal of one exec; the first to fire kills it inside the box. */
-function watchForKill(session: ExecSession, opts: { timeoutMs?: number; signal?: AbortSignal }) {
-  const state: { reason: KillReason | undefined; at: number; kill(reason: KillReason): Promise<void>; stop(): void } = {
-    reason: undefined,
-    at: 0,
-    async kill(reason) {
-      if (state.reason) return;
-      state.reason = reason;
-      state.at = Date.now();
-      state.stop();
-      await session.kill();
-    },
-    stop() {
-      if (timer) clearTimeout(timer);
-      opts.signal?.removeEventListener('abort', onAbort);
-    },
-  };
-  const onAbort = () => void state.kill('aborted');
-  const timer = opts.timeoutMs && opts.timeoutMs > 0 ? setTimeout(() => void state.kill('timeout'), opts.timeoutMs) : undefined;
-  if (opts.signal?.aborted) onAbort();
-  else opts.signal?.addEventListener('abort', onAbort, { once: true });
-  return state;
-}
-
-function abortError(signal: AbortSignal | undefined): SbxError {
-  const reason: unknown = signal?.reason;
-  return new SbxError('cancelled', `exec aborted: ${reason instanceof Error ? reason.message : String(reason ?? 'aborted')}`, { cause: reason });
 }
