@@ -133,7 +133,7 @@ func (a *agent) startMain(done chan syscall.WaitStatus) (int, error) {
 	if err != nil {
 		return 127, err
 	}
-	pid, err := a.start(spawnSpec{path: path, argv: cmd, env: env, dir: a.defaultDir, cred: cred, files: [3]uintptr{0, 1, 2}}, func(ws syscall.WaitStatus) {
+	pid, err := a.start(spawnSpec{path: path, argv: cmd, env: env, dir: a.defaultDir, cred: cred, files: [3]uintptr{0, 1, 2}, direct: true}, func(ws syscall.WaitStatus) {
 		done <- ws
 	})
 	if err != nil {

@@ -5,6 +5,7 @@
 // included. See docs/agent.md.
 //
 //	sbx-agent init [--user U] [--home] [--drop-caps N,N] [--socket PATH] [-- CMD ARGS...]
+//	sbx-agent hello SOCKET [CMD...]   (speaks to an agent as the host would; prints its frames)
 //	sbx-agent version
 package main
 
@@ -31,6 +32,14 @@ func main() {
 		os.Exit(2)
 	}
 	switch os.Args[1] {
+	case "hello":
+		// sbx-agent hello SOCKET [CMD...]: speaks to an agent as the host would and prints its
+		// frames (debugging, and the test that a box process is refused).
+		if len(os.Args) < 3 {
+			fmt.Fprintln(os.Stderr, "usage: sbx-agent hello SOCKET [CMD...]")
+			os.Exit(2)
+		}
+		os.Exit(runHello(os.Args[2], os.Args[3:]))
 	case "version":
 		fmt.Printf("sbx-agent %s protocol %d\n", AgentVersion, ProtocolVersion)
 	case "init":

@@ -18,6 +18,9 @@ type spawnSpec struct {
 	files  [3]uintptr
 	tty    bool
 	asRoot bool // the agent's own credentials (no setuid/setgroups needed)
+	// direct: no trampoline, so no subreaper — the box's command, whose orphans must come to
+	// PID 1 to be reaped (a subreaper that never waits would keep them as zombies).
+	direct bool
 }
 
 // spawner starts processes through the trampoline in a memfd (or directly when the kernel
@@ -61,7 +64,7 @@ func (a *agent) start(spec spawnSpec, onExit func(syscall.WaitStatus)) (int, err
 	}
 	path, argv := spec.path, spec.argv
 	files := []uintptr{spec.files[0], spec.files[1], spec.files[2]}
-	if a.spawner.memfd >= 0 {
+	if a.spawner.memfd >= 0 && !spec.direct {
 		path = "/proc/self/fd/3"
 		argv = append([]string{spec.path}, spec.argv...)
 		files = append(files, uintptr(a.spawner.memfd), uintptr(w))
@@ -77,6 +80,10 @@ func (a *agent) start(spec spawnSpec, onExit func(syscall.WaitStatus)) (int, err
 	if err != nil {
 		syscall.Close(r)
 		return 0, err
+	}
+	if a.spawner.memfd < 0 || spec.direct {
+		syscall.Close(r)
+		return pid, nil
 	}
 	var b [4]byte
 	n, _ := readFull(r, b[:])

@@ -23,7 +23,9 @@ import { EngineClient } from './engine/client.js';
 import { RawFileSubject } from './files/raw.js';
 import { openWorkspaceSubject } from './files/workspace.js';
 import { probeMemory } from './memory/probe.js';
-import { IDLE_BOXES, MEMORY_ROWS, memoryFailed, memoryRows } from './memory/rows.js';
+import { runExecMemory } from './memory/exec-row.js';
+import { EXEC_MEMORY_ROW, IDLE_BOXES, MEMORY_ROWS, memoryFailed, memoryRows } from './memory/rows.js';
+import { agentRowNames, runAgentRows } from './rows/agent.js';
 import { concurrencyRows, latencyRows } from './rows/boxes.js';
 import { WORKSPACE_ROW_NAME, fileRows } from './rows/files.js';
 import { RawSubject } from './subjects/raw.js';
@@ -98,7 +100,15 @@ async function main(): Promise<number> {
 async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: string[] }> {
   const boxRows = [...latencyRows, ...concurrencyRows];
   const fileNames = [...fileRows.map((r) => r.name), WORKSPACE_ROW_NAME];
-  const all = [...latencyRows.map((r) => r.name), ...fileNames, ...concurrencyRows.map((r) => r.name), MEMORY_ROWS.empty, MEMORY_ROWS.full];
+  const all = [
+    ...latencyRows.map((r) => r.name),
+    ...fileNames,
+    ...concurrencyRows.map((r) => r.name),
+    MEMORY_ROWS.empty,
+    MEMORY_ROWS.full,
+    EXEC_MEMORY_ROW,
+    ...agentRowNames(),
+  ];
   const picked = selectNames(all, run.args.only);
   if (picked.size === 0) throw new UsageError(`--only ${run.args.only}: no row matches; rows are ${all.join(', ')}`);
   // The seed's name for the workspace rows stands for all of them.
@@ -129,6 +139,10 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     const memory = await runMemory(run);
     results.push(...memory.filter((r) => picked.has(r.name)));
   }
+  if (agentRowNames().some((n) => picked.has(n))) {
+    results.push(...(await runAgentRows(run.ctx, { managerName: `${run.managerName}-ag`, dataDir: join(run.tmp, 'agent'), runId: run.runId, only: picked })));
+  }
+  if (picked.has(EXEC_MEMORY_ROW)) results.push(...(await runExecMemory({ ...run.ctx, runId: run.runId, onChild: (pid) => (run.memoryChild = pid) })));
   return { rows: results, parity };
 }
 

@@ -24,7 +24,7 @@ hold_lock agent
 hash=$(
   {
     go env GOVERSION
-    cd "$SBX_ROOT/agent" && find . -type f \( -name '*.go' -o -name 'go.mod' \) ! -name '*_test.go' -print0 | sort -z | xargs -0 sha256sum
+    cd "$SBX_ROOT/agent" && find . -path ./testprogs -prune -o -type f \( -name '*.go' -o -name 'go.mod' \) ! -name '*_test.go' -print0 | sort -z | xargs -0 sha256sum
   } | sha256sum
 )
 hash=${hash:0:16}

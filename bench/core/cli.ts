@@ -12,7 +12,7 @@ export const USAGE = `usage: npm run bench -- [--quick] [--json] [--only NAME] [
   --quick      fewer iterations (under 2 minutes)
   --json       also print one JSON object as the last line of stdout
   --only NAME  run only the row named NAME, or (if none is) the rows whose name contains it
-  --no-setup   do not run scripts/engine.sh and scripts/images.sh first`;
+  --no-setup   do not run scripts/engine.sh, images.sh and agent.sh first`;
 
 export function parseArgs(argv: readonly string[]): BenchArgs {
   const args: BenchArgs = { mode: 'full', json: false, only: undefined, setup: true };

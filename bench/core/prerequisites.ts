@@ -8,21 +8,21 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export class NotReady extends Error {}
 
 const HOW =
-  'Run `bash scripts/engine.sh` (as root on a bare machine: it installs and starts dockerd) and `bash scripts/images.sh`, then `npm run bench` again (or pass --no-setup to skip this step).';
+  'Run `bash scripts/engine.sh` (as root on a bare machine: it installs and starts dockerd) `bash scripts/images.sh` and `bash scripts/agent.sh`, then `npm run bench` again (or pass --no-setup to skip this step).';
 
 /**
- * Brings the engine up and builds the images with the project's own scripts, so `npm run bench`
+ * Brings the engine up and builds the images and the in-box agent with the project's own scripts, so `npm run bench`
  * works on a fresh machine after `npm ci`. Both are idempotent and fast when all is in place.
  * Their output goes to stderr: stdout is reserved for the table and the JSON line.
  */
 export function runSetupScripts(log: (line: string) => void): void {
-  for (const script of ['scripts/engine.sh', 'scripts/images.sh']) {
+  for (const script of ['scripts/engine.sh', 'scripts/images.sh', 'scripts/agent.sh']) {
     const r = spawnSync('bash', [script], { cwd: ROOT, stdio: ['ignore', 2, 2] });
     if (r.error || r.status !== 0) {
       throw new NotReady(`${script} failed (${r.error?.message ?? `exit ${r.status ?? r.signal}`}). ${HOW}`);
     }
   }
-  log('setup: engine and images ready');
+  log('setup: engine, images and in-box agent ready');
 }
 
 /** Fails with what to do when the engine or the base image is missing. */

@@ -82,6 +82,12 @@ export interface ContainerInfo {
   createdAt: string;
   /** ISO 8601, or null when never started. */
   startedAt: string | null;
+  /**
+   * What serves the box's exec and stream: its in-box agent, or the engine's own exec (the
+   * fallback: the agent turned off, an image it cannot run in, a remote engine). Runtimes
+   * without an agent may leave it out (meaning `engine`).
+   */
+  execPath?: 'agent' | 'engine';
 }
 
 /** What `list` returns per container: cheap to get for many containers at once. */
@@ -219,6 +225,15 @@ export interface RuntimeOptions {
   tls?: TlsOptions;
   /** Engine calls in flight at once on this runtime; small machines choke past about 10. */
   maxConnections?: number;
+  /**
+   * Inject the in-box agent into new boxes (default true): exec, stream and kills through it,
+   * the engine's exec as the fallback. Only engines on this machine (a unix socket) can have it.
+   */
+  agent?: boolean;
+  /** Where the agent binaries are (sbx-agent-linux-<arch>); default `$SBX_AGENT_DIR`, else `.build/agent` of the package. */
+  agentDir?: string;
+  /** Host directory of the boxes' agent sockets (one directory per box); default `$SBX_DATA_DIR/agent` or `~/.sbx/agent`. */
+  stateDir?: string;
 }
 
 /** A change of one container's state, as the engine reports it. */

@@ -83,6 +83,23 @@ describe('config', () => {
     );
   });
 
+  test('SBX_POOL_<NAME>_AGENT turns the in-box agent off or on; anything but a boolean is refused', () => {
+    const p = file('agent.yaml', 'pools:\n  - name: local\n  - name: other\n    agent: false\n');
+    const c = resolveConfig(loadConfig({ file: p, env: { SBX_POOL_LOCAL_AGENT: 'false', SBX_POOL_OTHER_AGENT: '1' } }), {});
+    assert.deepEqual(
+      c.pools.map((x) => [x.name, x.agent]),
+      [
+        ['local', false],
+        ['other', true],
+      ],
+    );
+    assert.equal(resolveConfig(loadConfig({ file: p, env: {} }), {}).pools[0]?.agent, true, 'on by default');
+    assert.throws(
+      () => loadConfig({ file: p, env: { SBX_POOL_LOCAL_AGENT: 'maybe' } }),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'SBX_POOL_LOCAL_AGENT',
+    );
+  });
+
   test('duplicate pool names are refused', () => {
     assert.throws(
       () => resolveConfig({ pools: [{ name: 'a' }, { name: 'a' }] }, {}),

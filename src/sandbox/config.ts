@@ -19,7 +19,8 @@ const ms = durationMs;
 export const DEFAULT_BOX_MEMORY = 1024 * 1024 * 1024;
 export const DEFAULT_BOX_CPUS = 1;
 
-const poolSchema = z
+/** One pool's settings: the config file's `pools` entries, `addPool()` and `POST /v1/pools` alike. */
+export const PoolConfigSchema = z
   .object({
     name: z.string().regex(NAME_PATTERN, 'must be 1-32 of [a-z0-9_-], starting with a letter or digit'),
     addr: z.string().min(1, "must not be empty; use 'local' for the local Docker Engine").default('local'),
@@ -45,13 +46,14 @@ const poolSchema = z
       .default(DEFAULT_BOX_CPUS),
     maxMemory: z.number().int().min(MIN_MEMORY_BYTES).optional(),
     maxCpus: z.number().min(MIN_CPUS).max(1024).optional(),
+    agent: z.boolean().default(true),
   })
   .strict();
 
 const configSchema = z
   .object({
     name: z.string().regex(NAME_PATTERN, 'must be 1-32 of [a-z0-9_-]').default('sbx'),
-    pools: z.array(poolSchema).min(1, 'at least one pool is required').optional(),
+    pools: z.array(PoolConfigSchema).min(1, 'at least one pool is required').optional(),
     cleanupIntervalMs: ms.default(60_000),
     dataDir: z.string().min(1).optional(),
     apiUrl: z.string().url().optional(),
@@ -91,6 +93,11 @@ export interface PoolConfig {
   maxMemory?: number;
   /** Most cores a box may ask for. Default: the engine machine's cores. */
   maxCpus?: number;
+  /**
+   * Put the in-box agent into this pool's new boxes (default true; docs/agent.md): fast exec and
+   * kills that always work. false: every exec goes through the engine, as without it.
+   */
+  agent?: boolean;
 }
 
 /** The Manager's configuration. A YAML file has the same keys, durations written `idleTimeout: 30m`. */
@@ -130,6 +137,7 @@ export interface ResolvedPool {
   cpus: number;
   maxMemory: number | undefined;
   maxCpus: number | undefined;
+  agent: boolean;
 }
 
 export interface ResolvedConfig {
@@ -147,7 +155,7 @@ export const EMBEDDED_DEFAULT_POOL: PoolConfig = { name: 'local', addr: 'local' 
 
 export function resolvePool(p: PoolConfig, field?: string): ResolvedPool {
   const { runtime, runtimeOptions, ...plain } = p;
-  const v = parseOrThrow(poolSchema, plain, 'pool', field);
+  const v = parseOrThrow(PoolConfigSchema, plain, 'pool', field);
   return {
     name: v.name,
     addr: runtime ? (p.addr ?? runtime.address) : v.addr,
@@ -165,6 +173,7 @@ export function resolvePool(p: PoolConfig, field?: string): ResolvedPool {
     cpus: v.cpus,
     maxMemory: v.maxMemory,
     maxCpus: v.maxCpus,
+    agent: v.agent,
   };
 }
 
@@ -178,11 +187,14 @@ export function resolveConfig(config: ManagerConfig = {}, env: NodeJS.ProcessEnv
       throw new SbxError('invalid_argument', `pools.${i}.name: duplicate pool name '${p.name}'`, { details: { field: `pools.${i}.name` } });
     names.add(p.name);
   }
+  const dataDir = v.dataDir ?? env['SBX_DATA_DIR'] ?? join(homedir(), '.sbx');
+  // The boxes' agent sockets live in the data directory unless a pool says otherwise.
+  for (const p of resolvedPools) p.runtimeOptions = { stateDir: join(dataDir, 'agent'), ...p.runtimeOptions };
   return {
     name: v.name,
     pools: resolvedPools,
     cleanupIntervalMs: v.cleanupIntervalMs,
-    dataDir: v.dataDir ?? env['SBX_DATA_DIR'] ?? join(homedir(), '.sbx'),
+    dataDir,
     apiUrl: v.apiUrl,
     tokenSecret: v.tokenSecret,
     tokenTtlMs: v.tokenTtlMs,
@@ -216,10 +228,17 @@ const POOL_ENV_KEYS: Record<string, string> = {
   CPUS: 'cpus',
   MAX_MEMORY: 'maxMemory',
   MAX_CPUS: 'maxCpus',
+  AGENT: 'agent',
 };
 
 const NUMERIC_POOL_KEYS = new Set(['maxPerUser', 'maxTotal', 'pidsLimit', 'cpus', 'maxCpus']);
 const BYTE_POOL_KEYS = ['memory', 'maxMemory'];
+
+function envBoolean(key: string, value: string): boolean {
+  if (/^(1|true|yes|on)$/i.test(value)) return true;
+  if (/^(0|false|no|off)$/i.test(value)) return false;
+  throw new SbxError('invalid_argument', `${key}: must be true or false, got '${value}'`, { details: { field: key } });
+}
 
 /**
  * Loads a config: the YAML file at `file` (or `$SBX_CONFIG`), then `SBX_*` overrides
@@ -262,7 +281,7 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
   const pools = Array.isArray(config['pools']) ? (config['pools'] as Record<string, unknown>[]) : undefined;
   for (const [envKey, value] of Object.entries(env)) {
     const m =
-      /^SBX_POOL_(.+?)_(ADDR|MAX_PER_USER|MAX_TOTAL|IDLE_TIMEOUT|MAX_LIFETIME|STOP_TIMEOUT|SECURITY|OCI_RUNTIME|PIDS_LIMIT|MEMORY|CPUS|MAX_MEMORY|MAX_CPUS)$/.exec(
+      /^SBX_POOL_(.+?)_(ADDR|MAX_PER_USER|MAX_TOTAL|IDLE_TIMEOUT|MAX_LIFETIME|STOP_TIMEOUT|SECURITY|OCI_RUNTIME|PIDS_LIMIT|MEMORY|CPUS|MAX_MEMORY|MAX_CPUS|AGENT)$/.exec(
         envKey,
       );
     if (!m || value === undefined) continue;
@@ -271,7 +290,7 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
     const pool = list.find((p) => String(p['name']).replace(/_/g, '-') === wanted);
     if (!pool) throw new SbxError('invalid_argument', `${envKey}: no pool named '${wanted}'`, { details: { field: envKey } });
     const key = POOL_ENV_KEYS[m[2]!]!;
-    pool[key] = NUMERIC_POOL_KEYS.has(key) ? Number(value) : value;
+    pool[key] = NUMERIC_POOL_KEYS.has(key) ? Number(value) : key === 'agent' ? envBoolean(envKey, value) : value;
     config['pools'] = list;
   }
   const located = (e: SbxError, path: (string | number)[]) =>

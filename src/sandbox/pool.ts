@@ -22,7 +22,7 @@ export class Pool {
   }
 
   runtime(): Runtime {
-    this.rt ??= this.def.runtime ?? openRuntime(this.def.addr, this.def.runtimeOptions);
+    this.rt ??= this.def.runtime ?? openRuntime(this.def.addr, { ...this.def.runtimeOptions, agent: this.def.agent });
     return this.rt;
   }
 
@@ -41,6 +41,7 @@ export class Pool {
       security: d.security,
       memory: d.memory,
       cpus: d.cpus,
+      agent: d.agent,
       ...(d.ociRuntime ? { ociRuntime: d.ociRuntime } : {}),
       ...(d.pidsLimit !== undefined ? { pidsLimit: d.pidsLimit } : {}),
       ...(d.maxMemory !== undefined ? { maxMemory: d.maxMemory } : {}),

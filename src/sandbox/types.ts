@@ -73,6 +73,8 @@ export interface BoxInfo {
   maxLifetimeMs: number;
   stopTimeoutMs: number;
   ports: Array<{ containerPort: number; hostIp: string; hostPort: number; protocol: 'tcp' | 'udp' }>;
+  /** What serves exec and stream: the box's in-box agent, or the engine's exec (docs/agent.md). */
+  execPath: 'agent' | 'engine';
 }
 
 /**
@@ -92,6 +94,8 @@ export interface PoolInfo {
   security: SecurityProfile;
   memory: number;
   cpus: number;
+  /** New boxes get the in-box agent. */
+  agent: boolean;
   ociRuntime?: string;
   pidsLimit?: number;
   maxMemory?: number;

@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { SbxError } from '../errors.js';
 import { imageRef } from '../runtime/spec.js';
 import type { PoolConfig } from '../sandbox/index.js';
+import { PoolConfigSchema } from '../sandbox/config.js';
 import { OWNER_PATTERN } from '../sandbox/create-options.js';
 import { requireAdmin } from './auth.js';
 import type { ServerContext } from './context.js';
@@ -14,21 +15,8 @@ import { startSse } from './sse.js';
 
 const poolName = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,31}$/, 'must be 1-32 of [a-z0-9_-]');
 
-/** PoolConfig minus the in-process `runtime`; the Manager validates the rest. */
-const AddPoolBody = z
-  .object({
-    name: poolName,
-    addr: z.string().min(1).max(1024).optional(),
-    maxPerUser: z.number().int().min(0).optional(),
-    maxTotal: z.number().int().min(0).optional(),
-    idleTimeoutMs: z.number().int().min(0).optional(),
-    maxLifetimeMs: z.number().int().min(0).optional(),
-    stopTimeoutMs: z.number().int().min(0).optional(),
-    security: z.enum(['standard', 'strict']).optional(),
-    ociRuntime: z.string().min(1).max(64).optional(),
-    pidsLimit: z.number().int().min(0).optional(),
-  })
-  .strict();
+/** The library's pool schema: what `pools()` returns and `addPool()` takes, less the in-process `runtime`. */
+const AddPoolBody = PoolConfigSchema;
 
 const CreateKeyBody = z
   .object({

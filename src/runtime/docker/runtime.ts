@@ -28,6 +28,10 @@ import { DockerConnection } from './connection.js';
 import { toCreateOptions } from './container-config.js';
 import { toSbxError } from './errors.js';
 import { runBuffered, runStreaming } from './exec.js';
+import { AgentUnreachable, agentExec, agentExecStream, probeAgent } from './agent-client.js';
+import type { AgentTarget } from './agent-client.js';
+import { agentBoxOf, defaultAgentDir, defaultStateDir, imageConfigOf, injectAgent, removeAgentDir } from './agent-inject.js';
+import type { AgentBox, ImageConfig } from './agent-inject.js';
 import { DockerImages } from './images.js';
 import { jsonLines } from './json-lines.js';
 
@@ -45,6 +49,14 @@ export class DockerRuntime implements Runtime {
   readonly images: DockerImages;
   readonly capabilities: RuntimeCapabilities;
   private readonly conn: DockerConnection;
+  /** Whether new boxes get the in-box agent: asked for (default) and the engine is on this machine. */
+  readonly agentEnabled: boolean;
+  private readonly agentDir: string;
+  private readonly stateDir: string;
+  /** What is known of each box's agent, by the id the caller uses (learned at create or from one inspect). */
+  private readonly agentBoxes = new Map<string, AgentBox>();
+  /** Image fields the injection needs, by reference; checked again beside every create. */
+  private readonly imageConfigs = new Map<string, ImageConfig>();
 
   constructor(addr: string | RuntimeAddress, options: RuntimeOptions = {}) {
     const parsed = typeof addr === 'string' ? parseRuntimeAddress(addr) : addr;
@@ -53,6 +65,10 @@ export class DockerRuntime implements Runtime {
     this.capabilities = { hostMounts: parsed.transport === 'unix' };
     this.conn = new DockerConnection(parsed, options);
     this.images = new DockerImages(this.conn);
+    // The agent's binary and socket are host paths: tcp and ssh engines keep the engine's exec.
+    this.agentEnabled = (options.agent ?? true) && parsed.transport === 'unix';
+    this.agentDir = options.agentDir ?? defaultAgentDir();
+    this.stateDir = options.stateDir ?? defaultStateDir();
   }
 
   private get docker(): Docker {
@@ -82,6 +98,59 @@ export class DockerRuntime implements Runtime {
 
   async create(spec: ContainerSpec): Promise<string> {
     const valid = validateSpec(spec);
+    if (!this.agentEnabled) return this.remember(await this.createContainer(valid), { socketPath: undefined, dir: undefined, user: undefined });
+    return this.createWithAgent(valid, true);
+  }
+
+  private remember(id: string, box: AgentBox): string {
+    if (this.agentBoxes.size > 10_000) this.agentBoxes.clear();
+    this.agentBoxes.set(id, box);
+    return id;
+  }
+
+  private async imageConfig(ref: string): Promise<ImageConfig | undefined> {
+    try {
+      const cfg = imageConfigOf(await this.docker.getImage(ref).inspect());
+      this.imageConfigs.set(ref, cfg);
+      return cfg;
+    } catch {
+      // A missing image: the create says so, in its own words.
+      this.imageConfigs.delete(ref);
+      return undefined;
+    }
+  }
+
+  /**
+   * Creates the box with the agent injected. The image's entrypoint, CMD and user are needed
+   * (the agent replaces the entrypoint and runs as root); a known image's are used at once and
+   * checked by an inspect beside the create, which is redone once if the tag moved meanwhile.
+   */
+  private async createWithAgent(valid: ContainerSpec, retry: boolean): Promise<string> {
+    const known = this.imageConfigs.get(valid.image);
+    const image = known ?? (await this.imageConfig(valid.image));
+    const injected = image ? await injectAgent(valid, image, this.agentDir, this.stateDir) : undefined;
+    if (!injected || 'skip' in injected) return this.remember(await this.createContainer(valid), { socketPath: undefined, dir: undefined, user: undefined });
+    const check = known ? this.imageConfig(valid.image) : undefined;
+    let id: string;
+    try {
+      id = await this.createContainer(injected.spec);
+    } catch (err) {
+      await removeAgentDir(injected.dir, this.stateDir);
+      throw err;
+    }
+    const fresh = check ? await check : image;
+    if (retry && fresh && fresh.id !== image!.id) {
+      await this.docker
+        .getContainer(id)
+        .remove({ force: true })
+        .catch(() => undefined);
+      await removeAgentDir(injected.dir, this.stateDir);
+      return this.createWithAgent(valid, false);
+    }
+    return this.remember(id, { socketPath: injected.socketPath, dir: injected.dir, user: injected.user });
+  }
+
+  private async createContainer(valid: ContainerSpec): Promise<string> {
     try {
       const container = await this.docker.createContainer(toCreateOptions(valid));
       return container.id;
@@ -104,6 +173,52 @@ export class DockerRuntime implements Runtime {
       if (statusOf(err) === 304) return;
       this.fail(err, `container ${id}`);
     }
+    const box = this.agentBoxes.get(id);
+    if (this.agentEnabled && box?.socketPath && !box.refused) await this.untilAgentListens(id, box.socketPath);
+  }
+
+  /**
+   * After a start, waits (a few ms) until the agent answers, so that the first exec finds it
+   * and a box command that cannot start fails `start` as it does without the agent: the
+   * agent starts the command before it listens and exits 126/127 when it cannot.
+   */
+  private async untilAgentListens(id: string, socketPath: string): Promise<void> {
+    const deadline = Date.now() + AGENT_START_WAIT_MS;
+    for (let attempt = 0; Date.now() < deadline; attempt++) {
+      if ((await probeAgent(socketPath, 500)).ok) return;
+      if (attempt % 5 === 4) {
+        const c = await this.docker
+          .getContainer(id)
+          .inspect()
+          .catch(() => undefined);
+        // With a restart policy the engine starts it again and again: Restarting, with the last exit code.
+        if (c && (!c.State.Running || c.State.Restarting)) {
+          // A command that ran and ended is not a failure to start; only the agent's own refusal is.
+          const why = c.State.ExitCode === 126 || c.State.ExitCode === 127 ? await this.logTail(id) : '';
+          if (!why.includes('sbx-agent: cannot start')) return;
+          throw new SbxError('invalid_argument', `cmd: the box's command could not start in container ${id} (exit ${c.State.ExitCode}): ${why}`, {
+            details: { field: 'cmd', exitCode: c.State.ExitCode, agent: why },
+          });
+        }
+      }
+      await new Promise((r) => setTimeout(r, 2));
+    }
+  }
+
+  /** The last lines a container wrote (stdout and stderr), for messages. */
+  private async logTail(id: string): Promise<string> {
+    try {
+      const raw = (await this.docker.getContainer(id).logs({ stdout: true, stderr: true, tail: 5, follow: false })) as unknown as Buffer;
+      const parts: Buffer[] = [];
+      for (let at = 0; at + 8 <= raw.length;) {
+        const n = raw.readUInt32BE(at + 4);
+        parts.push(raw.subarray(at + 8, at + 8 + n));
+        at += 8 + n;
+      }
+      return Buffer.concat(parts).toString('utf8').trim() || 'no output';
+    } catch {
+      return 'its output could not be read';
+    }
   }
 
   async stop(id: string, opts: { timeoutMs?: number } = {}): Promise<void> {
@@ -118,11 +233,20 @@ export class DockerRuntime implements Runtime {
   }
 
   async remove(id: string, opts: { force?: boolean } = {}): Promise<void> {
+    // A box this runtime did not create or exec in: its agent directory is in its mounts.
+    const box =
+      this.agentBoxes.get(id) ??
+      (await this.docker
+        .getContainer(id)
+        .inspect()
+        .then(agentBoxOf, () => undefined));
     try {
       await this.docker.getContainer(id).remove({ force: opts.force ?? false, v: true });
     } catch (err) {
       this.fail(err, `container ${id}`);
     }
+    this.agentBoxes.delete(id);
+    await removeAgentDir(box?.dir, this.stateDir);
   }
 
   async inspect(id: string): Promise<ContainerInfo> {
@@ -152,7 +276,80 @@ export class DockerRuntime implements Runtime {
       ports,
       createdAt: new Date(c.Created).toISOString(),
       startedAt: started,
+      execPath: await this.execPathOf(id, c),
     };
+  }
+
+  /** Which path serves the box's execs: its agent when it has one that answers (asked once per start). */
+  private async execPathOf(id: string, c: Docker.ContainerInspectInfo): Promise<'agent' | 'engine'> {
+    const box = { ...agentBoxOf(c), ...pickVerdict(this.agentBoxes.get(id)) };
+    this.remember(id, box);
+    if (!this.agentEnabled || !box.socketPath || box.refused) return 'engine';
+    if (!c.State.Running || box.verifiedStart === c.State.StartedAt) return 'agent';
+    // Right after a start the agent may not listen yet (a few ms): wait for it as exec does.
+    const deadline = Math.min(Date.now(), Date.parse(c.State.StartedAt) || 0) + AGENT_START_WAIT_MS;
+    let probe = await probeAgent(box.socketPath);
+    while (!probe.ok && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 10));
+      probe = await probeAgent(box.socketPath);
+    }
+    if (!probe.ok) return 'engine';
+    box.verifiedStart = c.State.StartedAt;
+    return 'agent';
+  }
+
+  /** The agent of a box: known since its create, else learned from one inspect. */
+  private async agentBoxFor(id: string): Promise<AgentBox> {
+    const known = this.agentBoxes.get(id);
+    if (known) return known;
+    let c: Docker.ContainerInspectInfo;
+    try {
+      c = await this.docker.getContainer(id).inspect();
+    } catch (err) {
+      this.fail(err, `container ${id}`);
+    }
+    const box = agentBoxOf(c);
+    this.remember(id, box);
+    return box;
+  }
+
+  /**
+   * Runs `run` on the agent when the box has one that answers; otherwise (the agent off, not
+   * there, refusing this host, not up yet after several tries, the box stopped) on the engine's
+   * exec, as the box's user (the container itself runs as root when it has an agent).
+   */
+  private async viaAgent<T>(
+    id: string,
+    opts: { user?: string },
+    agent: (t: AgentTarget) => Promise<T>,
+    engine: (user: string | undefined) => Promise<T>,
+  ): Promise<T> {
+    const box = await this.agentBoxFor(id);
+    const engineUser = opts.user ?? (box.user ? box.user : undefined);
+    if (!this.agentEnabled || !box.socketPath || box.refused) return engine(engineUser);
+    const target = { containerId: id, socketPath: box.socketPath };
+    const deadline = Date.now() + AGENT_START_WAIT_MS;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await agent(target);
+      } catch (err) {
+        if (!(err instanceof AgentUnreachable)) throw err;
+        if (err.reason === 'version') {
+          box.refused = err.message;
+          return engine(engineUser);
+        }
+        // Not listening: a box that just started (the agent takes a few ms), or one that is down.
+        if (attempt === 0) {
+          const c = await this.docker
+            .getContainer(id)
+            .inspect()
+            .catch(() => undefined);
+          if (!c?.State.Running) return engine(engineUser);
+        }
+        if (Date.now() > deadline) return engine(engineUser);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    }
   }
 
   async list(opts: ContainerListOptions = {}): Promise<ContainerSummary[]> {
@@ -257,11 +454,23 @@ export class DockerRuntime implements Runtime {
   }
 
   async exec(id: string, cmd: string[], opts?: ExecOptions): Promise<ExecResult> {
-    return runBuffered(this.conn, id, cmd, validateExec(cmd, opts));
+    const valid = validateExec(cmd, opts);
+    return this.viaAgent(
+      id,
+      valid,
+      (t) => agentExec(t, cmd, valid),
+      (user) => runBuffered(this.conn, id, cmd, user ? { ...valid, user } : valid),
+    );
   }
 
   async execStream(id: string, cmd: string[], opts?: ExecStreamOptions): Promise<ExecStream> {
-    return runStreaming(this.conn, id, cmd, validateExecStream(cmd, opts));
+    const valid = validateExecStream(cmd, opts);
+    return this.viaAgent(
+      id,
+      valid,
+      (t) => agentExecStream(t, cmd, valid),
+      (user) => runStreaming(this.conn, id, cmd, user ? { ...valid, user } : valid),
+    );
   }
 
   async close(): Promise<void> {
@@ -271,6 +480,16 @@ export class DockerRuntime implements Runtime {
 
 /** Engine event names -> the engine-neutral actions ('die' covers exit, kill, OOM and shutdown). */
 const EVENT_ACTIONS: Record<string, ContainerEvent['action']> = { create: 'created', start: 'started', die: 'stopped', destroy: 'removed' };
+
+/** How long an exec waits for the agent of a running box to listen (it starts in a few ms). */
+const AGENT_START_WAIT_MS = 2000;
+
+function pickVerdict(box: AgentBox | undefined): Partial<AgentBox> {
+  return {
+    ...(box?.refused ? { refused: box.refused } : {}),
+    ...(box?.verifiedStart ? { verifiedStart: box.verifiedStart } : {}),
+  };
+}
 
 function statusOf(err: unknown): number | undefined {
   return (err as { statusCode?: number } | undefined)?.statusCode;

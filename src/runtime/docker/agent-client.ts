@@ -1,0 +1,340 @@
+/**
+ * Exec through the in-box agent (docs/agent.md): one unix socket connection per exec to the
+ * socket the agent serves in the box's host directory. Same results and stream semantics as
+ * the engine path (exec.ts), which stays the fallback: `AgentUnreachable` before anything ran
+ * tells the runtime to use it.
+ */
+import net from 'node:net';
+import { PassThrough, Writable } from 'node:stream';
+import type { Readable } from 'node:stream';
+import { StringDecoder } from 'node:string_decoder';
+import { SbxError } from '../../errors.js';
+import { KILLED_EXIT_CODE } from '../types.js';
+import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from '../types.js';
+import { AgentFrameReader, F, HOST_PROTOCOL_VERSIONS, STDIN_CHUNK, STDIN_WINDOW, frame } from './agent-protocol.js';
+import type { ErrorMessage, ExitMessage, StartRequest } from './agent-protocol.js';
+import { abortError, watchForKill } from './kill-watch.js';
+
+const DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024;
+/** After a kill, how long the agent may take to say the exec ended before the connection is cut (the agent kills on disconnect too). */
+const KILL_GRACE_MS = 3000;
+
+/** The agent cannot be reached (no socket, nothing listening, a protocol it does not speak): nothing ran. */
+export class AgentUnreachable extends Error {
+  override readonly name = 'AgentUnreachable';
+  constructor(
+    message: string,
+    readonly reason: 'connect' | 'version' | 'closed',
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+export interface AgentTarget {
+  containerId: string;
+  socketPath: string;
+}
+
+interface Session {
+  stdout: PassThrough;
+  stderr: PassThrough;
+  stdin: Writable;
+  /** The agent started the process (its pid in the box), or it could not. */
+  started: Promise<number>;
+  /** The agent's EXIT (or a lost connection, reported as killed). */
+  exited: Promise<ExitMessage & { lost?: boolean }>;
+  /** All output was handed to stdout and stderr, which have ended. */
+  drained: Promise<void>;
+  kill(): Promise<void>;
+  resize(size: { cols: number; rows: number }): void;
+  destroy(): void;
+}
+
+function openSession(target: AgentTarget, req: StartRequest): Session {
+  const socket = net.createConnection({ path: target.socketPath });
+  socket.setNoDelay?.(true);
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  let helloed = false;
+  let exitMsg: (ExitMessage & { lost?: boolean }) | undefined;
+  let resolveStarted!: (pid: number) => void;
+  let rejectStarted!: (err: Error) => void;
+  const started = new Promise<number>((res, rej) => {
+    resolveStarted = res;
+    rejectStarted = rej;
+  });
+  started.catch(() => undefined);
+  let resolveExited!: (e: ExitMessage & { lost?: boolean }) => void;
+  const exited = new Promise<ExitMessage & { lost?: boolean }>((res) => (resolveExited = res));
+
+  // Stdin: at most STDIN_WINDOW unacknowledged bytes on the wire, so the agent never blocks
+  // its control frames (kill, resize) behind a process that does not read.
+  let inFlight = 0;
+  const pending: Array<{ buf: Buffer; cb?: () => void }> = [];
+  const pump = () => {
+    while (pending.length > 0) {
+      if (socket.destroyed) {
+        for (const p of pending.splice(0)) p.cb?.();
+        return;
+      }
+      const head = pending[0]!;
+      const piece = head.buf.subarray(0, STDIN_CHUNK);
+      if (piece.length > 0 && inFlight + piece.length > STDIN_WINDOW) return;
+      if (piece.length === 0) {
+        // An end-of-input marker.
+        pending.shift();
+        socket.write(frame(F.stdinEof));
+        head.cb?.();
+        continue;
+      }
+      inFlight += piece.length;
+      socket.write(frame(F.stdin, piece));
+      head.buf = head.buf.subarray(piece.length);
+      if (head.buf.length === 0) {
+        pending.shift();
+        head.cb?.();
+      }
+    }
+  };
+  const stdin = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      if (chunk.length === 0) return cb();
+      pending.push({ buf: chunk, cb: () => cb() });
+      pump();
+    },
+    final(cb) {
+      pending.push({ buf: Buffer.alloc(0), cb: () => cb() });
+      pump();
+    },
+  });
+  stdin.on('error', () => undefined);
+
+  const reader = new AgentFrameReader(stdout, stderr, (type, payload) => {
+    switch (type) {
+      case F.helloOk:
+        helloed = true;
+        return;
+      case F.started:
+        resolveStarted((JSON.parse(payload.toString('utf8')) as { pid: number }).pid);
+        return;
+      case F.stdinAck:
+        if (payload.length >= 4) inFlight = Math.max(0, inFlight - payload.readUInt32BE(0));
+        pump();
+        return;
+      case F.exit:
+        exitMsg = JSON.parse(payload.toString('utf8')) as ExitMessage;
+        resolveExited(exitMsg);
+        return;
+      case F.error: {
+        let e: ErrorMessage;
+        try {
+          e = JSON.parse(payload.toString('utf8')) as ErrorMessage;
+        } catch {
+          e = { code: 'internal', message: payload.toString('utf8') };
+        }
+        if (e.code === 'version')
+          rejectStarted(new AgentUnreachable(`the agent in container ${target.containerId} refused this host: ${e.message}`, 'version'));
+        else rejectStarted(startError(e, req, target.containerId));
+        return;
+      }
+    }
+  });
+  const drained = new Promise<void>((resolve) => {
+    reader.once('finish', resolve);
+    reader.once('error', () => resolve());
+  });
+  socket.pipe(reader);
+  socket.on('error', (err: NodeJS.ErrnoException) => {
+    if (!helloed) rejectStarted(new AgentUnreachable(`no agent answers on ${target.socketPath}: ${err.code ?? err.message}`, 'connect', { cause: err }));
+  });
+  socket.once('close', () => {
+    if (!reader.writableEnded) reader.end();
+    for (const side of [stdout, stderr]) if (!side.writableEnded) side.end();
+    if (!helloed) rejectStarted(new AgentUnreachable(`the agent on ${target.socketPath} closed the connection before its hello`, 'closed'));
+    else rejectStarted(new SbxError('internal', `the agent in container ${target.containerId} closed the connection before the exec started`));
+    // The box stopped under the exec, or the agent died: the process is gone.
+    if (!exitMsg) resolveExited({ exitCode: KILLED_EXIT_CODE, killed: true, lost: true });
+    pump();
+  });
+  socket.write(Buffer.concat([frame(F.hello, { versions: HOST_PROTOCOL_VERSIONS, client: 'sbx' }), frame(F.start, req)]));
+
+  let killing: Promise<void> | undefined;
+  return {
+    stdout,
+    stderr,
+    stdin,
+    started,
+    exited,
+    drained,
+    kill() {
+      killing ??= (async () => {
+        if (exitMsg || socket.destroyed) return;
+        socket.write(frame(F.kill));
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([exited, new Promise<void>((resolve) => (timer = setTimeout(resolve, KILL_GRACE_MS)))]);
+        clearTimeout(timer);
+        // An agent that does not answer: cutting the connection makes it kill too.
+        if (!exitMsg) socket.destroy();
+      })();
+      return killing;
+    },
+    resize({ cols, rows }) {
+      if (!socket.destroyed) socket.write(frame(F.resize, { cols, rows }));
+    },
+    destroy() {
+      socket.destroy();
+    },
+  };
+}
+
+/** The agent's start failure as the engine path reports it (exec.ts startError): same codes and fields. */
+function startError(e: ErrorMessage, req: StartRequest, containerId: string): SbxError {
+  const where = `in container ${containerId}`;
+  const text = e.message;
+  if (e.code === 'invalid_argument' && e.field === 'workDir') {
+    return new SbxError('invalid_argument', `workDir: '${req.workDir ?? ''}' is not a directory the process can enter ${where} (${text})`, {
+      details: { field: 'workDir', workDir: req.workDir ?? null, agent: text },
+    });
+  }
+  if (e.code === 'invalid_argument' && e.field === 'user') {
+    return new SbxError('invalid_argument', `user: '${req.user ?? ''}' does not exist ${where} (${text})`, {
+      details: { field: 'user', user: req.user ?? null, agent: text },
+    });
+  }
+  if (e.code === 'invalid_argument') return new SbxError('invalid_argument', text, { details: { field: e.field ?? 'cmd', agent: text } });
+  if (e.code === 'not_found') {
+    return new SbxError('not_found', `cmd: '${req.argv[0]}' was not found ${where}; check the name and the image's PATH (${text})`, {
+      details: { cmd: req.argv[0], agent: text },
+    });
+  }
+  if (e.code === 'forbidden') return new SbxError('forbidden', `the agent in container ${containerId} refused: ${text}`);
+  return new SbxError('internal', `exec ${where} could not start '${req.argv[0]}': ${text}`, { details: { cmd: req.argv[0], agent: text } });
+}
+
+/** Decodes a stream to text as it arrives and keeps at most `limit` bytes (reading on past it). */
+function collectText(stream: Readable, limit: number) {
+  const decoder = new StringDecoder('utf8');
+  const state = { parts: [] as string[], size: 0, truncated: false };
+  stream.on('data', (chunk: Buffer) => {
+    if (state.size >= limit) {
+      state.truncated = true;
+      return;
+    }
+    const room = limit - state.size;
+    if (chunk.length > room) {
+      state.truncated = true;
+      chunk = chunk.subarray(0, room);
+    }
+    state.size += chunk.length;
+    state.parts.push(decoder.write(chunk));
+  });
+  return {
+    get truncated() {
+      return state.truncated;
+    },
+    text: () => state.parts.join('') + (state.truncated ? '' : decoder.end()),
+  };
+}
+
+function request(cmd: string[], opts: { workDir?: string; env?: Record<string, string>; user?: string }, defaultUser: string | undefined): StartRequest {
+  const user = opts.user ?? defaultUser;
+  return {
+    argv: cmd,
+    ...(opts.env ? { env: opts.env } : {}),
+    ...(opts.workDir ? { workDir: opts.workDir } : {}),
+    ...(user ? { user } : {}),
+  };
+}
+
+/** Runs `cmd` to completion through the agent (the Runtime's `exec`). */
+export async function agentExec(target: AgentTarget, cmd: string[], opts: ExecOptions = {}): Promise<ExecResult> {
+  const t0 = performance.now();
+  const limit = opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT;
+  const session = openSession(target, { ...request(cmd, opts, undefined), stdin: opts.stdin !== undefined });
+  const stdout = collectText(session.stdout, limit);
+  const stderr = collectText(session.stderr, limit);
+  try {
+    await session.started;
+  } catch (err) {
+    session.destroy();
+    throw err;
+  }
+  if (opts.stdin !== undefined) session.stdin.end(Buffer.from(opts.stdin));
+  const killed = watchForKill(session, opts);
+  const exit = await session.exited;
+  killed.stop();
+  await session.drained;
+  session.destroy();
+  if (killed.reason === 'aborted') throw abortError(opts.signal);
+  return {
+    exitCode: killed.reason ? KILLED_EXIT_CODE : exit.exitCode,
+    stdout: stdout.text(),
+    stderr: stderr.text(),
+    truncated: stdout.truncated || stderr.truncated,
+    timedOut: killed.reason === 'timeout',
+    durationMs: Math.round(performance.now() - t0),
+  };
+}
+
+/** Starts `cmd` with live stdio through the agent (the Runtime's `execStream`); returns once it runs. */
+export async function agentExecStream(target: AgentTarget, cmd: string[], opts: ExecStreamOptions = {}): Promise<ExecStream> {
+  const session = openSession(target, {
+    ...request(cmd, opts, undefined),
+    stdin: true,
+    ...(opts.tty ? { tty: true, ...(opts.size ? { cols: opts.size.cols, rows: opts.size.rows } : {}) } : {}),
+  });
+  try {
+    await session.started;
+  } catch (err) {
+    session.destroy();
+    throw err;
+  }
+  const killed = watchForKill(session, opts);
+  let exit: Promise<number> | undefined;
+  return {
+    stdout: session.stdout,
+    stderr: session.stderr,
+    stdin: session.stdin,
+    wait() {
+      exit ??= session.exited.then(async (e) => {
+        killed.stop();
+        await session.drained;
+        session.destroy();
+        return killed.reason ? KILLED_EXIT_CODE : e.exitCode;
+      });
+      return exit;
+    },
+    async cancel() {
+      await killed.kill('cancelled');
+    },
+    async resize(size) {
+      session.resize(size);
+    },
+  };
+}
+
+/** Whether the agent answers its hello (one short connection). */
+export function probeAgent(socketPath: string, timeoutMs = 1000): Promise<{ ok: true; agent: string; version: number } | { ok: false; why: string }> {
+  return new Promise((resolve) => {
+    const socket = net.createConnection({ path: socketPath });
+    const done = (r: { ok: true; agent: string; version: number } | { ok: false; why: string }) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(r);
+    };
+    const timer = setTimeout(() => done({ ok: false, why: 'no answer' }), timeoutMs);
+    const stdout = new PassThrough();
+    const reader = new AgentFrameReader(stdout, stdout, (type, payload) => {
+      if (type === F.helloOk) {
+        const h = JSON.parse(payload.toString('utf8')) as { agent: string; version: number };
+        done({ ok: true, agent: h.agent, version: h.version });
+      } else if (type === F.error) done({ ok: false, why: payload.toString('utf8') });
+    });
+    reader.on('error', () => done({ ok: false, why: 'bad frame' }));
+    socket.pipe(reader);
+    socket.on('error', (err: NodeJS.ErrnoException) => done({ ok: false, why: err.code ?? err.message }));
+    socket.on('close', () => done({ ok: false, why: 'closed' }));
+    socket.write(frame(F.hello, { versions: HOST_PROTOCOL_VERSIONS, client: 'sbx-probe' }));
+  });
+}

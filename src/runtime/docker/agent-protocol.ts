@@ -1,0 +1,146 @@
+/**
+ * The host side of the in-box agent's wire protocol (agent/proto.go; docs/agent.md): one unix
+ * socket connection per exec, frames of 1 byte type + 4 bytes big-endian length + payload.
+ */
+import { Writable } from 'node:stream';
+import type { PassThrough } from 'node:stream';
+
+/** The protocol versions this host speaks, newest first. */
+export const HOST_PROTOCOL_VERSIONS = [1];
+
+export const F = {
+  hello: 0x01,
+  start: 0x02,
+  stdin: 0x03,
+  stdinEof: 0x04,
+  resize: 0x05,
+  kill: 0x06,
+  signal: 0x07,
+  helloOk: 0x81,
+  started: 0x82,
+  stdout: 0x83,
+  stderr: 0x84,
+  exit: 0x85,
+  error: 0x86,
+  stdinAck: 0x87,
+} as const;
+
+const HEADER = 5;
+/** Control frames (JSON) larger than this are a broken agent, not something to buffer. */
+const MAX_CONTROL = 1024 * 1024;
+/** Stdin bytes the agent takes before it acknowledges them (agent/proto.go stdinWindow). */
+export const STDIN_WINDOW = 256 * 1024;
+/** Stdin frames are cut to this size, so the window fills in useful steps. */
+export const STDIN_CHUNK = 64 * 1024;
+
+export function frame(type: number, payload?: Buffer | string | object): Buffer {
+  const body =
+    payload === undefined ? Buffer.alloc(0) : Buffer.isBuffer(payload) ? payload : Buffer.from(typeof payload === 'string' ? payload : JSON.stringify(payload));
+  const head = Buffer.allocUnsafe(HEADER);
+  head[0] = type;
+  head.writeUInt32BE(body.length, 1);
+  return body.length ? Buffer.concat([head, body], HEADER + body.length) : head;
+}
+
+export interface StartRequest {
+  argv: string[];
+  env?: Record<string, string>;
+  workDir?: string;
+  user?: string;
+  tty?: boolean;
+  cols?: number;
+  rows?: number;
+  stdin?: boolean;
+}
+
+export interface ExitMessage {
+  exitCode: number;
+  signal?: string;
+  killed?: boolean;
+}
+
+export interface ErrorMessage {
+  code: string;
+  field?: string;
+  message: string;
+}
+
+/**
+ * Reads the agent's frames: output payloads are handed to stdout/stderr as they arrive
+ * (slices of the socket's chunks, no gathering), with backpressure — a slow reader of either
+ * side pauses the socket; control frames are gathered and handed to `onControl`.
+ */
+export class AgentFrameReader extends Writable {
+  private readonly header = Buffer.alloc(HEADER);
+  private headerFill = 0;
+  private remaining = 0;
+  private type = 0;
+  private control: Buffer[] = [];
+
+  constructor(
+    private readonly stdout: PassThrough,
+    private readonly stderr: PassThrough,
+    private readonly onControl: (type: number, payload: Buffer) => void,
+  ) {
+    super();
+  }
+
+  override _write(chunk: Buffer, _enc: BufferEncoding, done: (err?: Error | null) => void): void {
+    const waits = new Set<PassThrough>();
+    let at = 0;
+    while (at < chunk.length) {
+      if (this.remaining === 0 && this.headerFill < HEADER) {
+        const n = Math.min(HEADER - this.headerFill, chunk.length - at);
+        chunk.copy(this.header, this.headerFill, at, at + n);
+        this.headerFill += n;
+        at += n;
+        if (this.headerFill < HEADER) break;
+        this.type = this.header[0]!;
+        this.remaining = this.header.readUInt32BE(1);
+        if (!this.isOutput() && this.remaining > MAX_CONTROL) return done(new Error(`agent sent a control frame of ${this.remaining} bytes`));
+        if (this.remaining === 0) this.endFrame();
+        continue;
+      }
+      const n = Math.min(this.remaining, chunk.length - at);
+      const payload = chunk.subarray(at, at + n);
+      at += n;
+      this.remaining -= n;
+      if (this.isOutput()) {
+        const target = this.type === F.stdout ? this.stdout : this.stderr;
+        if (!target.destroyed && !target.writableEnded && !target.write(payload)) waits.add(target);
+      } else {
+        this.control.push(payload);
+      }
+      if (this.remaining === 0) this.endFrame();
+    }
+    if (waits.size === 0) return done();
+    let left = waits.size;
+    for (const w of waits) {
+      const go = () => {
+        w.off('drain', go);
+        w.off('close', go);
+        if (--left === 0) done();
+      };
+      w.on('drain', go);
+      w.on('close', go);
+    }
+  }
+
+  override _final(done: (err?: Error | null) => void): void {
+    for (const side of [this.stdout, this.stderr]) if (!side.destroyed) side.end();
+    done();
+  }
+
+  private isOutput(): boolean {
+    return this.type === F.stdout || this.type === F.stderr;
+  }
+
+  private endFrame(): void {
+    this.headerFill = 0;
+    if (!this.isOutput()) {
+      const payload = this.control.length === 1 ? this.control[0]! : Buffer.concat(this.control);
+      this.control = [];
+      this.onControl(this.type, payload);
+    }
+  }
+}

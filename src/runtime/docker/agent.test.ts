@@ -1,0 +1,391 @@
+/**
+ * The in-box agent on a real engine: kills that leave nothing (env -i, setsid, double fork, a
+ * FROM scratch image with one static binary and no shell), a real terminal, zombies, SIGTERM
+ * with the agent as PID 1, the socket refusing box processes, heartbeats, recovery by a new
+ * runtime, and the engine fallback.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { after, before, describe, test } from 'node:test';
+import { assertNoContainersLeft } from '../../testing/cleanup.js';
+import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
+import type { ContainerSpec } from '../types.js';
+import { AGENT_BIN, AGENT_DIR, agentBinaryFor } from './agent-inject.js';
+import { DockerRuntime } from './runtime.js';
+
+const runId = testRunId('agent');
+const stateDir = mkdtempSync(join(tmpdir(), 'sbx-agent-'));
+const rt = new DockerRuntime(testEnv.engineAddr, { stateDir });
+const spec = (extra: Partial<ContainerSpec> = {}): ContainerSpec => ({
+  image: testEnv.baseImage,
+  // sbx's own box settings (src/sandbox/security.ts 'standard'), so the agent is tested as boxes run it.
+  security: { noNewPrivileges: true, capDrop: ['ALL'], capAdd: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'FSETID', 'KILL', 'SETGID', 'SETUID', 'NET_BIND_SERVICE'] },
+  ...extra,
+  labels: { [TEST_LABEL]: runId, ...(extra.labels ?? {}) },
+});
+async function started(extra: Partial<ContainerSpec> = {}): Promise<string> {
+  const id = await rt.create(spec(extra));
+  await rt.start(id);
+  return id;
+}
+async function collect(stream: NodeJS.ReadableStream): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const c of stream) chunks.push(Buffer.from(c as Buffer));
+  return Buffer.concat(chunks).toString();
+}
+/** The box's processes as the engine sees them (docker top), less the agent and the box's command. */
+async function leftovers(id: string, needle: string): Promise<string[]> {
+  return (await rt.processes(id)).map((p) => p.command).filter((c) => c.includes(needle));
+}
+
+/** A FROM scratch image holding only agent/testprogs/forker, built once per source hash. */
+function scratchImage(): string {
+  const src = resolve('agent/testprogs/forker/main.go');
+  const hash = createHash('sha256').update(readFileSync(src)).digest('hex').slice(0, 12);
+  const ref = `sbx-test-scratch:${hash}`;
+  try {
+    execFileSync('docker', ['image', 'inspect', ref], { stdio: 'ignore' });
+    return ref;
+  } catch {
+    /* build it */
+  }
+  const ctx = mkdtempSync(join(tmpdir(), 'sbx-scratch-'));
+  try {
+    execFileSync('go', ['build', '-trimpath', '-ldflags=-s -w', '-o', join(ctx, 'forker'), './testprogs/forker'], {
+      cwd: resolve('agent'),
+      env: { ...process.env, CGO_ENABLED: '0', GOOS: 'linux' },
+      stdio: 'inherit',
+    });
+    writeFileSync(join(ctx, 'Dockerfile'), 'FROM scratch\nCOPY forker /forker\n');
+    execFileSync('docker', ['build', '-q', '--label', 'sbx.image=sbx-test-scratch', '-t', ref, ctx], {
+      stdio: 'ignore',
+      env: { ...process.env, DOCKER_BUILDKIT: '0' },
+    });
+  } finally {
+    rmSync(ctx, { recursive: true, force: true });
+  }
+  return ref;
+}
+
+let box: string;
+before(async () => {
+  await rt.ping();
+  box = await started();
+});
+after(async () => {
+  await rt.remove(box, { force: true });
+  await assertNoContainersLeft(rt, runId);
+  await rt.close();
+  assert.deepEqual(readdirSync(stateDir), [], 'every removed box took its socket directory with it');
+  rmSync(stateDir, { recursive: true, force: true });
+});
+
+describe('the agent as PID 1', () => {
+  test('serves the box: info says agent, PID 1 is the agent, the command its child as the box user', async () => {
+    assert.equal((await rt.inspect(box)).execPath, 'agent');
+    const ps = await rt.processes(box);
+    assert.ok(ps[0]?.command.startsWith(`${AGENT_BIN} init`), ps[0]?.command);
+    assert.ok(ps.some((p) => p.command.includes('sleep 86400')));
+    assert.equal((await rt.exec(box, ['id', '-u'])).stdout, '1000\n');
+    assert.equal((await rt.exec(box, ['sh', '-c', 'echo $HOME'])).stdout, '/home/sandbox\n');
+    assert.equal((await rt.exec(box, ['sh', '-c', 'id -u; echo $HOME'], { user: '0' })).stdout, '0\n/root\n');
+    // The exec's own session and process group: it is their leader.
+    const ids = (await rt.exec(box, ['sh', '-c', 'cut -d" " -f1,5,6 /proc/self/stat'])).stdout.trim().split(' ');
+    assert.equal(ids[1], ids[0], 'process group');
+    assert.equal(ids[2], ids[0], 'session');
+  });
+
+  test('SIGTERM on a box whose command ignores nothing stops it within the stop timeout, exit 128+15', async () => {
+    // `sleep` as PID 1 would ignore SIGTERM and wait out the timeout; as the agent's child it dies.
+    const id = await started({ cmd: ['sleep', '1000'] });
+    const t0 = performance.now();
+    await rt.stop(id, { timeoutMs: 5000 });
+    const took = performance.now() - t0;
+    const info = await rt.inspect(id);
+    assert.equal(info.exitCode, 143);
+    assert.ok(took < 2000, `stop took ${took.toFixed(0)} ms`);
+    await rt.remove(id, { force: true });
+  });
+
+  test('a box without a command waits, and stops at once', async () => {
+    const id = await started({ image: scratchImage() });
+    assert.equal((await rt.inspect(id)).running, true);
+    const t0 = performance.now();
+    await rt.stop(id, { timeoutMs: 5000 });
+    assert.ok(performance.now() - t0 < 2000);
+    assert.equal((await rt.inspect(id)).exitCode, 0);
+    await rt.remove(id, { force: true });
+  });
+
+  test('orphans of the box command and of execs leave no zombies', async () => {
+    const id = await started({ cmd: ['sh', '-c', '(sleep 0.2 &); (sleep 0.3 &); exec sleep 1000'] });
+    await rt.exec(id, ['sh', '-c', '(sleep 0.2 &); (sleep 0.3 &); true']);
+    await sleep(1000);
+    const ps = await rt.processes(id);
+    assert.deepEqual(
+      ps.filter((p) => /defunct|<zombie>/.test(p.command) || p.command.startsWith('[')),
+      [],
+      JSON.stringify(ps),
+    );
+    await rt.remove(id, { force: true });
+  });
+});
+
+describe('kills leave no process of the exec', () => {
+  const ESCAPES = "env -i sh -c 'sleep 401' & setsid sleep 402 & (sleep 403 &) ; (setsid sh -c 'sleep 404 & sleep 405' &) ; sleep 406";
+
+  test('timeout: env -i, setsid, double fork and a daemonized double fork all die', async () => {
+    const r = await rt.exec(box, ['sh', '-c', ESCAPES], { timeoutMs: 500 });
+    assert.equal(r.timedOut, true);
+    assert.equal(r.exitCode, 137);
+    assert.deepEqual(await leftovers(box, 'sleep 40'), []);
+  });
+
+  test('cancel: the same escapes die', async () => {
+    const s = await rt.execStream(box, ['sh', '-c', ESCAPES]);
+    await sleep(300);
+    assert.equal((await leftovers(box, 'sleep 40')).length, 6, 'all six sleeps were running');
+    await s.cancel();
+    assert.equal(await s.wait(), 137);
+    assert.deepEqual(await leftovers(box, 'sleep 40'), []);
+  });
+
+  test('abort: a buffered exec is cancelled and its escapes die', async () => {
+    const ac = new AbortController();
+    setTimeout(() => ac.abort(), 300);
+    await assert.rejects(rt.exec(box, ['sh', '-c', ESCAPES], { signal: ac.signal }), (e: Error & { code?: string }) => e.code === 'cancelled');
+    assert.deepEqual(await leftovers(box, 'sleep 40'), []);
+  });
+
+  test('a FROM scratch image with one static binary and no shell: timeout and cancel kill every escape', async () => {
+    const id = await started({ image: scratchImage() });
+    assert.equal((await rt.inspect(id)).execPath, 'agent');
+    const r = await rt.exec(id, ['/forker', 'tree'], { timeoutMs: 3000 });
+    assert.equal(r.timedOut, true);
+    assert.equal(r.stdout, 'ready\n');
+    assert.deepEqual(await leftovers(id, 'forker'), []);
+
+    const s = await rt.execStream(id, ['/forker', 'tree']);
+    assert.equal((await new Promise<Buffer>((res) => s.stdout.once('data', res))).toString(), 'ready\n');
+    let alive = (await leftovers(id, 'forker')).filter((c) => !c.includes('defunct'));
+    for (let i = 0; i < 40 && alive.length < 4; i++) {
+      await sleep(50);
+      alive = (await leftovers(id, 'forker')).filter((c) => !c.includes('defunct'));
+    }
+    assert.equal(alive.length, 4, `the tree, a child, a setsid child, a detached grandchild: ${JSON.stringify(alive)}`);
+    await s.cancel();
+    assert.equal(await s.wait(), 137);
+    assert.deepEqual(await leftovers(id, 'forker'), []);
+    await rt.remove(id, { force: true });
+  });
+
+  test('a host that dies (SIGKILL) mid-exec takes the exec with it', async () => {
+    // The host side in a child process, killed while its exec runs: the agent sees the
+    // connection close and kills the exec's tree.
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-agent-host-'));
+    const file = join(dir, 'host.mts');
+    writeFileSync(
+      file,
+      `import { DockerRuntime } from ${JSON.stringify(resolve('src/runtime/docker/runtime.ts'))};
+const rt = new DockerRuntime(${JSON.stringify(testEnv.engineAddr)}, { stateDir: ${JSON.stringify(stateDir)} });
+await rt.execStream(${JSON.stringify(box)}, ['sh', '-c', 'setsid sleep 407 & sleep 408']);
+console.log('started');
+setInterval(() => undefined, 1000);
+`,
+    );
+    const child = spawn(process.execPath, ['--import', 'tsx', file], { stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      await new Promise<void>((res, rej) => {
+        child.stdout.on('data', (c: Buffer) => c.toString().includes('started') && res());
+        child.once('exit', (code) => rej(new Error(`host child exited ${code}`)));
+      });
+      await sleep(200);
+      assert.equal((await leftovers(box, 'sleep 40')).length, 2);
+      child.kill('SIGKILL');
+      let left = await leftovers(box, 'sleep 40');
+      for (let i = 0; i < 40 && left.length > 0; i++) {
+        await sleep(50);
+        left = await leftovers(box, 'sleep 40');
+      }
+      assert.deepEqual(left, []);
+    } finally {
+      child.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('boxes the agent serves or not', () => {
+  test('network none: the socket needs no network', async () => {
+    const id = await started({ network: 'none' });
+    assert.equal((await rt.inspect(id)).execPath, 'agent');
+    assert.equal((await rt.exec(id, ['cat', '/proc/net/dev'])).stdout.match(/^\s*[a-z0-9]+:/gm)?.length, 1, 'loopback only');
+    await rt.remove(id, { force: true });
+  });
+
+  test('a command that cannot start fails start, as without the agent; one that ends at once does not', async () => {
+    const bad = await rt.create(spec({ cmd: ['/no/such/binary'], restartPolicy: 'unless-stopped' }));
+    await assert.rejects(rt.start(bad), (e: Error & { code?: string }) => e.code === 'invalid_argument' && /no\/such\/binary/.test(e.message));
+    await rt.remove(bad, { force: true });
+    const quick = await rt.create(spec({ cmd: ['true'] }));
+    await rt.start(quick);
+    await rt.remove(quick, { force: true });
+  });
+
+  test('no capabilities to switch users or kill (the strict profile): no agent, the engine serves it, nothing added', async () => {
+    const id = await started({ security: { noNewPrivileges: true, capDrop: ['ALL'], readOnlyRootfs: true } });
+    assert.equal((await rt.inspect(id)).execPath, 'engine');
+    assert.match((await rt.exec(id, ['grep', 'CapBnd', '/proc/self/status'])).stdout, /CapBnd:\s+0+\n/);
+    await rt.remove(id, { force: true });
+  });
+});
+
+describe('terminal', () => {
+  test('an interactive shell under a real pty sees the resize in stty size', async () => {
+    const s = await rt.execStream(box, ['sh'], { tty: true, size: { cols: 100, rows: 30 } });
+    const out = collect(s.stdout);
+    s.stdin.write('stty size; tty\n');
+    await sleep(300);
+    await s.resize({ cols: 132, rows: 43 });
+    await sleep(100);
+    s.stdin.write('stty size\n');
+    s.stdin.write('exit 7\n');
+    assert.equal(await s.wait(), 7);
+    const text = await out;
+    assert.match(text, /30 100/);
+    assert.match(text, /43 132/);
+    assert.match(text, /\/dev\/pts\/\d+/);
+  });
+});
+
+describe('the socket is the host only', () => {
+  test('a box process as the box user cannot reach it; as root in the box it is refused and runs nothing', async () => {
+    const sock = `${AGENT_DIR}/agent.sock`;
+    const asUser = await rt.exec(box, [AGENT_BIN, 'hello', sock, 'touch', '/tmp/pwned-user']);
+    assert.notEqual(asUser.exitCode, 0);
+    assert.match(asUser.stdout, /permission denied/i);
+    const asRoot = await rt.exec(box, [AGENT_BIN, 'hello', sock, 'touch', '/tmp/pwned-root'], { user: '0' });
+    assert.equal(asRoot.exitCode, 3, asRoot.stdout);
+    assert.match(asRoot.stdout, /"forbidden"/);
+    const ls = await rt.exec(box, ['ls', '/tmp']);
+    assert.doesNotMatch(ls.stdout, /pwned/);
+    // The host directory: the host's, 0700.
+    const dirs = readdirSync(stateDir);
+    assert.ok(dirs.length > 0);
+    for (const d of dirs) assert.equal(statSync(join(stateDir, d)).mode & 0o777, 0o700);
+  });
+});
+
+describe('recovery and fallback', () => {
+  test('a new runtime (a restarted Manager) reaches the agent of a box created before', async () => {
+    const again = new DockerRuntime(testEnv.engineAddr, { stateDir });
+    try {
+      assert.equal((await again.inspect(box)).execPath, 'agent');
+      const r = await again.exec(box, ['sh', '-c', 'id -u; cut -d" " -f4 /proc/self/stat']);
+      // Its parent is PID 1: the agent started it, not the engine (whose execs have parent 0).
+      assert.equal(r.stdout, '1000\n1\n');
+    } finally {
+      await again.close();
+    }
+  });
+
+  test('the agent turned off: the engine path, as the box user; boxes created without it say engine', async () => {
+    const off = new DockerRuntime(testEnv.engineAddr, { agent: false, stateDir });
+    try {
+      assert.equal((await off.inspect(box)).execPath, 'engine');
+      const r = await off.exec(box, ['sh', '-c', 'id -u; cut -d" " -f4 /proc/self/stat']);
+      assert.equal(r.stdout, '1000\n0\n', 'engine exec, box user');
+      const plain = await off.create(spec());
+      await off.start(plain);
+      assert.equal((await off.inspect(plain)).execPath, 'engine');
+      assert.equal((await rt.inspect(plain)).execPath, 'engine', 'a box without an agent is served by the engine on any runtime');
+      assert.equal((await rt.exec(plain, ['id', '-u'])).stdout, '1000\n');
+      await off.remove(plain, { force: true });
+    } finally {
+      await off.close();
+    }
+  });
+
+  test('no agent binary for the image (a foreign architecture): the box is created without it and served by the engine', async () => {
+    assert.equal(agentBinaryFor(resolve('.build/agent'), 's390x'), undefined);
+    assert.ok(agentBinaryFor(resolve('.build/agent'), 'amd64'));
+    const empty = mkdtempSync(join(tmpdir(), 'sbx-no-agent-'));
+    const noBin = new DockerRuntime(testEnv.engineAddr, { agentDir: empty, stateDir });
+    try {
+      const id = await noBin.create(spec());
+      await noBin.start(id);
+      assert.equal((await noBin.inspect(id)).execPath, 'engine');
+      assert.equal((await noBin.exec(id, ['echo', 'engine'])).stdout, 'engine\n');
+      await noBin.remove(id, { force: true });
+    } finally {
+      await noBin.close();
+      rmSync(empty, { recursive: true, force: true });
+    }
+  });
+
+  test('a box that restarts gets its agent back at the same socket', async () => {
+    const id = await started();
+    await rt.stop(id, { timeoutMs: 2000 });
+    await rt.start(id);
+    assert.equal((await rt.exec(id, ['echo', 'back'])).stdout, 'back\n');
+    assert.equal((await rt.inspect(id)).execPath, 'agent');
+    await rt.remove(id, { force: true });
+  });
+});
+
+describe('heartbeats', () => {
+  let server: http.Server;
+  const beats: Array<{ at: number; path: string; auth: string | undefined; body: { active: boolean; processCount: number } }> = [];
+  let gateway = '';
+
+  before(async () => {
+    const route = (await rt.exec(box, ['cat', '/proc/net/route'])).stdout;
+    const line = route.split('\n').find((l) => l.split(/\s+/)[1] === '00000000')!;
+    const hex = line.split(/\s+/)[2]!;
+    gateway = [3, 2, 1, 0].map((i) => parseInt(hex.slice(i * 2, i * 2 + 2), 16)).join('.');
+    server = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        beats.push({
+          at: Date.now(),
+          path: req.url ?? '',
+          auth: req.headers.authorization,
+          body: JSON.parse(body) as { active: boolean; processCount: number },
+        });
+        res.writeHead(204).end();
+      });
+    });
+    await new Promise<void>((res) => server.listen(0, gateway, res));
+  });
+  after(() => new Promise<void>((res) => server.close(() => res())));
+
+  test('sent every interval while user processes exist, silent when idle', async () => {
+    const port = (server.address() as AddressInfo).port;
+    const id = await started({
+      env: { SBX_API_URL: `http://${gateway}:${port}`, SBX_TOKEN: 'box-token-1', SBX_SANDBOX_ID: 'hb-box', SBX_HEARTBEAT_INTERVAL_MS: '200' },
+    });
+    await sleep(1200);
+    assert.equal(beats.length, 0, 'an idle box (only its command and its sleep) sends nothing');
+    const r = await rt.exec(id, ['sh', '-c', 'sleep 1.3']);
+    assert.equal(r.exitCode, 0);
+    const during = beats.length;
+    assert.ok(during >= 3, `${during} heartbeats during a 1.3 s exec at 200 ms`);
+    for (const b of beats) {
+      assert.equal(b.path, '/v1/boxes/hb-box/heartbeat');
+      assert.equal(b.auth, 'Bearer box-token-1');
+      assert.equal(b.body.active, true);
+      assert.ok(b.body.processCount >= 1, JSON.stringify(b.body));
+    }
+    await sleep(800);
+    assert.ok(beats.length <= during + 1, 'silent again once idle');
+    await rt.remove(id, { force: true });
+  });
+});
