@@ -48,6 +48,8 @@ export interface Box extends AsyncDisposable {
 export interface BoxHost {
   runtimeFor(pool: string): Runtime;
   removeBox(id: string): Promise<void>;
+  /** Records that sbx stopped the box on purpose (true) or started it again (false). */
+  stopIntent(box: ManagedBox, stopped: boolean): Promise<void>;
   /** Called when an exec or stream of the box has finished. */
   onExecFinished(box: ManagedBox): void;
   workspaceFs(workspaceId: string): Promise<WorkspaceFS>;
@@ -194,6 +196,7 @@ export class ManagedBox implements Box {
       maxLifetimeMs: this.record.maxLifetimeMs,
       stopTimeoutMs: this.record.stopTimeoutMs,
       ports: c.ports,
+      execPath: c.execPath ?? 'engine',
     };
   }
 
@@ -201,9 +204,12 @@ export class ManagedBox implements Box {
     this.touch();
     await this.runtime.start(this.containerId);
     this.status = 'running';
+    await this.host.stopIntent(this, false);
   }
 
   async stop(): Promise<void> {
+    // Before the engine is asked, so a box caught stopped half-way is never started behind the caller.
+    await this.host.stopIntent(this, true);
     await this.runtime.stop(this.containerId, { timeoutMs: this.record.stopTimeoutMs });
     this.status = 'stopped';
   }

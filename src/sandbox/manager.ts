@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
 import pino from 'pino';
 import type { Logger } from 'pino';
 import { SbxError, isSbxError } from '../errors.js';
@@ -21,6 +22,7 @@ import { planReconcile } from './reconcile.js';
 import { BoxRegistry } from './registry.js';
 import { loadTokenSecret } from './token-secret.js';
 import { BoxTokenService } from './tokens.js';
+import { StopIntents } from './stop-intents.js';
 import type { BoxInfo, CleanupStats, CreateOptions, HeartbeatInput, ListOptions, PoolInfo } from './types.js';
 
 /** Engine calls in flight at once during cleanup and pool removal. */
@@ -68,6 +70,8 @@ export class Manager {
   private readonly loop: CleanupLoop;
   private started = false;
   private readonly boxHost: BoxHost;
+  /** Boxes sbx stopped on purpose; every other stopped restartable box is started again. */
+  private readonly stopIntents: StopIntents;
 
   /** With no argument, the config comes from `SBX_CONFIG` and `SBX_*` (see loadConfig). */
   constructor(config: ManagerConfig = loadConfig()) {
@@ -75,12 +79,14 @@ export class Manager {
     this.now = config.clock ?? Date.now;
     this.log = config.logger ?? pino({ name: 'sbx', level: process.env['SBX_LOG_LEVEL'] ?? 'warn' }, pino.destination(2));
     for (const p of this.config.pools) this.poolsByName.set(p.name, new Pool(p));
+    this.stopIntents = new StopIntents(join(this.config.dataDir, 'stopped', `${this.config.name}.json`));
     this.loop = new CleanupLoop(this.config.cleanupIntervalMs, () => this.cleanupOnce());
     this.boxHost = {
       runtimeFor: (pool) => this.pool(pool).runtime(),
       removeBox: (id) => this.remove(id),
       workspaceFs: (workspaceId) => this.workspaces.fs(workspaceId),
       now: this.now,
+      stopIntent: (box, stopped) => this.stopIntents.set(box.id, stopped),
       onExecFinished: (box) => {
         if (box.policy === 'oneshot' && box.activity.inFlight === 0) {
           this.remove(box.id).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'oneshot removal failed; cleanup will retry'));
@@ -111,7 +117,8 @@ export class Manager {
    */
   async start(): Promise<void> {
     this.started = true;
-    await Promise.all([...this.poolsByName.values()].map((p) => this.reconcilePool(p).catch(() => undefined)));
+    await this.stopIntents.load().catch((err: unknown) => this.log.error({ err }, 'could not read the boxes stopped on purpose; none is started again'));
+    await Promise.all([...this.poolsByName.values()].map((p) => this.reconcilePool(p, { revive: true }).catch(() => undefined)));
     await this.sweepWorkspaces();
     for (const p of this.poolsByName.values()) this.watch(p);
     this.loop.start();
@@ -146,7 +153,7 @@ export class Manager {
           pool.connected = false;
           this.log.warn({ pool: pool.name, err }, 'engine events stopped; reconnecting');
         },
-        onReconnect: () => this.reconcilePool(pool).then(() => this.log.info({ pool: pool.name }, 'engine is back; boxes reconciled')),
+        onReconnect: () => this.reconcilePool(pool, { revive: true }).then(() => this.log.info({ pool: pool.name }, 'engine is back; boxes reconciled')),
       },
       this.log,
     );
@@ -165,8 +172,12 @@ export class Manager {
     }
   }
 
-  /** Lists the pool and applies the reconcile plan: adopt, sweep, forget, refresh statuses. */
-  private async reconcilePool(pool: Pool): Promise<ManagedBox[]> {
+  /**
+   * Lists the pool and applies the reconcile plan: adopt, sweep, forget, refresh statuses. With
+   * `revive` (at start and when the engine comes back), also starts the boxes the engine stopped
+   * behind sbx.
+   */
+  private async reconcilePool(pool: Pool, opts: { revive?: boolean } = {}): Promise<ManagedBox[]> {
     const runtime = pool.runtime();
     const listedAt = this.now();
     let list;
@@ -210,7 +221,30 @@ export class Manager {
       } else this.log.error({ container: plan.sweep[i]!.id, err: r.reason }, 'could not sweep a half-made box');
     }
     pool.recovered = true;
+    if (opts.revive) await this.reviveStopped(pool);
     return this.registry.ofPool(pool.name);
+  }
+
+  /**
+   * Starts the session, longrunning and persistent boxes that are stopped though sbx did not stop
+   * them. The engine's `unless-stopped` does not cover a dockerd that was killed: without
+   * live-restore, the next dockerd stops the boxes its shims kept running as if by hand, and leaves
+   * them stopped. Not use: the idle clock is not touched.
+   */
+  private async reviveStopped(pool: Pool): Promise<void> {
+    const runtime = pool.runtime();
+    const boxes = this.registry
+      .ofPool(pool.name)
+      .filter((b) => b.policy !== 'oneshot' && b.status === 'stopped' && !this.stopIntents.has(b.id) && !this.removing.has(b.id));
+    const results = await mapSettled(boxes, CLEANUP_PARALLELISM, async (b) => {
+      await runtime.start(b.containerId);
+      b.status = 'running';
+    });
+    for (const [i, r] of results.entries()) {
+      const box = boxes[i]!;
+      if (r.status === 'fulfilled') this.log.warn({ box: box.id, pool: pool.name, policy: box.policy }, 'started a box the engine had stopped behind sbx');
+      else this.log.error({ box: box.id, pool: pool.name, err: r.reason }, 'could not start a box the engine had stopped behind sbx');
+    }
   }
 
   // --- Pools ---------------------------------------------------------------------------
@@ -238,7 +272,7 @@ export class Manager {
     const pool = new Pool(resolved);
     this.poolsByName.set(resolved.name, pool);
     if (this.started) {
-      await this.reconcilePool(pool).catch(() => undefined);
+      await this.reconcilePool(pool, { revive: true }).catch(() => undefined);
       this.watch(pool);
     }
     return pool.info(this.registry.ofPool(pool.name).length);
@@ -410,6 +444,7 @@ export class Manager {
       if (!isSbxError(err, 'not_found')) throw err;
     }
     this.registry.delete(box);
+    await this.stopIntents.set(box.id, false).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a stopped box'));
     this.log.info({ box: box.id, pool: box.pool }, 'box removed');
   }
 
