@@ -143,6 +143,35 @@ function refused(field: string) {
   };
 }
 
+type WorkspaceCall = (m: Manager, fs: Awaited<ReturnType<Manager['workspaces']['fs']>>) => Promise<unknown>;
+const ws = (opts: Record<string, unknown>) => (m: Manager) => m.workspaces.create({ name: 'w', owner: 'val', node: 'local', ...opts } as never);
+const badWorkspaceCalls: Array<[string, WorkspaceCall, string]> = [
+  ['workspace name missing', (m) => m.workspaces.create({ owner: 'val', node: 'local' } as never), 'name'],
+  ['workspace name blank', ws({ name: '   ' }), 'name'],
+  ['workspace name with NUL', ws({ name: `a${NUL}b` }), 'name'],
+  ['workspace name with a newline', ws({ name: 'a\nb' }), 'name'],
+  ['workspace name too long', ws({ name: 'n'.repeat(257) }), 'name'],
+  ['workspace owner with a control character', ws({ owner: 'a\u0007' }), 'owner'],
+  ['workspace node missing', (m) => m.workspaces.create({ name: 'w', owner: 'val' } as never), 'node'],
+  ['workspace node with ..', ws({ node: '../etc' }), 'node'],
+  ['workspace id uppercase', ws({ id: 'WS-1' }), 'id'],
+  ['workspace id with /', ws({ id: 'a/b' }), 'id'],
+  ['workspace label value with NUL', ws({ labels: { a: `x${NUL}` } }), 'labels.a'],
+  ['workspace labels not an object', ws({ labels: ['a'] }), 'labels'],
+  ['workspace quota negative', ws({ quotaBytes: -1 }), 'quotaBytes'],
+  ['workspace quota fractional', ws({ quotaBytes: 1.5 }), 'quotaBytes'],
+  ['workspace unknown field', ws({ size: 10 }), 'options'],
+  ['workspace update unknown field', (m) => m.workspaces.update('ws-nope', { owner: 'x' } as never), 'changes'],
+  ['workspace update name NUL', (m) => m.workspaces.update('ws-nope', { name: NUL }), 'name'],
+  ['workspace delete unknown option', (m) => m.workspaces.delete('ws-nope', { recursive: true } as never), 'options'],
+  ['writeFile mode too big', (_m, fs) => fs.writeFile('a.txt', 'x', { mode: 0o10000 }), 'mode'],
+  ['writeFile mode fractional', (_m, fs) => fs.writeFile('a.txt', 'x', { mode: 1.5 }), 'mode'],
+  ['writeFile unknown option', (_m, fs) => fs.writeFile('a.txt', 'x', { owner: 0 } as never), 'options'],
+  ['mkdirAll mode negative', (_m, fs) => fs.mkdirAll('d', -1), 'mode'],
+  ['readDir recursive not a boolean', (_m, fs) => fs.readDir('', { recursive: 'yes' } as never), 'recursive'],
+  ['readDir unknown option', (_m, fs) => fs.readDir('', { follow: true } as never), 'options'],
+];
+
 describe('bad input is refused before any engine request', () => {
   test(`create: ${badCreates.length} bad options`, async () => {
     for (const [what, opts, field] of badCreates) {
@@ -169,6 +198,19 @@ describe('bad input is refused before any engine request', () => {
       await assert.rejects(box.stream(cmd as string[], opts as ExecStreamOptions), refused(field), what);
       assert.deepEqual(counting.counts(), {}, `${what}: the engine saw requests`);
     }
+  });
+
+  test(`workspaces and files: ${badWorkspaceCalls.length} bad calls, refused by the one schema, nothing written`, async () => {
+    const ws = await manager.workspaces.create({ name: 'fixture', owner: 'val', node: 'local' });
+    const fs = await manager.workspaces.fs(ws.id);
+    for (const [what, call, field] of badWorkspaceCalls) await assert.rejects(call(manager, fs), refused(field), what);
+    assert.deepEqual(
+      (await manager.workspaces.list()).map((w) => w.name),
+      ['fixture'],
+      'no bad create made a workspace',
+    );
+    assert.deepEqual(await fs.readDir(''), [], 'no bad write made a file');
+    await manager.workspaces.delete(ws.id);
   });
 
   test('image references are parsed before the engine, for pulls and lookups too', async () => {

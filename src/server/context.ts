@@ -55,7 +55,7 @@ export interface ServerContext {
   shuttingDown(): boolean;
 }
 
-export const WORKSPACE_ID_PATTERN = /^[a-z0-9][a-z0-9_.-]{0,62}$/;
+export { WORKSPACE_ID_PATTERN } from '../workspace/schemas.js';
 
 function boxNotFound(id: string): SbxError {
   return new SbxError('not_found', `box '${id}' not found`, { details: { id } });

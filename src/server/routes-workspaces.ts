@@ -7,24 +7,18 @@ import { z } from 'zod';
 import { SbxError, invalidArgument } from '../errors.js';
 import { OWNER_PATTERN } from '../sandbox/create-options.js';
 import { actingOwner, requireKey } from './auth.js';
-import { WORKSPACE_ID_PATTERN, workspaceFor } from './context.js';
+import { workspaceFor } from './context.js';
+import { CreateWorkspaceOptionsSchema, UpdateWorkspaceOptionsSchema } from '../workspace/schemas.js';
 import type { ServerContext } from './context.js';
 import { flag, workspaceIdParam, workspacePathParams } from './schemas.js';
 
-const labels = z.record(z.string(), z.string());
+// The library's schemas; over HTTP the owner is the caller's unless an admin names one, and the node may be left to the server.
+const CreateWorkspaceBody = CreateWorkspaceOptionsSchema.extend({
+  owner: z.string().regex(OWNER_PATTERN, 'must be 1-128 of [A-Za-z0-9_.@-], starting with a letter or digit').optional(),
+  node: CreateWorkspaceOptionsSchema.shape.node.optional(),
+}).strict();
 
-const CreateWorkspaceBody = z
-  .object({
-    id: z.string().regex(WORKSPACE_ID_PATTERN, 'must be 1-63 of [a-z0-9_.-], starting with a letter or digit').optional(),
-    name: z.string().min(1).max(256),
-    owner: z.string().regex(OWNER_PATTERN).optional(),
-    node: z.string().min(1).max(63).optional(),
-    labels: labels.optional(),
-    quotaBytes: z.number().int().min(0).optional(),
-  })
-  .strict();
-
-const UpdateWorkspaceBody = z.object({ name: z.string().min(1).max(256).optional(), labels: labels.optional() }).strict();
+const UpdateWorkspaceBody = UpdateWorkspaceOptionsSchema;
 
 const FileOpBody = z.discriminatedUnion('op', [
   z.object({ op: z.literal('mkdir') }).strict(),

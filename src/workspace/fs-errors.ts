@@ -59,6 +59,22 @@ export function toWorkspaceError(err: unknown, path: string, action: string): Sb
 }
 
 /**
+ * Wraps a failed system call on the workspace storage itself (the data directory, a node's
+ * directory), which is the operator's to fix, not the caller's. SbxErrors pass through unchanged.
+ *
+ * @example
+ * await mkdir(base).catch((e) => { throw storageError(e, base, 'create') });
+ */
+export function storageError(err: unknown, dir: string, action: string): SbxError {
+  if (isSbxError(err)) return err;
+  const why = err instanceof Error ? err.message : String(err);
+  return new SbxError('internal', `workspace storage: cannot ${action} under ${dir}: ${why}; check that the data directory exists and is writable`, {
+    cause: err,
+    details: { path: dir, errno: errnoOf(err) },
+  });
+}
+
+/**
  * The refusal for any path that would go through a symbolic link.
  *
  * @example

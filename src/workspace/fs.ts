@@ -11,6 +11,8 @@ import { SbxError, invalidArgument } from '../errors.js';
 import { createSymlinkAtomic, writeFileAtomic } from './atomic-write.js';
 import { DirHandle, openDirAt, type CreateDirs } from './contained-path.js';
 import { errnoOf, toWorkspaceError } from './fs-errors.js';
+import { ReadDirOptionsSchema, WriteFileOptionsSchema, fileMode } from './schemas.js';
+import { parseOrThrow } from '../util/validation.js';
 import { UsageTracker, type Reservation } from './quota.js';
 import { StagedTree, mergeTree } from './staging.js';
 import { extractTar, packTree } from './tar.js';
@@ -112,7 +114,8 @@ export class WorkspaceFS {
    * await ws.writeFile('big.iso', fs.createReadStream('/srv/big.iso'), { mode: 0o600 });
    */
   async writeFile(path: string, data: FileContent | Readable, options: WriteFileOptions = {}): Promise<void> {
-    const requestedMode = options.mode === undefined ? undefined : checkMode(options.mode);
+    const { mode } = parseOrThrow(WriteFileOptionsSchema, options, 'options');
+    const requestedMode = mode === undefined ? undefined : checkMode(mode);
     if (typeof data !== 'string' && !(data instanceof Uint8Array) && !isAsyncIterable(data)) {
       throw invalidArgument('data', 'must be a string, a Uint8Array or a Readable');
     }
@@ -127,6 +130,7 @@ export class WorkspaceFS {
    * const entries = await ws.readDir('src', { recursive: true });
    */
   async readDir(path: string, options: ReadDirOptions = {}): Promise<DirEntry[]> {
+    parseOrThrow(ReadDirOptionsSchema, options, 'options');
     return this.atDir(path, 'list', undefined, async (dir) => {
       const entries: DirEntry[] = [];
       if (options.recursive) {
@@ -500,10 +504,8 @@ function isMissingPath(err: unknown): boolean {
 }
 
 function checkMode(mode: unknown): number {
-  if (typeof mode !== 'number' || !Number.isInteger(mode) || mode < 0 || mode > 0o7777)
-    throw invalidArgument('mode', 'must be an integer permission mode such as 0o644');
   // Permission bits only: no setuid/setgid/sticky on what the API writes.
-  return mode & 0o777;
+  return parseOrThrow(fileMode, mode, 'mode') & 0o777;
 }
 
 function isAsyncIterable(value: unknown): value is AsyncIterable<Uint8Array | string> {

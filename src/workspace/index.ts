@@ -27,3 +27,10 @@ export type {
   WorkspaceUsage,
   WriteFileOptions,
 } from './types.js';
+export {
+  CreateWorkspaceOptionsSchema,
+  DeleteWorkspaceOptionsSchema,
+  ReadDirOptionsSchema,
+  UpdateWorkspaceOptionsSchema,
+  WriteFileOptionsSchema,
+} from './schemas.js';

@@ -1,7 +1,7 @@
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { readdir, readFile, stat } from 'node:fs/promises';
+import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { isSbxError } from '../errors.js';
 import { WorkspaceManager } from './manager.js';
@@ -91,6 +91,21 @@ describe('create', () => {
     const results = await Promise.allSettled(Array.from({ length: 20 }, (_, i) => (i % 2 ? a : b).create({ ...base, id: 'ws-race-two' })));
     assert.equal(results.filter((r) => r.status === 'fulfilled').length, 1);
     for (const r of results) if (r.status === 'rejected') assert.ok(isSbxError(r.reason, 'conflict'), String(r.reason));
+  });
+
+  test('a data directory that cannot be used is an SbxError naming it, not a raw errno error', async () => {
+    // A regular file where the data directory should be: mkdir fails with ENOTDIR, even as root.
+    const blocker = join(tmp.path, 'not-a-dir');
+    await writeFile(blocker, 'x');
+    const manager = new WorkspaceManager({ dataDir: join(blocker, 'data') });
+    for (const op of [() => manager.list(), () => manager.create(base)]) {
+      await assert.rejects(op(), (e: unknown) => {
+        assert.ok(isSbxError(e, 'internal'), String(e));
+        assert.match(e.message, /workspace storage: .*not-a-dir.*check that the data directory/);
+        assert.equal(e.details?.['errno'], 'ENOTDIR');
+        return true;
+      });
+    }
   });
 
   test('default quota applies unless the workspace asks for one (0 = none)', async () => {

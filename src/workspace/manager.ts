@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { SbxError, invalidArgument } from '../errors.js';
 import { DirHandle } from './contained-path.js';
-import { errnoOf } from './fs-errors.js';
+import { errnoOf, storageError } from './fs-errors.js';
 import { WorkspaceFS } from './fs.js';
 import { KeyedLock } from './keyed-lock.js';
 import { TRASH_PREFIX, WorkspaceLayout } from './layout.js';
@@ -28,7 +28,9 @@ import type {
   WorkspaceNode,
   WorkspaceUsage,
 } from './types.js';
-import { checkLabels, checkNodeName, checkQuota, checkText, checkWorkspaceId, newWorkspaceId } from './validation.js';
+import { CreateWorkspaceOptionsSchema, DeleteWorkspaceOptionsSchema, UpdateWorkspaceOptionsSchema } from './schemas.js';
+import { checkQuota, checkWorkspaceId, newWorkspaceId } from './validation.js';
+import { parseOrThrow } from '../util/validation.js';
 
 const DEFAULT_NODES: WorkspaceNode[] = [{ name: 'local', addr: 'local', online: true }];
 const SANDBOX_USER: FileOwner = { uid: 1000, gid: 1000 };
@@ -104,12 +106,8 @@ export class WorkspaceManager {
    */
   async create(options: CreateWorkspaceOptions): Promise<Workspace> {
     if (typeof options !== 'object' || options === null) throw invalidArgument('options', 'must be an object');
-    const name = checkText(options.name, 'name');
-    const owner = checkText(options.owner, 'owner');
-    const nodeName = checkNodeName(options.node);
-    const labels = options.labels === undefined ? {} : checkLabels(options.labels);
-    const quotaBytes = options.quotaBytes === undefined ? this.defaultQuotaBytes : checkQuota(options.quotaBytes);
-    const requestedId = options.id === undefined ? undefined : checkWorkspaceId(options.id);
+    const { name, owner, node: nodeName, labels = {}, id: requestedId, ...rest } = parseOrThrow(CreateWorkspaceOptionsSchema, options, 'options');
+    const quotaBytes = rest.quotaBytes === undefined ? this.defaultQuotaBytes : rest.quotaBytes || undefined;
     const node = this.listNodes().find((candidate) => candidate.name === nodeName);
     if (!node)
       throw new SbxError(
@@ -129,7 +127,9 @@ export class WorkspaceManager {
     if (index.has(id) || this.creating.has(id)) throw conflictingId(id);
     this.creating.add(id);
     try {
-      const workspace = await this.createOnDisk(id, nodeName, { name, owner, labels, quotaBytes });
+      const workspace = await this.createOnDisk(id, nodeName, { name, owner, labels, quotaBytes }).catch((err: unknown) => {
+        throw storageError(err, this.layout.node(nodeName), 'create a workspace');
+      });
       index.set(id, workspace);
       return copyOf(workspace);
     } finally {
@@ -172,8 +172,7 @@ export class WorkspaceManager {
    */
   async update(id: string, changes: UpdateWorkspaceOptions): Promise<Workspace> {
     if (typeof changes !== 'object' || changes === null) throw invalidArgument('changes', 'must be an object');
-    const name = changes.name === undefined ? undefined : checkText(changes.name, 'name');
-    const labels = changes.labels === undefined ? undefined : checkLabels(changes.labels);
+    const { name, labels } = parseOrThrow(UpdateWorkspaceOptionsSchema, changes, 'changes');
     return this.locks.run(id, async () => {
       const current = await this.find(id);
       const next: Workspace = {
@@ -196,6 +195,7 @@ export class WorkspaceManager {
    * await workspaces.delete('ws-1');
    */
   async delete(id: string, options: DeleteWorkspaceOptions = {}): Promise<void> {
+    parseOrThrow(DeleteWorkspaceOptionsSchema, options, 'options');
     await this.locks.run(id, async () => {
       const workspace = await this.find(id);
       if (!options.force && (await this.mountChecker(id))) {
@@ -410,7 +410,7 @@ export class WorkspaceManager {
       (index) => (this.index = index),
       (err: unknown) => {
         this.loading = undefined;
-        throw err;
+        throw storageError(err, this.layout.base, 'read the workspaces');
       },
     );
     return this.loading;
