@@ -6,7 +6,7 @@ await manager.start(); // recovers this instance's boxes, starts the cleanup loo
 {
   await using box = await manager.create({ image: 'sbx-base:latest', owner: 'alice', idleTimeoutMs: 60_000 });
   const r = await box.exec(['sh', '-c', 'echo hi; exit 3'], { timeoutMs: 10_000 });
-  console.log(r); // { exitCode: 3, stdout: 'hi\n', stderr: '', truncated: false, timedOut: false, durationMs: 52 }
+  console.log(r); // { exitCode: 3, stdout: 'hi\n', stderr: '', truncated: false, timedOut: false, durationMs: 3 }
 
   const s = await box.stream(['cat']); // live stdin/stdout/stderr
   s.stdout.pipe(process.stdout);
