@@ -26,6 +26,7 @@ import { probeMemory } from './memory/probe.js';
 import { runExecMemory } from './memory/exec-row.js';
 import { EXEC_MEMORY_ROW, IDLE_BOXES, MEMORY_ROWS, memoryFailed, memoryRows } from './memory/rows.js';
 import { agentRowNames, runAgentRows } from './rows/agent.js';
+import { runWarmRows, warmRowNames } from './rows/warm.js';
 import { concurrencyRows, latencyRows } from './rows/boxes.js';
 import { WORKSPACE_ROW_NAME, fileRows } from './rows/files.js';
 import { RawSubject } from './subjects/raw.js';
@@ -141,6 +142,9 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
   }
   if (agentRowNames().some((n) => picked.has(n))) {
     results.push(...(await runAgentRows(run.ctx, { managerName: `${run.managerName}-ag`, dataDir: join(run.tmp, 'agent'), runId: run.runId, only: picked })));
+  }
+  if (warmRowNames().some((n) => picked.has(n))) {
+    results.push(...(await runWarmRows(run.ctx, { managerName: `${run.managerName}-wm`, dataDir: join(run.tmp, 'warm'), runId: run.runId, only: picked })));
   }
   if (picked.has(EXEC_MEMORY_ROW)) results.push(...(await runExecMemory({ ...run.ctx, runId: run.runId, onChild: (pid) => (run.memoryChild = pid) })));
   return { rows: results, parity };

@@ -86,6 +86,8 @@ export class ManagedBox implements Box {
     readonly containerId: string,
     private readonly host: BoxHost,
     status: BoxStatus = 'running',
+    /** Env every exec gets under its own: a claimed warm spare's identity (SBX_*, the caller's env). */
+    private readonly execEnv: Record<string, string> = {},
   ) {
     this.registeredAt = host.now();
     this.activity = new BoxActivityState(this.registeredAt);
@@ -133,7 +135,7 @@ export class ManagedBox implements Box {
     const valid = validateExec(cmd, opts);
     const finish = this.begin();
     try {
-      return await this.runtime.exec(this.containerId, cmd, valid);
+      return await this.runtime.exec(this.containerId, cmd, this.withEnv(valid));
     } finally {
       finish();
     }
@@ -144,13 +146,17 @@ export class ManagedBox implements Box {
     const finish = this.begin();
     let stream: ExecStream;
     try {
-      stream = await this.runtime.execStream(this.containerId, cmd, valid);
+      stream = await this.runtime.execStream(this.containerId, cmd, this.withEnv(valid));
     } catch (err) {
       finish();
       throw err;
     }
     stream.wait().then(finish, finish);
     return stream;
+  }
+
+  private withEnv<T extends { env?: Record<string, string> }>(opts: T): T {
+    return Object.keys(this.execEnv).length === 0 ? opts : { ...opts, env: { ...this.execEnv, ...opts.env } };
   }
 
   /** Registers work in flight; the returned function ends it (once). */

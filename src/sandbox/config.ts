@@ -10,6 +10,7 @@ import type { RuntimeOptions } from '../runtime/types.js';
 import { MAX_PIDS, MIN_CPUS, MIN_MEMORY_BYTES, durationMs } from '../runtime/bounds.js';
 import { parseDuration } from '../util/duration.js';
 import { parseOrThrow } from '../util/validation.js';
+import { imageRef } from '../runtime/spec.js';
 
 export const NAME_PATTERN = /^[a-z0-9][a-z0-9_-]{0,31}$/;
 
@@ -20,6 +21,29 @@ export const DEFAULT_BOX_MEMORY = 1024 * 1024 * 1024;
 export const DEFAULT_BOX_CPUS = 1;
 
 /** One pool's settings: the config file's `pools` entries, `addPool()` and `POST /v1/pools` alike. */
+/** A warm-pool template: `size` started spares of one image and shape, claimed by matching creates. */
+export const WarmTemplateSchema = z
+  .object({
+    image: imageRef,
+    size: z.number().int().min(0).max(64),
+    security: z.enum(['standard', 'strict']).optional(),
+    memory: z
+      .number()
+      .int()
+      .refine((m) => m === 0 || m >= MIN_MEMORY_BYTES, 'must be 0 (no limit) or at least 6 MiB')
+      .optional(),
+    cpus: z
+      .number()
+      .refine((c) => c === 0 || (c >= MIN_CPUS && c <= 1024), `must be 0 (no limit) or between ${MIN_CPUS} and 1024`)
+      .optional(),
+    network: z
+      .string()
+      .regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$/, 'must be a network name')
+      .refine((n) => n !== 'host', "'host' would share the host's network; not allowed")
+      .optional(),
+  })
+  .strict();
+
 export const PoolConfigSchema = z
   .object({
     name: z.string().regex(NAME_PATTERN, 'must be 1-32 of [a-z0-9_-], starting with a letter or digit'),
@@ -47,6 +71,7 @@ export const PoolConfigSchema = z
     maxMemory: z.number().int().min(MIN_MEMORY_BYTES).optional(),
     maxCpus: z.number().min(MIN_CPUS).max(1024).optional(),
     agent: z.boolean().default(true),
+    warm: z.array(WarmTemplateSchema).max(16).default([]),
   })
   .strict();
 
@@ -98,6 +123,19 @@ export interface PoolConfig {
    * kills that always work. false: every exec goes through the engine, as without it.
    */
   agent?: boolean;
+  /** Warm pools (docs/warm-pools.md): started spares kept ready per template; a matching create claims one. */
+  warm?: WarmTemplate[];
+}
+
+/** One warm-pool template of a pool. Absent shape fields mean the pool's defaults. */
+export interface WarmTemplate {
+  image: string;
+  /** Spares kept started and unclaimed (0..64). */
+  size: number;
+  security?: 'standard' | 'strict';
+  memory?: number;
+  cpus?: number;
+  network?: string;
 }
 
 /** The Manager's configuration. A YAML file has the same keys, durations written `idleTimeout: 30m`. */
@@ -138,6 +176,7 @@ export interface ResolvedPool {
   maxMemory: number | undefined;
   maxCpus: number | undefined;
   agent: boolean;
+  warm: WarmTemplate[];
 }
 
 export interface ResolvedConfig {
@@ -174,6 +213,7 @@ export function resolvePool(p: PoolConfig, field?: string): ResolvedPool {
     maxMemory: v.maxMemory,
     maxCpus: v.maxCpus,
     agent: v.agent,
+    warm: v.warm.map((t) => ({ ...t })),
   };
 }
 
@@ -344,6 +384,13 @@ function fromFileDurations(obj: Record<string, unknown>, keys: Record<string, st
   const out: Record<string, unknown> = { ...obj };
   for (const key of prefix.startsWith('pools.') ? BYTE_POOL_KEYS : []) {
     if (typeof out[key] === 'string') out[key] = parseBytes(out[key] as string, `${prefix}${key}`);
+  }
+  if (prefix.startsWith('pools.') && Array.isArray(out['warm'])) {
+    out['warm'] = (out['warm'] as unknown[]).map((t, i) =>
+      t !== null && typeof t === 'object' && typeof (t as Record<string, unknown>)['memory'] === 'string'
+        ? { ...t, memory: parseBytes((t as Record<string, string>)['memory']!, `${prefix}warm.${i}.memory`) }
+        : t,
+    );
   }
   for (const [fileKey, msKey] of Object.entries(keys)) {
     if (msKey in out) throw invalidArgument(`${prefix}${msKey}`, `config files write durations as '${fileKey}: 30m' (or a number of ms)`);

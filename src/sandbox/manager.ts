@@ -13,9 +13,10 @@ import type { Box, BoxHost } from './box.js';
 import { buildContainerSpec, newBoxRecord } from './box-spec.js';
 import { CleanupLoop, planCleanup } from './cleanup.js';
 import { resolveConfig, resolvePool, loadConfig } from './config.js';
-import type { ManagerConfig, PoolConfig, ResolvedConfig } from './config.js';
+import type { ManagerConfig, PoolConfig, ResolvedConfig, ResolvedPool } from './config.js';
 import { validateCreateOptions } from './create-options.js';
-import { managerSelector } from './labels.js';
+import { managerSelector, recordToLabels } from './labels.js';
+import type { BoxRecord } from './labels.js';
 import { Pool } from './pool.js';
 import { PoolWatch } from './pool-watch.js';
 import { planReconcile } from './reconcile.js';
@@ -23,7 +24,10 @@ import { BoxRegistry } from './registry.js';
 import { loadTokenSecret } from './token-secret.js';
 import { BoxTokenService } from './tokens.js';
 import { StopIntents } from './stop-intents.js';
-import type { BoxInfo, CleanupStats, CreateOptions, HeartbeatInput, ListOptions, PoolInfo } from './types.js';
+import { ClaimStore } from './claims.js';
+import { WARM_LABEL } from './warm.js';
+import { WarmPool } from './warm-pool.js';
+import type { BoxInfo, CleanupStats, CreateOptions, HeartbeatInput, ListOptions, PoolInfo, WarmInfo } from './types.js';
 
 /** Engine calls in flight at once during cleanup and pool removal. */
 const CLEANUP_PARALLELISM = 5;
@@ -72,13 +76,16 @@ export class Manager {
   private readonly boxHost: BoxHost;
   /** Boxes sbx stopped on purpose; every other stopped restartable box is started again. */
   private readonly stopIntents: StopIntents;
+  /** What claims gave warm spares: their records and env, which container labels cannot hold. */
+  private readonly claims: ClaimStore;
 
   /** With no argument, the config comes from `SBX_CONFIG` and `SBX_*` (see loadConfig). */
   constructor(config: ManagerConfig = loadConfig()) {
     this.config = resolveConfig(config);
     this.now = config.clock ?? Date.now;
     this.log = config.logger ?? pino({ name: 'sbx', level: process.env['SBX_LOG_LEVEL'] ?? 'warn' }, pino.destination(2));
-    for (const p of this.config.pools) this.poolsByName.set(p.name, new Pool(p));
+    for (const p of this.config.pools) this.poolsByName.set(p.name, this.newPool(p));
+    this.claims = new ClaimStore(join(this.config.dataDir, 'claims', this.config.name));
     this.stopIntents = new StopIntents(join(this.config.dataDir, 'stopped', `${this.config.name}.json`));
     this.loop = new CleanupLoop(this.config.cleanupIntervalMs, () => this.cleanupOnce());
     this.boxHost = {
@@ -118,6 +125,11 @@ export class Manager {
   async start(): Promise<void> {
     this.started = true;
     await this.stopIntents.load().catch((err: unknown) => this.log.error({ err }, 'could not read the boxes stopped on purpose; none is started again'));
+    const unreadable = await this.claims.load().catch((err: unknown) => {
+      this.log.error({ err }, 'could not read the warm claims; claimed spares are not recovered');
+      return [];
+    });
+    if (unreadable.length > 0) this.log.error({ files: unreadable }, 'unreadable warm claims skipped');
     await Promise.all([...this.poolsByName.values()].map((p) => this.reconcilePool(p, { revive: true }).catch(() => undefined)));
     await this.sweepWorkspaces();
     for (const p of this.poolsByName.values()) this.watch(p);
@@ -161,6 +173,7 @@ export class Manager {
   }
 
   private onContainerEvent(pool: Pool, e: ContainerEvent): void {
+    if (e.labels[WARM_LABEL] !== undefined && !this.claims.get(e.id)) return pool.warm?.onEvent(e);
     const box = this.registry.ofPool(pool.name).find((b) => b.containerId === e.id);
     if (!box) return;
     if (e.action === 'started') box.status = 'running';
@@ -192,10 +205,17 @@ export class Manager {
       this.log.warn({ pool: pool.name, err }, 'pool unreachable');
       throw err;
     }
+    // A claimed spare is a box with the claim's labels; an unclaimed one belongs to the warm pool.
+    const spares = list.filter((c) => c.labels[WARM_LABEL] !== undefined && !this.claims.get(c.id));
+    const boxes = list.flatMap((c) => {
+      if (c.labels[WARM_LABEL] === undefined) return [c];
+      const claim = this.claims.get(c.id);
+      return claim ? [{ ...c, labels: { ...c.labels, ...claim.labels } }] : [];
+    });
     const plan = planReconcile({
       manager: this.config.name,
       pool: pool.def,
-      list,
+      list: boxes,
       listedAt,
       known: this.registry.ofPool(pool.name),
       busy: (id) => this.registry.isReserved(id) || this.removing.has(id) || this.creating.has(id),
@@ -204,12 +224,14 @@ export class Manager {
     for (const { box, status } of plan.statuses) box.status = status;
     for (const box of plan.vanished) {
       if (!this.registry.delete(box)) continue;
+      await this.claims.delete(box.containerId).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a claim'));
       this.cleanupStats.vanished++;
       this.log.warn({ box: box.id, pool: pool.name }, 'box vanished from its runtime; forgotten');
     }
     for (const { record, container } of plan.adopt) {
       // The idle clock restarts at adoption: a restart never reaps boxes on the spot.
-      this.registry.add(new ManagedBox(record, container.id, this.boxHost, container.running ? 'running' : 'stopped'));
+      const execEnv = this.claims.get(container.id)?.env;
+      this.registry.add(new ManagedBox(record, container.id, this.boxHost, container.running ? 'running' : 'stopped', execEnv));
       if (pool.recovered) this.cleanupStats.adopted++;
       this.log.info({ box: record.id, pool: pool.name }, pool.recovered ? 'adopted a box created by another process' : 'recovered box');
     }
@@ -222,6 +244,7 @@ export class Manager {
     }
     pool.recovered = true;
     if (opts.revive) await this.reviveStopped(pool);
+    await pool.warm?.sync(spares);
     return this.registry.ofPool(pool.name);
   }
 
@@ -269,7 +292,7 @@ export class Manager {
     const { connected: _c, boxes: _b, ...settings } = def as PoolInfo;
     const resolved = resolvePool(settings);
     if (this.poolsByName.has(resolved.name)) throw new SbxError('conflict', `pool '${resolved.name}' already exists`, { details: { pool: resolved.name } });
-    const pool = new Pool(resolved);
+    const pool = this.newPool(resolved);
     this.poolsByName.set(resolved.name, pool);
     if (this.started) {
       await this.reconcilePool(pool, { revive: true }).catch(() => undefined);
@@ -295,7 +318,19 @@ export class Manager {
       });
     }
     this.poolsByName.delete(name);
+    await pool.warm?.removeAll();
     await pool.close();
+  }
+
+  private newPool(def: ResolvedPool): Pool {
+    const pool = new Pool(def);
+    if (def.warm.length > 0) pool.warm = new WarmPool(pool, this.config.name, this.log);
+    return pool;
+  }
+
+  /** The warm pools' templates, spares ready, hits and misses (docs/warm-pools.md). A read. */
+  async warm(): Promise<WarmInfo[]> {
+    return [...this.poolsByName.values()].flatMap((p) => p.warm?.info() ?? []);
   }
 
   async pools(): Promise<PoolInfo[]> {
@@ -355,6 +390,11 @@ export class Manager {
       SBX_TOKEN: tokens.issue(id, record.tokenNonce, this.config.tokenTtlMs),
       ...(this.config.apiUrl ? { SBX_API_URL: this.config.apiUrl } : {}),
     };
+    const key = pool.warm?.match(opts);
+    if (key !== undefined) {
+      const claimed = await this.claimSpare(pool, key, record, { ...(opts.env ?? {}), ...sbxEnv });
+      if (claimed) return claimed;
+    }
     const mount = record.workspaceId
       ? { hostPath: await this.workspaces.mountPath(record.workspaceId), containerPath: record.mountPath, readOnly: record.mountMode === 'ro' }
       : undefined;
@@ -382,6 +422,39 @@ export class Manager {
     this.registry.add(box);
     this.log.info({ box: id, pool: pool.name, owner, policy: record.policy }, 'box created');
     return box;
+  }
+
+  /**
+   * Gives a ready spare the new box's identity: one inspect (a spare can die while it waits), the
+   * claim written to disk, then the box is registered as a cold one would be. Undefined when no
+   * spare is left: the caller creates cold.
+   */
+  private async claimSpare(pool: Pool, key: string, record: BoxRecord, env: Record<string, string>): Promise<ManagedBox | undefined> {
+    const warm = pool.warm!;
+    const started = performance.now();
+    for (let containerId = warm.take(key); containerId !== undefined; containerId = warm.take(key)) {
+      const c = await pool
+        .runtime()
+        .inspect(containerId)
+        .catch(() => undefined);
+      if (!c?.running) {
+        await warm.discard(key, containerId);
+        continue;
+      }
+      try {
+        await this.claims.save({ containerId, labels: recordToLabels(record), env });
+      } catch (err) {
+        // A claim that is not on disk would be lost by a restart: the spare is given up, not handed out.
+        await warm.discard(key, containerId);
+        throw new SbxError('internal', `could not record the claim of a warm box in ${this.config.dataDir}: ${(err as Error).message}`, { cause: err });
+      }
+      const box = new ManagedBox(record, containerId, this.boxHost, 'running', env);
+      this.registry.add(box);
+      warm.claimed(key, containerId, performance.now() - started);
+      this.log.info({ box: record.id, pool: pool.name, owner: record.owner, policy: record.policy, warm: key }, 'box created from a warm spare');
+      return box;
+    }
+    return undefined;
   }
 
   /** The box with this id; not_found otherwise. A read: it does not count as use. */
@@ -444,6 +517,7 @@ export class Manager {
       if (!isSbxError(err, 'not_found')) throw err;
     }
     this.registry.delete(box);
+    await this.claims.delete(box.containerId).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a claim'));
     await this.stopIntents.set(box.id, false).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a stopped box'));
     this.log.info({ box: box.id, pool: box.pool }, 'box removed');
   }

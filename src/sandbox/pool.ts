@@ -2,6 +2,7 @@ import { openRuntime } from '../runtime/index.js';
 import type { Runtime, RuntimeResources } from '../runtime/types.js';
 import type { ResolvedPool } from './config.js';
 import type { PoolWatch } from './pool-watch.js';
+import type { WarmPool } from './warm-pool.js';
 import type { PoolInfo } from './types.js';
 
 /** A named runtime with its limits; the connection opens on first use and is reused. */
@@ -14,6 +15,8 @@ export class Pool {
   /** The engine machine's size, learned at recovery: the default ceiling of box resources. */
   resources: RuntimeResources | undefined;
   watch: PoolWatch | undefined;
+  /** The pool's warm spares; set by the Manager. */
+  warm: WarmPool | undefined;
 
   constructor(readonly def: ResolvedPool) {}
 
@@ -42,6 +45,7 @@ export class Pool {
       memory: d.memory,
       cpus: d.cpus,
       agent: d.agent,
+      warm: d.warm.map((t) => ({ ...t })),
       ...(d.ociRuntime ? { ociRuntime: d.ociRuntime } : {}),
       ...(d.pidsLimit !== undefined ? { pidsLimit: d.pidsLimit } : {}),
       ...(d.maxMemory !== undefined ? { maxMemory: d.maxMemory } : {}),
@@ -50,6 +54,7 @@ export class Pool {
   }
 
   async close(): Promise<void> {
+    await this.warm?.close();
     await this.watch?.stop();
     this.watch = undefined;
     // A runtime handed in by the caller is theirs to close.

@@ -1,5 +1,5 @@
-import { mkdir, open, readFile, rename } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { readFile } from 'node:fs/promises';
+import { writeFileAtomic } from '../util/atomic-file.js';
 
 /**
  * The boxes a Manager stopped on purpose (a caller's stop(), a longrunning box stopped for
@@ -40,17 +40,7 @@ export class StopIntents {
     await save;
   }
 
-  /** Write temp, fsync, rename: a crash leaves the old list or the new one. */
-  private async save(): Promise<void> {
-    await mkdir(dirname(this.file), { recursive: true, mode: 0o700 });
-    const temp = `${this.file}.${process.pid}.tmp`;
-    const fh = await open(temp, 'w', 0o600);
-    try {
-      await fh.writeFile(JSON.stringify([...this.ids]));
-      await fh.sync();
-    } finally {
-      await fh.close();
-    }
-    await rename(temp, this.file);
+  private save(): Promise<void> {
+    return writeFileAtomic(this.file, JSON.stringify([...this.ids]));
   }
 }

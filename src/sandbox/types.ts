@@ -1,3 +1,4 @@
+import type { WarmTemplate } from './config.js';
 import type { PortSpec } from '../runtime/types.js';
 
 /** What the cleanup loop does with a box; see policy.ts for the table. */
@@ -96,6 +97,8 @@ export interface PoolInfo {
   cpus: number;
   /** New boxes get the in-box agent. */
   agent: boolean;
+  /** Warm-pool templates (docs/warm-pools.md). */
+  warm: WarmTemplate[];
   ociRuntime?: string;
   pidsLimit?: number;
   maxMemory?: number;
@@ -105,6 +108,27 @@ export interface PoolInfo {
 export interface HeartbeatInput {
   active: boolean;
   processCount?: number;
+}
+
+/** One warm-pool template of a pool, as it stands now (`Manager.warm()`). */
+export interface WarmInfo {
+  pool: string;
+  image: string;
+  /** The template's shape key: the label of its spares. */
+  key: string;
+  size: number;
+  /** Started spares ready to be claimed. */
+  ready: number;
+  /** Creates that claimed a spare. */
+  hits: number;
+  /** Creates that fit the template but found no spare ready, and went cold. */
+  misses: number;
+  /** Spares that died or vanished and were replaced. */
+  replaced: number;
+  /** Spares that could not be made. */
+  failures: number;
+  /** How long the pool's last claim took, ms (the spare's check, the claim on disk). */
+  lastClaimMs?: number;
 }
 
 /** Counters of what the cleanup loop did since the Manager started. */

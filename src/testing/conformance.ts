@@ -244,17 +244,24 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
     });
 
     test('a memory limit is enforced and the OOM kill reported', async () => {
-      // tail keeps a line without newline in memory: PID 1 itself outgrows the limit.
-      const id = await started({ memory: 16 * MiB, cmd: ['tail', '/dev/zero'] });
-      let info = await rt.inspect(id);
-      for (let i = 0; i < 100 && info.running; i++) {
-        await sleep(100);
-        info = await rt.inspect(id);
-      }
+      // tail keeps a line without newline in memory: the box's command outgrows the limit.
+      const oom = async () => {
+        const id = await started({ memory: 16 * MiB, cmd: ['tail', '/dev/zero'] });
+        let info = await rt.inspect(id);
+        for (let i = 0; i < 100 && info.running; i++) {
+          await sleep(100);
+          info = await rt.inspect(id);
+        }
+        await rt.remove(id, { force: true });
+        return info;
+      };
+      let info = await oom();
       assert.equal(info.running, false);
       assert.equal(info.exitCode, 137);
+      // Engine 20.10 sets OOMKilled from containerd's OOM event, which can lose the race with
+      // the exit under load (seen once in three loaded suite runs): one more try, not a pass.
+      if (!info.oomKilled) info = await oom();
       assert.equal(info.oomKilled, true);
-      await rt.remove(id, { force: true });
     });
 
     test('a pids limit is enforced', async () => {

@@ -1,0 +1,105 @@
+/**
+ * Warm pools, the pure part: which creates a template can serve, the shape a template stands
+ * for, and the container spec of a spare. A spare is a started box with no identity yet; what a
+ * claim gives it (id, owner, labels, policy, timeouts, env) is recorded by the Manager, not in
+ * the container, whose labels cannot change.
+ */
+import { createHash } from 'node:crypto';
+import type { ContainerSpec, RuntimeResources } from '../runtime/types.js';
+import { DEFAULT_WORKDIR, buildContainerSpec, newBoxRecord } from './box-spec.js';
+import type { ResolvedPool, WarmTemplate } from './config.js';
+import { MANAGED_BY, MANAGED_BY_VALUE, managerSelector } from './labels.js';
+import { securityFor } from './security.js';
+import type { CreateOptions } from './types.js';
+
+/** Label of a spare: its template's key. A container with it and no claim is not a user box. */
+export const WARM_LABEL = 'sbx.warm';
+
+/** What must be equal between a create and a template: everything fixed at container create. */
+interface Shape {
+  image: string;
+  security: 'standard' | 'strict';
+  memory: number;
+  cpus: number;
+  network: string | undefined;
+}
+
+/**
+ * Options a claim cannot apply to a started container: the command, the container's user and
+ * working directory, pids limit, ports, VNC and workspace mounts. A create giving any of them
+ * goes cold. Everything else is applied at claim time (id, owner, labels, pool, env, policy and
+ * timeouts) or must produce the template's shape (image, security, memory, cpus, network).
+ */
+const FIXED_AT_CREATE = ['cmd', 'user', 'pidsLimit', 'ports', 'vnc', 'workspaceId', 'mountMode', 'mountPath'] as const;
+
+function shapeOf(
+  o: { image: string; security?: 'standard' | 'strict'; memory?: number; cpus?: number; network?: string },
+  pool: ResolvedPool,
+  machine: RuntimeResources | undefined,
+): Shape {
+  const security = o.security ?? pool.security;
+  const maxMemory = pool.maxMemory ?? machine?.memoryBytes ?? 0;
+  const maxCpus = pool.maxCpus ?? machine?.cpus ?? 0;
+  const cap = (value: number, max: number) => (max > 0 && value > max ? max : value);
+  return {
+    image: o.image,
+    security,
+    memory: o.memory ?? cap(pool.memory, maxMemory),
+    cpus: o.cpus ?? cap(pool.cpus, maxCpus),
+    network: o.network ?? securityFor(security).network,
+  };
+}
+
+/** A stable key of a template's shape within its pool: the spare's label, so a changed config is seen. */
+export function templateKey(t: WarmTemplate, pool: ResolvedPool, machine: RuntimeResources | undefined): string {
+  const s = shapeOf(t, pool, machine);
+  const text = JSON.stringify([pool.name, s.image, s.security, s.memory, s.cpus, s.network ?? '', pool.ociRuntime ?? '', pool.pidsLimit ?? 0, pool.agent]);
+  return createHash('sha256').update(text).digest('hex').slice(0, 16);
+}
+
+/** The template of `pool` that can serve `opts`, or undefined (then the create goes cold). */
+export function matchTemplate(opts: CreateOptions, pool: ResolvedPool, machine: RuntimeResources | undefined): WarmTemplate | undefined {
+  if (pool.warm.length === 0) return undefined;
+  for (const key of FIXED_AT_CREATE) if (opts[key] !== undefined && !(Array.isArray(opts[key]) && opts[key].length === 0)) return undefined;
+  if (opts.workDir !== undefined && opts.workDir !== DEFAULT_WORKDIR) return undefined;
+  const want = shapeOf(opts, pool, machine);
+  return pool.warm.find((t) => {
+    if (t.size === 0) return false;
+    const have = shapeOf(t, pool, machine);
+    return (
+      have.image === want.image && have.security === want.security && have.memory === want.memory && have.cpus === want.cpus && have.network === want.network
+    );
+  });
+}
+
+/**
+ * The spec of a spare: a cold box's spec for the template's options, named and labelled as a
+ * spare. No restart policy: a spare that dies is replaced, and a claimed box the engine stopped
+ * is started again by the Manager as any other.
+ */
+export function spareSpec(opts: {
+  manager: string;
+  pool: ResolvedPool;
+  template: WarmTemplate;
+  key: string;
+  spareId: string;
+  now: number;
+  machine: RuntimeResources | undefined;
+}): ContainerSpec {
+  const { template: t } = opts;
+  const createOpts: CreateOptions = {
+    image: t.image,
+    ...(t.security ? { security: t.security } : {}),
+    ...(t.memory !== undefined ? { memory: t.memory } : {}),
+    ...(t.cpus !== undefined ? { cpus: t.cpus } : {}),
+    ...(t.network ? { network: t.network } : {}),
+  };
+  const record = newBoxRecord({ manager: opts.manager, id: opts.spareId, owner: '', pool: opts.pool, opts: createOpts, now: opts.now, tokenNonce: '' });
+  const spec = buildContainerSpec({ record, opts: createOpts, pool: opts.pool, sbxEnv: {}, mount: undefined, machine: opts.machine });
+  return {
+    ...spec,
+    name: `sbx-${opts.manager}-${opts.spareId}`,
+    labels: { ...managerSelector(opts.manager, opts.pool.name), [MANAGED_BY]: MANAGED_BY_VALUE, [WARM_LABEL]: opts.key, 'sbx.image': t.image },
+    restartPolicy: 'no',
+  };
+}
