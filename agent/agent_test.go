@@ -193,3 +193,22 @@ func TestLookPath(t *testing.T) {
 		t.Fatal("missing path accepted")
 	}
 }
+
+func TestConfigureReplacesAndAddsVariables(t *testing.T) {
+	a := &agent{baseEnv: []string{"PATH=/bin", "SBX_TOKEN="}}
+	a.configure(map[string]string{"SBX_TOKEN": "tok", "SBX_SANDBOX_ID": "sb-1"})
+	env := a.env()
+	if got := envValue(env, "SBX_TOKEN"); got != "tok" {
+		t.Fatalf("SBX_TOKEN = %q, want tok", got)
+	}
+	if got := envValue(env, "SBX_SANDBOX_ID"); got != "sb-1" {
+		t.Fatalf("SBX_SANDBOX_ID = %q, want sb-1", got)
+	}
+	if len(env) != 3 {
+		t.Fatalf("env = %v: a replaced variable must not appear twice", env)
+	}
+	procEnv := a.envFor(map[string]string{"SBX_TOKEN": "exec"}, credential{}, false)
+	if got := envValue(procEnv, "SBX_TOKEN"); got != "exec" {
+		t.Fatalf("an exec's own env wins over the configured one, got %q", got)
+	}
+}

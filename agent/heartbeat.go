@@ -17,24 +17,30 @@ const defaultHeartbeatInterval = 30 * time.Second
 // heartbeats sends the seed's heartbeat — POST {api}/v1/boxes/{id}/heartbeat with the box
 // token, body {"active":true,"processCount":N} — every interval while user processes exist,
 // and nothing while the box is idle. It needs SBX_API_URL, SBX_TOKEN and SBX_SANDBOX_ID in the
-// box's environment; SBX_HEARTBEAT_INTERVAL_MS changes the interval (tests).
+// box's environment, read at every tick (a warm spare gets them by CONFIGURE when it is
+// claimed); SBX_HEARTBEAT_INTERVAL_MS changes the interval (tests).
 func (a *agent) heartbeats() {
-	api, token, id := envValue(a.baseEnv, "SBX_API_URL"), envValue(a.baseEnv, "SBX_TOKEN"), envValue(a.baseEnv, "SBX_SANDBOX_ID")
-	if api == "" || token == "" || id == "" {
-		return
-	}
-	u, err := url.Parse(strings.TrimRight(api, "/") + "/v1/boxes/" + url.PathEscape(id) + "/heartbeat")
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		fmt.Fprintf(os.Stderr, "sbx-agent: SBX_API_URL %q is not an http(s) URL: no heartbeats\n", api)
-		return
-	}
 	interval := defaultHeartbeatInterval
-	if v, err := strconv.Atoi(envValue(a.baseEnv, "SBX_HEARTBEAT_INTERVAL_MS")); err == nil && v >= 10 {
+	if v, err := strconv.Atoi(envValue(a.env(), "SBX_HEARTBEAT_INTERVAL_MS")); err == nil && v >= 10 {
 		interval = time.Duration(v) * time.Millisecond
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	warned := ""
 	for range t.C {
+		env := a.env()
+		api, token, id := envValue(env, "SBX_API_URL"), envValue(env, "SBX_TOKEN"), envValue(env, "SBX_SANDBOX_ID")
+		if api == "" || token == "" || id == "" {
+			continue
+		}
+		u, err := url.Parse(strings.TrimRight(api, "/") + "/v1/boxes/" + url.PathEscape(id) + "/heartbeat")
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+			if warned != api {
+				fmt.Fprintf(os.Stderr, "sbx-agent: SBX_API_URL %q is not an http(s) URL: no heartbeats\n", api)
+				warned = api
+			}
+			continue
+		}
 		n := a.userProcessCount()
 		if n == 0 {
 			continue // idle: silent, so the box's idle timeout runs

@@ -13,8 +13,10 @@ import (
 )
 
 type agent struct {
-	cfg        initConfig
-	spawner    *spawner
+	cfg     initConfig
+	spawner *spawner
+	// envMu guards baseEnv: CONFIGURE replaces variables while execs and heartbeats read them.
+	envMu      sync.RWMutex
 	baseEnv    []string
 	defaultDir string
 	devNull    *os.File
@@ -146,9 +148,10 @@ func (a *agent) startMain(done chan syscall.WaitStatus) (int, error) {
 // envFor is the environment of a process: the box's, the exec's over it, HOME from the
 // user's passwd entry when neither sets it, TERM=xterm on a terminal (as the engine does).
 func (a *agent) envFor(extra map[string]string, cred credential, tty bool) []string {
-	env := make([]string, 0, len(a.baseEnv)+len(extra)+2)
+	base := a.env()
+	env := make([]string, 0, len(base)+len(extra)+2)
 	seen := map[string]bool{}
-	for _, kv := range a.baseEnv {
+	for _, kv := range base {
 		k, _, _ := strings.Cut(kv, "=")
 		if v, ok := extra[k]; ok {
 			env = append(env, k+"="+v)
@@ -243,4 +246,29 @@ func listen(path string) (*net.UnixListener, error) {
 	// usable by the host's user whoever that is, and every peer is checked (SO_PEERCRED).
 	_ = os.Chmod(path, 0o666)
 	return ln, nil
+}
+
+// env is the box's environment as it stands (a copy).
+func (a *agent) env() []string {
+	a.envMu.RLock()
+	defer a.envMu.RUnlock()
+	return append([]string(nil), a.baseEnv...)
+}
+
+// configure sets variables of the box's environment for every later exec and the heartbeat.
+func (a *agent) configure(vars map[string]string) {
+	a.envMu.Lock()
+	defer a.envMu.Unlock()
+	for k, v := range vars {
+		replaced := false
+		for i, kv := range a.baseEnv {
+			if name, _, _ := strings.Cut(kv, "="); name == k {
+				a.baseEnv[i] = k + "=" + v
+				replaced = true
+			}
+		}
+		if !replaced {
+			a.baseEnv = append(a.baseEnv, k+"="+v)
+		}
+	}
 }

@@ -32,17 +32,21 @@ const (
 	fResize   = 0x05 // JSON {cols, rows}
 	fKill     = 0x06 // kill the exec: its group, then everything descended from it
 	fSignal   = 0x07 // JSON {signal}: send one signal to the process (not used by the host yet)
+	// fConfigure, instead of START: JSON {env}, variables every later exec gets and the heartbeat
+	// reads (a warm spare learns the identity of the box it became). Answered by CONFIGURED.
+	fConfigure = 0x08
 )
 
 // Agent -> host.
 const (
-	fHelloOK  = 0x81 // JSON helloResp
-	fStarted  = 0x82 // JSON {pid}
-	fStdout   = 0x83 // bytes
-	fStderr   = 0x84 // bytes
-	fExit     = 0x85 // JSON exitResp; the last frame
-	fError    = 0x86 // JSON errorResp; the last frame
-	fStdinAck = 0x87 // 4 bytes big-endian: that many stdin bytes were written to the process
+	fHelloOK    = 0x81 // JSON helloResp
+	fStarted    = 0x82 // JSON {pid}
+	fStdout     = 0x83 // bytes
+	fStderr     = 0x84 // bytes
+	fExit       = 0x85 // JSON exitResp; the last frame
+	fError      = 0x86 // JSON errorResp; the last frame
+	fStdinAck   = 0x87 // 4 bytes big-endian: that many stdin bytes were written to the process
+	fConfigured = 0x88 // JSON {}; the last frame
 )
 
 // stdinWindow is how many stdin bytes the host may send before the agent acknowledges them.

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -104,6 +104,24 @@ func (a *agent) handle(c *net.UnixConn) {
 		return // a probe: HELLO only
 	}
 	_ = c.SetReadDeadline(time.Time{})
+	if f.typ == fConfigure {
+		var req struct {
+			Env map[string]string `json:"env"`
+		}
+		if err := json.Unmarshal(f.payload, &req); err != nil {
+			fail("protocol", "", "bad CONFIGURE: "+err.Error())
+			return
+		}
+		for k := range req.Env {
+			if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(req.Env[k], 0) {
+				fail("invalid_argument", "env", fmt.Sprintf("env: %q is not a variable name with a C-string value", k))
+				return
+			}
+		}
+		a.configure(req.Env)
+		_ = fw.writeJSON(fConfigured, struct{}{})
+		return
+	}
 	if f.typ != fStart {
 		fail("protocol", "", "expected START")
 		return

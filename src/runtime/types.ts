@@ -285,6 +285,12 @@ export interface Runtime {
   stats(id: string): Promise<ContainerStats>;
   exec(id: string, cmd: string[], opts?: ExecOptions): Promise<ExecResult>;
   execStream(id: string, cmd: string[], opts?: ExecStreamOptions): Promise<ExecStream>;
+  /**
+   * Hands variables to the in-box agent of a running container: every later exec gets them under
+   * its own and the agent's heartbeat reads its identity from them (a claimed warm spare). False
+   * when the container has no agent that took them; the caller then passes them with each exec.
+   */
+  setBoxEnv(id: string, env: Record<string, string>): Promise<boolean>;
   /** Releases connections; containers are not touched. */
   close(): Promise<void>;
 }

@@ -87,7 +87,7 @@ export class ManagedBox implements Box {
     private readonly host: BoxHost,
     status: BoxStatus = 'running',
     /** Env every exec gets under its own: a claimed warm spare's identity (SBX_*, the caller's env). */
-    private readonly execEnv: Record<string, string> = {},
+    readonly execEnv: Record<string, string> = {},
   ) {
     this.registeredAt = host.now();
     this.activity = new BoxActivityState(this.registeredAt);

@@ -231,7 +231,10 @@ export class Manager {
     for (const { record, container } of plan.adopt) {
       // The idle clock restarts at adoption: a restart never reaps boxes on the spot.
       const execEnv = this.claims.get(container.id)?.env;
-      this.registry.add(new ManagedBox(record, container.id, this.boxHost, container.running ? 'running' : 'stopped', execEnv));
+      const box = new ManagedBox(record, container.id, this.boxHost, container.running ? 'running' : 'stopped', execEnv);
+      this.registry.add(box);
+      // The agent may be a new one (the engine restarted the container): it learns the box again.
+      if (execEnv && box.status === 'running') await this.handEnv(pool, box);
       if (pool.recovered) this.cleanupStats.adopted++;
       this.log.info({ box: record.id, pool: pool.name }, pool.recovered ? 'adopted a box created by another process' : 'recovered box');
     }
@@ -262,6 +265,7 @@ export class Manager {
     const results = await mapSettled(boxes, CLEANUP_PARALLELISM, async (b) => {
       await runtime.start(b.containerId);
       b.status = 'running';
+      await this.handEnv(pool, b);
     });
     for (const [i, r] of results.entries()) {
       const box = boxes[i]!;
@@ -450,11 +454,27 @@ export class Manager {
       }
       const box = new ManagedBox(record, containerId, this.boxHost, 'running', env);
       this.registry.add(box);
+      await this.handEnv(pool, box);
       warm.claimed(key, containerId, performance.now() - started);
       this.log.info({ box: record.id, pool: pool.name, owner: record.owner, policy: record.policy, warm: key }, 'box created from a warm spare');
       return box;
     }
     return undefined;
+  }
+
+  /**
+   * Tells a claimed spare's agent the identity of the box it became (SBX_SANDBOX_ID, SBX_TOKEN,
+   * SBX_API_URL, the caller's env), so its heartbeat speaks for the box. Execs get the same
+   * variables from the Manager either way; a box without an agent just sends no heartbeats.
+   */
+  private async handEnv(pool: Pool, box: ManagedBox): Promise<void> {
+    if (Object.keys(box.execEnv).length === 0) return;
+    try {
+      if (!(await pool.runtime().setBoxEnv(box.containerId, box.execEnv)))
+        this.log.info({ box: box.id }, 'claimed box has no agent to tell its identity; no heartbeats');
+    } catch (err) {
+      this.log.warn({ box: box.id, err }, 'could not hand a claimed box its identity; no heartbeats until it is recovered again');
+    }
   }
 
   /** The box with this id; not_found otherwise. A read: it does not count as use. */

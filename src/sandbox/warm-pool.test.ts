@@ -113,6 +113,8 @@ describe(`warm pools on a real engine (${runId})`, () => {
       assert.equal(env['SBX_SANDBOX_ID'], warm.id);
       assert.equal(env['FOO'], 'bar');
       assert.equal(await m.verifyBoxToken(env['SBX_TOKEN']!), warm.id, 'its SBX_TOKEN is this box’s');
+      const agentView = await engine.exec(warm.containerId, ['sh', '-c', 'echo $SBX_SANDBOX_ID $FOO']);
+      assert.equal(agentView.stdout, `${warm.id} bar\n`, 'the box’s agent was told its identity (for its heartbeat), not only the Manager’s execs');
       const coldEnv = await envOf(plain);
       assert.deepEqual(Object.keys(env).sort(), Object.keys(coldEnv).sort(), 'the same variables as a cold box');
 

@@ -43,6 +43,7 @@ const RUNTIME_METHODS = {
   stats: true,
   exec: true,
   execStream: true,
+  setBoxEnv: true,
   close: true,
 } as const satisfies Record<MethodsOf<Runtime>, true>;
 
@@ -158,6 +159,9 @@ export class CountingRuntime implements Runtime {
   }
   execStream(id: string, cmd: string[], opts?: ExecStreamOptions) {
     return this.count('execStream', () => this.inner.execStream(id, cmd, opts));
+  }
+  setBoxEnv(id: string, env: Record<string, string>) {
+    return this.count('setBoxEnv', () => this.inner.setBoxEnv(id, env));
   }
   close() {
     return this.count('close', () => this.inner.close());

@@ -472,6 +472,13 @@ export class MemoryRuntime implements Runtime {
     };
   }
 
+  /** No in-box agent here: the caller passes the variables with each exec, as on the engine path. */
+  async setBoxEnv(id: string): Promise<boolean> {
+    await this.engine('setBoxEnv');
+    this.running(id, `configure container ${id}`);
+    return false;
+  }
+
   async execStream(id: string, cmd: string[], options?: ExecStreamOptions): Promise<ExecStream> {
     const opts = validateExecStream(cmd, options);
     await this.engine('execStream');

@@ -338,3 +338,44 @@ export function probeAgent(socketPath: string, timeoutMs = 1000): Promise<{ ok: 
     socket.write(frame(F.hello, { versions: HOST_PROTOCOL_VERSIONS, client: 'sbx-probe' }));
   });
 }
+
+/**
+ * Sets variables of the box's environment in its agent (one short connection): every later exec
+ * gets them under its own, and the heartbeat reads SBX_API_URL, SBX_TOKEN and SBX_SANDBOX_ID from
+ * them. What a claimed warm spare learns of the box it became.
+ */
+export function configureAgent(socketPath: string, env: Record<string, string>, timeoutMs = 2000): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const socket = net.createConnection({ path: socketPath });
+    let settled = false;
+    const done = (err?: Error) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      socket.destroy();
+      if (err) reject(err);
+      else resolve();
+    };
+    const timer = setTimeout(
+      () => done(new AgentUnreachable(`the agent on ${socketPath} did not answer CONFIGURE within ${timeoutMs} ms`, 'closed')),
+      timeoutMs,
+    );
+    const sink = new PassThrough();
+    const reader = new AgentFrameReader(sink, sink, (type, payload) => {
+      if (type === F.configured) done();
+      else if (type === F.error) {
+        const e = JSON.parse(payload.toString('utf8')) as ErrorMessage;
+        done(
+          e.code === 'version' ? new AgentUnreachable(`the agent refused this host: ${e.message}`, 'version') : new SbxError('internal', `agent: ${e.message}`),
+        );
+      }
+    });
+    reader.on('error', (err: Error) => done(err));
+    socket.pipe(reader);
+    socket.on('error', (err: NodeJS.ErrnoException) =>
+      done(new AgentUnreachable(`no agent answers on ${socketPath}: ${err.code ?? err.message}`, 'connect', { cause: err })),
+    );
+    socket.on('close', () => done(new AgentUnreachable(`the agent on ${socketPath} closed the connection before CONFIGURED`, 'closed')));
+    socket.write(Buffer.concat([frame(F.hello, { versions: HOST_PROTOCOL_VERSIONS, client: 'sbx' }), frame(F.configure, { env })]));
+  });
+}

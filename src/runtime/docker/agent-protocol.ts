@@ -16,6 +16,7 @@ export const F = {
   resize: 0x05,
   kill: 0x06,
   signal: 0x07,
+  configure: 0x08,
   helloOk: 0x81,
   started: 0x82,
   stdout: 0x83,
@@ -23,6 +24,7 @@ export const F = {
   exit: 0x85,
   error: 0x86,
   stdinAck: 0x87,
+  configured: 0x88,
 } as const;
 
 const HEADER = 5;

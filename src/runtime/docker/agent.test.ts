@@ -388,4 +388,28 @@ describe('heartbeats', () => {
     assert.ok(beats.length <= during + 1, 'silent again once idle');
     await rt.remove(id, { force: true });
   });
+
+  test('setBoxEnv hands a running box its identity: later execs see it, the heartbeat speaks for it', async () => {
+    const port = (server.address() as AddressInfo).port;
+    // A box started with no identity, as a warm spare is.
+    const id = await started({ env: { SBX_HEARTBEAT_INTERVAL_MS: '200' } });
+    assert.equal((await rt.exec(id, ['sh', '-c', 'echo "[$SBX_SANDBOX_ID]"'])).stdout, '[]\n');
+    const from = beats.length;
+    const identity = { SBX_API_URL: `http://${gateway}:${port}`, SBX_TOKEN: 'claimed-token', SBX_SANDBOX_ID: 'claimed-box' };
+    assert.equal(await rt.setBoxEnv(id, identity), true, 'the agent took the variables');
+    const r = await rt.exec(id, ['sh', '-c', 'echo "[$SBX_SANDBOX_ID] [$SBX_TOKEN]"; sleep 1']);
+    assert.equal(r.stdout, '[claimed-box] [claimed-token]\n', 'an exec that passes no env gets them from the agent');
+    const mine = beats.slice(from);
+    assert.ok(mine.length >= 2, `${mine.length} heartbeats during a 1 s exec at 200 ms`);
+    for (const b of mine) assert.deepEqual([b.path, b.auth], ['/v1/boxes/claimed-box/heartbeat', 'Bearer claimed-token']);
+    assert.equal((await rt.exec(id, ['sh', '-c', 'echo $SBX_TOKEN'], { env: { SBX_TOKEN: 'own' } })).stdout, 'own\n', 'an exec’s own env still wins');
+    await assert.rejects(rt.setBoxEnv(id, { 'A=B': 'x' }), 'a name with = is refused by the agent');
+    await rt.remove(id, { force: true });
+    const engineOnly = new DockerRuntime(testEnv.engineAddr, { stateDir, agent: false });
+    const plain = await engineOnly.create(spec());
+    await engineOnly.start(plain);
+    assert.equal(await engineOnly.setBoxEnv(plain, identity), false, 'no agent: false, the caller passes the env itself');
+    await engineOnly.remove(plain, { force: true });
+    await engineOnly.close();
+  });
 });

@@ -28,7 +28,7 @@ import { DockerConnection } from './connection.js';
 import { toCreateOptions } from './container-config.js';
 import { toSbxError } from './errors.js';
 import { runBuffered, runStreaming } from './exec.js';
-import { AgentUnreachable, agentExec, agentExecStream, probeAgent } from './agent-client.js';
+import { AgentUnreachable, agentExec, agentExecStream, configureAgent, probeAgent } from './agent-client.js';
 import type { AgentTarget } from './agent-client.js';
 import { agentBoxOf, defaultAgentDir, defaultStateDir, imageConfigOf, injectAgent, removeAgentDir } from './agent-inject.js';
 import type { AgentBox, ImageConfig } from './agent-inject.js';
@@ -471,6 +471,18 @@ export class DockerRuntime implements Runtime {
       (t) => agentExecStream(t, cmd, valid),
       (user) => runStreaming(this.conn, id, cmd, user ? { ...valid, user } : valid),
     );
+  }
+
+  async setBoxEnv(id: string, env: Record<string, string>): Promise<boolean> {
+    const box = await this.agentBoxFor(id);
+    if (!this.agentEnabled || !box.socketPath || box.refused) return false;
+    try {
+      await configureAgent(box.socketPath, env);
+      return true;
+    } catch (err) {
+      if (err instanceof AgentUnreachable) return false;
+      throw err;
+    }
   }
 
   async close(): Promise<void> {
