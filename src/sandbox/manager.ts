@@ -25,7 +25,7 @@ import { loadTokenSecret } from './token-secret.js';
 import { BoxTokenService } from './tokens.js';
 import { StopIntents } from './stop-intents.js';
 import { ClaimStore } from './claims.js';
-import { WARM_LABEL } from './warm.js';
+import { WARM_LABEL, joinClaims } from './warm.js';
 import { WarmPool } from './warm-pool.js';
 import type { BoxInfo, CleanupStats, CreateOptions, HeartbeatInput, ListOptions, PoolInfo, WarmInfo } from './types.js';
 
@@ -130,7 +130,7 @@ export class Manager {
       return [];
     });
     if (unreadable.length > 0) this.log.error({ files: unreadable }, 'unreadable warm claims skipped');
-    await Promise.all([...this.poolsByName.values()].map((p) => this.reconcilePool(p, { revive: true }).catch(() => undefined)));
+    await Promise.all([...this.poolsByName.values()].map((p) => this.reconcilePool(p, { revive: true }).catch((err: unknown) => this.reconcileFailed(p, err))));
     await this.sweepWorkspaces();
     for (const p of this.poolsByName.values()) this.watch(p);
     this.loop.start();
@@ -205,13 +205,7 @@ export class Manager {
       this.log.warn({ pool: pool.name, err }, 'pool unreachable');
       throw err;
     }
-    // A claimed spare is a box with the claim's labels; an unclaimed one belongs to the warm pool.
-    const spares = list.filter((c) => c.labels[WARM_LABEL] !== undefined && !this.claims.get(c.id));
-    const boxes = list.flatMap((c) => {
-      if (c.labels[WARM_LABEL] === undefined) return [c];
-      const claim = this.claims.get(c.id);
-      return claim ? [{ ...c, labels: { ...c.labels, ...claim.labels } }] : [];
-    });
+    const { boxes, spares } = joinClaims(list, (id) => this.claims.get(id));
     const plan = planReconcile({
       manager: this.config.name,
       pool: pool.def,
@@ -249,6 +243,11 @@ export class Manager {
     if (opts.revive) await this.reviveStopped(pool);
     await pool.warm?.sync(spares);
     return this.registry.ofPool(pool.name);
+  }
+
+  /** An unreachable pool is logged where it is found and adopted later; anything else is logged here. */
+  private reconcileFailed(pool: Pool, err: unknown): void {
+    if (!isSbxError(err, 'runtime_unavailable')) this.log.error({ pool: pool.name, err }, 'reconciling the pool failed; the next cleanup pass tries again');
   }
 
   /**
@@ -299,7 +298,7 @@ export class Manager {
     const pool = this.newPool(resolved);
     this.poolsByName.set(resolved.name, pool);
     if (this.started) {
-      await this.reconcilePool(pool, { revive: true }).catch(() => undefined);
+      await this.reconcilePool(pool, { revive: true }).catch((err: unknown) => this.reconcileFailed(pool, err));
       this.watch(pool);
     }
     return pool.info(this.registry.ofPool(pool.name).length);
@@ -429,37 +428,21 @@ export class Manager {
   }
 
   /**
-   * Gives a ready spare the new box's identity: one inspect (a spare can die while it waits), the
-   * claim written to disk, then the box is registered as a cold one would be. Undefined when no
-   * spare is left: the caller creates cold.
+   * Gives a ready spare the new box's identity: the claim on disk first (a restart must find it),
+   * then the box is registered as a cold one would be. Undefined when no spare is left.
    */
   private async claimSpare(pool: Pool, key: string, record: BoxRecord, env: Record<string, string>): Promise<ManagedBox | undefined> {
-    const warm = pool.warm!;
-    const started = performance.now();
-    for (let containerId = warm.take(key); containerId !== undefined; containerId = warm.take(key)) {
-      const c = await pool
-        .runtime()
-        .inspect(containerId)
-        .catch(() => undefined);
-      if (!c?.running) {
-        await warm.discard(key, containerId);
-        continue;
-      }
-      try {
-        await this.claims.save({ containerId, labels: recordToLabels(record), env });
-      } catch (err) {
-        // A claim that is not on disk would be lost by a restart: the spare is given up, not handed out.
-        await warm.discard(key, containerId);
+    const save = (containerId: string) =>
+      this.claims.save({ containerId, labels: recordToLabels(record), env }).catch((err: unknown) => {
         throw new SbxError('internal', `could not record the claim of a warm box in ${this.config.dataDir}: ${(err as Error).message}`, { cause: err });
-      }
-      const box = new ManagedBox(record, containerId, this.boxHost, 'running', env);
-      this.registry.add(box);
-      await this.handEnv(pool, box);
-      warm.claimed(key, containerId, performance.now() - started);
-      this.log.info({ box: record.id, pool: pool.name, owner: record.owner, policy: record.policy, warm: key }, 'box created from a warm spare');
-      return box;
-    }
-    return undefined;
+      });
+    const containerId = await pool.warm!.claim(key, save);
+    if (containerId === undefined) return undefined;
+    const box = new ManagedBox(record, containerId, this.boxHost, 'running', env);
+    this.registry.add(box);
+    await this.handEnv(pool, box);
+    this.log.info({ box: record.id, pool: pool.name, owner: record.owner, policy: record.policy, warm: key }, 'box created from a warm spare');
+    return box;
   }
 
   /**

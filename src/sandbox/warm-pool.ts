@@ -59,8 +59,36 @@ export class WarmPool {
     return t ? templateKey(t, this.pool.def, this.pool.resources) : undefined;
   }
 
-  /** A ready spare of the template, now reserved for the caller's claim; undefined when none is left (a miss). */
-  take(key: string): string | undefined {
+  /**
+   * Hands a ready spare of the template to a claim: one inspect (a spare can die while it
+   * waits), then `save` records the claim (durably: only then is it no longer a spare). The
+   * container id, or undefined when no spare is left (a miss: the caller creates cold). A spare
+   * whose claim cannot be saved is removed, not handed out.
+   */
+  async claim(key: string, save: (containerId: string) => Promise<void>): Promise<string | undefined> {
+    const started = performance.now();
+    for (let id = this.take(key); id !== undefined; id = this.take(key)) {
+      const c = await this.pool
+        .runtime()
+        .inspect(id)
+        .catch(() => undefined);
+      if (!c?.running) {
+        await this.discard(key, id);
+        continue;
+      }
+      try {
+        await save(id);
+      } catch (err) {
+        await this.discard(key, id);
+        throw err;
+      }
+      this.claimed(key, id, performance.now() - started);
+      return id;
+    }
+    return undefined;
+  }
+
+  private take(key: string): string | undefined {
     const slot = this.slots.get(key);
     const id = slot?.ready.shift();
     if (!slot) return undefined;
@@ -73,8 +101,7 @@ export class WarmPool {
     return id;
   }
 
-  /** The claim of `id` is on disk (or failed and the spare was removed): it is no longer a spare. */
-  claimed(key: string, id: string, ms: number): void {
+  private claimed(key: string, id: string, ms: number): void {
     this.busy.delete(id);
     const slot = this.slots.get(key);
     if (slot) slot.hits++;
@@ -82,8 +109,8 @@ export class WarmPool {
     this.refill();
   }
 
-  /** A taken spare turned out dead; it is removed and replaced. */
-  async discard(key: string, id: string): Promise<void> {
+  /** A taken spare that turned out dead, or whose claim failed: removed and replaced. */
+  private async discard(key: string, id: string): Promise<void> {
     const slot = this.slots.get(key);
     if (slot) slot.replaced++;
     await this.removeSpare(id);

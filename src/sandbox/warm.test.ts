@@ -8,7 +8,7 @@ import { buildContainerSpec, newBoxRecord } from './box-spec.js';
 import { loadConfig, resolveConfig, resolvePool } from './config.js';
 import type { PoolConfig } from './config.js';
 import type { CreateOptions } from './types.js';
-import { WARM_LABEL, matchTemplate, spareSpec, templateKey } from './warm.js';
+import { WARM_LABEL, joinClaims, matchTemplate, spareSpec, templateKey } from './warm.js';
 
 const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;
@@ -123,5 +123,32 @@ describe('warm templates (no engine)', () => {
         JSON.stringify(bad),
       );
     }
+  });
+
+  test('recovery reads a claimed spare as a box with its claim’s labels, an unclaimed one as a spare', () => {
+    const c = (id: string, labels: Record<string, string>) => ({
+      id,
+      name: id,
+      image: IMAGE,
+      status: 'running' as const,
+      running: true,
+      labels,
+      createdAt: '',
+    });
+    const list = [c('cold', { 'sbx.id': 'sb-1' }), c('claimed', { [WARM_LABEL]: 'k' }), c('spare', { [WARM_LABEL]: 'k' })];
+    const { boxes, spares } = joinClaims(list, (id) =>
+      id === 'claimed' ? { containerId: id, labels: { 'sbx.id': 'sb-2', 'sbx.owner': 'a' }, env: {} } : undefined,
+    );
+    assert.deepEqual(
+      boxes.map((b) => [b.id, b.labels['sbx.id'], b.labels['sbx.owner']]),
+      [
+        ['cold', 'sb-1', undefined],
+        ['claimed', 'sb-2', 'a'],
+      ],
+    );
+    assert.deepEqual(
+      spares.map((x) => x.id),
+      ['spare'],
+    );
   });
 });

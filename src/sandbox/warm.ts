@@ -5,7 +5,8 @@
  * the container, whose labels cannot change.
  */
 import { createHash } from 'node:crypto';
-import type { ContainerSpec, RuntimeResources } from '../runtime/types.js';
+import type { ContainerSpec, ContainerSummary, RuntimeResources } from '../runtime/types.js';
+import type { Claim } from './claims.js';
 import { DEFAULT_WORKDIR, buildContainerSpec, newBoxRecord } from './box-spec.js';
 import type { ResolvedPool, WarmTemplate } from './config.js';
 import { MANAGED_BY, MANAGED_BY_VALUE, managerSelector } from './labels.js';
@@ -102,4 +103,26 @@ export function spareSpec(opts: {
     labels: { ...managerSelector(opts.manager, opts.pool.name), [MANAGED_BY]: MANAGED_BY_VALUE, [WARM_LABEL]: opts.key, 'sbx.image': t.image },
     restartPolicy: 'no',
   };
+}
+
+/**
+ * The engine's list as recovery reads it: a claimed spare is a box carrying its claim's labels
+ * (the record a cold box would carry), an unclaimed one is a spare of the warm pool, anything
+ * else is as listed.
+ */
+export function joinClaims(
+  list: ContainerSummary[],
+  claimOf: (containerId: string) => Claim | undefined,
+): { boxes: ContainerSummary[]; spares: ContainerSummary[] } {
+  const boxes: ContainerSummary[] = [];
+  const spares: ContainerSummary[] = [];
+  for (const c of list) {
+    if (c.labels[WARM_LABEL] === undefined) boxes.push(c);
+    else {
+      const claim = claimOf(c.id);
+      if (claim) boxes.push({ ...c, labels: { ...c.labels, ...claim.labels } });
+      else spares.push(c);
+    }
+  }
+  return { boxes, spares };
 }
