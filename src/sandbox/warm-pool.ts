@@ -136,6 +136,8 @@ export class WarmPool {
     const remove: string[] = [];
     for (const c of listed) {
       if (known.has(c.id) || this.busy.has(c.id)) continue;
+      // The filler's own create, listed before its answer arrived: not started yet, not stale.
+      if (c.status === 'created' && this.filling) continue;
       const slot = this.slots.get(c.labels[WARM_LABEL] ?? '');
       if (c.running && slot && slot.ready.length < slot.template.size && (await this.isReady(c.id))) slot.ready.push(c.id);
       else remove.push(c.id);
