@@ -109,6 +109,7 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     MEMORY_ROWS.full,
     EXEC_MEMORY_ROW,
     ...agentRowNames(),
+    ...warmRowNames(),
   ];
   const picked = selectNames(all, run.args.only);
   if (picked.size === 0) throw new UsageError(`--only ${run.args.only}: no row matches; rows are ${all.join(', ')}`);
