@@ -30,7 +30,7 @@ import { runWarmRows, warmRowNames } from './rows/warm.js';
 import { concurrencyRows, latencyRows } from './rows/boxes.js';
 import { WORKSPACE_ROW_NAME, fileRows } from './rows/files.js';
 import { RawSubject } from './subjects/raw.js';
-import { SbxSubject } from './subjects/sbx.js';
+import { PoolSubject } from './subjects/pool.js';
 
 const NAMES: [string, string] = ['sbx', 'raw'];
 const RESULTS_DIR = fileURLToPath(new URL('./results/', import.meta.url));
@@ -125,7 +125,9 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
   const latency = boxes.filter((r) => r.group === 'latency');
   const concurrency = boxes.filter((r) => r.group === 'concurrency');
   if (boxes.length > 0) {
-    const sbx = await SbxSubject.open({ managerName: run.managerName, dataDir: join(run.tmp, 'sbx-data'), runId: run.runId });
+    // The engine's exec, as the raw side uses: these rows measure the library against the Engine
+    // API at parity; the Agent and Warm rows measure what the agent and warm pools add.
+    const sbx = await PoolSubject.open('sbx', { agent: false }, { managerName: run.managerName, dataDir: join(run.tmp, 'sbx-data'), runId: run.runId });
     const raw = new RawSubject(new EngineClient(), { managerName: run.managerName, runId: run.runId });
     try {
       parity = await checkParity(run.engine, sbx, raw);
