@@ -57,7 +57,8 @@ export interface ServerContext {
 
 export { WORKSPACE_ID_PATTERN } from '../workspace/schemas.js';
 
-function boxNotFound(id: string): SbxError {
+/** What a missing box answers; another owner's box answers exactly this too. */
+export function boxNotFound(id: string): SbxError {
   return new SbxError('not_found', `box '${id}' not found`, { details: { id } });
 }
 

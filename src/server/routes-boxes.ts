@@ -9,7 +9,7 @@ import { CreateOptionsSchema } from '../sandbox/create-options.js';
 import type { Box, BoxInfo, CreateOptions } from '../sandbox/index.js';
 import { mapSettled } from '../util/concurrency.js';
 import { actingOwner, mayAccess, requireKey } from './auth.js';
-import { boxFor } from './context.js';
+import { boxFor, boxNotFound } from './context.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
 import { ExecBodySchema, HeartbeatBodySchema, ListBoxesQuery, boxIdParam, decodeStdin, flag, parseLabelFilters } from './schemas.js';
@@ -40,10 +40,22 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
       let created = true;
       if (req.query.getOrCreate) {
         if (!opts.id) throw new SbxError('invalid_argument', 'id: getOrCreate needs an id', { details: { field: 'id' } });
+        // Another owner's box answers as GET /v1/boxes/:id does for it: the not_found of a
+        // missing box, so neither its owner nor anything about it leaks (docs/api.md).
+        const hidden = async (id: string) => {
+          const b = (await ctx.manager.list()).find((x) => x.id === id);
+          return b !== undefined && !mayAccess(p, b.owner);
+        };
         const existing = (await ctx.manager.list()).find((b) => b.id === opts.id);
-        if (existing && !mayAccess(p, existing.owner)) throw new SbxError('conflict', `box id '${opts.id}' is taken`, { details: { id: opts.id } });
+        if (existing && !mayAccess(p, existing.owner)) throw boxNotFound(opts.id);
         created = !existing;
-        box = await ctx.manager.getOrCreate(opts);
+        try {
+          box = await ctx.manager.getOrCreate(opts);
+        } catch (err) {
+          // A create of the same id by another owner was in flight and won.
+          if (err instanceof SbxError && err.code === 'conflict' && (await hidden(opts.id))) throw boxNotFound(opts.id);
+          throw err;
+        }
       } else {
         box = await ctx.manager.create(opts);
       }

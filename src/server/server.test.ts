@@ -208,7 +208,11 @@ describe('boxes and exec', () => {
     assert.equal(again.status, 200);
     assert.equal(again.json.containerId, c.json.containerId);
     const bobs = await t.call('POST', '/v1/boxes?getOrCreate=true', { key: bob, body: { id, image: IMAGE } });
-    assert.equal(bobs.status, 409, 'another owner cannot get it');
+    assert.equal(bobs.status, 404, 'another owner cannot get it, and is told what a missing box tells');
+    assert.deepEqual(bobs.json, (await t.call('GET', `/v1/boxes/${id}`, { key: bob })).json, 'the same body as GET of that box');
+    const missing = (await t.call('GET', `/v1/boxes/${id}-gone`, { key: bob })).json;
+    assert.deepEqual(bobs.json, JSON.parse(JSON.stringify(missing).replaceAll(`${id}-gone`, id)), 'the same body as for an id that does not exist');
+    assert.ok(!bobs.text.includes('alice') && !/taken|another owner|exists/.test(bobs.text), bobs.text);
     assert.deepEqual(
       (await t.call('GET', '/v1/boxes?label=team=x', { key: alice })).json.boxes.map((b: { id: string }) => b.id),
       [id],
@@ -226,6 +230,23 @@ describe('boxes and exec', () => {
     const created = await t.call('POST', '/v1/boxes?getOrCreate=1', { key: alice, body: { id, image: IMAGE } });
     assert.equal(created.status, 201, 'getOrCreate creates when absent');
     await t.call('DELETE', `/v1/boxes/${id}`);
+  });
+
+  test('getOrCreate racing another owner’s create of the same id: 404 like a missing box, never 409', async () => {
+    for (let i = 0; i < 3; i++) {
+      const id = `srv-${process.pid}-race${i}`;
+      const [a, b] = await Promise.all([
+        t.call('POST', '/v1/boxes', { key: alice, body: { id, image: IMAGE } }),
+        t.call('POST', '/v1/boxes?getOrCreate=true', { key: bob, body: { id, image: IMAGE } }),
+      ]);
+      const winner = a.status === 201 ? alice : bob;
+      assert.ok([a.status, b.status].includes(201), `${a.text} ${b.text}`);
+      if (a.status === 201) {
+        assert.equal(b.status, 404, b.text);
+        assert.deepEqual(b.json, (await t.call('GET', `/v1/boxes/${id}`, { key: bob })).json);
+      } else assert.equal(a.status, 409, 'a plain create of a taken id stays a conflict');
+      assert.equal((await t.call('DELETE', `/v1/boxes/${id}`, { key: winner })).status, 204);
+    }
   });
 
   test('exec: stdout, stderr, exit code, string and base64 stdin, env, workDir, user, timeout', async () => {
