@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import { SbxError, isSbxError } from '../errors.js';
 import { parseImageRef } from '../runtime/image-ref.js';
 import type { ContainerEvent, PullProgress, RegistryAuth } from '../runtime/types.js';
+import type { EngineCall, EngineCallObserver } from '../runtime/timed-runtime.js';
 import { mapSettled } from '../util/concurrency.js';
 import { WorkspaceManager } from '../workspace/index.js';
 import type { WorkspaceNode } from '../workspace/index.js';
@@ -62,6 +63,14 @@ export class Manager {
     adopted: 0,
     swept: 0,
     errors: 0,
+  };
+  /**
+   * Told of every engine call's duration and outcome, by operation (sbx serve's /metrics adds
+   * one; see src/runtime/timed-runtime.ts). They run on every call, so they must be cheap.
+   */
+  readonly engineCallObservers = new Set<EngineCallObserver>();
+  private readonly observeEngineCall = (call: EngineCall): void => {
+    for (const observe of this.engineCallObservers) observe(call);
   };
   private readonly now: () => number;
   private readonly poolsByName = new Map<string, Pool>();
@@ -326,7 +335,7 @@ export class Manager {
   }
 
   private newPool(def: ResolvedPool): Pool {
-    const pool = new Pool(def);
+    const pool = new Pool(def, this.observeEngineCall);
     if (def.warm.length > 0) pool.warm = new WarmPool(pool, this.config.name, this.log);
     return pool;
   }

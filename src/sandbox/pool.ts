@@ -1,4 +1,6 @@
 import { openRuntime } from '../runtime/index.js';
+import { timedRuntime } from '../runtime/timed-runtime.js';
+import type { EngineCallObserver } from '../runtime/timed-runtime.js';
 import type { Runtime, RuntimeResources } from '../runtime/types.js';
 import type { ResolvedPool } from './config.js';
 import type { PoolWatch } from './pool-watch.js';
@@ -18,15 +20,23 @@ export class Pool {
   /** The pool's warm spares; set by the Manager. */
   warm: WarmPool | undefined;
 
-  constructor(readonly def: ResolvedPool) {}
+  /** `observe` is told of every engine call this pool makes (duration, outcome): sbx serve's metrics. */
+  constructor(
+    readonly def: ResolvedPool,
+    private readonly observe?: EngineCallObserver,
+  ) {}
 
   get name(): string {
     return this.def.name;
   }
 
   runtime(): Runtime {
-    this.rt ??= this.def.runtime ?? openRuntime(this.def.addr, { ...this.def.runtimeOptions, agent: this.def.agent });
+    this.rt ??= this.timed(this.def.runtime ?? openRuntime(this.def.addr, { ...this.def.runtimeOptions, agent: this.def.agent }));
     return this.rt;
+  }
+
+  private timed(rt: Runtime): Runtime {
+    return this.observe ? timedRuntime(rt, this.observe) : rt;
   }
 
   info(boxes: number): PoolInfo {

@@ -12,6 +12,7 @@ import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import type { Logger } from 'pino';
 import { SbxError } from '../errors.js';
+import type { EngineCallObserver } from '../runtime/timed-runtime.js';
 import { Manager } from '../sandbox/index.js';
 import type { ManagerConfig } from '../sandbox/index.js';
 import { buildApp } from './app.js';
@@ -119,14 +120,12 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
   let closing = false;
   const streams = new StreamRegistry();
   const metrics = new ServerMetrics({
-    boxesByPool: async () => {
-      const counts = new Map<string, number>((await manager.pools()).map((p) => [p.name, 0]));
-      for (const b of await manager.list()) counts.set(b.pool, (counts.get(b.pool) ?? 0) + 1);
-      return counts;
-    },
+    boxes: async () => (await manager.list()).map((b) => ({ pool: b.pool, status: b.status })),
     pools: async () => manager.pools(),
-    cleanupStats: () => (manager as unknown as { cleanupStats?: Record<string, number> }).cleanupStats,
+    cleanupStats: () => ({ ...manager.cleanupStats }),
   });
+  const observeEngineCall: EngineCallObserver = (c) => metrics.engineCalls.observe({ op: c.op, outcome: c.outcome }, c.ms / 1000);
+  manager.engineCallObservers.add(observeEngineCall);
   const ctx: ServerContext = { manager, keys, metrics, streams, log, shuttingDown: () => closing };
   const app = await buildApp(ctx, {
     bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,
@@ -138,6 +137,7 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
     await app.listen({ host, port });
     if (options.grpc) grpcHandle = await startGrpc({ host: options.grpc.host ?? host, port: options.grpc.port, manager, metrics });
   } catch (err) {
+    manager.engineCallObservers.delete(observeEngineCall);
     await app.close().catch(() => undefined);
     if (ownManager) await manager.close().catch(() => undefined);
     throw err;
@@ -166,6 +166,7 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
       await new Promise((r) => setTimeout(r, 50));
       await Promise.race([app.close(), new Promise((r) => setTimeout(r, Math.max(2000, deadline - Date.now())))]);
       await grpcHandle?.close();
+      manager.engineCallObservers.delete(observeEngineCall);
       if (ownManager) await manager.close();
       log.info('sbx server closed');
     })());

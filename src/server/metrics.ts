@@ -6,13 +6,15 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 export interface MetricsSource {
-  /** Registered boxes per pool. */
-  boxesByPool(): Promise<Map<string, number>>;
+  /** Every registered box's pool and last known status (kept by engine events, no inspect). */
+  boxes(): Promise<Array<{ pool: string; status: string }>>;
   /** Pools and whether their last check answered. */
   pools(): Promise<Array<{ name: string; connected: boolean }>>;
   /** The Manager's cleanup counters, when it has them. */
   cleanupStats(): Record<string, number> | undefined;
 }
+
+const BOX_STATUSES = ['running', 'stopped', 'creating'];
 
 export class ServerMetrics {
   readonly registry = new Registry();
@@ -26,6 +28,7 @@ export class ServerMetrics {
   readonly workspaceBytes: Counter<'direction'>;
   readonly authFailures: Counter;
   readonly openStreams: Gauge<'transport'>;
+  readonly engineCalls: Histogram<'op' | 'outcome'>;
 
   constructor(source: MetricsSource) {
     const registers = [this.registry];
@@ -67,15 +70,24 @@ export class ServerMetrics {
     });
     this.authFailures = new Counter({ name: 'sbx_auth_failures_total', help: 'Failed authentications', registers });
     this.openStreams = new Gauge({ name: 'sbx_open_streams', help: 'Exec streams open now (sse, ws)', labelNames: ['transport'], registers });
+    this.engineCalls = new Histogram({
+      name: 'sbx_engine_call_duration_seconds',
+      help: 'Runtime (engine) calls by operation and outcome (ok or the error code); exec is the whole exec, execStream until the stream is ready',
+      labelNames: ['op', 'outcome'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers,
+    });
     new Gauge({
       name: 'sbx_boxes',
-      help: 'Boxes registered with the Manager, by pool',
-      labelNames: ['pool'],
+      help: 'Boxes registered with the Manager, by pool and status (as the engine last reported it)',
+      labelNames: ['pool', 'status'],
       registers,
       async collect() {
-        const counts = await source.boxesByPool();
+        const [pools, boxes] = await Promise.all([source.pools(), source.boxes()]);
         this.reset();
-        for (const [pool, n] of counts) this.set({ pool }, n);
+        // Every pool shows every status, 0 included, so a series never vanishes when it empties.
+        for (const p of pools) for (const status of BOX_STATUSES) this.set({ pool: p.name, status }, 0);
+        for (const b of boxes) this.inc({ pool: b.pool, status: b.status });
       },
     });
     new Gauge({

@@ -453,7 +453,7 @@ describe('observability', () => {
     await t.call('POST', `/v1/boxes/${id}/exec`, { key: alice, body: { cmd: ['true'] } });
     await t.call('POST', `/v1/boxes/${id}/heartbeat`, { key: alice, body: { active: true } });
     const m = (await t.call('GET', '/metrics', { key: null })).text;
-    assert.match(m, /sbx_boxes\{pool="local"\} [1-9]/);
+    assert.match(m, /sbx_boxes\{pool="local",status="running"\} [1-9]/);
     assert.match(m, /sbx_box_creates_total\{pool="local"\} [1-9]/);
     assert.match(m, /sbx_errors_total\{code="invalid_argument"\} [1-9]/);
     assert.match(m, /sbx_execs_total\{transport="http",outcome="exited"\} [1-9]/);
