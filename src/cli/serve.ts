@@ -23,6 +23,7 @@ interface ServeFlags {
   allowInsecure?: boolean;
   grpcPort?: number;
   grpcHost?: string;
+  grpcAdvertise?: string;
   shutdownGrace?: number;
   bodyLimit?: number;
 }
@@ -60,6 +61,7 @@ export function serveOptions(flags: ServeFlags, env: NodeJS.ProcessEnv = process
   const grace = flags.shutdownGrace ?? fromEnv('SBX_SHUTDOWN_GRACE', duration);
   const bodyLimit = flags.bodyLimit ?? fromEnv('SBX_BODY_LIMIT', bytes);
   const grpcHost = flags.grpcHost ?? env['SBX_GRPC_HOST'];
+  const grpcAdvertise = flags.grpcAdvertise ?? env['SBX_GRPC_ADVERTISE'];
   return {
     host: flags.host ?? env['SBX_HOST'] ?? '127.0.0.1',
     port: flags.port ?? fromEnv('SBX_PORT', port) ?? 7070,
@@ -67,7 +69,9 @@ export function serveOptions(flags: ServeFlags, env: NodeJS.ProcessEnv = process
     ...(dataDir ? { dataDir } : {}),
     ...(certFile && keyFile ? { tls: { certFile, keyFile } } : {}),
     ...(flags.allowInsecure ? { allowInsecure: true } : {}),
-    ...(grpcPort !== undefined ? { grpc: { port: grpcPort, ...(grpcHost ? { host: grpcHost } : {}) } } : {}),
+    ...(grpcPort !== undefined
+      ? { grpc: { port: grpcPort, ...(grpcHost ? { host: grpcHost } : {}), ...(grpcAdvertise ? { advertise: grpcAdvertise } : {}) } }
+      : {}),
     ...(grace !== undefined ? { shutdownGraceMs: grace } : {}),
     ...(bodyLimit !== undefined ? { bodyLimitBytes: bodyLimit } : {}),
   };
@@ -85,13 +89,15 @@ export function serveCommand(): Command {
     .option('--allow-insecure', 'plain HTTP on a non-loopback address (behind a TLS proxy)')
     .option('--grpc-port <n>', 'serve the gRPC heartbeat on this port (or $SBX_GRPC_PORT; off by default)', port)
     .option('--grpc-host <addr>', 'address for the gRPC heartbeat (default the --host; boxes reach the host on the bridge gateway)')
+    .option('--grpc-advertise <host:port>', 'what boxes get as SBX_GRPC_ADDR (or $SBX_GRPC_ADVERTISE; default the gRPC address when a box can dial it)')
     .option('--shutdown-grace <duration>', 'grace for in-flight work on shutdown, e.g. 10s (or $SBX_SHUTDOWN_GRACE)', duration)
     .option('--body-limit <bytes>', 'largest JSON body (or $SBX_BODY_LIMIT; default 1048576)', bytes)
     .action(async (flags: ServeFlags, cmd: Command) => {
       const parentConfig = cmd.parent?.opts<{ config?: string }>().config;
       const opts = serveOptions({ ...flags, ...(flags.config === undefined && parentConfig ? { config: parentConfig } : {}) });
       const server = await serve(opts);
-      process.stderr.write(`sbx: serving ${server.url}${server.grpc ? ` (gRPC heartbeat on ${server.grpc.address})` : ''}\n`);
+      const dial = server.boxGrpcAddr ? `, boxes dial ${server.boxGrpcAddr}` : '';
+      process.stderr.write(`sbx: serving ${server.url}${server.grpc ? ` (gRPC heartbeat on ${server.grpc.address}${dial})` : ''}\n`);
       await new Promise<void>((resolve) => {
         const stop = (signal: NodeJS.Signals) => {
           process.stderr.write(`sbx: ${signal}, shutting down\n`);

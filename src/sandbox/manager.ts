@@ -72,6 +72,11 @@ export class Manager {
   private readonly observeEngineCall = (call: EngineCall): void => {
     for (const observe of this.engineCallObservers) observe(call);
   };
+  /**
+   * Variables handed to every box created from now on, over the caller's env and under sbx's own
+   * (SBX_SANDBOX_ID, SBX_TOKEN win). sbx serve puts SBX_GRPC_ADDR here while its gRPC heartbeat is on.
+   */
+  readonly boxEnv: Record<string, string> = {};
   private readonly now: () => number;
   private readonly poolsByName = new Map<string, Pool>();
   private readonly registry = new BoxRegistry();
@@ -398,6 +403,7 @@ export class Manager {
     const record = newBoxRecord({ manager: this.config.name, id, owner, pool: pool.def, opts, now: this.now(), tokenNonce: BoxTokenService.newNonce() });
     const tokens = await this.tokens();
     const sbxEnv: Record<string, string> = {
+      ...this.boxEnv,
       SBX_SANDBOX_ID: id,
       SBX_TOKEN: tokens.issue(id, record.tokenNonce, this.config.tokenTtlMs),
       ...(this.config.apiUrl ? { SBX_API_URL: this.config.apiUrl } : {}),

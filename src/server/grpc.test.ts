@@ -19,7 +19,7 @@ const IN_BOX = `
 const http2 = require('http2');
 const fs = require('fs');
 const [mode, a1, a2] = process.argv.slice(1);
-const addr = process.env.HB_ADDR, id = process.env.SBX_SANDBOX_ID, tok = process.env.SBX_TOKEN;
+const addr = process.env.SBX_GRPC_ADDR, id = process.env.SBX_SANDBOX_ID, tok = process.env.SBX_TOKEN;
 function frame(sid) {
   const b = Buffer.from(sid);
   const msg = Buffer.from([0x0a, b.length, ...b, 0x10, 1, 0x18, 2]);
@@ -61,6 +61,8 @@ before(async () => {
   const probe = await startTestServer('gwprobe');
   try {
     const box = (await probe.call('POST', '/v1/boxes', { body: { image: IMAGE } })).json.id;
+    const unset = await probe.call('POST', `/v1/boxes/${box}/exec`, { body: { cmd: ['sh', '-c', 'echo "${SBX_GRPC_ADDR-unset}"'] } });
+    assert.equal(unset.json.stdout, 'unset\n', 'without the gRPC heartbeat, boxes get no SBX_GRPC_ADDR');
     const route = await probe.call('POST', `/v1/boxes/${box}/exec`, { body: { cmd: ['cat', '/proc/net/route'] } });
     const line = route.json.stdout.split('\n').find((l: string) => l.split(/\s+/)[1] === '00000000');
     const hex = line.split(/\s+/)[2] as string;
@@ -72,6 +74,30 @@ before(async () => {
 });
 after(async () => {
   await t?.dispose();
+});
+
+describe('SBX_GRPC_ADDR', () => {
+  test('advertise wins; a loopback bind without it hands nothing (a box cannot dial it); close() takes it back', async () => {
+    const adv = await startTestServer('grpcadv', { serve: { grpc: { host: '127.0.0.1', port: 0, advertise: 'sbx-host.internal:7071' } } });
+    try {
+      assert.equal(adv.server.boxGrpcAddr, 'sbx-host.internal:7071');
+      const box = (await adv.call('POST', '/v1/boxes', { body: { image: IMAGE } })).json.id;
+      const env = await adv.call('POST', `/v1/boxes/${box}/exec`, { body: { cmd: ['sh', '-c', 'echo "$SBX_GRPC_ADDR"'] } });
+      assert.equal(env.json.stdout, 'sbx-host.internal:7071\n');
+    } finally {
+      await adv.dispose();
+    }
+    assert.equal(adv.manager.boxEnv['SBX_GRPC_ADDR'], undefined, 'a closed server no longer hands its address');
+    const loop = await startTestServer('grpcloop', { serve: { grpc: { host: '127.0.0.1', port: 0 } } });
+    try {
+      assert.equal(loop.server.boxGrpcAddr, undefined);
+      const box = (await loop.call('POST', '/v1/boxes', { body: { image: IMAGE } })).json.id;
+      const env = await loop.call('POST', `/v1/boxes/${box}/exec`, { body: { cmd: ['sh', '-c', 'echo "${SBX_GRPC_ADDR-unset}"'] } });
+      assert.equal(env.json.stdout, 'unset\n');
+    } finally {
+      await loop.dispose();
+    }
+  });
 });
 
 describe('gRPC heartbeat', () => {
@@ -97,11 +123,14 @@ describe('gRPC heartbeat', () => {
     await t.call('DELETE', `/v1/boxes/${box}`);
   });
 
-  test('from inside a real box over the bridge gateway: keeps an idle session box alive; bad tokens refused', async () => {
-    const env = { HB_ADDR: t.server.grpc!.address };
+  test('from inside a real box, dialing its SBX_GRPC_ADDR (the bridge gateway): keeps an idle session box alive; bad tokens refused', async () => {
     const short = { policy: 'session', idleTimeoutMs: 2500 };
-    const alive = await t.call('POST', '/v1/boxes', { body: { image: testEnv.testImage, cmd: ['node', '-e', IN_BOX, 'loop'], env, ...short } });
+    // The box is told nothing but what sbx hands every box: it dials its own SBX_GRPC_ADDR.
+    const alive = await t.call('POST', '/v1/boxes', { body: { image: testEnv.testImage, cmd: ['node', '-e', IN_BOX, 'loop'], ...short } });
     assert.equal(alive.status, 201, alive.text);
+    const addr = await t.call('POST', `/v1/boxes/${alive.json.id}/exec`, { body: { cmd: ['sh', '-c', 'echo "$SBX_GRPC_ADDR"'] } });
+    assert.equal(addr.json.stdout.trim(), `${gateway}:${t.server.grpc!.port}`, 'SBX_GRPC_ADDR is the gateway address the heartbeat is bound on');
+    assert.equal(t.server.boxGrpcAddr, `${gateway}:${t.server.grpc!.port}`);
     const control = await t.call('POST', '/v1/boxes', { body: { image: IMAGE, ...short } });
     await new Promise((r) => setTimeout(r, 4000));
     await t.manager.cleanup();
@@ -121,7 +150,7 @@ describe('gRPC heartbeat', () => {
       other: String(grpc.status.PERMISSION_DENIED),
     });
     assert.match((await t.call('GET', '/metrics', { key: null })).text, /sbx_heartbeats_total\{transport="grpc"\} [1-9]/);
-    console.log(`# boxes reached the gRPC heartbeat at ${t.server.grpc!.address} (the bridge gateway)`);
+    console.log(`# boxes reached the gRPC heartbeat at their SBX_GRPC_ADDR ${t.server.boxGrpcAddr} (the bridge gateway)`);
     await t.call('DELETE', `/v1/boxes/${alive.json.id}`);
     await t.call('DELETE', `/v1/boxes/${other}`);
   });

@@ -56,8 +56,12 @@ export interface ServeOptions {
   shutdownGraceMs?: number;
   /** Failed authentications per client address in `windowMs` before 429; default 20 per minute. */
   authFailures?: { max: number; windowMs: number };
-  /** The gRPC heartbeat server; off unless given. */
-  grpc?: { host?: string; port: number };
+  /**
+   * The gRPC heartbeat server; off unless given. New boxes get `SBX_GRPC_ADDR`: `advertise` if
+   * given, else the bound `host:port` (none for a loopback or wildcard bind, which a box cannot
+   * dial; give `advertise`, e.g. the bridge gateway `172.17.0.1:7071`).
+   */
+  grpc?: { host?: string; port: number; advertise?: string };
   logger?: Logger;
   /** Where the first admin key is printed; default stdout. */
   print?: (text: string) => void;
@@ -73,11 +77,26 @@ export interface ServerHandle {
   /** The admin key made on this start (a fresh data dir only); shown once. */
   adminKey: string | undefined;
   grpc: GrpcServerHandle | undefined;
+  /** What boxes created from now on get as SBX_GRPC_ADDR; undefined when none (see ServeOptions.grpc). */
+  boxGrpcAddr: string | undefined;
   close(): Promise<void>;
 }
 
 function isLoopback(host: string): boolean {
   return host === 'localhost' || host === '::1' || /^127\./.test(host);
+}
+
+function isWildcard(host: string): boolean {
+  return host === '' || host === '0.0.0.0' || host === '::' || host === '[::]';
+}
+
+/** The address boxes are told to dial for the gRPC heartbeat, or undefined (with the reason). */
+export function grpcAdvertised(bound: { host: string; port: number }, advertise: string | undefined): { addr?: string; why?: string } {
+  if (advertise) return { addr: advertise };
+  if (isLoopback(bound.host) || isWildcard(bound.host)) {
+    return { why: `boxes cannot dial ${bound.host}; bind the bridge gateway (e.g. --grpc-host 172.17.0.1) or give --grpc-advertise` };
+  }
+  return { addr: bound.host.includes(':') ? `[${bound.host}]:${bound.port}` : `${bound.host}:${bound.port}` };
 }
 
 function pem(v: string | Buffer | undefined, file: string | undefined, what: string): string | Buffer {
@@ -133,18 +152,26 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
     https,
   });
   let grpcHandle: GrpcServerHandle | undefined;
+  let grpcAddr: string | undefined;
   try {
     await app.listen({ host, port });
     if (options.grpc) grpcHandle = await startGrpc({ host: options.grpc.host ?? host, port: options.grpc.port, manager, metrics });
+    if (grpcHandle) {
+      const { addr, why } = grpcAdvertised({ host: options.grpc?.host ?? host, port: grpcHandle.port }, options.grpc?.advertise);
+      if (addr) manager.boxEnv['SBX_GRPC_ADDR'] = grpcAddr = addr;
+      else log.warn({ grpc: grpcHandle.address }, `new boxes get no SBX_GRPC_ADDR: ${why}`);
+    }
   } catch (err) {
     manager.engineCallObservers.delete(observeEngineCall);
+    if (grpcAddr !== undefined && manager.boxEnv['SBX_GRPC_ADDR'] === grpcAddr) delete manager.boxEnv['SBX_GRPC_ADDR'];
+    await grpcHandle?.close().catch(() => undefined);
     await app.close().catch(() => undefined);
     if (ownManager) await manager.close().catch(() => undefined);
     throw err;
   }
   const bound = (app.server.address() as AddressInfo).port;
   const url = `${https ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${bound}`;
-  log.info({ url, grpc: grpcHandle?.address }, 'sbx serving');
+  log.info({ url, grpc: grpcHandle?.address, boxesDial: grpcAddr }, 'sbx serving');
 
   const grace = options.shutdownGraceMs ?? 10_000;
   let closed: Promise<void> | undefined;
@@ -166,10 +193,11 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
       await new Promise((r) => setTimeout(r, 50));
       await Promise.race([app.close(), new Promise((r) => setTimeout(r, Math.max(2000, deadline - Date.now())))]);
       await grpcHandle?.close();
+      if (grpcAddr !== undefined && manager.boxEnv['SBX_GRPC_ADDR'] === grpcAddr) delete manager.boxEnv['SBX_GRPC_ADDR'];
       manager.engineCallObservers.delete(observeEngineCall);
       if (ownManager) await manager.close();
       log.info('sbx server closed');
     })());
 
-  return { url, port: bound, host, manager, app, keys, adminKey, grpc: grpcHandle, close };
+  return { url, port: bound, host, manager, app, keys, adminKey, grpc: grpcHandle, boxGrpcAddr: grpcAddr, close };
 }
