@@ -2,14 +2,15 @@
  * `sbx serve`: the HTTP API (and optionally the gRPC heartbeat) until SIGINT/SIGTERM.
  * src/cli/main.ts adds it with `program.addCommand(serveCommand())`.
  *
- * Flags win over `SBX_*` variables, which win over defaults. The Manager's own settings
- * (pools, data dir, timeouts) come from the config file and its `SBX_*` variables, as for
- * every other command.
+ * Flags win over `SBX_*` variables, which win over the config file's `server:` section, which
+ * wins over defaults. The Manager's own settings (pools, data dir, timeouts) come from the rest
+ * of the config file and its `SBX_*` variables, as for every other command.
  */
 import { Command, InvalidArgumentError } from 'commander';
 import { loadConfig } from '../sandbox/config.js';
 import { SbxError } from '../errors.js';
 import { parseDuration } from '../util/duration.js';
+import { readServerSection } from '../server/config-file.js';
 import { serve } from '../server/index.js';
 import type { ServeOptions } from '../server/index.js';
 
@@ -48,27 +49,32 @@ function duration(value: string): number {
   }
 }
 
-/** Options for serve() from flags, then `SBX_*` variables. Exported for tests. */
+/**
+ * Options for serve(): flags, then `SBX_*` variables, then the config file's `server:` section,
+ * then defaults, each setting on its own. Exported for tests.
+ */
 export function serveOptions(flags: ServeFlags, env: NodeJS.ProcessEnv = process.env): ServeOptions {
   const fromEnv = <T>(key: string, parse: (v: string) => T): T | undefined => (env[key] !== undefined && env[key] !== '' ? parse(env[key]!) : undefined);
-  const config = loadConfig({ ...(flags.config ? { file: flags.config } : {}), env });
-  const grpcPort = flags.grpcPort ?? fromEnv('SBX_GRPC_PORT', port);
-  const certFile = flags.tlsCert ?? env['SBX_TLS_CERT'];
-  const keyFile = flags.tlsKey ?? env['SBX_TLS_KEY'];
+  const file = flags.config ?? (env['SBX_CONFIG'] || undefined);
+  const config = loadConfig({ ...(file ? { file } : {}), env });
+  const fromFile = file ? readServerSection(file) : {};
+  const grpcPort = flags.grpcPort ?? fromEnv('SBX_GRPC_PORT', port) ?? fromFile.grpc?.port;
+  const certFile = flags.tlsCert ?? env['SBX_TLS_CERT'] ?? fromFile.tls?.certFile;
+  const keyFile = flags.tlsKey ?? env['SBX_TLS_KEY'] ?? fromFile.tls?.keyFile;
   if ((certFile === undefined) !== (keyFile === undefined))
     throw new SbxError('invalid_argument', 'tls: give both --tls-cert and --tls-key', { details: { field: 'tls' } });
   const dataDir = flags.dataDir ?? config.dataDir;
-  const grace = flags.shutdownGrace ?? fromEnv('SBX_SHUTDOWN_GRACE', duration);
-  const bodyLimit = flags.bodyLimit ?? fromEnv('SBX_BODY_LIMIT', bytes);
-  const grpcHost = flags.grpcHost ?? env['SBX_GRPC_HOST'];
-  const grpcAdvertise = flags.grpcAdvertise ?? env['SBX_GRPC_ADVERTISE'];
+  const grace = flags.shutdownGrace ?? fromEnv('SBX_SHUTDOWN_GRACE', duration) ?? fromFile.shutdownGraceMs;
+  const bodyLimit = flags.bodyLimit ?? fromEnv('SBX_BODY_LIMIT', bytes) ?? fromFile.bodyLimitBytes;
+  const grpcHost = flags.grpcHost ?? env['SBX_GRPC_HOST'] ?? fromFile.grpc?.host;
+  const grpcAdvertise = flags.grpcAdvertise ?? env['SBX_GRPC_ADVERTISE'] ?? fromFile.grpc?.advertise;
   return {
-    host: flags.host ?? env['SBX_HOST'] ?? '127.0.0.1',
-    port: flags.port ?? fromEnv('SBX_PORT', port) ?? 7070,
+    host: flags.host ?? env['SBX_HOST'] ?? fromFile.host ?? '127.0.0.1',
+    port: flags.port ?? fromEnv('SBX_PORT', port) ?? fromFile.port ?? 7070,
     config: { ...config, ...(dataDir ? { dataDir } : {}) },
     ...(dataDir ? { dataDir } : {}),
     ...(certFile && keyFile ? { tls: { certFile, keyFile } } : {}),
-    ...(flags.allowInsecure ? { allowInsecure: true } : {}),
+    ...((flags.allowInsecure ?? fromFile.allowInsecure) ? { allowInsecure: true } : {}),
     ...(grpcPort !== undefined
       ? { grpc: { port: grpcPort, ...(grpcHost ? { host: grpcHost } : {}), ...(grpcAdvertise ? { advertise: grpcAdvertise } : {}) } }
       : {}),

@@ -312,6 +312,8 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
     if (typeof value !== 'object' || Array.isArray(value))
       throw new SbxError('invalid_argument', `config: ${file}: must be a mapping`, { details: { field: 'config' } });
     config = value as Record<string, unknown>;
+    // `server:` is sbx serve's section (src/server/config-file.ts reads it); the Manager's config is the rest.
+    delete config['server'];
     locate = (path) => {
       const node = doc.getIn(path, true) as { range?: [number, number, number] } | undefined;
       return node?.range ? ` (${file}:${lines.linePos(node.range[0]).line})` : ` (${file})`;
@@ -368,7 +370,7 @@ const BYTE_UNITS: Record<string, number> = {
 };
 
 /** `512m`, `2g`, `1.5GiB` or a plain number of bytes (binary units, as the engine counts). */
-function parseBytes(text: string, field: string): number {
+export function parseBytes(text: string, field: string): number {
   const m = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(text);
   const unit = BYTE_UNITS[(m?.[2] ?? '').toLowerCase()];
   if (!m || unit === undefined) throw invalidArgument(field, `'${text}' is not a size (use bytes or e.g. 512m, 2g)`);

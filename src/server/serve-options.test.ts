@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +12,7 @@ import { after, describe, test } from 'node:test';
 import pino from 'pino';
 import { serveOptions } from '../cli/serve.js';
 import { isSbxError } from '../errors.js';
+import { loadConfig } from '../sandbox/config.js';
 import { serve } from './index.js';
 import { startTestServer } from './test-support.js';
 
@@ -41,6 +42,95 @@ describe('serve options', () => {
       () => serveOptions({ tlsCert: 'c.pem' }, {}),
       (e) => isSbxError(e, 'invalid_argument'),
     );
+  });
+
+  test('the config file’s server: section sits under flags and SBX_* and over defaults; durations and sizes as strings', async () => {
+    const file = join(dir, 'sbx.yaml');
+    writeFileSync(
+      file,
+      [
+        'name: opts-file',
+        'cleanupInterval: 0',
+        'pools:',
+        '  - name: local',
+        '    idleTimeout: 5m',
+        'server:',
+        '  host: 127.0.0.1',
+        '  port: 0',
+        '  tls: { cert: certs/c.pem, key: /abs/k.pem }',
+        '  grpc: { port: 7999, host: 127.0.0.4, advertise: 172.17.0.1:7999 }',
+        '  shutdownGrace: 1m30s',
+        '  bodyLimit: 2m',
+        '',
+      ].join('\n'),
+    );
+    const o = serveOptions({ config: file }, { SBX_DATA_DIR: dir });
+    assert.equal(o.host, '127.0.0.1');
+    assert.equal(o.port, 0);
+    assert.deepEqual(o.tls, { certFile: join(dir, 'certs/c.pem'), keyFile: '/abs/k.pem' }, 'relative paths are the file’s directory’s');
+    assert.deepEqual(o.grpc, { port: 7999, host: '127.0.0.4', advertise: '172.17.0.1:7999' });
+    assert.equal(o.shutdownGraceMs, 90_000);
+    assert.equal(o.bodyLimitBytes, 2 * 1024 * 1024);
+    assert.equal(o.config?.name, 'opts-file', 'the Manager’s part of the same file is read, the server: section left to serve');
+    assert.equal(o.config?.pools?.[0]?.idleTimeoutMs, 300_000);
+    // SBX_CONFIG finds the same file; SBX_* beats it; flags beat both.
+    const env = { SBX_CONFIG: file, SBX_DATA_DIR: dir, SBX_PORT: '8082', SBX_SHUTDOWN_GRACE: '3s', SBX_GRPC_ADVERTISE: 'h:1' };
+    const e = serveOptions({}, env);
+    assert.equal(e.port, 8082);
+    assert.equal(e.shutdownGraceMs, 3000);
+    assert.equal(e.bodyLimitBytes, 2 * 1024 * 1024, 'what env does not set still comes from the file');
+    assert.deepEqual(e.grpc, { port: 7999, host: '127.0.0.4', advertise: 'h:1' });
+    const f = serveOptions({ port: 9001, shutdownGrace: 5000, grpcPort: 7000, bodyLimit: 10 }, env);
+    assert.equal(f.port, 9001);
+    assert.equal(f.shutdownGraceMs, 5000);
+    assert.equal(f.bodyLimitBytes, 10);
+    assert.equal(f.grpc?.port, 7000);
+    // A Manager (new Manager(loadConfig())) accepts a file with a server: section.
+    assert.equal(loadConfig({ file, env: {} }).name, 'opts-file');
+
+    // serve() started from nothing but the file answers where the file said.
+    const live = join(dir, 'live.yaml');
+    writeFileSync(live, `name: opts-live-${process.pid}\ncleanupInterval: 0\nserver:\n  host: 127.0.0.1\n  port: 0\n  bodyLimit: 1k\n`);
+    const server = await serve({
+      ...serveOptions({ config: live }, { SBX_DATA_DIR: join(dir, 'live-data') }),
+      logger: pino({ level: 'silent' }),
+      print: () => undefined,
+    });
+    try {
+      assert.match(server.url, /^http:\/\/127\.0\.0\.1:\d+$/);
+      const big = await fetch(`${server.url}/v1/keys`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${server.adminKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ name: 'x'.repeat(2000), role: 'user' }),
+      });
+      assert.equal(big.status, 413, 'the file’s bodyLimit: 1k is in force');
+    } finally {
+      await server.close();
+    }
+  });
+
+  test('server: section errors name the key and line; …Ms keys are refused with the file spelling', () => {
+    const bad = (yaml: string) => {
+      const file = join(dir, `bad-${Math.random().toString(36).slice(2)}.yaml`);
+      writeFileSync(file, yaml);
+      return { file, run: () => serveOptions({ config: file }, { SBX_DATA_DIR: dir }) };
+    };
+    const ms = bad('server:\n  port: 7070\n  shutdownGraceMs: 10000\n');
+    assert.throws(
+      ms.run,
+      (e) => isSbxError(e, 'invalid_argument') && /shutdownGrace: 10s/.test((e as Error).message) && (e as Error).message.includes(`${ms.file}:3`),
+    );
+    const port = bad('server:\n  host: 127.0.0.1\n  port: 70000\n');
+    assert.throws(
+      port.run,
+      (e) => isSbxError(e, 'invalid_argument') && /server\.port/.test((e as Error).message) && (e as Error).message.includes(`${port.file}:3`),
+    );
+    const dur = bad('server:\n  shutdownGrace: soon\n');
+    assert.throws(dur.run, (e) => isSbxError(e, 'invalid_argument') && /server\.shutdownGrace/.test((e as Error).message));
+    const unknown = bad('server:\n  hots: 127.0.0.1\n');
+    assert.throws(unknown.run, (e) => isSbxError(e, 'invalid_argument') && /hots/.test((e as Error).message));
+    const grpc = bad('server:\n  grpc: { host: 172.17.0.1 }\n');
+    assert.throws(grpc.run, (e) => isSbxError(e, 'invalid_argument') && /server\.grpc\.port/.test((e as Error).message));
   });
 
   test('a non-loopback address without TLS is refused', async () => {

@@ -1,0 +1,129 @@
+/**
+ * The `server:` section of the YAML config file: sbx serve's own settings, beside the Manager's
+ * (which loadConfig reads from the same file and which ignores this section). As everywhere in
+ * config files, durations are human strings under the key without `Ms` (`shutdownGrace: 10s`)
+ * and sizes may be `1m`; the result has the TypeScript names (`shutdownGraceMs`, `bodyLimitBytes`).
+ *
+ * @example
+ * // server:
+ * //   host: 172.17.0.1
+ * //   port: 7070
+ * //   tls: { cert: certs/sbx.pem, key: certs/sbx-key.pem }   # relative to the file
+ * //   grpc: { port: 7071, host: 172.17.0.1 }
+ * //   shutdownGrace: 30s
+ * //   bodyLimit: 4m
+ * const section = readServerSection('/etc/sbx/config.yaml');
+ */
+import { readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { LineCounter, parseDocument } from 'yaml';
+import { z } from 'zod';
+import { SbxError, invalidArgument } from '../errors.js';
+import { parseBytes } from '../sandbox/config.js';
+import { parseDuration } from '../util/duration.js';
+import { parseOrThrow } from '../util/validation.js';
+
+/** What the section gives serveOptions: the same names and units as ServeOptions. */
+export interface ServerFileSection {
+  host?: string;
+  port?: number;
+  allowInsecure?: boolean;
+  /** Absolute paths (relative ones are taken from the config file's directory). */
+  tls?: { certFile: string; keyFile: string };
+  grpc?: { port: number; host?: string; advertise?: string };
+  shutdownGraceMs?: number;
+  bodyLimitBytes?: number;
+}
+
+const port = z.number().int().min(0).max(65535);
+const host = z.string().min(1);
+const duration = z.union([z.string(), z.number()]).transform((v, ctx) => {
+  try {
+    return parseDuration(v);
+  } catch (e) {
+    ctx.addIssue({ code: 'custom', message: (e as Error).message.replace(/^duration: /, '') });
+    return z.NEVER;
+  }
+});
+const size = z.union([z.string(), z.number().int().min(1)]).transform((v, ctx) => {
+  if (typeof v === 'number') return v;
+  try {
+    return parseBytes(v, 'bodyLimit');
+  } catch (e) {
+    ctx.addIssue({ code: 'custom', message: (e as Error).message.replace(/^bodyLimit: /, '') });
+    return z.NEVER;
+  }
+});
+
+const sectionSchema = z
+  .object({
+    host: host.optional(),
+    port: port.optional(),
+    allowInsecure: z.boolean().optional(),
+    tls: z
+      .object({ cert: z.string().min(1), key: z.string().min(1) })
+      .strict()
+      .optional(),
+    grpc: z
+      .object({ port, host: host.optional(), advertise: z.string().min(1).optional() })
+      .strict()
+      .optional(),
+    shutdownGrace: duration.optional(),
+    bodyLimit: size.optional(),
+  })
+  .strict();
+
+/** Keys a file must not use, with the spelling it should. */
+const FILE_SPELLING: Record<string, string> = { shutdownGraceMs: 'shutdownGrace: 10s', bodyLimitBytes: 'bodyLimit: 1m' };
+
+/** The file's `server:` section, validated; `{}` when it has none. Errors name the key and line. */
+export function readServerSection(file: string): ServerFileSection {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (cause) {
+    throw new SbxError('invalid_argument', `config: cannot read ${file}: ${(cause as Error).message}`, { cause, details: { field: 'config' } });
+  }
+  const lines = new LineCounter();
+  const doc = parseDocument(text, { lineCounter: lines });
+  if (doc.errors.length > 0) {
+    const e = doc.errors[0]!;
+    throw new SbxError('invalid_argument', `config: ${file}:${e.linePos?.[0]?.line ?? '?'}: ${e.message.split('\n')[0]}`, { details: { field: 'config' } });
+  }
+  const root: unknown = doc.toJS();
+  const raw = root !== null && typeof root === 'object' && !Array.isArray(root) ? (root as Record<string, unknown>)['server'] : undefined;
+  if (raw === undefined || raw === null) return {};
+  const at = (path: (string | number)[]) => {
+    const node = doc.getIn(['server', ...path], true) as { range?: [number, number, number] } | undefined;
+    return node?.range ? ` (${file}:${lines.linePos(node.range[0]).line})` : ` (${file})`;
+  };
+  if (typeof raw !== 'object' || Array.isArray(raw)) throw invalidArgument('server', `must be a mapping${at([])}`);
+  for (const [key, hint] of Object.entries(FILE_SPELLING)) {
+    if (key in raw) throw invalidArgument(`server.${key}`, `config files write '${hint}'${at([key])}`);
+  }
+  let v: z.output<typeof sectionSchema>;
+  try {
+    v = parseOrThrow(sectionSchema, raw, 'server', 'server');
+  } catch (e) {
+    const field = e instanceof SbxError && typeof e.details?.['field'] === 'string' ? e.details['field'] : 'server';
+    throw new SbxError('invalid_argument', `config: ${(e as Error).message}${at(field.split('.').slice(1))}`, { cause: e, details: { field } });
+  }
+  const base = dirname(resolve(file));
+  return {
+    ...(v.host !== undefined ? { host: v.host } : {}),
+    ...(v.port !== undefined ? { port: v.port } : {}),
+    ...(v.allowInsecure !== undefined ? { allowInsecure: v.allowInsecure } : {}),
+    ...(v.tls ? { tls: { certFile: resolve(base, v.tls.cert), keyFile: resolve(base, v.tls.key) } } : {}),
+    ...(v.grpc
+      ? {
+          grpc: {
+            port: v.grpc.port,
+            ...(v.grpc.host !== undefined ? { host: v.grpc.host } : {}),
+            ...(v.grpc.advertise !== undefined ? { advertise: v.grpc.advertise } : {}),
+          },
+        }
+      : {}),
+    ...(v.shutdownGrace !== undefined ? { shutdownGraceMs: v.shutdownGrace } : {}),
+    ...(v.bodyLimit !== undefined ? { bodyLimitBytes: v.bodyLimit } : {}),
+  };
+}
