@@ -9,7 +9,7 @@ import Fastify, { LogController } from 'fastify';
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply } from 'fastify';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import { SbxError } from '../errors.js';
-import { FailureLimiter, authenticate } from './auth.js';
+import { FailureLimiter, WS_PROTOCOL, authenticate, bearerFromProtocols } from './auth.js';
 import type { Caller } from './auth.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
@@ -68,7 +68,13 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
     },
     transform: jsonSchemaTransform,
   });
-  await app.register(websocket, { options: { maxPayload: opts.wsMaxPayloadBytes ?? 16 * 1024 * 1024 } });
+  await app.register(websocket, {
+    options: {
+      maxPayload: opts.wsMaxPayloadBytes ?? 16 * 1024 * 1024,
+      // Only ever sbx.v1: selecting the offered sbx.bearer.<credential> would send it back.
+      handleProtocols: (protocols: Set<string>) => (protocols.has(WS_PROTOCOL) ? WS_PROTOCOL : false),
+    },
+  });
 
   app.addHook('onRequest', async (req, reply) => {
     reply.header('x-request-id', req.id);
@@ -78,7 +84,10 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
     if (!req.routeOptions.url) return; // unknown route: 404 below, no auth to reveal nothing
     let caller: Caller;
     try {
-      caller = await authenticate(req.headers.authorization, req.ip, { keys: ctx.keys, verifyBoxToken: (t) => ctx.manager.verifyBoxToken(t), limiter });
+      const authorization =
+        req.headers.authorization ??
+        (config?.wsProtocolAuth && req.headers.upgrade?.toLowerCase() === 'websocket' ? bearerFromProtocols(req.headers['sec-websocket-protocol']) : undefined);
+      caller = await authenticate(authorization, req.ip, { keys: ctx.keys, verifyBoxToken: (t) => ctx.manager.verifyBoxToken(t), limiter });
     } catch (err) {
       ctx.metrics.authFailures.inc();
       throw err;

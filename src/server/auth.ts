@@ -15,6 +15,23 @@ export type Caller = Principal | BoxPrincipal;
 
 export const BOX_TOKEN_PREFIX = 'sbxb1.';
 
+/**
+ * Browsers cannot set headers on a WebSocket, so the WebSocket exec also takes the credential
+ * as an offered subprotocol, `sbx.bearer.<key or box token>`, beside `sbx.v1`, the one the
+ * server selects (it never selects, and so never echoes, the credential). Not a `?token=`
+ * query: URLs end up in proxy logs and browser history. Keys and box tokens are made only of
+ * characters a subprotocol may hold.
+ */
+export const WS_PROTOCOL = 'sbx.v1';
+export const WS_BEARER_PREFIX = 'sbx.bearer.';
+
+/** `Bearer <credential>` from a Sec-WebSocket-Protocol header, or undefined when none is offered. */
+export function bearerFromProtocols(header: string | string[] | undefined): string | undefined {
+  const list = (Array.isArray(header) ? header.join(',') : (header ?? '')).split(',').map((p) => p.trim());
+  const offered = list.find((p) => p.startsWith(WS_BEARER_PREFIX) && p.length > WS_BEARER_PREFIX.length);
+  return offered ? `Bearer ${offered.slice(WS_BEARER_PREFIX.length)}` : undefined;
+}
+
 export interface AuthDeps {
   keys: KeyStore;
   verifyBoxToken(token: string): Promise<string>;

@@ -20,6 +20,8 @@ declare module 'fastify' {
     public?: boolean;
     /** A box token for the `:id` box is accepted (the heartbeat route). */
     boxToken?: boolean;
+    /** On a WebSocket upgrade without Authorization, the credential may come as a subprotocol (auth.ts). */
+    wsProtocolAuth?: boolean;
   }
 }
 

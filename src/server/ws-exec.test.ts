@@ -4,9 +4,11 @@
  * reader on 50 MB, and graceful shutdown telling open streams why they close.
  */
 import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import v8 from 'node:v8';
 import vm from 'node:vm';
+import pino from 'pino';
 import WebSocket from 'ws';
 import { CHANNEL } from './ws-exec.js';
 import { IMAGE, startTestServer } from './test-support.js';
@@ -211,6 +213,72 @@ describe('graceful shutdown', () => {
       assert.equal((await boxes[0]!.info()).status, 'running', 'the box keeps running');
     } finally {
       await s2.dispose();
+    }
+  });
+});
+
+describe('browser-style auth: no Authorization header', () => {
+  /** What a browser's `new WebSocket(url, protocols)` sends: protocols, no Authorization. */
+  function browserLike(url: string, protocols: string[]): Promise<{ status?: number; protocol?: string; stdout: string; controls: unknown[]; error?: string }> {
+    const ws = new WebSocket(url, protocols);
+    let stdout = '';
+    const controls: unknown[] = [];
+    return new Promise((resolve) => {
+      ws.once('unexpected-response', (_req, res) => {
+        resolve({ status: res.statusCode ?? 0, stdout, controls });
+        res.resume();
+        ws.terminate();
+      });
+      ws.once('error', (err) => resolve({ stdout, controls, error: err.message }));
+      ws.on('message', (data: Buffer) => {
+        if (data[0] === CHANNEL.stdout) stdout += data.subarray(1).toString();
+        else if (data[0] === CHANNEL.control) controls.push(JSON.parse(data.subarray(1).toString()));
+      });
+      ws.once('close', () => resolve({ protocol: ws.protocol, stdout, controls }));
+    });
+  }
+
+  test('the key as subprotocol sbx.bearer.<key> beside sbx.v1: authenticated and scoped; only sbx.v1 comes back; never logged', async () => {
+    const lines: string[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _enc, cb) {
+        lines.push(chunk.toString());
+        cb();
+      },
+    });
+    // trace: the most a misconfigured deployment could log.
+    const s = await startTestServer('wsproto', { logger: pino({ level: 'trace' }, sink) });
+    try {
+      const user = (await s.call('POST', '/v1/keys', { body: { name: 'browser', role: 'user' } })).json.key as string;
+      const other = (await s.call('POST', '/v1/keys', { body: { name: 'other', role: 'user' } })).json.key as string;
+      const mine = (await s.call('POST', '/v1/boxes', { key: user, body: { image: IMAGE } })).json.id as string;
+      const base = s.url.replace(/^http/, 'ws');
+      const echo = q(['sh', '-c', 'echo hi from $(hostname)']);
+
+      const ok = await browserLike(`${base}/v1/boxes/${mine}/exec/ws${echo}`, ['sbx.v1', `sbx.bearer.${user}`]);
+      assert.equal(ok.protocol, 'sbx.v1', 'the server selects sbx.v1, never the credential');
+      assert.match(ok.stdout, /^hi from /);
+      assert.deepEqual(ok.controls, [{ exit: 0 }]);
+
+      const bad = await browserLike(`${base}/v1/boxes/${mine}/exec/ws${echo}`, ['sbx.v1', `sbx.bearer.${user.slice(0, -3)}AAA`]);
+      assert.equal(bad.status, 401, 'a wrong key is refused before the upgrade');
+      const none = await browserLike(`${base}/v1/boxes/${mine}/exec/ws${echo}`, ['sbx.v1']);
+      assert.equal(none.status, 401);
+      const others = await browserLike(`${base}/v1/boxes/${mine}/exec/ws${echo}`, ['sbx.v1', `sbx.bearer.${other}`]);
+      assert.equal(others.status, 404, 'another owner’s box answers 404, as over Authorization');
+      const noV1 = await browserLike(`${base}/v1/boxes/${mine}/exec/ws${echo}`, [`sbx.bearer.${user}`]);
+      assert.match(noV1.error ?? '', /subprotocol/i, 'without sbx.v1 on offer there is nothing to select and the client fails');
+
+      // Only the WebSocket exec takes it: a plain request with the header is not authenticated.
+      const plain = await s.call('GET', '/v1/boxes', { key: null, headers: { 'sec-websocket-protocol': `sbx.v1, sbx.bearer.${user}` } });
+      assert.equal(plain.status, 401);
+
+      const everything = lines.join('');
+      assert.ok(lines.length > 5 && everything.includes('/v1/boxes/:id/exec/ws'), 'the ws requests were logged');
+      for (const secret of [user, other, s.admin, user.slice(0, -3)]) assert.ok(!everything.includes(secret), 'a key reached the log');
+      assert.ok(!/sbx\.bearer|sec-websocket-protocol/i.test(everything), 'no protocol header in the log');
+    } finally {
+      await s.dispose();
     }
   });
 });

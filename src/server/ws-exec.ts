@@ -82,6 +82,7 @@ export function wsExecRoutes(app: FastifyInstance, ctx: ServerContext): void {
     '/v1/boxes/:id/exec/ws',
     {
       websocket: true,
+      config: { wsProtocolAuth: true },
       schema: {
         summary: 'Interactive exec over a WebSocket (channel framing; see docs/api.md)',
         tags: ['exec'],
