@@ -3,10 +3,15 @@
  * library, as ratios in one run (subject p50 / library p50). Goal of issue #9: HTTP exec adds
  * at most 2 ms p50 over the library.
  *
+ * HTTP ExecOutput1M is mostly JSON, not transport: the row prints 1 MiB of NUL bytes, which JSON
+ * writes as `\u0000`, 6 MiB on the wire, and stringify + parse of that take ~70 ms here. The
+ * WebSocket exec sends the bytes as they are.
+ *
  * Run alone: `npx tsx bench/rows/transport.ts [--quick]`. In bench/run.ts it is one call:
  * `results.push(...(await runTransportRows(run.ctx, { managerName: `${run.managerName}-tr`, dataDir: join(run.tmp, 'transport'), runId: run.runId })))`.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
+import http from 'node:http';
 import os from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -72,6 +77,52 @@ export class HttpSubject implements Subject {
   async close(): Promise<void> {}
 }
 
+/**
+ * The same HTTP calls with node:http on one keep-alive socket instead of fetch: how much of the
+ * HTTP rows' added time is the client's (undici's fetch costs ~0.5-1 ms a request more here).
+ */
+export class NodeHttpSubject extends HttpSubject {
+  override readonly name: string = 'node-http';
+  private readonly agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+
+  protected override call(method: string, path: string, body?: unknown): Promise<{ status: number; json: Record<string, unknown> | undefined }> {
+    const payload = body !== undefined ? JSON.stringify(body) : undefined;
+    const u = new URL(this.url);
+    return new Promise((resolve, reject) => {
+      const req = http.request(
+        {
+          host: u.hostname,
+          port: u.port,
+          method,
+          path,
+          agent: this.agent,
+          headers: {
+            authorization: `Bearer ${this.key}`,
+            ...(payload !== undefined ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } : {}),
+          },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => {
+            const text = Buffer.concat(chunks).toString('utf8');
+            const status = res.statusCode ?? 0;
+            if (status >= 300) return reject(new Error(`${method} ${path}: ${status} ${text.slice(0, 200)}`));
+            resolve({ status, json: text ? (JSON.parse(text) as Record<string, unknown>) : undefined });
+          });
+          res.on('error', reject);
+        },
+      );
+      req.on('error', reject);
+      req.end(payload);
+    });
+  }
+
+  override async close(): Promise<void> {
+    this.agent.destroy();
+  }
+}
+
 /** Exec over the WebSocket exec (one socket per exec, as `sbx exec` would); the rest over HTTP. */
 export class WsSubject extends HttpSubject {
   override readonly name = 'ws';
@@ -99,20 +150,25 @@ function twin(prefix: string, names: string[]): AnyRow<Subject>[] {
   return latencyRows.filter((r) => names.includes(r.name)).map((r) => ({ ...r, name: `${prefix} ${r.name}`, note: `${r.note ?? ''} (vs library)`.trim() }));
 }
 
-/** HTTP Exec/ExecOutput1M/Create and WS Exec/ExecOutput1M, each against the library in one run. */
+/** HTTP Exec/ExecOutput1M/Create (fetch), HTTP node:http Exec, WS Exec/ExecOutput1M, each against the library in one run. */
 export async function runTransportRows(ctx: RunContext, opts: { managerName: string; dataDir: string; runId: string }): Promise<RowResult[]> {
   const lib = await SbxSubject.open(opts);
   let server: ServerHandle | undefined;
+  let nodeHttpClose: (() => Promise<void>) | undefined;
   try {
     server = await serve({ manager: lib.manager, port: 0, dataDir: opts.dataDir, logger: pino({ level: 'silent' }), print: () => undefined });
     const key = server.adminKey!;
     const http = new HttpSubject(server.url, key, opts.runId);
     const ws = new WsSubject(server.url, key, opts.runId);
+    const nodeHttp = new NodeHttpSubject(server.url, key, opts.runId);
+    nodeHttpClose = () => nodeHttp.close();
     return [
       ...(await runPairRows(twin('HTTP', TWINS), http, lib as unknown as Subject, ctx)),
+      ...(await runPairRows(twin('HTTP node:http', ['Exec']), nodeHttp, lib as unknown as Subject, ctx)),
       ...(await runPairRows(twin('WS', ['Exec', 'ExecOutput1M']), ws, lib as unknown as Subject, ctx)),
     ];
   } finally {
+    await nodeHttpClose?.();
     await server?.close();
     await lib.close();
   }
@@ -126,15 +182,15 @@ async function main(): Promise<void> {
   const engine = new EngineClient();
   try {
     const rows = await runTransportRows({ mode, log, signal: new AbortController().signal }, { managerName: `bench-tr-${process.pid}`, dataDir: tmp, runId });
-    const out = ['row                     subject  p50 ms   lib p50 ms  ratio   added p50 ms'];
+    const out = ['row                          subject    p50 ms   lib p50 ms  ratio   added p50 ms'];
     for (const r of rows) {
       if (r.sides.length !== 2) {
-        out.push(`${r.name.padEnd(24)}${r.status}: ${r.reason ?? ''}`);
+        out.push(`${r.name.padEnd(29)}${r.status}: ${r.reason ?? ''}`);
         continue;
       }
       const [s, b] = r.sides;
       out.push(
-        `${r.name.padEnd(24)}${s.subject.padEnd(9)}${s.stats.p50.toFixed(1).padStart(6)}   ${b.stats.p50.toFixed(1).padStart(10)}  ${(r.ratio ?? 0).toFixed(2).padStart(5)}x  ${(s.stats.p50 - b.stats.p50).toFixed(1).padStart(8)}   (n=${s.stats.n})`,
+        `${r.name.padEnd(29)}${s.subject.padEnd(11)}${s.stats.p50.toFixed(1).padStart(6)}   ${b.stats.p50.toFixed(1).padStart(10)}  ${(r.ratio ?? 0).toFixed(2).padStart(5)}x  ${(s.stats.p50 - b.stats.p50).toFixed(1).padStart(8)}   (n=${s.stats.n})`,
       );
     }
     process.stdout.write(`${out.join('\n')}\n`);

@@ -70,7 +70,11 @@ export function boxNotFound(id: string): SbxError {
  */
 export async function boxFor(ctx: ServerContext, caller: Caller | undefined, id: string): Promise<Box> {
   const p = requireKey(caller);
-  const box = (await ctx.manager.list()).find((b) => b.id === id);
+  // get() is one map lookup; list() would copy and filter every box on each request.
+  const box = await ctx.manager.get(id).catch((err: unknown) => {
+    if (err instanceof SbxError && err.code === 'not_found') return undefined;
+    throw err;
+  });
   if (!box || !mayAccess(p, box.owner)) throw boxNotFound(id);
   return box;
 }
