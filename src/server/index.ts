@@ -144,7 +144,6 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
     cleanupStats: () => ({ ...manager.cleanupStats }),
   });
   const observeEngineCall: EngineCallObserver = (c) => metrics.engineCalls.observe({ op: c.op, outcome: c.outcome }, c.ms / 1000);
-  manager.engineCallObservers.add(observeEngineCall);
   const ctx: ServerContext = { manager, keys, metrics, streams, log, shuttingDown: () => closing };
   const app = await buildApp(ctx, {
     bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,
@@ -153,6 +152,7 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
   });
   let grpcHandle: GrpcServerHandle | undefined;
   let grpcAddr: string | undefined;
+  manager.engineCallObservers.add(observeEngineCall);
   try {
     await app.listen({ host, port });
     if (options.grpc) grpcHandle = await startGrpc({ host: options.grpc.host ?? host, port: options.grpc.port, manager, metrics });
