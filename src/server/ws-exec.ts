@@ -84,7 +84,8 @@ export function wsExecRoutes(app: FastifyInstance, ctx: ServerContext): void {
       websocket: true,
       config: { wsProtocolAuth: true },
       schema: {
-        summary: 'Interactive exec over a WebSocket (channel framing; see docs/api.md)',
+        summary:
+          'Interactive exec over a WebSocket (channel framing; see docs/api.md). Browsers without an Authorization header offer the subprotocols sbx.v1 and sbx.bearer.<key>',
         tags: ['exec'],
         params: boxIdParam,
         querystring: WsExecQuery,
