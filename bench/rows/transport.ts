@@ -7,8 +7,9 @@
  * writes as `\u0000`, 6 MiB on the wire, and stringify + parse of that take ~70 ms here. The
  * WebSocket exec sends the bytes as they are.
  *
- * Run alone: `npx tsx bench/rows/transport.ts [--quick]`. In bench/run.ts it is one call:
- * `results.push(...(await runTransportRows(run.ctx, { managerName: `${run.managerName}-tr`, dataDir: join(run.tmp, 'transport'), runId: run.runId })))`.
+ * Run alone: `npx tsx bench/rows/transport.ts [--quick] [--only NAME]`. In bench/run.ts: add
+ * TRANSPORT_ROW_NAMES to the selectable names, then
+ * `results.push(...(await runTransportRows(run.ctx, { managerName: `${run.managerName}-tr`, dataDir: join(run.tmp, 'transport'), runId: run.runId, only: picked })))`.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import http from 'node:http';
@@ -30,8 +31,17 @@ import { SbxSubject } from '../subjects/sbx.js';
 import type { BoxRef, ExecOutcome, Subject } from '../subjects/subject.js';
 import { latencyRows } from './boxes.js';
 
-/** The library rows that have a transport twin. */
-const TWINS = ['Exec', 'ExecOutput1M', 'Create'];
+/** The library rows that have a transport twin, per transport (the row is `<transport> <name>`). */
+const TWINS: ReadonlyArray<[string, string[]]> = [
+  ['HTTP', ['Exec', 'ExecOutput1M', 'Create']],
+  ['HTTP node:http', ['Exec']],
+  ['WS', ['Exec', 'ExecOutput1M']],
+];
+
+/** Every row this file makes, for bench/run.ts's `--only`. */
+export const TRANSPORT_ROW_NAMES: readonly string[] = TWINS.flatMap(([prefix, names]) =>
+  latencyRows.filter((r) => names.includes(r.name)).map((r) => `${prefix} ${r.name}`),
+);
 
 /** Boxes over the HTTP API with fetch (keep-alive), as a remote client would drive them. */
 export class HttpSubject implements Subject {
@@ -146,12 +156,19 @@ export class WsSubject extends HttpSubject {
   }
 }
 
-function twin(prefix: string, names: string[]): AnyRow<Subject>[] {
-  return latencyRows.filter((r) => names.includes(r.name)).map((r) => ({ ...r, name: `${prefix} ${r.name}`, note: `${r.note ?? ''} (vs library)`.trim() }));
+function twin(prefix: string, only: ReadonlySet<string> | undefined): AnyRow<Subject>[] {
+  const names = TWINS.find(([p]) => p === prefix)?.[1] ?? [];
+  return latencyRows
+    .filter((r) => names.includes(r.name) && (!only || only.has(`${prefix} ${r.name}`)))
+    .map((r) => ({ ...r, name: `${prefix} ${r.name}`, note: `${r.note ?? ''} (vs library)`.trim() }));
 }
 
 /** HTTP Exec/ExecOutput1M/Create (fetch), HTTP node:http Exec, WS Exec/ExecOutput1M, each against the library in one run. */
-export async function runTransportRows(ctx: RunContext, opts: { managerName: string; dataDir: string; runId: string }): Promise<RowResult[]> {
+export async function runTransportRows(
+  ctx: RunContext,
+  opts: { managerName: string; dataDir: string; runId: string; /** Row names to run (TRANSPORT_ROW_NAMES); default all. */ only?: ReadonlySet<string> },
+): Promise<RowResult[]> {
+  if (opts.only && !TRANSPORT_ROW_NAMES.some((n) => opts.only!.has(n))) return [];
   const lib = await SbxSubject.open(opts);
   let server: ServerHandle | undefined;
   let nodeHttpClose: (() => Promise<void>) | undefined;
@@ -163,9 +180,9 @@ export async function runTransportRows(ctx: RunContext, opts: { managerName: str
     const nodeHttp = new NodeHttpSubject(server.url, key, opts.runId);
     nodeHttpClose = () => nodeHttp.close();
     return [
-      ...(await runPairRows(twin('HTTP', TWINS), http, lib as unknown as Subject, ctx)),
-      ...(await runPairRows(twin('HTTP node:http', ['Exec']), nodeHttp, lib as unknown as Subject, ctx)),
-      ...(await runPairRows(twin('WS', ['Exec', 'ExecOutput1M']), ws, lib as unknown as Subject, ctx)),
+      ...(await runPairRows(twin('HTTP', opts.only), http, lib as unknown as Subject, ctx)),
+      ...(await runPairRows(twin('HTTP node:http', opts.only), nodeHttp, lib as unknown as Subject, ctx)),
+      ...(await runPairRows(twin('WS', opts.only), ws, lib as unknown as Subject, ctx)),
     ];
   } finally {
     await nodeHttpClose?.();
@@ -181,7 +198,13 @@ async function main(): Promise<void> {
   const log = (line: string) => process.stderr.write(`bench: ${line}\n`);
   const engine = new EngineClient();
   try {
-    const rows = await runTransportRows({ mode, log, signal: new AbortController().signal }, { managerName: `bench-tr-${process.pid}`, dataDir: tmp, runId });
+    const i = process.argv.indexOf('--only');
+    const only =
+      i > 0 && process.argv[i + 1] ? new Set(TRANSPORT_ROW_NAMES.filter((n) => n.toLowerCase().includes(process.argv[i + 1]!.toLowerCase()))) : undefined;
+    const rows = await runTransportRows(
+      { mode, log, signal: new AbortController().signal },
+      { managerName: `bench-tr-${process.pid}`, dataDir: tmp, runId, ...(only ? { only } : {}) },
+    );
     const out = ['row                          subject    p50 ms   lib p50 ms  ratio   added p50 ms'];
     for (const r of rows) {
       if (r.sides.length !== 2) {
