@@ -78,18 +78,20 @@ function timedIterable<T>(it: AsyncIterable<T>, report: (outcome: string) => voi
 }
 
 function timedObject<T extends object>(target: T, prefix: string, observe: EngineCallObserver): T {
-  const wrapped = new Map<PropertyKey, unknown>();
+  // Wrappers by property, with what they wrap: a property that changes gets a fresh wrapper.
+  const wrapped = new Map<PropertyKey, { of: unknown; proxy: unknown }>();
   return new Proxy(target, {
     get(obj, key) {
       const value = Reflect.get(obj, key, obj) as unknown;
       if (typeof key === 'symbol' || UNTIMED.has(key)) return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(obj) : value;
+      const cached = wrapped.get(key);
+      if (cached && cached.of === value) return cached.proxy;
       if (key === 'images' && prefix === '' && value !== null && typeof value === 'object') {
-        if (!wrapped.has(key)) wrapped.set(key, timedObject(value, 'images.', observe));
-        return wrapped.get(key);
+        const proxy = timedObject(value, 'images.', observe);
+        wrapped.set(key, { of: value, proxy });
+        return proxy;
       }
       if (typeof value !== 'function') return value;
-      const cached = wrapped.get(key);
-      if (cached) return cached;
       const op = `${prefix}${key}`;
       const fn = value as (...a: unknown[]) => unknown;
       const timed = (...args: unknown[]) => {
@@ -124,7 +126,7 @@ function timedObject<T extends object>(target: T, prefix: string, observe: Engin
         report('ok');
         return result;
       };
-      wrapped.set(key, timed);
+      wrapped.set(key, { of: value, proxy: timed });
       return timed;
     },
   });
