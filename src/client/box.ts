@@ -1,0 +1,121 @@
+/** A box behind `sbx serve`, with the library Box's fields and calls. */
+import { SbxError } from '../errors.js';
+import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from '../runtime/types.js';
+import type { Box as LibraryBox } from '../sandbox/box.js';
+import type { BoxInfo, BoxStatus, LifecyclePolicy } from '../sandbox/types.js';
+import { abortError } from './http.js';
+import type { Transport } from './http.js';
+import { openStream } from './stream.js';
+import { RemoteWorkspaceFS } from './workspace.js';
+import type { WorkspaceFS } from './workspace.js';
+
+/**
+ * The library's Box, with `workspace()` giving the structural WorkspaceFS: a library Box is
+ * one of these too, so code typed against it runs on either.
+ */
+export type Box = Omit<LibraryBox, 'workspace'> & {
+  /** The file API of the workspace mounted into this box; not_found when it has none. */
+  workspace(): Promise<WorkspaceFS>;
+};
+
+export class RemoteBox implements Box {
+  private fields: BoxInfo;
+
+  constructor(
+    private readonly transport: Transport,
+    info: BoxInfo,
+  ) {
+    this.fields = info;
+  }
+
+  private get path(): string {
+    return `/v1/boxes/${encodeURIComponent(this.fields.id)}`;
+  }
+
+  get id(): string {
+    return this.fields.id;
+  }
+  get containerId(): string {
+    return this.fields.containerId;
+  }
+  get owner(): string {
+    return this.fields.owner;
+  }
+  get pool(): string {
+    return this.fields.pool;
+  }
+  get policy(): LifecyclePolicy {
+    return this.fields.policy;
+  }
+  get image(): string {
+    return this.fields.image;
+  }
+  get workspaceId(): string | null {
+    return this.fields.workspaceId;
+  }
+  get mountPath(): string {
+    return this.fields.mountPath;
+  }
+  get labels(): Record<string, string> {
+    return { ...this.fields.labels };
+  }
+  get createdAt(): string {
+    return this.fields.createdAt;
+  }
+  /** The status the server last reported to this object (`info()`, `start()`, `stop()` refresh it). */
+  get status(): BoxStatus {
+    return this.fields.status;
+  }
+
+  /**
+   * Runs a command to completion. Never retried: a command that may have run is not run again.
+   * An aborted `signal` drops the request, which makes the server kill the process.
+   */
+  async exec(cmd: string[], opts: ExecOptions = {}): Promise<ExecResult> {
+    const { signal, stdin, ...rest } = opts;
+    const body: Record<string, unknown> = { cmd, ...rest };
+    if (typeof stdin === 'string') body['stdin'] = stdin;
+    else if (stdin !== undefined) body['stdin'] = { base64: Buffer.from(stdin.buffer, stdin.byteOffset, stdin.byteLength).toString('base64') };
+    try {
+      return await this.transport.json<ExecResult>('POST', `${this.path}/exec`, { json: body, ...(signal ? { signal } : {}) });
+    } catch (err) {
+      // An abort while the answer was being read is still the caller's abort.
+      if (signal?.aborted && !(err instanceof SbxError && err.code === 'cancelled')) throw abortError(signal, 'POST', `${this.path}/exec`);
+      throw err;
+    }
+  }
+
+  stream(cmd: string[], opts?: ExecStreamOptions): Promise<ExecStream> {
+    return openStream(this.transport, this.fields.id, cmd, opts);
+  }
+
+  async workspace(): Promise<WorkspaceFS> {
+    if (!this.fields.workspaceId) throw new SbxError('not_found', `box '${this.id}' has no workspace`, { details: { id: this.id } });
+    return new RemoteWorkspaceFS(this.transport, this.fields.workspaceId);
+  }
+
+  async info(): Promise<BoxInfo> {
+    this.fields = await this.transport.json<BoxInfo>('GET', this.path);
+    return { ...this.fields };
+  }
+
+  async start(): Promise<void> {
+    this.fields = await this.transport.json<BoxInfo>('POST', `${this.path}/start`);
+  }
+
+  async stop(): Promise<void> {
+    this.fields = await this.transport.json<BoxInfo>('POST', `${this.path}/stop`);
+  }
+
+  async remove(): Promise<void> {
+    await this.transport.json('DELETE', this.path);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    try {
+      await this.remove();
+    } catch (err) {
+      if (!(err instanceof SbxError && err.code === 'not_found')) throw err;
+    }
+  }
+}

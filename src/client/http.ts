@@ -1,0 +1,201 @@
+/**
+ * The SDK's one HTTP path: every call goes through `Transport.request`, which adds the key,
+ * turns error bodies back into SbxError, names the URL when the server cannot be reached, and
+ * retries GETs (and only GETs) on connection errors.
+ */
+import { ERROR_CODES, SbxError } from '../errors.js';
+import type { ErrorCode } from '../errors.js';
+
+/** Connection-level failures worth another try: nothing reached the server's handler, or the answer never came. */
+const RETRYABLE = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'UND_ERR_CLOSED']);
+
+/** The status an answer without an sbx error body maps to (a proxy's 502, say). */
+const CODE_BY_STATUS: Record<number, ErrorCode> = {
+  400: 'invalid_argument',
+  401: 'unauthorized',
+  403: 'forbidden',
+  404: 'not_found',
+  409: 'conflict',
+  413: 'quota_exceeded',
+  415: 'invalid_argument',
+  429: 'limit_exceeded',
+  499: 'cancelled',
+  502: 'runtime_unavailable',
+  503: 'not_available',
+  504: 'timeout',
+};
+
+export interface TransportOptions {
+  url: string;
+  apiKey: string | undefined;
+  /** Extra tries of a GET after a connection error. */
+  retries: number;
+  /** First backoff; doubled each try. */
+  retryDelayMs: number;
+}
+
+export interface RequestOptions {
+  /** JSON body. */
+  json?: unknown;
+  /** Raw body, streamed (file and tar uploads). */
+  body?: AsyncIterable<Uint8Array> | Uint8Array;
+  query?: Record<string, string | string[] | boolean | undefined>;
+  headers?: Record<string, string>;
+  signal?: AbortSignal;
+}
+
+export class Transport {
+  readonly baseUrl: string;
+
+  constructor(readonly options: TransportOptions) {
+    this.baseUrl = options.url.replace(/\/+$/, '');
+  }
+
+  url(path: string, query?: RequestOptions['query']): string {
+    const qs = new URLSearchParams();
+    for (const [k, v] of Object.entries(query ?? {})) {
+      if (v === undefined || v === false) continue;
+      for (const item of Array.isArray(v) ? v : [v === true ? 'true' : v]) qs.append(k, item);
+    }
+    const s = qs.toString();
+    return this.baseUrl + path + (s ? `?${s}` : '');
+  }
+
+  authHeaders(): Record<string, string> {
+    return this.options.apiKey ? { authorization: `Bearer ${this.options.apiKey}` } : {};
+  }
+
+  /** Sends one request; an answer of 400 or more becomes the SbxError its body describes. */
+  async request(method: string, path: string, opts: RequestOptions = {}): Promise<Response> {
+    const target = this.url(path, opts.query);
+    const headers: Record<string, string> = { ...this.authHeaders(), ...(opts.headers ?? {}) };
+    let body: RequestInit['body'] | undefined;
+    if (opts.json !== undefined) {
+      body = JSON.stringify(opts.json);
+      headers['content-type'] = 'application/json';
+    } else if (opts.body !== undefined) {
+      body = opts.body as RequestInit['body'];
+      headers['content-type'] ??= 'application/octet-stream';
+    }
+    // Only a GET is safe to send twice: a create or an exec that reached the server before the
+    // connection broke must not run again.
+    const tries = method === 'GET' ? this.options.retries + 1 : 1;
+    for (let attempt = 1; ; attempt++) {
+      let res: Response;
+      try {
+        res = await fetch(target, {
+          method,
+          headers,
+          ...(body !== undefined ? { body, duplex: 'half' } : {}),
+          ...(opts.signal ? { signal: opts.signal } : {}),
+        } as RequestInit);
+      } catch (err) {
+        if (opts.signal?.aborted) throw abortError(opts.signal, method, path);
+        if (attempt < tries && RETRYABLE.has(errCode(err) ?? '')) {
+          await sleep(this.options.retryDelayMs * 2 ** (attempt - 1));
+          continue;
+        }
+        throw this.unreachable(err, method, path, attempt);
+      }
+      if (res.status >= 400) throw await errorFromResponse(res, method, path);
+      return res;
+    }
+  }
+
+  async json<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
+    const res = await this.request(method, path, opts);
+    if (res.status === 204) return undefined as T;
+    try {
+      return (await res.json()) as T;
+    } catch (err) {
+      throw this.readFailed(err, method, path);
+    }
+  }
+
+  unreachable(err: unknown, method: string, path: string, attempts = 1): SbxError {
+    const code = errCode(err);
+    const why = code ?? (err instanceof Error ? (err.cause instanceof Error ? err.cause.message : err.message) : String(err));
+    const tried = attempts > 1 ? ` (${attempts} tries)` : '';
+    return new SbxError('runtime_unavailable', `cannot reach the sbx server at ${this.baseUrl}${tried}: ${why}; is \`sbx serve\` running there?`, {
+      cause: err,
+      details: { url: this.baseUrl, method, path, ...(code ? { errno: code } : {}) },
+    });
+  }
+
+  readFailed(err: unknown, method: string, path: string): SbxError {
+    if (err instanceof SbxError) return err;
+    return new SbxError('runtime_unavailable', `the answer from ${this.baseUrl} to ${method} ${path} broke off: ${(err as Error).message}`, {
+      cause: err,
+      details: { url: this.baseUrl, method, path },
+    });
+  }
+}
+
+/** The error an answer describes: the server's own code and details, else one from the status. */
+export async function errorFromResponse(res: { status: number; text(): Promise<string> }, method: string, path: string): Promise<SbxError> {
+  let text = '';
+  try {
+    text = await res.text();
+  } catch {
+    /* the status still says enough */
+  }
+  return errorFromBody(res.status, text, method, path);
+}
+
+export function errorFromBody(status: number, text: string, method: string, path: string): SbxError {
+  const wire = parseErrorBody(text);
+  if (wire) return fromWire(wire);
+  const code = CODE_BY_STATUS[status] ?? (status >= 500 ? 'internal' : 'invalid_argument');
+  return new SbxError(code, `${method} ${path}: HTTP ${status}${text ? `: ${text.slice(0, 200)}` : ''}`, { details: { status } });
+}
+
+interface WireError {
+  code: string;
+  message: string;
+  details?: Record<string, unknown>;
+}
+
+function parseErrorBody(text: string): WireError | undefined {
+  try {
+    const body = JSON.parse(text) as { error?: WireError };
+    if (body?.error && typeof body.error.code === 'string' && typeof body.error.message === 'string') return body.error;
+  } catch {
+    /* not JSON */
+  }
+  return undefined;
+}
+
+/**
+ * The wire form back into an SbxError. The server names request fields by where they were
+ * (`body.memory`); SDK callers passed an options object, so `field` names the option as the
+ * library does (`memory`), and `wireField` keeps the server's.
+ */
+export function fromWire(wire: WireError): SbxError {
+  const code = (ERROR_CODES as readonly string[]).includes(wire.code) ? (wire.code as ErrorCode) : 'internal';
+  let details = wire.details;
+  const field = details?.['field'];
+  if (typeof field === 'string' && field.startsWith('body.')) details = { ...details, field: field.slice('body.'.length), wireField: field };
+  return new SbxError(code, wire.message, details ? { details } : {});
+}
+
+function errCode(err: unknown): string | undefined {
+  for (let e: unknown = err, depth = 0; e && depth < 4; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && code !== 'ABORT_ERR') return code;
+  }
+  return undefined;
+}
+
+export function abortError(signal: AbortSignal, method: string, path: string): SbxError {
+  const reason: unknown = signal.reason;
+  return new SbxError('cancelled', `${method} ${path} aborted: ${reason instanceof Error ? reason.message : String(reason ?? 'aborted')}`, { cause: reason });
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Path segments for a URL: each one escaped, so names with `?`, `#` or `%` arrive as written. */
+export function encodePath(components: string[]): string {
+  return components.map((c) => encodeURIComponent(c)).join('/');
+}

@@ -1,0 +1,335 @@
+/**
+ * One behaviour suite, two subjects: the library's Manager in this process, and the SDK's Sbx
+ * against a real `sbx serve`. Both sit on the real engine. Whatever a test asserts here, code
+ * written against one gets from the other.
+ */
+import assert from 'node:assert/strict';
+import { createHash, randomBytes } from 'node:crypto';
+import { Readable } from 'node:stream';
+import { after, before, describe, test } from 'node:test';
+import type { ExecStream } from '../../runtime/types.js';
+import type { Box } from '../box.js';
+import type { Sbx } from '../client.js';
+import { SbxError } from '../index.js';
+import type { WorkspaceFS } from '../workspace.js';
+
+/** What the library's Manager and the SDK's Sbx share, typed as the SDK declares it. */
+export type SandboxApi = Pick<Sbx, 'create' | 'get' | 'getOrCreate' | 'list' | 'remove' | 'info' | 'pools' | 'imageExists' | 'pullImage' | 'ensureImage'> & {
+  workspaces: {
+    create(o: { name: string; owner: string; node: string; labels?: Record<string, string> }): ReturnType<Sbx['workspaces']['create']>;
+    get: Sbx['workspaces']['get'];
+    list: Sbx['workspaces']['list'];
+    delete: Sbx['workspaces']['delete'];
+    usage: Sbx['workspaces']['usage'];
+    fs(id: string): Promise<WorkspaceFS>;
+  };
+};
+
+export interface Subject {
+  api: SandboxApi;
+  image: string;
+  pullImage: string;
+  dispose(): Promise<void>;
+}
+
+const OWNER = 'alice';
+
+async function rejectsWith(p: Promise<unknown>, code: string, details?: Record<string, unknown>): Promise<SbxError> {
+  try {
+    await p;
+  } catch (err) {
+    assert.ok(err instanceof SbxError, `an SbxError, got ${String(err)}`);
+    assert.equal(err.code, code, err.message);
+    for (const [k, v] of Object.entries(details ?? {})) {
+      if (v instanceof RegExp) assert.match(String(err.details?.[k]), v, `details.${k}`);
+      else assert.equal(err.details?.[k], v, `details.${k}`);
+    }
+    return err;
+  }
+  assert.fail(`expected ${code}, it resolved`);
+}
+
+async function collect(readable: NodeJS.ReadableStream): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const c of readable) chunks.push(Buffer.from(c as Buffer));
+  return Buffer.concat(chunks);
+}
+
+async function until(what: string, check: () => Promise<boolean>, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function running(box: Box, marker: string): Promise<boolean> {
+  const ps = await box.exec(['sh', '-c', `ps | grep -c "[s]leep ${marker}" || true`]);
+  return ps.stdout.trim() !== '0';
+}
+
+export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>): void {
+  describe(name, () => {
+    let s: Subject;
+    let box: Box;
+    const run = `${process.pid}-${Date.now().toString(36)}`;
+
+    before(async () => {
+      s = await makeSubject();
+      box = await s.api.create({ image: s.image, owner: OWNER, labels: { suite: run } });
+    });
+    after(async () => {
+      await s?.dispose();
+    });
+
+    test('create, get, list, getOrCreate, info, remove; not_found after', async () => {
+      const b = await s.api.create({ image: s.image, owner: OWNER, labels: { suite: run, which: 'crud' } });
+      assert.match(b.id, /^sb-[0-9a-f]{12}$/);
+      assert.equal(b.owner, OWNER);
+      assert.equal(b.pool, 'local');
+      assert.equal(b.image, s.image);
+      assert.equal(b.status, 'running');
+      assert.deepEqual(b.labels, { suite: run, which: 'crud' });
+      assert.equal((await s.api.get(b.id)).id, b.id);
+      assert.deepEqual(
+        (await s.api.list({ labels: { suite: run, which: 'crud' } })).map((x) => x.id),
+        [b.id],
+      );
+      assert.equal((await s.api.list({ owner: 'nobody-else' })).length, 0);
+      const again = await s.api.getOrCreate({ id: b.id, image: s.image, owner: OWNER });
+      assert.equal(again.id, b.id);
+      assert.equal(again.containerId, b.containerId, 'getOrCreate returned the existing box');
+      const info = await b.info();
+      assert.equal(info.status, 'running');
+      assert.equal(info.owner, OWNER);
+      assert.equal((await s.api.info(b.id)).id, b.id);
+      await b.remove();
+      await rejectsWith(s.api.get(b.id), 'not_found', { id: b.id });
+      await rejectsWith(s.api.remove(b.id), 'not_found', { id: b.id });
+      assert.equal((await s.api.list({ labels: { which: 'crud' } })).length, 0);
+    });
+
+    test('getOrCreate with a new id creates it; Symbol.asyncDispose removes it', async () => {
+      const id = `sdk-goc-${run}`.slice(0, 60);
+      {
+        await using b = await s.api.getOrCreate({ id, image: s.image, owner: OWNER });
+        assert.equal(b.id, id);
+        assert.equal((await s.api.get(id)).id, id);
+      }
+      await rejectsWith(s.api.get(id), 'not_found');
+    });
+
+    test('stop and start', async () => {
+      const b = await s.api.create({ image: s.image, owner: OWNER, labels: { suite: run }, stopTimeoutMs: 1000 });
+      await b.stop();
+      assert.equal((await b.info()).status, 'stopped');
+      await b.start();
+      assert.equal((await b.info()).status, 'running');
+      assert.equal((await b.exec(['echo', 'back'])).stdout, 'back\n');
+      await b.remove();
+    });
+
+    test('exec: stdout, stderr, exit codes, stdin, env, workDir', async () => {
+      const r = await box.exec(['sh', '-c', 'echo out; echo err >&2; exit 3']);
+      assert.equal(r.exitCode, 3);
+      assert.equal(r.stdout, 'out\n');
+      assert.equal(r.stderr, 'err\n');
+      assert.equal(r.timedOut, false);
+      assert.equal(r.truncated, false);
+      assert.ok(Number.isInteger(r.durationMs) && r.durationMs >= 0);
+      assert.equal((await box.exec(['cat'], { stdin: 'piped in' })).stdout, 'piped in');
+      assert.equal((await box.exec(['wc', '-c'], { stdin: new Uint8Array([0, 1, 2, 255]) })).stdout.trim(), '4');
+      assert.equal((await box.exec(['sh', '-c', 'echo $A $(pwd)'], { env: { A: 'b' }, workDir: '/tmp' })).stdout, 'b /tmp\n');
+      const cut = await box.exec(['sh', '-c', 'head -c 5000 /dev/zero'], { maxOutputBytes: 100 });
+      assert.equal(cut.truncated, true);
+      assert.equal(cut.stdout.length, 100);
+    });
+
+    test('exec: a timeout kills the process inside the box (timedOut, 137)', async () => {
+      const started = Date.now();
+      const r = await box.exec(['sh', '-c', 'exec sleep 302'], { timeoutMs: 500 });
+      assert.equal(r.timedOut, true);
+      assert.equal(r.exitCode, 137);
+      assert.ok(Date.now() - started < 5000, 'returned soon after the timeout');
+      await until('the timed-out process to be gone', async () => !(await running(box, '302')));
+    });
+
+    test('exec: an AbortSignal rejects with cancelled and kills the process', async () => {
+      const controller = new AbortController();
+      const p = box.exec(['sh', '-c', 'exec sleep 303'], { signal: controller.signal });
+      await until('the process to run', () => running(box, '303'));
+      controller.abort();
+      await rejectsWith(p, 'cancelled');
+      await until('the aborted process to be gone', async () => !(await running(box, '303')));
+    });
+
+    test('errors: invalid_argument names the field; a missing program is not_found', async () => {
+      await rejectsWith(s.api.create({ image: s.image, owner: OWNER, memory: -5 }), 'invalid_argument', { field: 'memory' });
+      await rejectsWith(s.api.create({ image: s.image, owner: OWNER, idleTimeoutMs: -1 }), 'invalid_argument', { field: 'idleTimeoutMs' });
+      await rejectsWith(box.exec([]), 'invalid_argument', { field: 'cmd' });
+      await rejectsWith(box.exec(['true'], { timeoutMs: -1 }), 'invalid_argument', { field: 'timeoutMs' });
+      await rejectsWith(s.api.getOrCreate({ image: s.image, owner: OWNER }), 'invalid_argument', { field: 'id' });
+      await rejectsWith(s.api.get('sb-000000000000'), 'not_found', { id: 'sb-000000000000' });
+      await rejectsWith(box.exec(['/no/such/program']), 'not_found');
+    });
+
+    test('stream: stdin half-close, cat sees EOF and its remaining output still arrives', async () => {
+      const st = await box.stream(['sh', '-c', 'cat; echo done; echo bye >&2; exit 4']);
+      const out = collect(st.stdout);
+      const err = collect(st.stderr);
+      st.stdin.write('hello ');
+      st.stdin.write(Buffer.from('world\n'));
+      st.stdin.end();
+      assert.equal(await st.wait(), 4);
+      assert.equal((await out).toString(), 'hello world\ndone\n');
+      assert.equal((await err).toString(), 'bye\n');
+    });
+
+    test('stream: 2 MiB through stdin and back, with backpressure both ways', async () => {
+      const data = randomBytes(2 * 1024 * 1024);
+      const st = await box.stream(['sh', '-c', 'cat | sha256sum']);
+      const out = collect(st.stdout);
+      for (let i = 0; i < data.length; i += 64 * 1024) {
+        if (!st.stdin.write(data.subarray(i, i + 64 * 1024))) await new Promise((r) => st.stdin.once('drain', r));
+      }
+      st.stdin.end();
+      assert.equal(await st.wait(), 0);
+      assert.equal((await out).toString().split(' ')[0], createHash('sha256').update(data).digest('hex'));
+    });
+
+    test('stream: cancel() kills the process inside the box; wait() gives 137', async () => {
+      const st = await box.stream(['sh', '-c', 'echo up; exec sleep 304']);
+      const first = await new Promise<string>((resolve) => st.stdout.once('data', (c: Buffer) => resolve(c.toString())));
+      assert.equal(first, 'up\n');
+      st.stdout.resume();
+      await st.cancel();
+      assert.equal(await st.wait(), 137);
+      await until('the cancelled process to be gone', async () => !(await running(box, '304')));
+    });
+
+    test('stream: an AbortSignal kills it too; a timeout ends it with 137', async () => {
+      const controller = new AbortController();
+      const st = await box.stream(['sh', '-c', 'exec sleep 305'], { signal: controller.signal });
+      st.stdout.resume();
+      await until('the process to run', () => running(box, '305'));
+      controller.abort();
+      assert.equal(await st.wait(), 137);
+      await until('the aborted process to be gone', async () => !(await running(box, '305')));
+      const timed = await box.stream(['sleep', '306'], { timeoutMs: 300 });
+      timed.stdout.resume();
+      assert.equal(await timed.wait(), 137);
+    });
+
+    test('stream: a TTY of the asked size, resize() changes it, stderr merged', async () => {
+      const st: ExecStream = await box.stream(['sh', '-c', 'stty size; read x; stty size; echo e >&2'], { tty: true, size: { cols: 80, rows: 24 } });
+      let out = '';
+      st.stdout.on('data', (c: Buffer) => (out += c.toString()));
+      st.stderr.resume();
+      await until('the first size', async () => out.includes('24 80'));
+      await st.resize({ cols: 100, rows: 40 });
+      await new Promise((r) => setTimeout(r, 200));
+      st.stdin.write('go\r');
+      assert.equal(await st.wait(), 0);
+      assert.match(out, /40 100/);
+      assert.match(out, /e\r?\n/);
+    });
+
+    test('workspace files: write, read (whole and streamed), readDir, stat, mkdirAll, rename, copy, remove, tar out and in', async () => {
+      const ws = await s.api.workspaces.create({ name: `sdk-${run}`, owner: OWNER, node: 'local', labels: { suite: run } });
+      assert.equal((await s.api.workspaces.get(ws.id)).name, `sdk-${run}`);
+      assert.ok((await s.api.workspaces.list({ owner: OWNER })).some((w) => w.id === ws.id));
+      const b = await s.api.create({ image: s.image, owner: OWNER, labels: { suite: run }, workspaceId: ws.id });
+      try {
+        const fs = await b.workspace();
+        await fs.writeFile('notes/hello.txt', 'hi there');
+        assert.equal(await fs.readFile('notes/hello.txt', 'utf8'), 'hi there');
+        assert.equal((await b.exec(['cat', `${b.mountPath}/notes/hello.txt`])).stdout, 'hi there', 'the box sees the file');
+        await b.exec(['sh', '-c', `echo from-box > ${b.mountPath}/notes/box.txt`]);
+        assert.equal(await fs.readFile('notes/box.txt', 'utf8'), 'from-box\n', 'and the API sees what the box wrote');
+
+        const big = randomBytes(3 * 1024 * 1024 + 17);
+        const chunks = async function* () {
+          for (let i = 0; i < big.length; i += 100_000) yield big.subarray(i, i + 100_000);
+        };
+        await fs.writeFile('data/big.bin', Readable.from(chunks()), { mode: 0o600 });
+        const streamed = await collect(await fs.createReadStream('data/big.bin'));
+        assert.ok(streamed.equals(big), 'the streamed read gives the streamed write back');
+        const st = await fs.stat('data/big.bin');
+        assert.equal(st.size, big.length);
+        assert.equal(st.isFile, true);
+        assert.equal(st.mode, 0o600);
+        assert.equal((await fs.readFile('data/big.bin')).length, big.length);
+
+        await fs.mkdirAll('a/b/c');
+        assert.equal((await fs.stat('a/b/c')).isDir, true);
+        await fs.writeFileBase64('a/b/c/x.bin', Buffer.from([1, 2, 3]).toString('base64'));
+        assert.equal(await fs.readFileBase64('a/b/c/x.bin'), 'AQID');
+        await fs.rename('a/b/c/x.bin', 'a/y.bin');
+        await fs.copy('a/y.bin', 'a/z.bin');
+        assert.deepEqual(
+          (await fs.readDir('a')).map((e) => [e.name, e.isDir]),
+          [
+            ['b', true],
+            ['y.bin', false],
+            ['z.bin', false],
+          ],
+        );
+        const deep = (await fs.readDir('', { recursive: true })).map((e) => e.name).sort();
+        assert.ok(deep.includes('a/b/c') && deep.includes('data/big.bin') && deep.includes('notes/hello.txt'), deep.join(','));
+        assert.equal(await fs.exists('a/z.bin'), true);
+        await fs.remove('a/z.bin');
+        assert.equal(await fs.exists('a/z.bin'), false);
+        await rejectsWith(fs.readFile('a/z.bin'), 'not_found', { field: 'path' });
+        await rejectsWith(fs.readFile('../etc/passwd'), 'invalid_argument', { field: 'path' });
+        await rejectsWith(fs.remove('a'), 'conflict');
+        await fs.removeAll('a');
+        await fs.removeAll('a');
+        assert.equal(await fs.exists('a'), false);
+
+        const tar = await collect(await fs.exportTar('notes'));
+        assert.ok(tar.length >= 1024 && tar.length % 512 === 0, `a tar stream (${tar.length} bytes)`);
+        const imported = await fs.importTar('restored', Readable.from([tar.subarray(0, 700), tar.subarray(700)]));
+        assert.equal(imported.entries, 2);
+        assert.equal(imported.bytes, 'hi there'.length + 'from-box\n'.length);
+        assert.equal(await fs.readFile('restored/hello.txt', 'utf8'), 'hi there');
+        assert.equal((await fs.importTar('again', tar)).entries, 2, 'a whole archive in memory too');
+        const usage = await s.api.workspaces.usage(ws.id);
+        assert.ok(usage.bytes >= big.length && usage.files >= 5, JSON.stringify(usage));
+        assert.equal((await s.api.workspaces.fs(ws.id)).id, ws.id);
+      } finally {
+        await b.remove();
+        await s.api.workspaces.delete(ws.id);
+      }
+      await rejectsWith(s.api.workspaces.get(ws.id), 'not_found');
+      await rejectsWith(box.workspace(), 'not_found', { id: box.id });
+    });
+
+    test('pools, and pulling an image gives progress events', async () => {
+      const pools = await s.api.pools();
+      assert.deepEqual(
+        pools.map((p) => p.name),
+        ['local'],
+      );
+      assert.equal(pools[0]!.connected, true);
+      const events = [];
+      for await (const e of s.api.pullImage('local', s.pullImage)) events.push(e);
+      assert.ok(events.length > 0, 'some progress');
+      assert.ok(
+        events.every((e) => typeof e.status === 'string'),
+        JSON.stringify(events.slice(0, 3)),
+      );
+      assert.ok(
+        events.some((e) => /digest|up to date|downloaded/i.test(e.status)),
+        JSON.stringify(events.map((e) => e.status)),
+      );
+      assert.equal(await s.api.imageExists('local', s.pullImage), true);
+      assert.deepEqual(await s.api.ensureImage('local', s.pullImage), { pulled: false });
+      const bad = (async () => {
+        for await (const _ of s.api.pullImage('local', '127.0.0.1:5000/sbx/no-such-image:latest')) {
+          /* drain */
+        }
+      })();
+      await rejectsWith(bad, 'not_found');
+    });
+  });
+}
