@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { SbxError as LibrarySbxError } from '../index.js';
 import { IMAGE, startTestServer } from '../server/test-support.js';
 import type { TestServer } from '../server/test-support.js';
+import { testEnv } from '../testing/env.js';
 import { Sbx, SbxError } from './index.js';
 
 let t: TestServer;
@@ -184,7 +185,9 @@ describe('SDK: the network', () => {
       const { openStream } = await import('./stream.js');
       const transport = new Transport({ url: t.url, apiKey: 'garbage', retries: 0, retryDelayMs: 0 });
       await rejectsWith(openStream(transport, box.id, ['true']), 'unauthorized');
-      await rejectsWith(box.stream(['true'], { timeoutMs: -1 }), 'invalid_argument');
+      const bad = await rejectsWith(box.stream(['true'], { timeoutMs: -1 }), 'invalid_argument');
+      assert.equal(bad.details?.['field'], 'timeoutMs', 'the option, as the library names it');
+      assert.equal(bad.details?.['wireField'], 'querystring.timeoutMs');
       await rejectsWith(
         good.get('sb-000000000000').then((b) => b.stream(['true'])),
         'not_found',
@@ -211,6 +214,29 @@ describe('SDK: the network', () => {
     await sbx.keys.revoke(user.id);
     await rejectsWith(bob.list(), 'unauthorized');
     await rejectsWith(sbx.removePool('nope'), 'pool_not_found');
+  });
+
+  test('images.pull: the short form with the server’s first pool; progress as it comes, errors as SbxError', async () => {
+    const sbx = new Sbx({ url: t.url, apiKey: t.admin });
+    const statuses: string[] = [];
+    for await (const e of sbx.images.pull(testEnv.pullImage)) statuses.push(e.status);
+    assert.ok(statuses.length > 0 && statuses.every((x) => typeof x === 'string'), statuses.join(' | '));
+    assert.equal(await sbx.images.exists(testEnv.pullImage), true);
+    assert.equal(await sbx.images.exists('127.0.0.1:5000/sbx/no-such-image:latest'), false);
+    const bad = (async () => {
+      for await (const _ of sbx.images.pull('NOT A REF')) {
+        /* drain */
+      }
+    })();
+    assert.equal((await rejectsWith(bad, 'invalid_argument')).details?.['field'], 'ref');
+    const controller = new AbortController();
+    controller.abort();
+    const aborted = (async () => {
+      for await (const _ of sbx.images.pull(testEnv.pullImage, { signal: controller.signal })) {
+        /* drain */
+      }
+    })();
+    await rejectsWith(aborted, 'cancelled');
   });
 
   test('defaults from SBX_URL and SBX_API_KEY; a bad url is invalid_argument', async () => {

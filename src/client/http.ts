@@ -142,9 +142,9 @@ export async function errorFromResponse(res: { status: number; text(): Promise<s
   return errorFromBody(res.status, text, method, path);
 }
 
-export function errorFromBody(status: number, text: string, method: string, path: string): SbxError {
+export function errorFromBody(status: number, text: string, method: string, path: string, prefixes?: string[]): SbxError {
   const wire = parseErrorBody(text);
-  if (wire) return fromWire(wire);
+  if (wire) return fromWire(wire, prefixes);
   const code = CODE_BY_STATUS[status] ?? (status >= 500 ? 'internal' : 'invalid_argument');
   return new SbxError(code, `${method} ${path}: HTTP ${status}${text ? `: ${text.slice(0, 200)}` : ''}`, { details: { status } });
 }
@@ -168,13 +168,15 @@ function parseErrorBody(text: string): WireError | undefined {
 /**
  * The wire form back into an SbxError. The server names request fields by where they were
  * (`body.memory`); SDK callers passed an options object, so `field` names the option as the
- * library does (`memory`), and `wireField` keeps the server's.
+ * library does (`memory`), and `wireField` keeps the server's. `prefixes` are the parts of the
+ * request the SDK built from the caller's options.
  */
-export function fromWire(wire: WireError): SbxError {
+export function fromWire(wire: WireError, prefixes: string[] = ['body.']): SbxError {
   const code = (ERROR_CODES as readonly string[]).includes(wire.code) ? (wire.code as ErrorCode) : 'internal';
   let details = wire.details;
   const field = details?.['field'];
-  if (typeof field === 'string' && field.startsWith('body.')) details = { ...details, field: field.slice('body.'.length), wireField: field };
+  const prefix = typeof field === 'string' ? prefixes.find((p) => field.startsWith(p)) : undefined;
+  if (typeof field === 'string' && prefix) details = { ...details, field: field.slice(prefix.length), wireField: field };
   return new SbxError(code, wire.message, details ? { details } : {});
 }
 

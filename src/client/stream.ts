@@ -4,7 +4,7 @@
  */
 import { PassThrough, Writable } from 'node:stream';
 import WebSocket from 'ws';
-import { SbxError } from '../errors.js';
+import { SbxError, invalidArgument } from '../errors.js';
 import type { ExecStream, ExecStreamOptions } from '../runtime/types.js';
 import { errorFromBody, fromWire } from './http.js';
 import type { Transport } from './http.js';
@@ -16,6 +16,8 @@ const KILLED_EXIT_CODE = 137;
 const MAX_QUERY_CHARS = 6000;
 /** Output buffered per stream before the socket is paused. */
 const OUTPUT_HIGH_WATER = 1024 * 1024;
+/** The server names the exec's fields by where the SDK put them: the query, or the exec frame. */
+const QUERY_FIELDS = ['querystring.', 'query.', 'exec.'];
 
 function frame(channel: number, data?: Uint8Array | string): Buffer {
   const body = data === undefined ? Buffer.alloc(0) : typeof data === 'string' ? Buffer.from(data) : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
@@ -39,6 +41,10 @@ function execQuery(cmd: string[], opts: ExecStreamOptions): Record<string, strin
  * checks it before the upgrade and a bad one rejects here, as the library's `stream()` does.
  */
 export async function openStream(transport: Transport, boxId: string, cmd: string[], opts: ExecStreamOptions = {}): Promise<ExecStream> {
+  // An empty command would leave the query without `cmd`, which the server reads as "the
+  // command follows in a frame": refused here with the library's words instead.
+  if (!Array.isArray(cmd)) throw invalidArgument('cmd', 'must be an array of strings');
+  if (cmd.length === 0) throw invalidArgument('cmd', 'must not be empty');
   if (opts.signal?.aborted) throw new SbxError('cancelled', 'stream aborted before it started', { cause: opts.signal.reason });
   const path = `/v1/boxes/${encodeURIComponent(boxId)}/exec/ws`;
   let url = transport.url(path, execQuery(cmd, opts));
@@ -61,7 +67,7 @@ export async function openStream(transport: Transport, boxId: string, cmd: strin
       ws.off('error', onError);
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => reject(errorFromBody(res.statusCode ?? 0, Buffer.concat(chunks).toString(), 'GET', path)));
+      res.on('end', () => reject(errorFromBody(res.statusCode ?? 0, Buffer.concat(chunks).toString(), 'GET', path, QUERY_FIELDS)));
       res.on('error', (err) => reject(transport.unreachable(err, 'GET', path)));
     });
   });
@@ -148,7 +154,7 @@ class RemoteExecStream implements ExecStream {
       this.outcome = { exitCode: msg.exit };
       this.endOutput();
     } else if (msg.error) {
-      this.outcome = { error: fromWire(msg.error) };
+      this.outcome = { error: fromWire(msg.error, QUERY_FIELDS) };
       this.endOutput();
     }
   }

@@ -92,6 +92,14 @@ export class RemoteWorkspaceFS implements WorkspaceFS {
     return this.transport.request('GET', this.route('files', path), query ? { query } : {});
   }
 
+  private async body(res: Response, path: string): Promise<unknown> {
+    try {
+      return await res.json();
+    } catch (err) {
+      throw this.transport.readFailed(err, 'GET', this.route('files', path));
+    }
+  }
+
   readFile(path: string): Promise<Buffer>;
   readFile(path: string, encoding: BufferEncoding): Promise<string>;
   async readFile(path: string, encoding?: BufferEncoding): Promise<Buffer | string> {
@@ -124,11 +132,11 @@ export class RemoteWorkspaceFS implements WorkspaceFS {
 
   async readDir(path: string, options: ReadDirOptions = {}): Promise<DirEntry[]> {
     const res = await this.get(path, { list: true, recursive: options.recursive ?? false });
-    return ((await res.json()) as { entries: DirEntry[] }).entries;
+    return ((await this.body(res, path)) as { entries: DirEntry[] }).entries;
   }
 
   async stat(path: string): Promise<FileStat> {
-    return (await (await this.get(path, { stat: true })).json()) as FileStat;
+    return (await this.body(await this.get(path, { stat: true }), path)) as FileStat;
   }
 
   async exists(path: string): Promise<boolean> {

@@ -174,6 +174,26 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
       await rejectsWith(box.exec(['/no/such/program']), 'not_found');
     });
 
+    test('stream: bad options are invalid_argument naming the field; a program that cannot start is not_found (from stream(), or at the latest from wait())', async () => {
+      const outcome = box.stream(['/no/such/program']).then((st) => {
+        st.stdout.resume();
+        st.stderr.resume();
+        return st.wait();
+      });
+      await rejectsWith(outcome, 'not_found');
+      await rejectsWith(box.stream([]), 'invalid_argument', { field: 'cmd' });
+      await rejectsWith(box.stream(['true'], { timeoutMs: -1 }), 'invalid_argument', { field: 'timeoutMs' });
+      await rejectsWith(box.stream(['true'], { tty: true, size: { cols: 0, rows: 24 } }), 'invalid_argument', { field: 'size.cols' });
+    });
+
+    test('getOrCreate: concurrent calls for one id make one box', async () => {
+      const id = `sdk-join-${run}`.slice(0, 60);
+      const boxes = await Promise.all([1, 2, 3].map(() => s.api.getOrCreate({ id, image: s.image, owner: OWNER, labels: { suite: run } })));
+      assert.deepEqual(new Set(boxes.map((b) => b.containerId)).size, 1);
+      await rejectsWith(s.api.getOrCreate({ id, image: s.image, owner: 'mallory' }), 'conflict');
+      await boxes[0]!.remove();
+    });
+
     test('stream: stdin half-close, cat sees EOF and its remaining output still arrives', async () => {
       const st = await box.stream(['sh', '-c', 'cat; echo done; echo bye >&2; exit 4']);
       const out = collect(st.stdout);
