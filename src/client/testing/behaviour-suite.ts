@@ -14,10 +14,14 @@ import { SbxError } from '../index.js';
 import type { WorkspaceFS } from '../workspace.js';
 
 /** What the library's Manager and the SDK's Sbx share, typed as the SDK declares it. */
-export type SandboxApi = Pick<Sbx, 'create' | 'get' | 'getOrCreate' | 'list' | 'remove' | 'info' | 'pools' | 'imageExists' | 'pullImage' | 'ensureImage'> & {
+export type SandboxApi = Pick<
+  Sbx,
+  'create' | 'get' | 'getOrCreate' | 'list' | 'remove' | 'info' | 'heartbeat' | 'pools' | 'addPool' | 'removePool' | 'imageExists' | 'pullImage' | 'ensureImage'
+> & {
   workspaces: {
     create(o: { name: string; owner: string; node: string; labels?: Record<string, string> }): ReturnType<Sbx['workspaces']['create']>;
     get: Sbx['workspaces']['get'];
+    update: Sbx['workspaces']['update'];
     list: Sbx['workspaces']['list'];
     delete: Sbx['workspaces']['delete'];
     usage: Sbx['workspaces']['usage'];
@@ -118,6 +122,12 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
         assert.equal((await s.api.get(id)).id, id);
       }
       await rejectsWith(s.api.get(id), 'not_found');
+    });
+
+    test('heartbeat: processCount shows in info()', async () => {
+      await s.api.heartbeat(box.id, { active: true, processCount: 7 });
+      assert.equal((await box.info()).processCount, 7);
+      await rejectsWith(s.api.heartbeat('sb-000000000000', { active: true }), 'not_found');
     });
 
     test('stop and start', async () => {
@@ -258,6 +268,9 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
     test('workspace files: write, read (whole and streamed), readDir, stat, mkdirAll, rename, copy, remove, tar out and in', async () => {
       const ws = await s.api.workspaces.create({ name: `sdk-${run}`, owner: OWNER, node: 'local', labels: { suite: run } });
       assert.equal((await s.api.workspaces.get(ws.id)).name, `sdk-${run}`);
+      const renamed = await s.api.workspaces.update(ws.id, { name: `sdk2-${run}`, labels: { stage: 'two' } });
+      assert.equal(renamed.name, `sdk2-${run}`);
+      assert.deepEqual(renamed.labels, { stage: 'two' });
       assert.ok((await s.api.workspaces.list({ owner: OWNER })).some((w) => w.id === ws.id));
       const b = await s.api.create({ image: s.image, owner: OWNER, labels: { suite: run }, workspaceId: ws.id });
       try {
@@ -325,13 +338,21 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
       await rejectsWith(box.workspace(), 'not_found', { id: box.id });
     });
 
-    test('pools, and pulling an image gives progress events', async () => {
+    test('pools: list, add, remove; pulling an image gives progress events', async () => {
       const pools = await s.api.pools();
       assert.deepEqual(
         pools.map((p) => p.name),
         ['local'],
       );
       assert.equal(pools[0]!.connected, true);
+      const added = await s.api.addPool({ name: 'extra', addr: pools[0]!.addr, maxTotal: 3 });
+      assert.equal(added.name, 'extra');
+      assert.equal(added.maxTotal, 3);
+      assert.equal(added.boxes, 0);
+      await rejectsWith(s.api.addPool({ name: 'extra', addr: pools[0]!.addr }), 'conflict');
+      assert.ok((await s.api.pools()).some((p) => p.name === 'extra'));
+      await s.api.removePool('extra');
+      await rejectsWith(s.api.removePool('extra'), 'pool_not_found');
       const events = [];
       for await (const e of s.api.pullImage('local', s.pullImage)) events.push(e);
       assert.ok(events.length > 0, 'some progress');
