@@ -27,6 +27,7 @@ import type {
 } from '../workspace/types.js';
 import type { WorkspaceFS as LibraryWorkspaceFS } from '../workspace/fs.js';
 import { encodePath } from './http.js';
+import { packHostTree } from './tar-pack.js';
 import type { Transport } from './http.js';
 
 /**
@@ -192,9 +193,9 @@ export class RemoteWorkspaceFS implements WorkspaceFS {
   }
 
   /**
-   * Copies a file of the machine this SDK runs on into the workspace, streamed, with its mode.
-   * A directory needs a tar of it: `importTar(dest, yourTarStream)`; the SDK carries no tar
-   * writer, to keep its dependencies to `ws`.
+   * Copies a file or directory tree of the machine this SDK runs on into the workspace,
+   * streamed, with modes; symlinks in a tree are copied as symlinks (the server refuses ones
+   * that point outside the tree).
    */
   async copyFromHost(hostPath: string, dest?: string): Promise<void> {
     if (typeof hostPath !== 'string' || !isAbsolute(hostPath)) throw invalidArgument('hostPath', 'must be an absolute host path');
@@ -206,9 +207,9 @@ export class RemoteWorkspaceFS implements WorkspaceFS {
       });
     });
     if (st.isDirectory()) {
-      throw new SbxError('not_available', `${hostPath} is a directory: over the SDK, send it as a tar stream with importTar()`, {
-        details: { field: 'hostPath' },
-      });
+      // Staged and merged on the server, all or nothing, as the library's copy is.
+      await this.importTar(dest ?? basename(hostPath), Readable.from(packHostTree(hostPath)));
+      return;
     }
     if (!st.isFile()) throw invalidArgument('hostPath', `${hostPath} is not a regular file or directory`);
     await this.writeFile(dest ?? basename(hostPath), createReadStream(hostPath), { mode: st.mode & 0o777 });

@@ -5,6 +5,9 @@
  */
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import type { ExecStream } from '../../runtime/types.js';
@@ -336,6 +339,55 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
       }
       await rejectsWith(s.api.workspaces.get(ws.id), 'not_found');
       await rejectsWith(box.workspace(), 'not_found', { id: box.id });
+    });
+
+    test('workspace copyFromHost: a file, and a tree with long names, modes, an empty file and dir, a symlink', async () => {
+      const host = mkdtempSync(join(tmpdir(), 'sbx-sdk-host-'));
+      const ws = await s.api.workspaces.create({ name: `host-${run}`, owner: OWNER, node: 'local' });
+      try {
+        const long = `${'d'.repeat(90)}/${'n'.repeat(120)}.txt`;
+        mkdirSync(join(host, 'tree', 'empty'), { recursive: true });
+        mkdirSync(join(host, 'tree', 'd'.repeat(90)));
+        const blob = randomBytes(200_000 + 3);
+        writeFileSync(join(host, 'tree', 'blob.bin'), blob);
+        writeFileSync(join(host, 'tree', 'run.sh'), '#!/bin/sh\necho hi\n', { mode: 0o750 });
+        chmodSync(join(host, 'tree', 'run.sh'), 0o750);
+        writeFileSync(join(host, 'tree', 'zero'), '');
+        writeFileSync(join(host, 'tree', long), 'long name');
+        symlinkSync('blob.bin', join(host, 'tree', 'link'));
+        writeFileSync(join(host, 'single.txt'), 'one file');
+        const fs = await s.api.workspaces.fs(ws.id);
+        await fs.copyFromHost(join(host, 'single.txt'));
+        assert.equal(await fs.readFile('single.txt', 'utf8'), 'one file');
+        await fs.copyFromHost(join(host, 'tree'), 'copied');
+        const entries = (await fs.readDir('copied', { recursive: true })).map((e) => [
+          e.name,
+          e.isDir,
+          e.isSymlink,
+          e.isDir || e.isSymlink ? 0 : e.size,
+          e.mode,
+        ]);
+        entries.sort((a, b) => String(a[0]).localeCompare(String(b[0])));
+        assert.deepEqual(
+          entries,
+          [
+            ['blob.bin', false, false, blob.length, 0o644],
+            ['d'.repeat(90), true, false, 0, 0o755],
+            [long, false, false, 9, 0o644],
+            ['empty', true, false, 0, 0o755],
+            ['link', false, true, 0, entries.find((e) => e[0] === 'link')![4]],
+            ['run.sh', false, false, 18, 0o750],
+            ['zero', false, false, 0, 0o644],
+          ].sort((a, b) => String(a[0]).localeCompare(String(b[0]))),
+        );
+        assert.ok((await fs.readFile('copied/blob.bin')).equals(blob));
+        assert.equal(await fs.readFile(`copied/${long}`, 'utf8'), 'long name');
+        await rejectsWith(fs.copyFromHost(join(host, 'missing')), 'not_found', { field: 'hostPath' });
+        await rejectsWith(fs.copyFromHost('relative/path'), 'invalid_argument', { field: 'hostPath' });
+      } finally {
+        await s.api.workspaces.delete(ws.id);
+        rmSync(host, { recursive: true, force: true });
+      }
     });
 
     test('pools: list, add, remove; pulling an image gives progress events', async () => {
