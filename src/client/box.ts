@@ -77,7 +77,7 @@ export class RemoteBox implements Box {
     if (typeof stdin === 'string') body['stdin'] = stdin;
     else if (stdin !== undefined) body['stdin'] = { base64: Buffer.from(stdin.buffer, stdin.byteOffset, stdin.byteLength).toString('base64') };
     try {
-      return await this.transport.json<ExecResult>('POST', `${this.path}/exec`, { json: body, ...(signal ? { signal } : {}) });
+      return await this.transport.jsonWithoutTimeout<ExecResult>('POST', `${this.path}/exec`, { json: body, ...(signal ? { signal } : {}) });
     } catch (err) {
       // An abort while the answer was being read is still the caller's abort.
       if (signal?.aborted && !(err instanceof SbxError && err.code === 'cancelled')) throw abortError(signal, 'POST', `${this.path}/exec`);

@@ -3,6 +3,8 @@
  * turns error bodies back into SbxError, names the URL when the server cannot be reached, and
  * retries GETs (and only GETs) on connection errors.
  */
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { ERROR_CODES, SbxError } from '../errors.js';
 import type { ErrorCode } from '../errors.js';
 
@@ -107,6 +109,42 @@ export class Transport {
     if (res.status === 204) return undefined as T;
     try {
       return (await res.json()) as T;
+    } catch (err) {
+      throw this.readFailed(err, method, path);
+    }
+  }
+
+  /**
+   * A JSON call whose answer may take as long as the work does (a buffered exec). fetch gives
+   * up on answers whose headers take more than 300 s (undici's headersTimeout) and cannot be
+   * told otherwise without undici itself, so this goes through node:http, which waits. Never
+   * retried: it is only used for calls that must not run twice.
+   */
+  async jsonWithoutTimeout<T>(method: string, path: string, opts: { json: unknown; signal?: AbortSignal }): Promise<T> {
+    const target = new URL(this.url(path));
+    const body = Buffer.from(JSON.stringify(opts.json));
+    const send = target.protocol === 'https:' ? httpsRequest : httpRequest;
+    const { status, text } = await new Promise<{ status: number; text: string }>((resolve, reject) => {
+      const req = send(
+        target,
+        {
+          method,
+          headers: { ...this.authHeaders(), 'content-type': 'application/json', 'content-length': String(body.length) },
+          ...(opts.signal ? { signal: opts.signal } : {}),
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
+          res.on('error', (err) => reject(opts.signal?.aborted ? abortError(opts.signal, method, path) : this.readFailed(err, method, path)));
+        },
+      );
+      req.on('error', (err) => reject(opts.signal?.aborted ? abortError(opts.signal, method, path) : this.unreachable(err, method, path)));
+      req.end(body);
+    });
+    if (status >= 400) throw errorFromBody(status, text, method, path);
+    try {
+      return JSON.parse(text) as T;
     } catch (err) {
       throw this.readFailed(err, method, path);
     }

@@ -12,6 +12,8 @@ import type { Transport } from './http.js';
 const CHANNEL = { stdin: 0, stdout: 1, stderr: 2, control: 3, stdinEof: 4 } as const;
 /** The exit code the library reports after a kill (timeout, cancel, abort). */
 const KILLED_EXIT_CODE = 137;
+/** How long the socket may take to close after the exit frame before it is cut. */
+const CLOSE_GRACE_MS = 1000;
 /** Past this the command goes in a first control frame instead of the query (URL limits). */
 const MAX_QUERY_CHARS = 6000;
 /** Output buffered per stream before the socket is paused. */
@@ -82,6 +84,7 @@ class RemoteExecStream implements ExecStream {
   private readonly exit: Promise<number>;
   private outcome: { exitCode: number } | { error: SbxError } | undefined;
   private killed = false;
+  private settle!: { resolve: (n: number) => void; reject: (e: SbxError) => void };
   private readonly closed: Promise<void>;
   private pausedBy = new Set<PassThrough>();
 
@@ -95,8 +98,7 @@ class RemoteExecStream implements ExecStream {
       // end() is the real half-close: the server closes the process's stdin, output keeps coming.
       final: (cb) => this.sendFrame(frame(CHANNEL.stdinEof), cb),
     });
-    let settle!: { resolve: (n: number) => void; reject: (e: SbxError) => void };
-    this.exit = new Promise<number>((resolve, reject) => (settle = { resolve, reject }));
+    this.exit = new Promise<number>((resolve, reject) => (this.settle = { resolve, reject }));
     // wait() may never be called; a rejection nobody asked for must not crash the process.
     this.exit.catch(() => undefined);
     this.closed = new Promise((resolve) => ws.once('close', () => resolve()));
@@ -106,11 +108,10 @@ class RemoteExecStream implements ExecStream {
       this.endOutput();
       this.stdin.destroy();
       opts.signal?.removeEventListener('abort', onAbort);
-      if (this.outcome && 'exitCode' in this.outcome) settle.resolve(this.outcome.exitCode);
-      else if (this.outcome) settle.reject(this.outcome.error);
-      else if (this.killed) settle.resolve(KILLED_EXIT_CODE);
+      if (this.outcome) return;
+      if (this.killed) this.settle.resolve(KILLED_EXIT_CODE);
       else
-        settle.reject(
+        this.settle.reject(
           new SbxError('runtime_unavailable', `the exec stream from ${baseUrl} closed before the process exited (${code} ${reason.toString()})`, {
             details: { url: baseUrl, closeCode: code },
           }),
@@ -150,13 +151,23 @@ class RemoteExecStream implements ExecStream {
     } catch {
       return;
     }
-    if (typeof msg.exit === 'number') {
-      this.outcome = { exitCode: msg.exit };
-      this.endOutput();
-    } else if (msg.error) {
-      this.outcome = { error: fromWire(msg.error, QUERY_FIELDS) };
-      this.endOutput();
-    }
+    if (typeof msg.exit === 'number') this.finish({ exitCode: msg.exit });
+    else if (msg.error) this.finish({ error: fromWire(msg.error, QUERY_FIELDS) });
+  }
+
+  /**
+   * The exit (or error) frame is the last word: frames arrive in order, so all output is in.
+   * wait() settles now rather than at the socket's close, because the close handshake can
+   * hang: a server that paused reading while the process's stdin was full may never read our
+   * close reply, and ws then waits its 30 s close timeout. The socket is cut after a grace.
+   */
+  private finish(outcome: { exitCode: number } | { error: SbxError }): void {
+    if (this.outcome) return;
+    this.outcome = outcome;
+    this.endOutput();
+    if ('exitCode' in outcome) this.settle.resolve(outcome.exitCode);
+    else this.settle.reject(outcome.error);
+    setTimeout(() => this.ws.terminate(), CLOSE_GRACE_MS).unref();
   }
 
   private endOutput(): void {
@@ -176,7 +187,11 @@ class RemoteExecStream implements ExecStream {
     if (this.ws.readyState === WebSocket.CLOSED) return;
     if (!this.outcome) this.killed = true;
     this.ws.close(1000, 'cancel');
+    // A server that stopped reading (the process's stdin is full) never sees the close frame;
+    // cutting the connection reaches it all the same.
+    const cut = setTimeout(() => this.ws.terminate(), CLOSE_GRACE_MS);
     await this.closed;
+    clearTimeout(cut);
   }
 
   async resize(size: { cols: number; rows: number }): Promise<void> {

@@ -9,7 +9,7 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync }
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe, test as nodeTest } from 'node:test';
 import type { ExecStream } from '../../runtime/types.js';
 import type { Box } from '../box.js';
 import type { Sbx } from '../client.js';
@@ -75,7 +75,12 @@ async function running(box: Box, marker: string): Promise<boolean> {
   return ps.stdout.trim() !== '0';
 }
 
-export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>): void {
+/**
+ * `gaps`: tests this subject is known to fail, by title, with the reason. They run as `todo`
+ * (reported, not failing the run), so the gap stays visible until it is closed.
+ */
+export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>, gaps: Record<string, string> = {}): void {
+  const test = (title: string, fn: () => Promise<void>) => nodeTest(title, gaps[title] ? { todo: gaps[title] } : {}, fn);
   // A hang (a stream that never sees EOF) fails its test, not the whole file.
   describe(name, { timeout: 60_000 }, () => {
     let s: Subject;
@@ -219,16 +224,38 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
       assert.equal((await err).toString(), 'bye\n');
     });
 
-    test('stream: 2 MiB through stdin and back, with backpressure both ways', async () => {
-      const data = randomBytes(2 * 1024 * 1024);
-      const st = await box.stream(['sh', '-c', 'cat | sha256sum']);
-      const out = collect(st.stdout);
-      for (let i = 0; i < data.length; i += 64 * 1024) {
-        if (!st.stdin.write(data.subarray(i, i + 64 * 1024))) await new Promise((r) => st.stdin.once('drain', r));
+    test('stream: 2 MiB through stdin and back, with backpressure both ways, and wait() right after the exit', async () => {
+      // Repeated: the SDK once waited out the WebSocket's 30 s close timeout after most such runs.
+      for (let run = 0; run < 6; run++) {
+        const started = Date.now();
+        const data = randomBytes(2 * 1024 * 1024);
+        const st = await box.stream(['sh', '-c', 'cat | sha256sum']);
+        const out = collect(st.stdout);
+        for (let i = 0; i < data.length; i += 64 * 1024) {
+          const full = !st.stdin.write(data.subarray(i, i + 64 * 1024));
+          // Odd runs write ahead of the drain, so the last data and the EOF leave together.
+          if (full && run % 2 === 0) await new Promise((r) => st.stdin.once('drain', r));
+        }
+        st.stdin.end();
+        assert.equal(await st.wait(), 0);
+        assert.equal((await out).toString().split(' ')[0], createHash('sha256').update(data).digest('hex'));
+        assert.ok(Date.now() - started < 10_000, `run ${run} took ${Date.now() - started} ms`);
       }
-      st.stdin.end();
-      assert.equal(await st.wait(), 0);
-      assert.equal((await out).toString().split(' ')[0], createHash('sha256').update(data).digest('hex'));
+    });
+
+    test('stream: cancel() works while the process ignores a full stdin', async () => {
+      const st = await box.stream(['sh', '-c', 'exec sleep 308']);
+      st.stdout.resume();
+      st.stdin.on('error', () => undefined);
+      await until('the process to run', () => running(box, '308'));
+      const chunk = Buffer.alloc(1024 * 1024);
+      for (let i = 0; i < 16; i++) st.stdin.write(chunk);
+      await new Promise((r) => setTimeout(r, 300));
+      const started = Date.now();
+      await st.cancel();
+      assert.equal(await st.wait(), 137);
+      assert.ok(Date.now() - started < 5000, `cancel took ${Date.now() - started} ms`);
+      await until('the cancelled process to be gone', async () => !(await running(box, '308')));
     });
 
     test('stream: cancel() kills the process inside the box; wait() gives 137', async () => {
