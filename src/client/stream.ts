@@ -65,11 +65,15 @@ export async function openStream(transport: Transport, boxId: string, cmd: strin
       resolve();
     });
     ws.once('error', onError);
-    ws.once('unexpected-response', (_req, res) => {
+    ws.once('unexpected-response', (req, res) => {
       ws.off('error', onError);
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => reject(errorFromBody(res.statusCode ?? 0, Buffer.concat(chunks).toString(), 'GET', path, QUERY_FIELDS)));
+      res.on('end', () => {
+        // The refused upgrade's connection must not linger (and keep the process alive).
+        req.destroy();
+        reject(errorFromBody(res.statusCode ?? 0, Buffer.concat(chunks).toString(), 'GET', path, QUERY_FIELDS));
+      });
       res.on('error', (err) => reject(transport.unreachable(err, 'GET', path)));
     });
   });
