@@ -30,7 +30,16 @@ export type * from './types.js';
  * Without a config it is what `new Manager()` makes (SBX_CONFIG / SBX_*, else one local pool).
  * A second Init closes the first Manager (its boxes keep running) and replaces it.
  */
-async function Init(config?: ManagerConfig): Promise<Manager> {
+function Init(config?: ManagerConfig): Promise<Manager> {
+  // One at a time: two overlapping Inits must not both close the same previous Manager.
+  const run = initializing.then(() => initOnce(config));
+  initializing = run.catch(() => undefined);
+  return run;
+}
+
+let initializing: Promise<unknown> = Promise.resolve();
+
+async function initOnce(config: ManagerConfig | undefined): Promise<Manager> {
   const previous = current();
   if (previous) await previous.close();
   const manager = init(config ?? loadConfig());

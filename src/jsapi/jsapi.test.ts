@@ -110,7 +110,8 @@ describe('sandbox.Init(config) / sandbox.M()', () => {
     assert.ok(found, 'Init started the Manager, which recovered the box');
     assert.equal((await found.Exec(['echo', 'recovered'])).stdout, 'recovered\n');
 
-    const second = await sandbox.Init(config);
+    // Overlapping Inits: the one called last is the Manager M() gives.
+    const [, second] = await Promise.all([sandbox.Init(config), sandbox.Init(config)]);
     assert.notEqual(second, first);
     assert.equal(sandbox.M(), second);
     // The Box object holds an id: it keeps working through the new Manager.
@@ -560,6 +561,9 @@ describe('WorkspaceFS object', () => {
     assert.equal(readlinkSync(join(root, 'big/inside-link')), 'top.txt', 'a symlink inside the tree comes along as a symlink');
     await ws.CopyFromHostArchive(src, 'elsewhere/big');
     assert.equal(await ws.ReadFile('elsewhere/big/a/b/deep.txt'), 'deep\n');
+    symlinkSync(src, join(hostDir, 'big-link'));
+    await ws.CopyFromHostArchive(join(hostDir, 'big-link'));
+    assert.equal(await ws.ReadFile('big-link/a/b/deep.txt'), 'deep\n', 'a host symlink given as hostPath is followed');
     await ws.CopyFromHostArchive(join(src, 'top.txt'), 'one.txt');
     assert.equal(await ws.ReadFile('one.txt'), 'top\n');
 
@@ -569,5 +573,6 @@ describe('WorkspaceFS object', () => {
     await assert.rejects(limited.CopyFromHostArchive(src, 'dest'), (e) => isSbxError(e, 'quota_exceeded'));
     assert.deepEqual(await limited.ReadDir(), []);
     await assert.rejects(ws.CopyFromHostArchive('relative/path'), invalid('hostPath'));
+    await assert.rejects(ws.CopyFromHostArchive(join(hostDir, 'missing')), (e) => isSbxError(e, 'not_found'));
   });
 });

@@ -2,7 +2,7 @@
  * The seed's WorkspaceFS object: it holds the workspace's id, name and node and reaches the
  * files through the process-wide Manager's WorkspaceManager on every call.
  */
-import { stat as hostStat } from 'node:fs/promises';
+import { realpath, stat as hostStat } from 'node:fs/promises';
 import { basename, isAbsolute } from 'node:path';
 import { SbxError, invalidArgument } from '../errors.js';
 import { M } from '../sandbox/index.js';
@@ -98,16 +98,20 @@ export class WorkspaceFS {
   async CopyFromHostArchive(hostPath: string, destPath?: string): Promise<void> {
     if (typeof hostPath !== 'string' || !isAbsolute(hostPath)) throw invalidArgument('hostPath', 'must be an absolute host path');
     const files = await this.fs();
-    const st = await hostStat(hostPath).catch((err: unknown) => {
-      const missing = (err as NodeJS.ErrnoException).code === 'ENOENT';
-      throw new SbxError(missing ? 'not_found' : 'internal', `cannot archive ${hostPath}: ${(err as Error).message}`, {
-        cause: err,
-        details: { field: 'hostPath' },
+    // The host side is trusted and followed as given, as CopyFromHost follows it; the packer
+    // itself opens directories without following, so it gets the resolved path.
+    const tree = await realpath(hostPath)
+      .then(async (real) => ((await hostStat(real)).isDirectory() ? DirHandle.openHostDir(real) : undefined))
+      .catch((err: unknown) => {
+        const missing = (err as NodeJS.ErrnoException).code === 'ENOENT';
+        throw new SbxError(missing ? 'not_found' : 'internal', `cannot archive ${hostPath}: ${(err as Error).message}`, {
+          cause: err,
+          details: { field: 'hostPath' },
+        });
       });
-    });
-    if (!st.isDirectory()) return files.copyFromHost(hostPath, destPath);
+    if (!tree) return files.copyFromHost(hostPath, destPath);
     // The library has no public host-tree packer; its workspace exporter walks any directory by fd.
-    const archive = packTree(await DirHandle.openHostDir(hostPath));
+    const archive = packTree(tree);
     try {
       await files.importTar(destPath ?? basename(hostPath), archive);
     } finally {
