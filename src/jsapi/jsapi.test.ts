@@ -463,6 +463,7 @@ describe('WorkspaceFS object', () => {
     assert.equal(await ws.ReadFile('bytes.bin'), 'hi');
     assert.equal(statSync(join(root, 'bytes.bin')).mode & 0o777, 0o644, 'default perm');
     await assert.rejects(ws.ReadFile('../escape'), (e) => isSbxError(e, 'invalid_argument'));
+    await assert.rejects(ws.WriteFile('bad-perm.txt', 'x', 0o10000), (e) => invalid('perm')(e) && /^perm:/.test((e as Error).message));
   });
 
   test('ws.ReadDir(path?) → DirEntry[] {name, is_dir, size}', async () => {
@@ -495,6 +496,7 @@ describe('WorkspaceFS object', () => {
     await ws.MkdirAll('deep/er/est');
     await ws.WriteFile('deep/file', 'x');
     await assert.rejects(ws.MkdirAll('deep/file'), (e) => isSbxError(e, 'conflict'));
+    await assert.rejects(ws.MkdirAll('deep/bad', -1), invalid('perm'));
   });
 
   test('ws.Remove(path): a file or an empty directory', async () => {

@@ -73,25 +73,28 @@ export function dropEmpty(filter: Record<string, unknown>): Record<string, unkno
   return Object.fromEntries(Object.entries(filter).filter(([, v]) => v !== ''));
 }
 
+/** The WorkspaceFS methods take the seed's `perm` where the library takes `mode`. */
+export const PERM_NAME: ReadonlyMap<string, string> = new Map([['mode', 'perm']]);
+
 /** Runs a library call and renames the field of an invalid_argument to the seed's name. */
-export async function seedNames<T>(call: () => Promise<T>): Promise<T> {
+export async function seedNames<T>(call: () => Promise<T>, names: ReadonlyMap<string, string> = SEED_NAME): Promise<T> {
   try {
     return await call();
   } catch (err) {
-    throw renameField(err);
+    throw renameField(err, names);
   }
 }
 
-function renameField(err: unknown): unknown {
+function renameField(err: unknown, names: ReadonlyMap<string, string>): unknown {
   if (!(err instanceof SbxError) || err.code !== 'invalid_argument' || typeof err.details?.['field'] !== 'string') return err;
   const field = err.details['field'];
   const renamed = field
     .split('.')
-    .map((part) => SEED_NAME.get(part) ?? part)
+    .map((part) => names.get(part) ?? part)
     .join('.');
   if (renamed === field) return err;
   let message = err.message.startsWith(`${field}:`) ? `${renamed}${err.message.slice(field.length)}` : err.message;
   // Schema messages name the field again ("workDir must be an absolute path").
-  for (const [lib, seed] of SEED_NAME) if (lib !== seed) message = message.replace(new RegExp(`\\b${lib}\\b`, 'g'), seed);
+  for (const [lib, seed] of names) if (lib !== seed) message = message.replace(new RegExp(`\\b${lib}\\b`, 'g'), seed);
   return new SbxError('invalid_argument', message, { cause: err, details: { ...err.details, field: renamed } });
 }

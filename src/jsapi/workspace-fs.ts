@@ -9,6 +9,7 @@ import { M } from '../sandbox/index.js';
 import type { Workspace, WorkspaceFS as LibWorkspaceFS } from '../workspace/index.js';
 import { DirHandle } from '../workspace/contained-path.js';
 import { packTree } from '../workspace/tar.js';
+import { PERM_NAME, seedNames } from './options.js';
 import type { DirEntry, FileInfo, WorkspaceInfo } from './types.js';
 
 /**
@@ -42,7 +43,8 @@ export class WorkspaceFS {
 
   /** Writes a file atomically; `perm` (e.g. 0o644) defaults to the replaced file's, else 0o644. */
   async WriteFile(path: string, data: string | Uint8Array, perm?: number): Promise<void> {
-    await (await this.fs()).writeFile(path, data, perm === undefined ? {} : { mode: perm });
+    const files = await this.fs();
+    await seedNames(() => files.writeFile(path, data, perm === undefined ? {} : { mode: perm }), PERM_NAME);
   }
 
   /** The entries of a directory (default the root), sorted by name; symlinks as themselves. */
@@ -59,7 +61,8 @@ export class WorkspaceFS {
 
   /** `mkdir -p`; `perm` defaults to 0o755. */
   async MkdirAll(path: string, perm?: number): Promise<void> {
-    await (await this.fs()).mkdirAll(path, perm);
+    const files = await this.fs();
+    await seedNames(() => files.mkdirAll(path, perm), PERM_NAME);
   }
 
   /** Removes a file, a symlink or an empty directory. */
@@ -82,7 +85,8 @@ export class WorkspaceFS {
 
   /** Writes base64 content (validated strictly) like `WriteFile`. */
   async WriteFileBase64(path: string, b64: string, perm?: number): Promise<void> {
-    await (await this.fs()).writeFileBase64(path, b64, perm === undefined ? {} : { mode: perm });
+    const files = await this.fs();
+    await seedNames(() => files.writeFileBase64(path, b64, perm === undefined ? {} : { mode: perm }), PERM_NAME);
   }
 
   /** Copies a host file or directory tree into the workspace; `destPath` defaults to its basename. */
