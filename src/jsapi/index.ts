@@ -28,7 +28,8 @@ export type * from './types.js';
 /**
  * Creates the process-wide Manager and starts it (recovers its boxes, starts the cleanup loop).
  * Without a config it is what `new Manager()` makes (SBX_CONFIG / SBX_*, else one local pool).
- * A second Init closes the first Manager (its boxes keep running) and replaces it.
+ * A second Init closes the first Manager (its boxes keep running) and replaces it. A failed Init
+ * (a bad config) leaves no Manager: M() is not_available until an Init succeeds.
  */
 function Init(config?: ManagerConfig): Promise<Manager> {
   // One at a time: two overlapping Inits must not both close the same previous Manager.
@@ -42,16 +43,17 @@ let initializing: Promise<unknown> = Promise.resolve();
 async function initOnce(config: ManagerConfig | undefined): Promise<Manager> {
   const previous = current();
   if (previous) await previous.close();
-  const manager = init(config ?? loadConfig());
+  let manager: Manager | undefined;
   try {
+    manager = init(config ?? loadConfig());
     await manager.start();
+    return manager;
   } catch (err) {
-    await manager.close().catch(() => undefined);
-    // A Manager that never started must not be handed out by M().
+    await manager?.close().catch(() => undefined);
+    // Neither a Manager that never started nor the closed previous one may be handed out by M().
     resetForTest();
     throw err;
   }
-  return manager;
 }
 
 /** The Manager `Init` made; not_available before Init. */

@@ -118,6 +118,14 @@ describe('sandbox.Init(config) / sandbox.M()', () => {
     assert.equal((await found.Exec(['echo', 'again'])).exit_code, 0);
     await sandbox.Delete(made.id);
     assert.deepEqual(await containers(), []);
+
+    // A bad config: no Manager at all rather than the closed one.
+    await assert.rejects(sandbox.Init({ ...config, pools: [{ name: 'Bad Name' }] }), (e) => isSbxError(e, 'invalid_argument'));
+    assert.throws(
+      () => sandbox.M(),
+      (e) => isSbxError(e, 'not_available'),
+    );
+    await sandbox.Init(config);
   });
 });
 
