@@ -1,4 +1,5 @@
 import { SbxError } from '../errors.js';
+import { loadConfig } from './config.js';
 import type { ManagerConfig } from './config.js';
 import { Manager } from './manager.js';
 
@@ -6,9 +7,10 @@ let instance: Manager | undefined;
 
 /**
  * The seed's `Init(config)`: creates the process-wide Manager used by the seed-compatible
- * facade. The library itself needs no globals; prefer `new Manager()`.
+ * facade. The library itself needs no globals; prefer `new Manager()`. With no argument it reads
+ * what `new Manager()` reads (`SBX_CONFIG`, `SBX_*`).
  */
-export function init(config: ManagerConfig = {}): Manager {
+export function init(config: ManagerConfig = loadConfig()): Manager {
   instance = new Manager(config);
   return instance;
 }
