@@ -142,6 +142,7 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
     boxes: async () => (await manager.list()).map((b) => ({ pool: b.pool, status: b.status })),
     pools: async () => manager.pools(),
     cleanupStats: () => ({ ...manager.cleanupStats }),
+    warm: () => manager.warm(),
   });
   const observeEngineCall: EngineCallObserver = (c) => metrics.engineCalls.observe({ op: c.op, outcome: c.outcome }, c.ms / 1000);
   const ctx: ServerContext = { manager, keys, metrics, streams, log, shuttingDown: () => closing };

@@ -196,4 +196,23 @@ describe('metrics move when the thing happens', () => {
     assert.equal(d('sbx_workspace_bytes_total', { direction: 'read' }), bytes.length);
     await t.call('DELETE', `/v1/workspaces/${ws.json.id}?force=true`, { key: alice });
   });
+
+  test('warm pools: spares ready, hits, the last claim; a pool added over HTTP with a template', async () => {
+    const add = await t.call('POST', '/v1/pools', { body: { name: 'warmp', addr: testEnv.engineAddr, warm: [{ image: IMAGE, size: 1 }] } });
+    assert.equal(add.status, 201, add.text);
+    assert.deepEqual(add.json.warm, [{ image: IMAGE, size: 1 }], 'the pool answers with its template');
+    const ready = async () => value(await scrape(), 'sbx_warm_spares_ready', { pool: 'warmp', image: IMAGE });
+    for (let i = 0; i < 200 && (await ready()) !== 1; i++) await new Promise((r) => setTimeout(r, 100));
+    assert.equal(await ready(), 1, 'the spare is counted once it is ready');
+    const before = await scrape();
+    assert.equal(value(before, 'sbx_warm_size', { pool: 'warmp' }), 1);
+    const id = await newBox({ pool: 'warmp' });
+    const after = await scrape();
+    assert.equal(value(after, 'sbx_warm_hits', { pool: 'warmp' }) - value(before, 'sbx_warm_hits', { pool: 'warmp' }), 1, 'the create claimed the spare');
+    const claim = value(after, 'sbx_warm_last_claim_seconds', { pool: 'warmp' });
+    assert.ok(claim > 0 && claim < 5, `last claim ${claim} s`);
+    assert.equal((await t.call('DELETE', `/v1/boxes/${id}`, { key: alice })).status, 204);
+    assert.equal((await t.call('DELETE', '/v1/pools/warmp?force=true')).status, 204);
+    assert.equal(value(await scrape(), 'sbx_warm_spares_ready', { pool: 'warmp' }), 0, 'a removed pool has no spares');
+  });
 });

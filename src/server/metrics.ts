@@ -4,6 +4,7 @@
  * touching any box (monitoring never counts as activity).
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { WarmInfo } from '../sandbox/types.js';
 
 export interface MetricsSource {
   /** Every registered box's pool and last known status (kept by engine events, no inspect). */
@@ -12,6 +13,8 @@ export interface MetricsSource {
   pools(): Promise<Array<{ name: string; connected: boolean }>>;
   /** The Manager's cleanup counters, when it has them. */
   cleanupStats(): Record<string, number> | undefined;
+  /** The warm pools' templates as they stand (Manager.warm()). */
+  warm(): Promise<WarmInfo[]>;
 }
 
 const BOX_STATUSES = ['running', 'stopped', 'creating'];
@@ -101,6 +104,31 @@ export class ServerMetrics {
         for (const p of pools) this.set({ pool: p.name }, p.connected ? 1 : 0);
       },
     });
+    // Warm pools: one gauge per counter of Manager.warm(), by pool and template key (the image too, for people).
+    const warmFields = [
+      ['sbx_warm_spares_ready', 'Warm spares started and unclaimed', 'ready'],
+      ['sbx_warm_size', 'Spares a warm template keeps', 'size'],
+      ['sbx_warm_hits', 'Creates that claimed a warm spare', 'hits'],
+      ['sbx_warm_misses', 'Creates that fitted a warm template but found no spare, and went cold', 'misses'],
+      ['sbx_warm_replaced', 'Warm spares that died or vanished and were replaced', 'replaced'],
+      ['sbx_warm_failures', 'Warm spares that could not be made', 'failures'],
+      ['sbx_warm_last_claim_seconds', "Duration of the pool's last warm claim", 'lastClaimMs'],
+    ] as const;
+    for (const [name, help, field] of warmFields) {
+      new Gauge({
+        name,
+        help,
+        labelNames: ['pool', 'template', 'image'],
+        registers,
+        async collect() {
+          this.reset();
+          for (const w of await source.warm()) {
+            const v = w[field];
+            if (v !== undefined) this.set({ pool: w.pool, template: w.key, image: w.image }, field === 'lastClaimMs' ? v / 1000 : v);
+          }
+        },
+      });
+    }
     new Gauge({
       name: 'sbx_cleanup_actions',
       help: "The Manager's cleanup counters since it started, by reason",
