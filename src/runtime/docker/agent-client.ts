@@ -58,6 +58,8 @@ function openSession(target: AgentTarget, req: StartRequest): Session {
   const stderr = new PassThrough();
   let helloed = false;
   let exitMsg: (ExitMessage & { lost?: boolean }) | undefined;
+  /** Set once STARTED or an error settled `started`: later failures need no error object built. */
+  let startSettled = false;
   let resolveStarted!: (pid: number) => void;
   let rejectStarted!: (err: Error) => void;
   const started = new Promise<number>((res, rej) => {
@@ -116,6 +118,7 @@ function openSession(target: AgentTarget, req: StartRequest): Session {
         helloed = true;
         return;
       case F.started:
+        startSettled = true;
         resolveStarted((JSON.parse(payload.toString('utf8')) as { pid: number }).pid);
         return;
       case F.stdinAck:
@@ -152,7 +155,7 @@ function openSession(target: AgentTarget, req: StartRequest): Session {
     if (!reader.writableEnded) reader.end();
     for (const side of [stdout, stderr]) if (!side.writableEnded) side.end();
     if (!helloed) rejectStarted(new AgentUnreachable(`the agent on ${target.socketPath} closed the connection before its hello`, 'closed'));
-    else rejectStarted(new SbxError('internal', `the agent in container ${target.containerId} closed the connection before the exec started`));
+    else if (!startSettled) rejectStarted(new SbxError('internal', `the agent in container ${target.containerId} closed the connection before the exec started`));
     // The box stopped under the exec, or the agent died: the process is gone.
     if (!exitMsg) resolveExited({ exitCode: KILLED_EXIT_CODE, killed: true, lost: true });
     pump();
