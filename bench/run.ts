@@ -27,6 +27,7 @@ import { runExecMemory } from './memory/exec-row.js';
 import { EXEC_MEMORY_ROW, IDLE_BOXES, MEMORY_ROWS, memoryFailed, memoryRows } from './memory/rows.js';
 import { agentRowNames, runAgentRows } from './rows/agent.js';
 import { runWarmRows, warmRowNames } from './rows/warm.js';
+import { TRANSPORT_ROW_NAMES, runTransportRows } from './rows/transport.js';
 import { concurrencyRows, latencyRows } from './rows/boxes.js';
 import { WORKSPACE_ROW_NAME, fileRows } from './rows/files.js';
 import { RawSubject } from './subjects/raw.js';
@@ -110,6 +111,7 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     EXEC_MEMORY_ROW,
     ...agentRowNames(),
     ...warmRowNames(),
+    ...TRANSPORT_ROW_NAMES,
   ];
   const picked = selectNames(all, run.args.only);
   if (picked.size === 0) throw new UsageError(`--only ${run.args.only}: no row matches; rows are ${all.join(', ')}`);
@@ -145,6 +147,11 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
   }
   if (agentRowNames().some((n) => picked.has(n))) {
     results.push(...(await runAgentRows(run.ctx, { managerName: `${run.managerName}-ag`, dataDir: join(run.tmp, 'agent'), runId: run.runId, only: picked })));
+  }
+  if (TRANSPORT_ROW_NAMES.some((n) => picked.has(n))) {
+    results.push(
+      ...(await runTransportRows(run.ctx, { managerName: `${run.managerName}-tr`, dataDir: join(run.tmp, 'transport'), runId: run.runId, only: picked })),
+    );
   }
   if (warmRowNames().some((n) => picked.has(n))) {
     results.push(...(await runWarmRows(run.ctx, { managerName: `${run.managerName}-wm`, dataDir: join(run.tmp, 'warm'), runId: run.runId, only: picked })));

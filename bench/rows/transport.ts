@@ -27,7 +27,7 @@ import { runPairRows } from '../core/run-rows.js';
 import type { RunContext } from '../core/run-rows.js';
 import { sweep } from '../core/sweep.js';
 import { EngineClient } from '../engine/client.js';
-import { SbxSubject } from '../subjects/sbx.js';
+import { PoolSubject } from '../subjects/pool.js';
 import type { BoxRef, ExecOutcome, Subject } from '../subjects/subject.js';
 import { latencyRows } from './boxes.js';
 
@@ -169,7 +169,8 @@ export async function runTransportRows(
   opts: { managerName: string; dataDir: string; runId: string; /** Row names to run (TRANSPORT_ROW_NAMES); default all. */ only?: ReadonlySet<string> },
 ): Promise<RowResult[]> {
   if (opts.only && !TRANSPORT_ROW_NAMES.some((n) => opts.only!.has(n))) return [];
-  const lib = await SbxSubject.open(opts);
+  // The library on the server's own pool settings (the in-box agent on), so the rows show what the transport adds.
+  const lib = await PoolSubject.open('lib', {}, opts);
   let server: ServerHandle | undefined;
   let nodeHttpClose: (() => Promise<void>) | undefined;
   try {
