@@ -155,7 +155,8 @@ function openSession(target: AgentTarget, req: StartRequest): Session {
     if (!reader.writableEnded) reader.end();
     for (const side of [stdout, stderr]) if (!side.writableEnded) side.end();
     if (!helloed) rejectStarted(new AgentUnreachable(`the agent on ${target.socketPath} closed the connection before its hello`, 'closed'));
-    else if (!startSettled) rejectStarted(new SbxError('internal', `the agent in container ${target.containerId} closed the connection before the exec started`));
+    else if (!startSettled)
+      rejectStarted(new SbxError('internal', `the agent in container ${target.containerId} closed the connection before the exec started`));
     // The box stopped under the exec, or the agent died: the process is gone.
     if (!exitMsg) resolveExited({ exitCode: KILLED_EXIT_CODE, killed: true, lost: true });
     pump();
