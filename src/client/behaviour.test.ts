@@ -32,15 +32,8 @@ behaviourSuite('library (Manager)', async () => {
   };
 });
 
-behaviourSuite(
-  'SDK (Sbx over sbx serve)',
-  async () => {
-    const server = await startTestServer('sdk');
-    const api: SandboxApi = new Sbx({ url: server.url, apiKey: server.admin });
-    return { api, image: testEnv.baseImage, pullImage: testEnv.pullImage, dispose: () => server.dispose() };
-  },
-  {
-    'stream: cancel() works while the process ignores a full stdin':
-      'server: ws-exec stops reading the socket while the process’s stdin is full, so it never sees the client close or leave, and the process keeps running',
-  },
-);
+behaviourSuite('SDK (Sbx over sbx serve)', async () => {
+  const server = await startTestServer('sdk');
+  const api: SandboxApi = new Sbx({ url: server.url, apiKey: server.admin });
+  return { api, image: testEnv.baseImage, pullImage: testEnv.pullImage, dispose: () => server.dispose() };
+});

@@ -137,6 +137,8 @@ async function runSession(ctx: ServerContext, ws: WebSocket, req: FastifyRequest
     finished = true;
     const { body } = mapError(err);
     send(control(body));
+    // A socket paused for stdin would never read the client's close frame.
+    ws.resume();
     ws.close(closeCode, body.error.code);
     if (stream) void stream.cancel().catch(() => undefined);
     resolveDone();
@@ -167,6 +169,13 @@ async function runSession(ctx: ServerContext, ws: WebSocket, req: FastifyRequest
     }
   });
   ws.on('error', () => undefined);
+  // While the socket is paused (the process's stdin is full) nothing is read, so a client that
+  // left or cut the connection is never seen; a ping is a write, which fails once the peer is gone
+  // and closes the socket, and the close handler above kills the process.
+  const watchdog = setInterval(() => {
+    if (ws.isPaused && ws.readyState === ws.OPEN) ws.ping();
+  }, PAUSED_PING_MS);
+  void done.then(() => clearInterval(watchdog));
 
   try {
     let spec = fromQuery(req.query as z.infer<typeof WsExecQuery>);
@@ -215,6 +224,7 @@ async function runSession(ctx: ServerContext, ws: WebSocket, req: FastifyRequest
     if (finished) return;
     finished = true;
     send(control({ exit: exitCode }));
+    ws.resume();
     ws.close(1000, 'exit');
     ctx.metrics.execs.inc({ transport: 'ws', outcome: 'exited' });
     resolveDone();
@@ -223,6 +233,9 @@ async function runSession(ctx: ServerContext, ws: WebSocket, req: FastifyRequest
     fail(err, err instanceof SbxError && err.code === 'invalid_argument' ? 1008 : 1011);
   }
 }
+
+/** How often a paused socket is probed for a client that went away. */
+const PAUSED_PING_MS = 1000;
 
 function parseJson(buf: Buffer): unknown {
   try {
