@@ -4,6 +4,7 @@
  * server and engine, with a small TCP proxy in front that can drop requests and counts them.
  */
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { createServer } from 'node:net';
 import type { AddressInfo, Server, Socket } from 'node:net';
 import { after, before, describe, test } from 'node:test';
@@ -167,6 +168,46 @@ describe('SDK: the network', () => {
       await sbx.workspaces.delete(ws.id);
     } finally {
       await proxy.close();
+    }
+  });
+
+  test('a stream whose output and exit arrive in the same read as the upgrade answer loses neither', async () => {
+    // A fast command on a fast box: the server's 101, a stdout frame, the exit frame and the close
+    // can reach the client in one TCP segment. A raw server sends exactly that, in one write.
+    const wsFrame = (payload: Buffer, opcode = 2) => Buffer.concat([Buffer.from([0x80 | opcode, payload.length]), payload]);
+    const server = createServer((sock) => {
+      sock.once('data', (req: Buffer) => {
+        const key = /sec-websocket-key: (\S+)/i.exec(req.toString())![1]!;
+        const accept = createHash('sha1').update(`${key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64');
+        const head = `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`;
+        sock.write(
+          Buffer.concat([
+            Buffer.from(head),
+            wsFrame(Buffer.concat([Buffer.from([1]), Buffer.from('fast\n')])),
+            wsFrame(Buffer.concat([Buffer.from([3]), Buffer.from(JSON.stringify({ exit: 0 }))])),
+            wsFrame(Buffer.from([0x03, 0xe8]), 8),
+          ]),
+        );
+        sock.on('data', () => undefined);
+        setTimeout(() => sock.end(), 50);
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { openStream } = await import('./stream.js');
+      const { Transport } = await import('./http.js');
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      for (let i = 0; i < 5; i++) {
+        const st = await openStream(new Transport({ url, apiKey: 'k', retries: 0, retryDelayMs: 0 }), 'sb-000000000000', ['true']);
+        const out: Buffer[] = [];
+        st.stdout.on('data', (c: Buffer) => out.push(c));
+        const ended = new Promise((resolve) => st.stdout.once('end', resolve));
+        assert.equal(await st.wait(), 0, `run ${i}: the exit frame arrived`);
+        await ended;
+        assert.equal(Buffer.concat(out).toString(), 'fast\n', `run ${i}: the output arrived`);
+      }
+    } finally {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
     }
   });
 

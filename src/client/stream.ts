@@ -58,6 +58,11 @@ export async function openStream(transport: Transport, boxId: string, cmd: strin
   }
   const ws = new WebSocket(url.replace(/^http/, 'ws'), { headers: transport.authHeaders(), perMessageDeflate: false });
   ws.binaryType = 'nodebuffer';
+  // Frames that arrive in the same read as the upgrade answer (a fast command's output and
+  // exit) are emitted before the stream below exists: held here, replayed by it in order.
+  const early: Buffer[] = [];
+  const hold = (data: Buffer) => early.push(data);
+  ws.on('message', hold);
   await new Promise<void>((resolve, reject) => {
     const onError = (err: Error) => reject(transport.unreachable(err, 'GET', path));
     ws.once('open', () => {
@@ -78,7 +83,8 @@ export async function openStream(transport: Transport, boxId: string, cmd: strin
     });
   });
   if (startFrame) ws.send(startFrame);
-  return new RemoteExecStream(ws, opts, transport.baseUrl);
+  ws.off('message', hold);
+  return new RemoteExecStream(ws, opts, transport.baseUrl, early);
 }
 
 class RemoteExecStream implements ExecStream {
@@ -96,6 +102,7 @@ class RemoteExecStream implements ExecStream {
     private readonly ws: WebSocket,
     opts: ExecStreamOptions,
     baseUrl: string,
+    early: Buffer[] = [],
   ) {
     this.stdin = new Writable({
       write: (chunk: Buffer, _enc, cb) => this.sendFrame(frame(CHANNEL.stdin, chunk), cb),
@@ -106,6 +113,7 @@ class RemoteExecStream implements ExecStream {
     // wait() may never be called; a rejection nobody asked for must not crash the process.
     this.exit.catch(() => undefined);
     this.closed = new Promise((resolve) => ws.once('close', () => resolve()));
+    for (const data of early) this.onMessage(data);
     ws.on('message', (data: Buffer) => this.onMessage(data));
     ws.on('error', () => undefined);
     ws.once('close', (code, reason) => {

@@ -258,6 +258,18 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
       await until('the cancelled process to be gone', async () => !(await running(box, '308')));
     });
 
+    test('stream: a command that ends at once loses neither its output nor its exit (30 in a row)', async () => {
+      // Over the WebSocket, a fast command's frames can arrive in the same read as the upgrade.
+      for (let i = 0; i < 30; i++) {
+        const st = await box.stream(['sh', '-c', `echo fast-${i}`]);
+        const out: Buffer[] = [];
+        st.stdout.on('data', (c: Buffer) => out.push(c));
+        st.stdin.end();
+        assert.equal(await st.wait(), 0, `run ${i}`);
+        assert.equal(Buffer.concat(out).toString(), `fast-${i}\n`, `run ${i}`);
+      }
+    });
+
     test('stream: cancel() kills the process inside the box; wait() gives 137', async () => {
       const st = await box.stream(['sh', '-c', 'echo up; exec sleep 304']);
       const first = await new Promise<string>((resolve) => st.stdout.once('data', (c: Buffer) => resolve(c.toString())));
