@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { DockerRuntime } from '../src/runtime/docker/runtime.js';
 import { loadConfig, resolveConfig } from '../src/sandbox/config.js';
 import { managerSelector } from '../src/sandbox/labels.js';
+import { startTestServer } from '../src/server/test-support.js';
 import { testEnv } from '../src/testing/env.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -43,13 +44,17 @@ const EXPECTED: Record<string, RegExp[]> = {
     /^info: status=running policy=session owner=quickstart image=sbx-base:latest$/m,
     /^removed sb-[0-9a-f]+; boxes left: 0$/m,
   ],
+  'sdk.ts': [/^0 hi from the SDK$/m],
 };
 
-function run(file: string, name: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+/** Examples that talk to `sbx serve`: run against a real server on this test's own Manager name. */
+const NEEDS_SERVER = new Set(['sdk.ts']);
+
+function run(file: string, name: string, extraEnv: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('SBX_')));
   const child = spawn(process.execPath, ['--import', 'tsx', join(EXAMPLES, file)], {
     cwd: ROOT,
-    env: { ...env, SBX_NAME: name, SBX_DATA_DIR: join(dir, name) },
+    env: { ...env, SBX_NAME: name, SBX_DATA_DIR: join(dir, name), ...extraEnv },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stdout = '';
@@ -77,7 +82,13 @@ for (const file of files) {
   test(`examples/${file} runs to exit 0, prints what it says, and leaves no box`, async () => {
     // Its own instance name (the examples' `new Manager()` reads SBX_NAME), so its boxes are told apart.
     const name = `ex-${file.replace(/\.ts$/, '')}-${process.pid}`;
-    const r = await run(file, name);
+    const server = NEEDS_SERVER.has(file) ? await startTestServer('example', { name, dataDir: join(dir, name) }) : undefined;
+    let r;
+    try {
+      r = await run(file, name, server ? { SBX_URL: server.url, SBX_API_KEY: server.admin } : {});
+    } finally {
+      await server?.dispose();
+    }
     const left = await engine.list({ labels: managerSelector(name) });
     await Promise.all(left.map((c) => engine.remove(c.id, { force: true }).catch(() => undefined)));
     assert.equal(r.code, 0, `exit ${r.code}; stderr:\n${r.stderr}`);
