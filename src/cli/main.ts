@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 /**
- * The `sbx` command line: `run` one command in a fresh box, list the `pools`, and `serve` the
- * HTTP API. These work on the library directly (this machine's config); commands that talk to a
- * running server come with the SDK.
+ * The `sbx` command line. `run`, `pools` (alone) and `serve` work on the library directly (this
+ * machine's config); every other command talks to a running server through the SDK
+ * (src/cli/remote.ts says where the server and key come from).
  */
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { Manager } from '../sandbox/manager.js';
@@ -11,20 +11,46 @@ import { loadConfig } from '../sandbox/config.js';
 import { SbxError, isSbxError } from '../errors.js';
 import { parseDuration } from '../util/duration.js';
 import { serveCommand } from './serve.js';
+import { adminCommands } from './admin.js';
+import { boxCommands } from './boxes.js';
+import { fileCommands } from './files.js';
+import { withConnection } from './remote.js';
+import { holdEarlyMessages } from './ws-early-frames.js';
 
-/** Exit statuses of sbx itself; `run` otherwise exits with the command's own status. */
+/**
+ * Exit statuses of `run`, as `docker run` gives them; `run` otherwise exits with the command's
+ * own status. The commands that talk to a server exit 1 for sbx errors instead (REMOTE_EXIT).
+ */
 export const EXIT = { usage: 2, timeout: 124, sbx: 125, cannotRun: 126, notFound: 127 } as const;
 const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143, SIGPIPE: 141 };
 
 const CONFIG_HELP = 'YAML config file (default: $SBX_CONFIG, else one pool `local` on the local Docker Engine)';
 
-const program = new Command()
-  .name('sbx')
-  .description('Isolated execution environments ("boxes") on pools of container runtimes.')
-  .option('-c, --config <file>', CONFIG_HELP)
+const program = withConnection(
+  new Command().name('sbx').description('Isolated execution environments ("boxes") on pools of container runtimes.').option('-c, --config <file>', CONFIG_HELP),
+)
   .enablePositionalOptions()
   .exitOverride()
-  .showHelpAfterError("(run 'sbx help' or 'sbx <command> --help' for usage)");
+  .showHelpAfterError("(run 'sbx help' or 'sbx <command> --help' for usage)")
+  .addHelpText(
+    'after',
+    `
+run, pools (without a subcommand) and serve use this machine's Docker Engine and config (-c).
+The other commands talk to an sbx server: --url/--api-key, $SBX_URL/$SBX_API_KEY, or \`sbx login\`.
+
+Examples:
+  sbx serve                                   # prints an admin key on its first start
+  sbx login http://127.0.0.1:7070 --api-key sbxk_…
+  ID=$(sbx create sbx-base:latest)
+  sbx exec $ID -- uname -a
+  sbx cp ./src $ID:/tmp/
+  sbx shell $ID
+  sbx rm $ID
+  sbx run sbx-base:latest echo hello          # one command in a fresh box, no server
+
+Exit status: the command's own for run and exec; 1 when sbx fails (run: 125, as docker run);
+2 for usage errors. See docs/cli.md.`,
+  );
 
 /** The Manager for a command: its `-c` first, then the global one, then $SBX_CONFIG and SBX_* variables. */
 function manager(opts: { config?: string }): Manager {
@@ -142,9 +168,11 @@ Examples:
     }
   });
 
-program
+const pools = program
   .command('pools')
-  .description('List the configured pools (name, address, whether the runtime answers, boxes of this instance), tab-separated.')
+  .description(
+    "Without a subcommand: this machine's configured pools (name, address, whether the runtime answers, boxes of this instance), tab-separated. With ls|add|rm: the server's pools.",
+  )
   .option('-c, --config <file>', CONFIG_HELP)
   .action(async (opts: { config?: string }) => {
     const m = manager(opts);
@@ -155,6 +183,11 @@ program
       await m.close();
     }
   });
+
+holdEarlyMessages();
+boxCommands(program);
+fileCommands(program);
+adminCommands(program, pools);
 
 // Usage errors exit 2 here too: the settings above are copied, as .command() does for the others.
 program.addCommand(serveCommand().copyInheritedSettings(program));

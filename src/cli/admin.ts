@@ -1,0 +1,194 @@
+/**
+ * Admin commands against a server: `images pull`, `pools ls|add|rm`, `keys create|ls|revoke`.
+ * `sbx pools` alone keeps listing this machine's configured pools through a local Manager.
+ */
+import type { Command } from 'commander';
+import { Option } from 'commander';
+import type { PoolConfig, Role } from '../client/index.js';
+import { formatBytes, formatDuration, paint, printJson, relativeTime, table } from './output.js';
+import { CONNECTION_HELP, duration, positiveInt, remoteAction, size, withConnection } from './remote.js';
+import { PullRenderer } from './pull-progress.js';
+
+export function adminCommands(program: Command, pools: Command): void {
+  const images = program.command('images').description('Images on the server’s pools (admin)');
+  withConnection(images.command('pull').description('Pull an image onto a pool, with progress per layer and a total').argument('<ref>', 'image reference'))
+    .option('-p, --pool <name>', 'pool to pull on (default: the server’s first)')
+    .option('--username <user>', 'registry user (the password comes from $SBX_REGISTRY_PASSWORD)')
+    .option('--json', 'print the engine’s progress events, one JSON object a line')
+    .addHelpText(
+      'after',
+      `
+On a terminal each layer gets a line with a bar and a total is drawn under them; otherwise
+each layer's status changes are printed as plain lines.
+${CONNECTION_HELP}
+
+Examples:
+  sbx images pull alpine:3.20
+  sbx images pull -p gpu registry.example.com/team/img:1 --username ci
+  sbx images pull --json busybox:latest | jq -c 'select(.status == "Pull complete")'`,
+    )
+    .action(
+      remoteAction(async ({ sbx }, ref: string, f: { pool?: string; username?: string; json?: boolean }) => {
+        const password = process.env['SBX_REGISTRY_PASSWORD'];
+        if (f.username && password === undefined) program.error('error: --username needs the password in $SBX_REGISTRY_PASSWORD', { exitCode: 2 });
+        const events = sbx.images.pull(ref, {
+          ...(f.pool ? { pool: f.pool } : {}),
+          ...(f.username ? { auth: { username: f.username, password: password! } } : {}),
+        });
+        const renderer = f.json ? undefined : new PullRenderer(process.stdout, ref);
+        try {
+          for await (const ev of events) {
+            if (renderer) renderer.update(ev);
+            else process.stdout.write(JSON.stringify(ev) + '\n');
+          }
+        } finally {
+          renderer?.finish();
+        }
+      }),
+    );
+
+  withConnection(pools.command('ls').alias('list').description('List the server’s pools (admin)'))
+    .option('--json', 'print them as a JSON array')
+    .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx pools ls\n  sbx pools ls --json | jq '.[] | select(.connected | not) | .name'`)
+    .action(
+      remoteAction(async ({ sbx }, f: { json?: boolean }) => {
+        const list = await sbx.pools();
+        if (f.json) return printJson(list);
+        process.stdout.write(
+          table(
+            ['NAME', 'ADDR', 'STATUS', 'BOXES', 'MAX/USER', 'MAX', 'MEMORY', 'CPUS', 'IDLE'],
+            list.map((p) => [
+              p.name,
+              p.addr,
+              p.connected ? paint('connected', 'green') : paint('unreachable', 'red'),
+              String(p.boxes),
+              p.maxPerUser ? String(p.maxPerUser) : '-',
+              p.maxTotal ? String(p.maxTotal) : '-',
+              p.memory ? formatBytes(p.memory) : '-',
+              p.cpus ? String(p.cpus) : '-',
+              formatDuration(p.idleTimeoutMs),
+            ]),
+          ),
+        );
+      }),
+    );
+
+  withConnection(
+    pools
+      .command('add')
+      .description('Add a pool to the server (admin); it is checked and used at once')
+      .argument('<name>', 'pool name')
+      .argument('[addr]', 'runtime address: local, unix:///…, tcp://…, ssh://…', 'local'),
+  )
+    .option('--max-per-user <n>', 'boxes per owner; 0 = unlimited', positiveInt)
+    .option('--max-total <n>', 'boxes on the pool; 0 = unlimited', positiveInt)
+    .option('--idle-timeout <duration>', 'default idle timeout of its boxes: 30m; 0 = never', duration)
+    .option('--max-lifetime <duration>', 'default max lifetime: 8h; 0 = none', duration)
+    .option('--stop-timeout <duration>', 'SIGTERM grace: 2s', duration)
+    .option('-m, --memory <size>', 'default memory of a box: 1g; 0 = no limit', size)
+    .option('--cpus <n>', 'default cores of a box; 0 = no limit', Number)
+    .addOption(new Option('--security <profile>', 'security profile').choices(['standard', 'strict']))
+    .option('--oci-runtime <name>', 'OCI runtime for its boxes, e.g. runsc')
+    .option('--json', 'print the pool as JSON')
+    .addHelpText(
+      'after',
+      `${CONNECTION_HELP}\n\nExamples:\n  sbx pools add gpu tcp://10.0.0.5:2376 --max-per-user 2\n  sbx pools add edge ssh://sbx@edge-1 --idle-timeout 10m`,
+    )
+    .action(
+      remoteAction(
+        async (
+          { sbx },
+          name: string,
+          addr: string,
+          f: {
+            maxPerUser?: number;
+            maxTotal?: number;
+            idleTimeout?: number;
+            maxLifetime?: number;
+            stopTimeout?: number;
+            memory?: number;
+            cpus?: number;
+            security?: 'standard' | 'strict';
+            ociRuntime?: string;
+            json?: boolean;
+          },
+        ) => {
+          const def: PoolConfig = {
+            name,
+            addr,
+            ...(f.maxPerUser !== undefined ? { maxPerUser: f.maxPerUser } : {}),
+            ...(f.maxTotal !== undefined ? { maxTotal: f.maxTotal } : {}),
+            ...(f.idleTimeout !== undefined ? { idleTimeoutMs: f.idleTimeout } : {}),
+            ...(f.maxLifetime !== undefined ? { maxLifetimeMs: f.maxLifetime } : {}),
+            ...(f.stopTimeout !== undefined ? { stopTimeoutMs: f.stopTimeout } : {}),
+            ...(f.memory !== undefined ? { memory: f.memory } : {}),
+            ...(f.cpus !== undefined ? { cpus: f.cpus } : {}),
+            ...(f.security ? { security: f.security } : {}),
+            ...(f.ociRuntime ? { ociRuntime: f.ociRuntime } : {}),
+          };
+          const p = await sbx.addPool(def);
+          if (f.json) printJson(p);
+          else process.stdout.write(`${p.name}\t${p.addr}\t${p.connected ? 'connected' : 'unreachable'}\n`);
+        },
+      ),
+    );
+
+  withConnection(pools.command('rm').alias('remove').description('Remove a pool from the server (admin)').argument('<name>', 'pool name'))
+    .option('-f, --force', 'remove it even with boxes on it (they are removed)')
+    .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx pools rm gpu\n  sbx pools rm -f edge`)
+    .action(
+      remoteAction(async ({ sbx }, name: string, f: { force?: boolean }) => {
+        await sbx.removePool(name, f.force ? { force: true } : {});
+        process.stdout.write(name + '\n');
+      }),
+    );
+
+  const keys = program.command('keys').description('API keys of the server (admin)');
+  withConnection(
+    keys.command('create').description('Make an API key; its secret is printed once').argument('<name>', 'a name for the key (who or what uses it)'),
+  )
+    .addOption(new Option('--role <role>', 'what it may do').choices(['user', 'admin']).default('user'))
+    .option('--owner <name>', 'the owner a user key acts as (default: the name)')
+    .option('--json', 'print the key and its record as JSON')
+    .addHelpText(
+      'after',
+      `${CONNECTION_HELP}\n\nExamples:\n  sbx keys create alice\n  sbx keys create ci --owner team-ml --json | jq -r .key\n  sbx login http://127.0.0.1:7070 --api-key "$(sbx keys create bob)"`,
+    )
+    .action(
+      remoteAction(async ({ sbx }, name: string, f: { role: Role; owner?: string; json?: boolean }) => {
+        const k = await sbx.keys.create({ name, role: f.role, ...(f.owner ? { owner: f.owner } : {}) });
+        if (f.json) return printJson(k);
+        process.stdout.write(k.key + '\n');
+        process.stderr.write(`sbx: key ${k.id} (${k.role}, owner ${k.owner}) made; the secret above is shown only now\n`);
+      }),
+    );
+
+  withConnection(keys.command('ls').alias('list').description('List API keys (never their secrets)'))
+    .option('--json', 'print them as a JSON array')
+    .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx keys ls\n  sbx keys ls --json | jq -r '.[] | select(.role == "admin") | .id'`)
+    .action(
+      remoteAction(async ({ sbx }, f: { json?: boolean }) => {
+        const list = await sbx.keys.list();
+        if (f.json) return printJson(list);
+        process.stdout.write(
+          table(
+            ['ID', 'NAME', 'ROLE', 'OWNER', 'CREATED'],
+            list.map((k) => [k.id, k.name, k.role === 'admin' ? paint(k.role, 'yellow') : k.role, k.owner, relativeTime(k.createdAt)]),
+          ),
+        );
+      }),
+    );
+
+  withConnection(
+    keys.command('revoke').alias('rm').description('Revoke API keys; they stop working at once').argument('<ids...>', 'key ids (from `sbx keys ls`)'),
+  )
+    .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx keys revoke 0123456789abcdef`)
+    .action(
+      remoteAction(async ({ sbx }, ids: string[]) => {
+        for (const id of ids) {
+          await sbx.keys.revoke(id);
+          process.stdout.write(id + '\n');
+        }
+      }),
+    );
+}

@@ -1,0 +1,431 @@
+/**
+ * Box commands against a server: `create`, `ls`, `info`, `exec`, `shell`, `start`, `stop`,
+ * `rm`, and `login`, which saves the server and key they use.
+ */
+import { createInterface } from 'node:readline';
+import type { Command } from 'commander';
+import { CommanderError, Option } from 'commander';
+import { SbxError } from '../client/index.js';
+import type { BoxInfo, CreateOptions } from '../client/index.js';
+import type { Box } from '../client/index.js';
+import { fields, formatDuration, paint, printJson, relativeTime, table } from './output.js';
+import {
+  CONNECTION_HELP,
+  DEFAULT_PROFILE,
+  REMOTE_EXIT,
+  client,
+  duration,
+  envVar,
+  explain,
+  keyValue,
+  positiveInt,
+  readProfiles,
+  remoteAction,
+  resolveConnection,
+  connectionFlags,
+  size,
+  withConnection,
+  writeProfiles,
+} from './remote.js';
+
+const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143, SIGPIPE: 141 };
+
+function statusText(status: string): string {
+  return paint(status, status === 'running' ? 'green' : status === 'stopped' ? 'yellow' : 'cyan');
+}
+
+export function boxRows(boxes: BoxInfo[]): string {
+  return table(
+    ['ID', 'IMAGE', 'STATUS', 'POOL', 'OWNER', 'WORKSPACE', 'CREATED'],
+    boxes.map((b) => [b.id, b.image, statusText(b.status), b.pool, b.owner, b.workspaceId ?? '-', relativeTime(b.createdAt)]),
+  );
+}
+
+export function boxFields(b: BoxInfo): string {
+  const labels = Object.entries(b.labels).map(([k, v]) => `${k}=${v}`);
+  return fields([
+    ['ID', b.id],
+    ['Status', statusText(b.status)],
+    ['Image', b.image],
+    ['Pool', b.pool],
+    ['Owner', b.owner],
+    ['Policy', b.policy],
+    ['Created', `${b.createdAt} (${relativeTime(b.createdAt)})`],
+    ['Last active', `${b.lastActive} (${relativeTime(b.lastActive)})`],
+    ['Processes', String(b.processCount)],
+    ['Workspace', b.workspaceId ? `${b.workspaceId} at ${b.mountPath}` : '-'],
+    ['Idle timeout', formatDuration(b.idleTimeoutMs)],
+    ['Max lifetime', formatDuration(b.maxLifetimeMs)],
+    ['Ports', b.ports.length ? b.ports.map((p) => `${p.hostIp}:${p.hostPort}->${p.containerPort}/${p.protocol}`).join(', ') : '-'],
+    ['Labels', labels.length ? labels.join(', ') : '-'],
+    ['Exec path', b.execPath],
+    ['Container', b.containerId],
+  ]);
+}
+
+interface CreateFlags {
+  id?: string;
+  pool?: string;
+  owner?: string;
+  label?: Record<string, string>;
+  env?: Record<string, string>;
+  memory?: number;
+  cpus?: number;
+  pidsLimit?: number;
+  policy?: CreateOptions['policy'];
+  idleTimeout?: number;
+  maxLifetime?: number;
+  stopTimeout?: number;
+  network?: string;
+  workspace?: string;
+  mountPath?: string;
+  readOnly?: boolean;
+  workdir?: string;
+  user?: string;
+  json?: boolean;
+}
+
+interface ExecFlags {
+  interactive?: boolean;
+  tty?: boolean;
+  env?: Record<string, string>;
+  workdir?: string;
+  user?: string;
+  timeout?: number;
+}
+
+/**
+ * Runs `cmd` in `box` with this process's terminal: live output, stdin with -i, a raw-mode TTY
+ * that follows the window size with -t. Resolves with the exit status to leave with.
+ */
+export async function execInBox(box: Box, cmd: string[], opts: ExecFlags): Promise<number> {
+  const stop = new AbortController();
+  const onSignal = (signal: NodeJS.Signals) => stop.abort(signal);
+  process.once('SIGINT', onSignal).once('SIGTERM', onSignal);
+  const stdin = process.stdin;
+  const stdout = process.stdout;
+  const rawMode = opts.tty === true && opts.interactive === true && stdin.isTTY === true;
+  // A terminal may report 0×0 (script(1) with no size of its own): 80×24, as a VT100.
+  const termSize = () => ({ cols: (stdout.isTTY && stdout.columns) || 80, rows: (stdout.isTTY && stdout.rows) || 24 });
+  const onResize = () => void s?.resize(termSize()).catch(() => undefined);
+  let s: Awaited<ReturnType<Box['stream']>> | undefined;
+  try {
+    s = await box.stream(cmd, {
+      signal: stop.signal,
+      ...(opts.tty ? { tty: true, size: termSize() } : {}),
+      ...(opts.env ? { env: opts.env } : {}),
+      ...(opts.workdir ? { workDir: opts.workdir } : {}),
+      ...(opts.user ? { user: opts.user } : {}),
+      ...(opts.timeout ? { timeoutMs: opts.timeout } : {}),
+    });
+    for (const [from, to] of [
+      [s.stdout, process.stdout],
+      [s.stderr, process.stderr],
+    ] as const) {
+      from.pipe(to);
+      // A reader that went away (`sbx exec … | head -1`): stop the command as a shell's SIGPIPE would.
+      to.on('error', () => {
+        from.unpipe(to).resume();
+        stop.abort('SIGPIPE');
+      });
+    }
+    s.stdin.on('error', () => undefined);
+    if (rawMode) stdin.setRawMode(true);
+    if (opts.tty && stdout.isTTY) stdout.on('resize', onResize);
+    if (opts.interactive) stdin.pipe(s.stdin);
+    // A TTY without -i keeps its input open: ending it would type ^D at the command.
+    else if (!opts.tty) s.stdin.end();
+    const code = await s.wait();
+    if (stop.signal.aborted) return SIGNAL_EXIT[String(stop.signal.reason)] ?? 1;
+    return code;
+  } catch (err) {
+    // The command could not start: a shell's statuses, as `docker exec` gives them.
+    if (err instanceof SbxError && typeof err.details?.['cmd'] === 'string') {
+      process.stderr.write(`sbx: ${err.code}: ${err.message}\n`);
+      return err.code === 'not_found' ? REMOTE_EXIT.notFound : REMOTE_EXIT.cannotRun;
+    }
+    if (stop.signal.aborted) return SIGNAL_EXIT[String(stop.signal.reason)] ?? 1;
+    throw err;
+  } finally {
+    process.off('SIGINT', onSignal).off('SIGTERM', onSignal);
+    stdout.off('resize', onResize);
+    if (rawMode) stdin.setRawMode(false);
+    if (opts.interactive) {
+      if (s) stdin.unpipe(s.stdin);
+      stdin.destroy();
+    }
+  }
+}
+
+function execOptions(cmd: Command): Command {
+  return cmd
+    .option('-e, --env <KEY[=VALUE]>', "set a variable for the command; KEY alone passes the caller's value (repeatable)", envVar)
+    .option('-w, --workdir <dir>', 'working directory inside the box')
+    .option('-u, --user <user>', 'user to run as (name or uid[:gid])')
+    .option('--timeout <duration>', 'kill the command after this long (30s, 2m, or milliseconds); it then exits 137', duration);
+}
+
+/** `sbx exec ID -- CMD`: commander hands the `--` through with the command when options precede it. */
+function commandArgs(args: string[]): string[] {
+  return args[0] === '--' ? args.slice(1) : args;
+}
+
+const EXEC_EXIT_HELP = `
+Exit status:
+  the command's own   when it ran (137 if it was killed, e.g. by --timeout)
+  126, 127            the command could not be run / was not found in the box
+  1                   sbx failed: server unreachable, bad key, no such box (the message says which)
+  2                   usage error
+  130, 143, 141       sbx got SIGINT / SIGTERM / its output was closed: the command was killed`;
+
+export function boxCommands(program: Command): void {
+  withConnection(
+    program
+      .command('login')
+      .description('Check an API key against a server and save both in the profile file (mode 0600) for the other commands')
+      .argument('<url>', 'the server, e.g. http://127.0.0.1:7070'),
+  )
+    .option('--api-key-stdin', 'read the key from stdin (default: --api-key, $SBX_API_KEY, else asked for on a terminal)')
+    .addHelpText(
+      'after',
+      `
+The profile file is $XDG_CONFIG_HOME/sbx/config.yaml (default ~/.config/sbx/config.yaml); --profile
+names the profile (default: "${DEFAULT_PROFILE}"), and the last login becomes the current one.
+
+Examples:
+  sbx login http://127.0.0.1:7070 --api-key sbxk_…
+  echo "$KEY" | sbx login https://sbx.example.com --api-key-stdin --profile prod`,
+    )
+    .action(async (url: string, flags: { apiKeyStdin?: boolean; apiKey?: string; profile?: string }, cmd: Command) => {
+      let conn;
+      try {
+        const merged = connectionFlags(cmd);
+        let key = merged.apiKey ?? (flags.apiKeyStdin ? undefined : process.env['SBX_API_KEY']);
+        if (flags.apiKeyStdin) key = (await readAll(process.stdin)).trim();
+        else if (!key && process.stdin.isTTY) key = await ask('API key: ');
+        if (!key) {
+          cmd.error('error: no API key: give --api-key KEY, --api-key-stdin, or set SBX_API_KEY', { exitCode: REMOTE_EXIT.usage });
+        }
+        conn = { ...(await resolveConnection({ url, apiKey: key })), urlFrom: 'flag' as const, keyFrom: 'flag' as const };
+        const sbx = client(conn);
+        // Any key may list boxes: the cheapest call that proves the key works.
+        await sbx.list();
+        const name = merged.profile ?? DEFAULT_PROFILE;
+        const file = await readProfiles(conn.configFile);
+        await writeProfiles(conn.configFile, { ...file, current: name, profiles: { ...(file.profiles ?? {}), [name]: { url: sbx.url, apiKey: key } } });
+        process.stderr.write(`sbx: logged in to ${sbx.url}; saved as profile '${name}' in ${conn.configFile}\n`);
+      } catch (err) {
+        if (err instanceof CommanderError) throw err;
+        process.stderr.write(explain(err, conn) + '\n');
+        process.exitCode = REMOTE_EXIT.sbx;
+      }
+    });
+
+  withConnection(
+    program
+      .command('create')
+      .description('Create and start a box on the server; prints its id (or its info with --json)')
+      .argument('<image>', 'image, e.g. sbx-base:latest')
+      .argument('[cmd...]', "command replacing the image's (default: a sleep that stops gracefully)"),
+  )
+    .option('--id <id>', 'the box id (default: generated, sb-…)')
+    .option('-p, --pool <name>', 'pool (default: the first, or the workspace’s node)')
+    .option('--owner <name>', 'owner (admin keys only; default: the key’s)')
+    .option('-l, --label <KEY=VALUE>', 'label (repeatable)', keyValue)
+    .option('-e, --env <KEY[=VALUE]>', "variable for the box; KEY alone passes the caller's value (repeatable)", envVar)
+    .option('-m, --memory <size>', 'memory limit: 512m, 2g, or bytes', size)
+    .option('--cpus <n>', 'CPU cores', Number)
+    .option('--pids-limit <n>', 'most processes', positiveInt)
+    .addOption(new Option('--policy <policy>', 'lifecycle policy').choices(['oneshot', 'session', 'longrunning', 'persistent']))
+    .option('--idle-timeout <duration>', 'stop after this long idle: 30m, 2h; 0 = never', duration)
+    .option('--max-lifetime <duration>', 'remove after this long: 8h; 0 = no limit', duration)
+    .option('--stop-timeout <duration>', 'SIGTERM grace before SIGKILL: 2s', duration)
+    .option('--network <mode>', "engine network: 'bridge' (default), 'none', or a network name")
+    .option('--workspace <id>', 'mount this workspace (see `sbx ws create`)')
+    .option('--mount-path <path>', 'where the workspace is mounted (default /workspace)')
+    .option('--read-only', 'mount the workspace read-only')
+    .option('-w, --workdir <dir>', 'working directory of the box’s command')
+    .option('-u, --user <user>', 'user of the box’s command')
+    .option('--json', 'print the box as JSON')
+    .addHelpText(
+      'after',
+      `${CONNECTION_HELP}
+
+Examples:
+  sbx create sbx-base:latest
+  ID=$(sbx create --label team=ml -m 1g --idle-timeout 10m sbx-base:latest)
+  sbx create --workspace ws-abc --json sbx-base:latest | jq .id`,
+    )
+    .action(
+      remoteAction(async ({ sbx }, image: string, cmd: string[], f: CreateFlags) => {
+        const opts: CreateOptions = {
+          image,
+          ...(cmd.length ? { cmd: commandArgs(cmd) } : {}),
+          ...(f.id ? { id: f.id } : {}),
+          ...(f.pool ? { pool: f.pool } : {}),
+          ...(f.owner ? { owner: f.owner } : {}),
+          ...(f.label ? { labels: f.label } : {}),
+          ...(f.env ? { env: f.env } : {}),
+          ...(f.memory !== undefined ? { memory: f.memory } : {}),
+          ...(f.cpus !== undefined ? { cpus: f.cpus } : {}),
+          ...(f.pidsLimit !== undefined ? { pidsLimit: f.pidsLimit } : {}),
+          ...(f.policy ? { policy: f.policy } : {}),
+          ...(f.idleTimeout !== undefined ? { idleTimeoutMs: f.idleTimeout } : {}),
+          ...(f.maxLifetime !== undefined ? { maxLifetimeMs: f.maxLifetime } : {}),
+          ...(f.stopTimeout !== undefined ? { stopTimeoutMs: f.stopTimeout } : {}),
+          ...(f.network ? { network: f.network } : {}),
+          ...(f.workspace ? { workspaceId: f.workspace } : {}),
+          ...(f.mountPath ? { mountPath: f.mountPath } : {}),
+          ...(f.readOnly ? { mountMode: 'ro' as const } : {}),
+          ...(f.workdir ? { workDir: f.workdir } : {}),
+          ...(f.user ? { user: f.user } : {}),
+        };
+        const box = await sbx.create(opts);
+        if (f.json) printJson(await box.info());
+        else process.stdout.write(box.id + '\n');
+      }),
+    );
+
+  withConnection(program.command('ls').alias('list').description('List the boxes you can see (all of them with an admin key)'))
+    .option('--owner <name>', 'only this owner’s boxes')
+    .option('-p, --pool <name>', 'only boxes on this pool')
+    .option('-l, --label <KEY=VALUE>', 'only boxes with this label (repeatable)', keyValue)
+    .option('-q, --quiet', 'print the ids only')
+    .option('--json', 'print the boxes as a JSON array')
+    .addHelpText(
+      'after',
+      `${CONNECTION_HELP}
+
+Examples:
+  sbx ls
+  sbx ls -l team=ml --json | jq '.[].id'
+  sbx ls -q | xargs sbx rm`,
+    )
+    .action(
+      remoteAction(async ({ sbx }, f: { owner?: string; pool?: string; label?: Record<string, string>; quiet?: boolean; json?: boolean }) => {
+        const boxes = await sbx.list({ ...(f.owner ? { owner: f.owner } : {}), ...(f.pool ? { pool: f.pool } : {}), ...(f.label ? { labels: f.label } : {}) });
+        const infos = await Promise.all(boxes.map((b) => b.info().catch(() => null)));
+        const list = infos.filter((i): i is BoxInfo => i !== null);
+        if (f.json) printJson(list);
+        else if (f.quiet) process.stdout.write(list.map((b) => b.id + '\n').join(''));
+        else if (list.length === 0) process.stderr.write('sbx: no boxes (create one with `sbx create IMAGE`)\n');
+        else process.stdout.write(boxRows(list));
+      }),
+    );
+
+  withConnection(program.command('info').alias('inspect').description('Show one box').argument('<id>', 'box id'))
+    .option('--json', 'print the box as JSON')
+    .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx info sb-1a2b3c\n  sbx info sb-1a2b3c --json | jq .status`)
+    .action(
+      remoteAction(async ({ sbx }, id: string, f: { json?: boolean }) => {
+        const info = await sbx.info(id);
+        if (f.json) printJson(info);
+        else process.stdout.write(boxFields(info));
+      }),
+    );
+
+  execOptions(
+    withConnection(
+      program
+        .command('exec')
+        .description("Run a command in a box with live output; exits with the command's exit status")
+        .argument('<id>', 'box id')
+        .argument('<cmd...>', 'command and arguments (after --, or after the id)'),
+    ),
+  )
+    .option('-i, --interactive', "pass this process's stdin to the command, EOF included (default: the command reads EOF)")
+    .option('-t, --tty', 'give the command a terminal (raw mode here, window size followed); stderr is merged into stdout')
+    .passThroughOptions()
+    .addHelpText(
+      'after',
+      `${EXEC_EXIT_HELP}
+${CONNECTION_HELP}
+
+Examples:
+  sbx exec sb-1a2b3c -- ls -la /
+  echo data | sbx exec -i sb-1a2b3c -- wc -c
+  sbx exec -it sb-1a2b3c -- vi /etc/motd
+  sbx exec -e DEBUG=1 -w /tmp --timeout 30s sb-1a2b3c -- sh -c 'make test'`,
+    )
+    .action(
+      remoteAction(async ({ sbx }, id: string, args: string[], f: ExecFlags) => {
+        const cmd = commandArgs(args);
+        if (cmd.length === 0) program.error("error: missing required argument 'cmd'", { exitCode: REMOTE_EXIT.usage });
+        const box = await sbx.get(id);
+        process.exitCode = await execInBox(box, cmd, f);
+      }),
+    );
+
+  execOptions(
+    withConnection(program.command('shell').description('An interactive login shell in a box (= sbx exec -it ID -- sh -l)').argument('<id>', 'box id')),
+  )
+    .option('-s, --shell <path>', 'the shell to run', 'sh')
+    .addHelpText('after', `${EXEC_EXIT_HELP}\n${CONNECTION_HELP}\n\nExamples:\n  sbx shell sb-1a2b3c\n  sbx shell -u root -s bash sb-1a2b3c`)
+    .action(
+      remoteAction(async ({ sbx }, id: string, f: ExecFlags & { shell: string }) => {
+        const box = await sbx.get(id);
+        process.exitCode = await execInBox(box, [f.shell, '-l'], { ...f, interactive: true, tty: true });
+      }),
+    );
+
+  for (const [name, verb, call] of [
+    ['start', 'Start stopped boxes', (b: Box) => b.start()],
+    ['stop', 'Stop boxes (they stay registered; `sbx start` brings them back)', (b: Box) => b.stop()],
+    ['rm', 'Remove boxes: the process is killed, the container deleted (a workspace stays)', null],
+  ] as const) {
+    const c = withConnection(program.command(name).description(verb).argument('<ids...>', 'box ids'));
+    if (name === 'rm') c.alias('remove');
+    c.option('--json', 'print the result per id as JSON')
+      .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx ${name} sb-1a2b3c\n  sbx ls -q | xargs sbx ${name}`)
+      .action(
+        remoteAction(async ({ sbx, conn }, ids: string[], f: { json?: boolean }) => {
+          const results: Array<{ id: string; ok: boolean; status?: string; error?: { code: string; message: string } }> = [];
+          for (const id of ids) {
+            try {
+              if (call === null) {
+                await sbx.remove(id);
+                results.push({ id, ok: true });
+              } else {
+                const box = await sbx.get(id);
+                await call(box);
+                results.push({ id, ok: true, status: box.status });
+              }
+              if (!f.json) process.stdout.write(id + '\n');
+            } catch (err) {
+              // The first of several ids failing must not leave the rest undone.
+              if (!(err instanceof SbxError) || err.code === 'runtime_unavailable' || err.code === 'unauthorized') throw err;
+              results.push({ id, ok: false, error: { code: err.code, message: err.message } });
+              process.stderr.write(explain(err, conn) + '\n');
+              process.exitCode = REMOTE_EXIT.sbx;
+            }
+          }
+          if (f.json) printJson(results);
+        }),
+      );
+  }
+}
+
+function readAll(stream: NodeJS.ReadableStream): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let text = '';
+    stream.setEncoding('utf8');
+    stream.on('data', (d: string) => (text += d));
+    stream.on('end', () => resolve(text));
+    stream.on('error', reject);
+  });
+}
+
+/** Asks on the terminal without echoing what is typed (an API key is a secret). */
+function ask(prompt: string): Promise<string> {
+  return new Promise((resolve) => {
+    const rl = createInterface({ input: process.stdin, output: process.stderr, terminal: true });
+    const out = rl as unknown as { _writeToOutput: (s: string) => void };
+    process.stderr.write(prompt);
+    out._writeToOutput = () => undefined;
+    rl.question('', (answer) => {
+      rl.close();
+      process.stderr.write('\n');
+      resolve(answer.trim());
+    });
+  });
+}
