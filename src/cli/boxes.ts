@@ -34,7 +34,7 @@ function statusText(status: string): string {
   return paint(status, status === 'running' ? 'green' : status === 'stopped' ? 'yellow' : 'cyan');
 }
 
-export function boxRows(boxes: BoxInfo[]): string {
+export function boxRows(boxes: Array<Pick<BoxInfo, 'id' | 'image' | 'status' | 'pool' | 'owner' | 'workspaceId' | 'createdAt'>>): string {
   return table(
     ['ID', 'IMAGE', 'STATUS', 'POOL', 'OWNER', 'WORKSPACE', 'CREATED'],
     boxes.map((b) => [b.id, b.image, statusText(b.status), b.pool, b.owner, b.workspaceId ?? '-', relativeTime(b.createdAt)]),
@@ -304,12 +304,14 @@ Examples:
     .action(
       remoteAction(async ({ sbx }, f: { owner?: string; pool?: string; label?: Record<string, string>; quiet?: boolean; json?: boolean }) => {
         const boxes = await sbx.list({ ...(f.owner ? { owner: f.owner } : {}), ...(f.pool ? { pool: f.pool } : {}), ...(f.label ? { labels: f.label } : {}) });
-        const infos = await Promise.all(boxes.map((b) => b.info().catch(() => null)));
-        const list = infos.filter((i): i is BoxInfo => i !== null);
-        if (f.json) printJson(list);
-        else if (f.quiet) process.stdout.write(list.map((b) => b.id + '\n').join(''));
-        else if (list.length === 0) process.stderr.write('sbx: no boxes (create one with `sbx create IMAGE`)\n');
-        else process.stdout.write(boxRows(list));
+        if (f.json) {
+          // The SDK's Box keeps the listed BoxInfo private: the whole record costs one GET a box
+          // (a box removed meanwhile is left out).
+          const infos = await Promise.all(boxes.map((b) => b.info().catch(() => null)));
+          printJson(infos.filter((i): i is BoxInfo => i !== null));
+        } else if (f.quiet) process.stdout.write(boxes.map((b) => b.id + '\n').join(''));
+        else if (boxes.length === 0) process.stderr.write('sbx: no boxes (create one with `sbx create IMAGE`)\n');
+        else process.stdout.write(boxRows(boxes));
       }),
     );
 

@@ -232,6 +232,17 @@ describe('sbx cp', () => {
     assert.equal(treeDigest(join(dir, 'into', 'tree')), treeDigest(src));
   });
 
+  test('on a terminal a progress line counts the bytes up to 100%; off one there is none', async () => {
+    const src = join(dir, 'progress');
+    mkdirSync(src);
+    writeFileSync(join(src, 'data.bin'), randomBytes(2_000_000));
+    const r = await onTty(['cp', src, `${box}:/tmp/`]);
+    assert.equal(r.code, 0, r.stdout);
+    assert.match(r.stdout, /\r\x1b\[2Kprogress → .*:\/tmp\/progress {2}1\.9 MiB \/ 1\.9 MiB {2}100%\r*\n/);
+    const quiet = await sbx(['cp', src, `${box}:/tmp/`]);
+    assert.deepEqual([quiet.code, quiet.stdout, quiet.stderr], [0, '', '']);
+  });
+
   test('a single file, renamed on the way; - writes a tar to stdout', async () => {
     const file = join(dir, 'one.txt');
     writeFileSync(file, 'one file\n');
