@@ -6,6 +6,7 @@
 /* eslint-disable no-control-regex -- terminal output is what these tests read */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, lstatSync, rmSync, statSync, symlinkSync, writeFileSync, chmodSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -53,14 +54,18 @@ function cliEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessE
 function run(
   file: string,
   args: string[],
-  opts: { input?: string | Buffer; env?: Record<string, string | undefined>; onOutput?: (out: string, write: (s: string) => void) => void } = {},
+  opts: {
+    input?: string | Buffer;
+    env?: Record<string, string | undefined>;
+    onOutput?: (out: string, write: (s: string) => void, child: ChildProcess) => void;
+  } = {},
 ): Promise<Result> {
   const child = spawn(file, args, { cwd: ROOT, env: cliEnv(opts.env), stdio: ['pipe', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout.setEncoding('utf8').on('data', (d: string) => {
     stdout += d;
-    opts.onOutput?.(stdout, (s) => child.stdin.write(s));
+    opts.onOutput?.(stdout, (s) => child.stdin.write(s), child);
   });
   child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
   if (!opts.onOutput) child.stdin.end(opts.input ?? '');
@@ -156,6 +161,24 @@ describe('sbx exec', () => {
     assert.equal(gone.code, 1);
     assert.match(gone.stderr, /box 'sb-nope' not found/);
     assert.match(gone.stderr, /sbx ls/);
+  });
+
+  test('SIGINT to sbx kills the command in the box and exits 130', async () => {
+    let sent = false;
+    const started = Date.now();
+    const r = await sbx(['exec', box, '--', 'sh', '-c', 'echo ready; sleep 60; echo never'], {
+      onOutput: (out, _write, child) => {
+        if (sent || !out.includes('ready')) return;
+        sent = true;
+        child.kill('SIGINT');
+      },
+    });
+    assert.equal(r.code, 130, r.stderr);
+    assert.equal(r.stdout, 'ready\n');
+    assert.ok(Date.now() - started < 20_000);
+    const left = await sbx(['exec', box, '--', 'sh', '-c', 'for i in 1 2 3 4 5; do ps | grep -q "[s]leep 60" || { echo 0; exit; }; sleep 1; done; echo 1']);
+    // The kill in the box follows the closed socket, so it is given a few seconds.
+    assert.equal(left.stdout.trim(), '0', 'the sleep was killed in the box');
   });
 
   test('--timeout kills the command: 137', async () => {
@@ -452,6 +475,9 @@ describe('sbx images pull', () => {
       .split('\n')
       .map((l) => JSON.parse(l) as { status: string });
     assert.ok(events.some((e) => e.status.startsWith('Status: ')));
+    const tty = await onTty(['images', 'pull', testEnv.pullImage]);
+    assert.equal(tty.code, 0, tty.stdout);
+    assert.match(tty.stdout, /\x1b\[2KStatus: /);
     const missing = await sbx(['images', 'pull', `${testEnv.registry}/sbx/no-such-image:never`]);
     assert.equal(missing.code, 1);
     assert.match(missing.stderr, /not_found/);
