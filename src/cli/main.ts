@@ -15,7 +15,6 @@ import { adminCommands } from './admin.js';
 import { boxCommands } from './boxes.js';
 import { fileCommands } from './files.js';
 import { withConnection } from './remote.js';
-import { holdEarlyMessages } from './ws-early-frames.js';
 
 /**
  * Exit statuses of `run`, as `docker run` gives them; `run` otherwise exits with the command's
@@ -184,7 +183,6 @@ const pools = program
     }
   });
 
-holdEarlyMessages();
 boxCommands(program);
 fileCommands(program);
 adminCommands(program, pools);
