@@ -281,6 +281,35 @@ function envBoolean(key: string, value: string): boolean {
 }
 
 /**
+ * A YAML config file, read and parsed; `locate(path)` names the file and the line of a key, for
+ * messages. Unreadable or malformed files are invalid_argument naming the file and line.
+ *
+ * @example
+ * const { value, locate } = readConfigFile('/etc/sbx.yaml'); // locate(['pools', 0, 'name']) -> ' (/etc/sbx.yaml:3)'
+ */
+export function readConfigFile(file: string): { value: unknown; locate: (path: (string | number)[]) => string } {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (cause) {
+    throw new SbxError('invalid_argument', `config: cannot read ${file}: ${(cause as Error).message}`, { cause, details: { field: 'config' } });
+  }
+  const lines = new LineCounter();
+  const doc = parseDocument(text, { lineCounter: lines });
+  if (doc.errors.length > 0) {
+    const e = doc.errors[0]!;
+    throw new SbxError('invalid_argument', `config: ${file}:${e.linePos?.[0]?.line ?? '?'}: ${e.message.split('\n')[0]}`, { details: { field: 'config' } });
+  }
+  return {
+    value: doc.toJS(),
+    locate: (path) => {
+      const node = doc.getIn(path, true) as { range?: [number, number, number] } | undefined;
+      return node?.range ? ` (${file}:${lines.linePos(node.range[0]).line})` : ` (${file})`;
+    },
+  };
+}
+
+/**
  * Loads a config: the YAML file at `file` (or `$SBX_CONFIG`), then `SBX_*` overrides
  * (`SBX_DATA_DIR`, `SBX_CLEANUP_INTERVAL`, …, and per pool `SBX_POOL_<NAME>_<KEY>`, e.g.
  * `SBX_POOL_LOCAL_MAX_TOTAL=5`), validated once; errors name the key and the file line.
@@ -296,28 +325,14 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
   let config: Record<string, unknown> = {};
   let locate: (path: (string | number)[]) => string = () => '';
   if (file) {
-    let text: string;
-    try {
-      text = readFileSync(file, 'utf8');
-    } catch (cause) {
-      throw new SbxError('invalid_argument', `config: cannot read ${file}: ${(cause as Error).message}`, { cause, details: { field: 'config' } });
-    }
-    const lines = new LineCounter();
-    const doc = parseDocument(text, { lineCounter: lines });
-    if (doc.errors.length > 0) {
-      const e = doc.errors[0]!;
-      throw new SbxError('invalid_argument', `config: ${file}:${e.linePos?.[0]?.line ?? '?'}: ${e.message.split('\n')[0]}`, { details: { field: 'config' } });
-    }
-    const value: unknown = doc.toJS() ?? {};
+    const read = readConfigFile(file);
+    const value: unknown = read.value ?? {};
     if (typeof value !== 'object' || Array.isArray(value))
       throw new SbxError('invalid_argument', `config: ${file}: must be a mapping`, { details: { field: 'config' } });
     config = value as Record<string, unknown>;
     // `server:` is sbx serve's section (src/server/config-file.ts reads it); the Manager's config is the rest.
     delete config['server'];
-    locate = (path) => {
-      const node = doc.getIn(path, true) as { range?: [number, number, number] } | undefined;
-      return node?.range ? ` (${file}:${lines.linePos(node.range[0]).line})` : ` (${file})`;
-    };
+    locate = read.locate;
   }
   for (const [envKey, key] of Object.entries(ENV_KEYS)) if (env[envKey] !== undefined) config[key] = env[envKey];
   const pools = Array.isArray(config['pools']) ? (config['pools'] as Record<string, unknown>[]) : undefined;

@@ -14,12 +14,10 @@
  * //   bodyLimit: 4m
  * const section = readServerSection('/etc/sbx/config.yaml');
  */
-import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { LineCounter, parseDocument } from 'yaml';
 import { z } from 'zod';
 import { SbxError, invalidArgument } from '../errors.js';
-import { parseBytes } from '../sandbox/config.js';
+import { parseBytes, readConfigFile } from '../sandbox/config.js';
 import { parseDuration } from '../util/duration.js';
 import { parseOrThrow } from '../util/validation.js';
 
@@ -78,25 +76,10 @@ const FILE_SPELLING: Record<string, string> = { shutdownGraceMs: 'shutdownGrace:
 
 /** The file's `server:` section, validated; `{}` when it has none. Errors name the key and line. */
 export function readServerSection(file: string): ServerFileSection {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (cause) {
-    throw new SbxError('invalid_argument', `config: cannot read ${file}: ${(cause as Error).message}`, { cause, details: { field: 'config' } });
-  }
-  const lines = new LineCounter();
-  const doc = parseDocument(text, { lineCounter: lines });
-  if (doc.errors.length > 0) {
-    const e = doc.errors[0]!;
-    throw new SbxError('invalid_argument', `config: ${file}:${e.linePos?.[0]?.line ?? '?'}: ${e.message.split('\n')[0]}`, { details: { field: 'config' } });
-  }
-  const root: unknown = doc.toJS();
+  const { value: root, locate } = readConfigFile(file);
   const raw = root !== null && typeof root === 'object' && !Array.isArray(root) ? (root as Record<string, unknown>)['server'] : undefined;
   if (raw === undefined || raw === null) return {};
-  const at = (path: (string | number)[]) => {
-    const node = doc.getIn(['server', ...path], true) as { range?: [number, number, number] } | undefined;
-    return node?.range ? ` (${file}:${lines.linePos(node.range[0]).line})` : ` (${file})`;
-  };
+  const at = (path: (string | number)[]) => locate(['server', ...path]);
   if (typeof raw !== 'object' || Array.isArray(raw)) throw invalidArgument('server', `must be a mapping${at([])}`);
   for (const [key, hint] of Object.entries(FILE_SPELLING)) {
     if (key in raw) throw invalidArgument(`server.${key}`, `config files write '${hint}'${at([key])}`);

@@ -6,14 +6,13 @@
  */
 import net from 'node:net';
 import { PassThrough, Writable } from 'node:stream';
-import type { Readable } from 'node:stream';
-import { StringDecoder } from 'node:string_decoder';
 import { SbxError } from '../../errors.js';
 import { KILLED_EXIT_CODE } from '../types.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from '../types.js';
 import { AgentFrameReader, F, HOST_PROTOCOL_VERSIONS, STDIN_CHUNK, STDIN_WINDOW, frame } from './agent-protocol.js';
 import type { ErrorMessage, ExitMessage, StartRequest } from './agent-protocol.js';
 import { abortError, watchForKill } from './kill-watch.js';
+import { collectText } from './collect-text.js';
 
 const DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024;
 /** After a kill, how long the agent may take to say the exec ended before the connection is cut (the agent kills on disconnect too). */
@@ -214,31 +213,6 @@ function startError(e: ErrorMessage, req: StartRequest, containerId: string): Sb
   }
   if (e.code === 'forbidden') return new SbxError('forbidden', `the agent in container ${containerId} refused: ${text}`);
   return new SbxError('internal', `exec ${where} could not start '${req.argv[0]}': ${text}`, { details: { cmd: req.argv[0], agent: text } });
-}
-
-/** Decodes a stream to text as it arrives and keeps at most `limit` bytes (reading on past it). */
-function collectText(stream: Readable, limit: number) {
-  const decoder = new StringDecoder('utf8');
-  const state = { parts: [] as string[], size: 0, truncated: false };
-  stream.on('data', (chunk: Buffer) => {
-    if (state.size >= limit) {
-      state.truncated = true;
-      return;
-    }
-    const room = limit - state.size;
-    if (chunk.length > room) {
-      state.truncated = true;
-      chunk = chunk.subarray(0, room);
-    }
-    state.size += chunk.length;
-    state.parts.push(decoder.write(chunk));
-  });
-  return {
-    get truncated() {
-      return state.truncated;
-    },
-    text: () => state.parts.join('') + (state.truncated ? '' : decoder.end()),
-  };
 }
 
 function request(cmd: string[], opts: { workDir?: string; env?: Record<string, string>; user?: string }, defaultUser: string | undefined): StartRequest {

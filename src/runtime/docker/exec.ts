@@ -1,9 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { PassThrough, Writable } from 'node:stream';
-import type { Readable } from 'node:stream';
 import { finished } from 'node:stream/promises';
-import { StringDecoder } from 'node:string_decoder';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SbxError } from '../../errors.js';
 import { KILLED_EXIT_CODE } from '../types.js';
@@ -12,6 +10,7 @@ import type { DockerConnection } from './connection.js';
 import { StdStreamDemuxer } from './demux.js';
 import { toSbxError } from './errors.js';
 import { abortError, watchForKill } from './kill-watch.js';
+import { collectText } from './collect-text.js';
 import type { KillWatch } from './kill-watch.js';
 
 /**
@@ -99,8 +98,6 @@ const START_WAIT_MS = 2000;
 const START_POLL_MAX_MS = 10;
 /** How much of the output a start failure's message is read from. */
 const MESSAGE_BYTES = 4096;
-/** Output is decoded to text in batches of this many bytes (see collectText). */
-const DECODE_BATCH = 1024 * 1024;
 
 /** What an exec inspect says, reduced to what sbx decides on. */
 interface ExecState {
@@ -388,54 +385,6 @@ async function failureText(session: ExecSession): Promise<string> {
   await within(Promise.all(ends), 1000);
   session.destroy();
   return Buffer.concat(chunks).toString('utf8');
-}
-
-/**
- * Decodes a stream to text as it arrives and keeps at most `limit` bytes of it; past that it
- * keeps reading (the process must not block on a full pipe) and drops what it reads. Chunks
- * are decoded in batches of about DECODE_BATCH: each batch becomes one string large enough
- * for V8 to place it straight in large-object space (no copying between heap generations),
- * its chunks are freed, and the text is a rope of those strings, never copied whole. `head`
- * keeps the first bytes whatever the limit, for a start failure's message.
- */
-function collectText(stream: Readable, limit: number) {
-  const decoder = new StringDecoder('utf8');
-  const state = { text: '', size: 0, truncated: false, head: undefined as Buffer | undefined, batch: [] as Buffer[], batchSize: 0 };
-  const flush = () => {
-    if (state.batchSize === 0) return;
-    state.text += decoder.write(state.batch.length === 1 ? state.batch[0]! : Buffer.concat(state.batch, state.batchSize));
-    state.batch = [];
-    state.batchSize = 0;
-  };
-  stream.on('data', (chunk: Buffer) => {
-    state.head ??= Buffer.from(chunk.subarray(0, MESSAGE_BYTES));
-    if (state.size >= limit) {
-      state.truncated = true;
-      return;
-    }
-    const room = limit - state.size;
-    if (chunk.length > room) {
-      state.truncated = true;
-      chunk = chunk.subarray(0, room);
-    }
-    state.size += chunk.length;
-    state.batch.push(chunk);
-    state.batchSize += chunk.length;
-    if (state.batchSize >= DECODE_BATCH) flush();
-  });
-  return {
-    get truncated() {
-      return state.truncated;
-    },
-    get head() {
-      return state.head?.toString('utf8') ?? '';
-    },
-    /** The text; a character the cut split in two is dropped, one the process left unfinished is U+FFFD. */
-    text: () => {
-      flush();
-      return state.truncated ? state.text : state.text + decoder.end();
-    },
-  };
 }
 
 /** Runs `cmd` to completion and collects its output (the Runtime's `exec`). */
