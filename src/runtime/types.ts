@@ -4,7 +4,7 @@
  * Implementations live one folder each below src/runtime; nothing above this layer knows
  * which engine it talks to.
  */
-import type { Readable, Writable } from 'node:stream';
+import type { Duplex, Readable, Writable } from 'node:stream';
 
 export interface PortSpec {
   /** Port inside the container. */
@@ -291,6 +291,15 @@ export interface Runtime {
    * when the container has no agent that took them; the caller then passes them with each exec.
    */
   setBoxEnv(id: string, env: Record<string, string>): Promise<boolean>;
+  /**
+   * A TCP connection to a port a service of the box listens on: the runtime does the routing
+   * (Docker: the port it published on 127.0.0.1; Kubernetes: a port-forward). Resolves once
+   * connected. Errors: `not_available` with `details.reason` `port_not_exposed` (the box was not
+   * created with that port) or `port_not_listening` (refused), `not_found` for an unknown box.
+   * A connect says nothing of the service being ready (docker-proxy accepts before the app
+   * listens): readiness is the caller's HTTP request or WebSocket handshake.
+   */
+  dialPort(id: string, containerPort: number, opts?: { signal?: AbortSignal }): Promise<Duplex>;
   /** Releases connections; containers are not touched. */
   close(): Promise<void>;
 }

@@ -1,3 +1,4 @@
+import type { Duplex } from 'node:stream';
 import { SbxError } from '../errors.js';
 import { validateExec, validateExecStream } from '../runtime/spec.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, Runtime } from '../runtime/types.js';
@@ -155,12 +156,25 @@ export class ManagedBox implements Box {
     return stream;
   }
 
-  private withEnv<T extends { env?: Record<string, string> }>(opts: T): T {
-    return Object.keys(this.execEnv).length === 0 ? opts : { ...opts, env: { ...this.execEnv, ...opts.env } };
+  /**
+   * A TCP connection to a port a service of the box listens on (the attach, proxy and VNC
+   * paths stand on it). While it is open the box counts as in use; its close ends that.
+   */
+  async dial(port: number, opts: { signal?: AbortSignal } = {}): Promise<Duplex> {
+    const end = this.hold();
+    let socket: Duplex;
+    try {
+      socket = await this.runtime.dialPort(this.containerId, port, opts);
+    } catch (err) {
+      end();
+      throw err;
+    }
+    socket.once('close', end);
+    return socket;
   }
 
-  /** Registers work in flight; the returned function ends it (once). */
-  private begin(): () => void {
+  /** Use in progress that is not an exec (an open connection); the returned function ends it (once). */
+  private hold(): () => void {
     this.touch();
     this.activity.inFlight++;
     let done = false;
@@ -168,8 +182,23 @@ export class ManagedBox implements Box {
       if (done) return;
       done = true;
       this.activity.inFlight--;
-      this.activity.execsCompleted++;
       this.touch();
+    };
+  }
+
+  private withEnv<T extends { env?: Record<string, string> }>(opts: T): T {
+    return Object.keys(this.execEnv).length === 0 ? opts : { ...opts, env: { ...this.execEnv, ...opts.env } };
+  }
+
+  /** Registers work in flight; the returned function ends it (once). */
+  private begin(): () => void {
+    const end = this.hold();
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      end();
+      this.activity.execsCompleted++;
       this.host.onExecFinished(this);
     };
   }

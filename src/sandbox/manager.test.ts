@@ -303,14 +303,16 @@ describe(`Manager on a real engine (${runId})`, () => {
 
   test('longrunning: stopped when idle, removed past its max lifetime', async () => {
     const m = newManager();
-    const box = await m.create({ image: IMAGE, policy: 'longrunning', idleTimeoutMs: 500, maxLifetimeMs: 2500 });
+    // The lifetime leaves room for a slow create and stop on a loaded machine; the second
+    // cleanup waits for the lifetime by the box's own createdAt, not a fixed sleep.
+    const box = await m.create({ image: IMAGE, policy: 'longrunning', idleTimeoutMs: 500, maxLifetimeMs: 6000 });
     await sleep(700);
     await m.cleanup();
     assert.equal((await box.info()).status, 'stopped');
     assert.equal(m.cleanupStats.stoppedIdle, 1);
     await box.start();
     assert.equal((await box.info()).status, 'running');
-    await sleep(2000);
+    await sleep(Math.max(0, Date.parse(box.createdAt) + 6000 + 100 - Date.now()));
     await m.cleanup();
     await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'));
     assert.equal(m.cleanupStats.removedLifetime, 1);

@@ -16,8 +16,10 @@ import { IMAGE, removeContainersOf } from './test-support.js';
 
 const dataDir = mkdtempSync(join(tmpdir(), 'sbx-server-restart-'));
 const name = `srv-load-${process.pid}`;
-const port = 20000 + (process.pid % 20000);
-const url = `http://127.0.0.1:${port}`;
+// The first start picks a free port (a fixed one could be a docker-proxy's or a client's
+// ephemeral port); the restart binds the same one again, so clients keep their URL.
+let port = 0;
+let url = '';
 const entry = fileURLToPath(new URL('./child-entry.ts', import.meta.url));
 let child: ChildProcess | undefined;
 
@@ -33,8 +35,11 @@ function start(): Promise<{ proc: ChildProcess; printed: string }> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start: ${printed}`)), 30_000);
     const check = () => {
-      if (printed.includes('sbx: serving')) {
+      const served = /sbx: serving http:\/\/127\.0\.0\.1:(\d+)/.exec(printed);
+      if (served) {
         clearTimeout(timer);
+        port = Number(served[1]);
+        url = `http://127.0.0.1:${port}`;
         resolve({ proc, printed });
       } else setTimeout(check, 50);
     };

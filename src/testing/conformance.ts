@@ -252,6 +252,11 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
           await sleep(100);
           info = await rt.inspect(id);
         }
+        // The engine may handle the OOM event after the exit: give the flag a moment to arrive.
+        for (let i = 0; i < 20 && !info.running && !info.oomKilled; i++) {
+          await sleep(100);
+          info = await rt.inspect(id);
+        }
         await rt.remove(id, { force: true });
         return info;
       };
@@ -291,7 +296,9 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
       const info = await rt.inspect(id);
       assert.equal(info.running, false);
       assert.equal(info.exitCode, 0, 'exit 0 means the trap ran, not SIGKILL');
-      assert.ok(took < 1000, `stop took ${took.toFixed(0)} ms`);
+      // The stop timeout is 5 s: well under it means SIGTERM ended it, not the SIGKILL after it
+      // (a loaded CI machine took over 1 s for a plain stop).
+      assert.ok(took < 3500, `stop took ${took.toFixed(0)} ms`);
       await rt.stop(id); // stopping a stopped container is fine
       await rt.start(id);
       assert.equal((await rt.inspect(id)).running, true);

@@ -30,6 +30,7 @@ const CALLS: Record<RuntimeOp, (rt: Runtime, id: string) => Promise<unknown>> = 
   exec: (rt, id) => rt.exec(id, ['true']),
   execStream: async (rt, id) => (await rt.execStream(id, ['true'])).wait(),
   setBoxEnv: (rt, id) => rt.setBoxEnv(id, { A: '1' }),
+  dialPort: (rt, id) => rt.dialPort(id, 3000).catch(() => undefined),
   close: (rt) => rt.close(),
   'images.exists': (rt) => rt.images.exists(base),
   'images.pull': (rt) => drain(rt.images.pull('x:1')),

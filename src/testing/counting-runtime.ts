@@ -44,6 +44,7 @@ const RUNTIME_METHODS = {
   exec: true,
   execStream: true,
   setBoxEnv: true,
+  dialPort: true,
   close: true,
 } as const satisfies Record<MethodsOf<Runtime>, true>;
 
@@ -162,6 +163,9 @@ export class CountingRuntime implements Runtime {
   }
   setBoxEnv(id: string, env: Record<string, string>) {
     return this.count('setBoxEnv', () => this.inner.setBoxEnv(id, env));
+  }
+  dialPort(id: string, port: number, opts?: { signal?: AbortSignal }) {
+    return this.count('dialPort', () => this.inner.dialPort(id, port, opts));
   }
   close() {
     return this.count('close', () => this.inner.close());

@@ -728,6 +728,11 @@ function callOp(rt: Runtime, op: (typeof RUNTIME_OPS)[number], id: string): Prom
       return rt.execStream(id, ['true']);
     case 'setBoxEnv':
       return rt.setBoxEnv(id, { A: '1' });
+    case 'dialPort':
+      return rt.dialPort(id, 3000).catch((e: unknown) => {
+        if (isSbxError(e, 'not_available')) return undefined;
+        throw e;
+      });
     case 'close':
       return rt.close();
     case 'images.exists':

@@ -53,7 +53,7 @@
  */
 import { createHash } from 'node:crypto';
 import { PassThrough, Writable } from 'node:stream';
-import type { Readable } from 'node:stream';
+import type { Duplex, Readable } from 'node:stream';
 import { finished } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SbxError } from '../errors.js';
@@ -473,6 +473,15 @@ export class MemoryRuntime implements Runtime {
   }
 
   /** No in-box agent here: the caller passes the variables with each exec, as on the engine path. */
+  /** No services run in memory: every port is one the box did not expose. */
+  async dialPort(id: string, port: number): Promise<Duplex> {
+    await this.engine('dialPort');
+    this.running(id, `dial port ${port} of container ${id}`);
+    throw new SbxError('not_available', `port ${port} of container ${id} is not exposed (in-memory runtime)`, {
+      details: { id, port, reason: 'port_not_exposed' },
+    });
+  }
+
   async setBoxEnv(id: string): Promise<boolean> {
     await this.engine('setBoxEnv');
     this.running(id, `configure container ${id}`);

@@ -1,6 +1,8 @@
-import type { Readable } from 'node:stream';
+import { createConnection } from 'node:net';
+import type { Socket } from 'node:net';
+import type { Duplex, Readable } from 'node:stream';
 import type Docker from 'dockerode';
-import { SbxError } from '../../errors.js';
+import { SbxError, invalidArgument } from '../../errors.js';
 import { parseRuntimeAddress } from './address.js';
 import type { RuntimeAddress } from './address.js';
 import { validateExec, validateExecStream, validateSpec } from '../spec.js';
@@ -49,6 +51,7 @@ export class DockerRuntime implements Runtime {
   readonly images: DockerImages;
   readonly capabilities: RuntimeCapabilities;
   private readonly conn: DockerConnection;
+  private readonly parsedAddress: RuntimeAddress;
   /** Whether new boxes get the in-box agent: asked for (default) and the engine is on this machine. */
   readonly agentEnabled: boolean;
   private readonly agentDir: string;
@@ -61,6 +64,7 @@ export class DockerRuntime implements Runtime {
   constructor(addr: string | RuntimeAddress, options: RuntimeOptions = {}) {
     const parsed = typeof addr === 'string' ? parseRuntimeAddress(addr) : addr;
     this.address = parsed.raw;
+    this.parsedAddress = parsed;
     // Bind mounts name paths on the engine's machine: only a local socket means this machine.
     this.capabilities = { hostMounts: parsed.transport === 'unix' };
     this.conn = new DockerConnection(parsed, options);
@@ -485,9 +489,74 @@ export class DockerRuntime implements Runtime {
     }
   }
 
+  async dialPort(id: string, containerPort: number, opts: { signal?: AbortSignal } = {}): Promise<Duplex> {
+    if (!Number.isInteger(containerPort) || containerPort < 1 || containerPort > 65535) {
+      throw invalidArgument('port', `must be an integer in 1..65535, got ${String(containerPort)}`);
+    }
+    const info = await this.inspect(id);
+    if (!info.running) throw new SbxError('conflict', `container ${id} is not running`, { details: { id, status: info.status } });
+    const published = info.ports.find((p) => p.containerPort === containerPort && p.protocol === 'tcp');
+    if (!published) {
+      throw new SbxError('not_available', `port ${containerPort} of container ${id} is not exposed: list it in the box's ports at create`, {
+        details: { id, port: containerPort, reason: 'port_not_exposed' },
+      });
+    }
+    const host = this.publishedHost(published.hostIp);
+    if (!host) {
+      throw new SbxError(
+        'not_available',
+        `port ${containerPort} of container ${id} is published on ${published.hostIp} of the engine's machine, which sbx cannot reach`,
+        {
+          details: { id, port: containerPort, reason: 'port_not_reachable' },
+        },
+      );
+    }
+    return connectTcp(host, published.hostPort, opts.signal, { id, port: containerPort });
+  }
+
+  /** Where a published port is reached from here: the engine's own loopback only when it runs on this machine. */
+  private publishedHost(hostIp: string): string | undefined {
+    const addr = this.parsedAddress;
+    const any = hostIp === '' || hostIp === '0.0.0.0' || hostIp === '::';
+    if (addr.transport === 'unix') return any ? '127.0.0.1' : hostIp;
+    if (any) return addr.host;
+    return hostIp.startsWith('127.') || hostIp === '::1' ? undefined : hostIp;
+  }
+
   async close(): Promise<void> {
     this.conn.close();
   }
+}
+
+/** A connected TCP socket; refusals and resets as `not_available` port_not_listening. */
+function connectTcp(host: string, port: number, signal: AbortSignal | undefined, details: { id: string; port: number }): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(new SbxError('cancelled', 'dial cancelled', { details }));
+    const socket = createConnection({ host, port });
+    const onAbort = () => {
+      socket.destroy();
+      reject(new SbxError('cancelled', 'dial cancelled', { details }));
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+    socket.once('connect', () => {
+      signal?.removeEventListener('abort', onAbort);
+      socket.removeAllListeners('error');
+      resolve(socket);
+    });
+    socket.once('error', (err) => {
+      signal?.removeEventListener('abort', onAbort);
+      reject(
+        new SbxError(
+          'not_available',
+          `port ${details.port} of container ${details.id} is not listening (${(err as NodeJS.ErrnoException).code ?? err.message})`,
+          {
+            details: { ...details, reason: 'port_not_listening' },
+            cause: err,
+          },
+        ),
+      );
+    });
+  });
 }
 
 /** Engine event names -> the engine-neutral actions ('die' covers exit, kill, OOM and shutdown). */
