@@ -17,6 +17,9 @@ PIDFILE=/var/run/docker.pid
 CONTAINERD_PIDFILE=/var/run/docker/containerd/containerd.pid
 # Wanted even when an engine is already up: images.sh copies /bin/busybox in, registry.sh runs the rest.
 TOOL_PACKAGES=(busybox-static docker-registry apache2-utils)
+# The programs images/sbx-desktop copies in (Xvfb, twm, x11vnc, xsetroot, xclock, xterm) and the
+# browser the VNC test drives; installed without recommends (chromium's would pull in ~100 MB).
+LEAN_PACKAGES=(xvfb x11-xkb-utils twm x11vnc x11-xserver-utils x11-apps xterm chromium)
 
 did=()
 
@@ -107,6 +110,7 @@ start_dockerd() {
 
 mapfile -t install < <(missing_packages "${TOOL_PACKAGES[@]}")
 have curl || install+=(curl)
+mapfile -t lean < <(missing_packages "${LEAN_PACKAGES[@]}")
 
 up=1
 if ! engine_ping; then
@@ -125,6 +129,11 @@ if [ "${#install[@]}" -gt 0 ]; then
   hold_lock engine
   mapfile -t install < <(missing_packages "${install[@]}")
   [ "${#install[@]}" -eq 0 ] || apt_install "${install[@]}"
+fi
+if [ "${#lean[@]}" -gt 0 ]; then
+  hold_lock engine
+  mapfile -t lean < <(missing_packages "${lean[@]}")
+  [ "${#lean[@]}" -eq 0 ] || apt_install --no-install-recommends "${lean[@]}"
 fi
 [ "$up" = 1 ] || start_dockerd
 
