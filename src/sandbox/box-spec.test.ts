@@ -64,6 +64,31 @@ describe('container spec building (no engine)', () => {
     assert.equal(spec({ network: 'bridge' }).network, 'bridge');
   });
 
+  test('vnc: the VNC port on loopback and a 256 MiB /dev/shm, and no capability beyond the profile', () => {
+    const plain = spec();
+    const s = spec({ vnc: true });
+    assert.deepEqual(s.ports, [{ containerPort: 5900, hostIp: '127.0.0.1' }]);
+    assert.equal(s.shmSize, 256 * 1024 * 1024);
+    assert.deepEqual(s.security, plain.security, 'the same hardening as a box without vnc');
+    assert.ok(!s.security?.capAdd?.includes('SYS_ADMIN'));
+    assert.equal(plain.ports, undefined);
+    assert.equal(plain.shmSize, undefined);
+    const own = spec({ vnc: true, ports: [{ containerPort: 3000 }, { containerPort: 5900, hostPort: 15900 }] });
+    assert.deepEqual(own.ports, [{ containerPort: 3000 }, { containerPort: 5900, hostPort: 15900 }], "the caller's 5900 is kept, not doubled");
+  });
+
+  test('vnc without a network is refused naming vnc (nothing could reach the port)', () => {
+    for (const opts of [
+      { vnc: true, security: 'strict' as const },
+      { vnc: true, network: 'none' },
+    ]) {
+      assert.throws(
+        () => spec(opts),
+        (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'vnc',
+      );
+    }
+  });
+
   test('only oneshot boxes stay down when the engine restarts', () => {
     assert.deepEqual((['oneshot', 'session', 'longrunning', 'persistent'] as const).map(restartPolicyFor), [
       'no',

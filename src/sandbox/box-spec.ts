@@ -17,6 +17,11 @@ export const GRACEFUL_CMD = ['/bin/sh', '-c', "trap 'exit 0' TERM; while :; do s
 
 export const DEFAULT_WORKDIR = '/workspace';
 
+/** Where a `vnc: true` box's VNC server listens (images/sbx-desktop runs x11vnc there). */
+export const VNC_PORT = 5900;
+/** /dev/shm of a VNC box: X clients and browsers in it use shared memory; the engine's default is 64 MiB. */
+export const VNC_SHM_BYTES = 256 * 1024 * 1024;
+
 export interface RecordInput {
   manager: string;
   id: string;
@@ -91,7 +96,11 @@ export function buildContainerSpec({ record, opts, pool, sbxEnv, mount, machine 
     throw invalidArgument('network', `the '${profileName}' security profile means network '${profile.network}'; use security 'standard' for a network`);
   }
   const network = opts.network ?? profile.network;
+  if (record.vnc && network === 'none') {
+    throw invalidArgument('vnc', `a box without a network cannot publish its VNC port; use security 'standard' and a network`);
+  }
   const { memory, cpus } = boxResources(opts, pool, machine);
+  const ports = record.vnc ? withVncPort(opts.ports) : opts.ports;
   return {
     image: opts.image,
     name: `sbx-${record.manager}-${record.id}`,
@@ -105,9 +114,18 @@ export function buildContainerSpec({ record, opts, pool, sbxEnv, mount, machine 
     ...(memory ? { memory } : {}),
     ...(cpus ? { cpus } : {}),
     ...(opts.user ? { user: opts.user } : {}),
-    ...(opts.ports?.length ? { ports: opts.ports } : {}),
+    ...(ports?.length ? { ports } : {}),
     ...(mount ? { binds: [mount] } : {}),
     ...(network ? { network } : {}),
     ...(pool.ociRuntime ? { ociRuntime: pool.ociRuntime } : {}),
+    // What VNC needs is its port and shared memory: no capability (the seed's SYS_ADMIN is not needed).
+    ...(record.vnc ? { shmSize: VNC_SHM_BYTES } : {}),
   };
+}
+
+/** The caller's ports plus the VNC port on loopback (the engine picks the host port), unless already listed. */
+function withVncPort(ports: CreateOptions['ports']): NonNullable<CreateOptions['ports']> {
+  const list = ports ?? [];
+  if (list.some((p) => p.containerPort === VNC_PORT && (p.protocol ?? 'tcp') === 'tcp')) return list;
+  return [...list, { containerPort: VNC_PORT, hostIp: '127.0.0.1' }];
 }
