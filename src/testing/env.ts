@@ -7,6 +7,8 @@ export const testEnv = {
   baseImage: process.env['SBX_BASE_IMAGE'] ?? 'sbx-base:latest',
   /** sbx-base plus node and the in-box WebSocket echo (3000) and SSE (3001) services. */
   testImage: process.env['SBX_TEST_IMAGE'] ?? 'sbx-test:latest',
+  /** sbx-base plus Xvfb, twm and x11vnc on :5900, started by its entrypoint (images/sbx-desktop). */
+  desktopImage: process.env['SBX_DESKTOP_IMAGE'] ?? 'sbx-desktop:latest',
   registry: process.env['SBX_TEST_REGISTRY'] ?? '127.0.0.1:5000',
   authRegistry: process.env['SBX_TEST_REGISTRY_AUTH'] ?? '127.0.0.1:5001',
   registryUser: process.env['SBX_TEST_REGISTRY_USER'] ?? 'sbx',
