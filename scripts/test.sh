@@ -26,6 +26,8 @@ export SBX_TEST_REGISTRY_AUTH=127.0.0.1:5001
 export SBX_TEST_REGISTRY_USER=sbx
 export SBX_TEST_REGISTRY_PASS=sbx-test-pass
 export SBX_TEST_PULL_IMAGE=127.0.0.1:5000/sbx/pulltest:latest
+# engine.sh installed Debian's chromium: the browser tests must run, never skip.
+export SBX_REQUIRE_BROWSER=1
 
 opts=()
 files=()
