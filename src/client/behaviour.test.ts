@@ -23,6 +23,7 @@ behaviourSuite('library (Manager)', async () => {
   return {
     api,
     image: testEnv.baseImage,
+    testImage: testEnv.testImage,
     pullImage: testEnv.pullImage,
     async dispose() {
       await removeContainersOf(name);
@@ -35,5 +36,5 @@ behaviourSuite('library (Manager)', async () => {
 behaviourSuite('SDK (Sbx over sbx serve)', async () => {
   const server = await startTestServer('sdk');
   const api: SandboxApi = new Sbx({ url: server.url, apiKey: server.admin });
-  return { api, image: testEnv.baseImage, pullImage: testEnv.pullImage, dispose: () => server.dispose() };
+  return { api, image: testEnv.baseImage, testImage: testEnv.testImage, pullImage: testEnv.pullImage, dispose: () => server.dispose() };
 });

@@ -1,5 +1,7 @@
 /** A box behind `sbx serve`, with the library Box's fields and calls. */
-import { SbxError } from '../errors.js';
+import { connectService } from '../attach/connect.js';
+import type { AttachOptions, ServiceConn, SseAttachOptions, SseServiceConn, WsAttachOptions, WsServiceConn } from '../attach/types.js';
+import { SbxError, invalidArgument } from '../errors.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from '../runtime/types.js';
 import type { Box as LibraryBox } from '../sandbox/box.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from '../sandbox/types.js';
@@ -92,6 +94,37 @@ export class RemoteBox implements Box {
   async workspace(): Promise<WorkspaceFS> {
     if (!this.fields.workspaceId) throw new SbxError('not_found', `box '${this.id}' has no workspace`, { details: { id: this.id } });
     return new RemoteWorkspaceFS(this.transport, this.fields.workspaceId);
+  }
+
+  /**
+   * A WebSocket or SSE connection to a service of the box, through the server's port proxy
+   * (`/v1/boxes/:id/ports/:port/<path>`, authenticated by the API key). Same contract as the
+   * library's `attach`.
+   */
+  attach(port: number, opts: WsAttachOptions): Promise<WsServiceConn>;
+  attach(port: number, opts: SseAttachOptions): Promise<SseServiceConn>;
+  attach(port: number, opts: AttachOptions): Promise<ServiceConn>;
+  async attach(port: number, opts: AttachOptions): Promise<ServiceConn> {
+    if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
+      throw invalidArgument('port', `must be an integer in 1..65535, got ${String(port)}`);
+    }
+    if (opts === null || typeof opts !== 'object') throw invalidArgument('options', 'must be an object with a protocol');
+    if (opts.protocol !== 'ws' && opts.protocol !== 'sse') throw invalidArgument('protocol', "must be 'ws' or 'sse'");
+    // eslint-disable-next-line no-control-regex
+    if (opts.path !== undefined && (typeof opts.path !== 'string' || /[\s\x00-\x1f\x7f]/.test(opts.path))) {
+      throw invalidArgument('path', 'must be a string without whitespace or control characters');
+    }
+    const t = opts.readyTimeoutMs;
+    if (t !== undefined && (typeof t !== 'number' || !Number.isInteger(t) || t < 0))
+      throw invalidArgument('readyTimeoutMs', 'must be a whole, non-negative number of milliseconds');
+    if (opts.signal?.aborted) throw new SbxError('cancelled', `attach to port ${port} cancelled`, { details: { id: this.id, port } });
+    const rest = (opts.path ?? '').replace(/^\/+/, '');
+    const http = this.transport.url(`${this.path}/ports/${port}/`) + rest;
+    const url = opts.protocol === 'ws' ? http.replace(/^http/, 'ws') : http;
+    return connectService(
+      { url, port, headers: { ...(opts.headers ?? {}), ...this.transport.authHeaders() } },
+      { protocol: opts.protocol, ...(t !== undefined ? { readyTimeoutMs: t } : {}), ...(opts.signal ? { signal: opts.signal } : {}) },
+    );
   }
 
   async info(): Promise<BoxInfo> {

@@ -1,8 +1,11 @@
 import type { Duplex } from 'node:stream';
+import { connectService } from '../attach/connect.js';
+import type { AttachOptions, ServiceConn, SseAttachOptions, SseServiceConn, WsAttachOptions, WsServiceConn } from '../attach/types.js';
 import { SbxError } from '../errors.js';
 import { validateExec, validateExecStream } from '../runtime/spec.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, Runtime } from '../runtime/types.js';
 import type { WorkspaceFS } from '../workspace/index.js';
+import { attachPath, validateAttach } from './attach-options.js';
 import type { BoxRecord } from './labels.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from './types.js';
 
@@ -36,6 +39,16 @@ export interface Box extends AsyncDisposable {
   stream(cmd: string[], opts?: ExecStreamOptions): Promise<ExecStream>;
   /** The file API of the workspace mounted into this box; not_found when it has none. */
   workspace(): Promise<WorkspaceFS>;
+  /**
+   * A WebSocket (`ws`) or Server-Sent Events (`sse`) connection to a service listening on a
+   * port of the box (one of its `ports`). Resolves once the service answered the handshake,
+   * retried until `readyTimeoutMs` (default 10 s); a port not in the box's `ports` is
+   * not_available (reason port_not_exposed), one where nothing answers in time not_available
+   * (reason port_not_ready), an aborted signal cancelled. The box is in use while it is open.
+   */
+  attach(port: number, opts: WsAttachOptions): Promise<WsServiceConn>;
+  attach(port: number, opts: SseAttachOptions): Promise<SseServiceConn>;
+  attach(port: number, opts: AttachOptions): Promise<ServiceConn>;
   /** The box's fields and its status, asked of the engine now. */
   info(): Promise<BoxInfo>;
   start(): Promise<void>;
@@ -171,6 +184,32 @@ export class ManagedBox implements Box {
     }
     socket.once('close', end);
     return socket;
+  }
+
+  attach(port: number, opts: WsAttachOptions): Promise<WsServiceConn>;
+  attach(port: number, opts: SseAttachOptions): Promise<SseServiceConn>;
+  attach(port: number, opts: AttachOptions): Promise<ServiceConn>;
+  async attach(port: number, opts: AttachOptions): Promise<ServiceConn> {
+    const valid = validateAttach(port, opts);
+    const signal = valid.signal;
+    if (signal?.aborted) throw new SbxError('cancelled', `attach to port ${port} cancelled`, { details: { id: this.id, port } });
+    this.touch();
+    const c = await this.runtime.inspect(this.containerId);
+    const published = c.ports.find((p) => p.containerPort === port && p.protocol === 'tcp');
+    if (!published) {
+      throw new SbxError('not_available', `port ${port} of box '${this.id}' is not exposed: list it in the box's ports at create`, {
+        details: { id: this.id, port, reason: 'port_not_exposed' },
+      });
+    }
+    const host = published.hostIp === '' || published.hostIp === '0.0.0.0' || published.hostIp === '::' ? '127.0.0.1' : published.hostIp;
+    const scheme = valid.protocol === 'ws' ? 'ws' : 'http';
+    const url = `${scheme}://${host.includes(':') ? `[${host}]` : host}:${published.hostPort}${attachPath(valid.path)}`;
+    // Every attempt dials a fresh socket, which holds the box in use until it closes: the
+    // connection's socket is the one that stays open as long as the ServiceConn.
+    return connectService(
+      { url, port, ...(valid.headers ? { headers: valid.headers } : {}), dial: () => this.dial(port, signal ? { signal } : {}) },
+      { protocol: valid.protocol, ...(valid.readyTimeoutMs !== undefined ? { readyTimeoutMs: valid.readyTimeoutMs } : {}), ...(signal ? { signal } : {}) },
+    );
   }
 
   /** Use in progress that is not an exec (an open connection); the returned function ends it (once). */

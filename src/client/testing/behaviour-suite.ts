@@ -35,6 +35,8 @@ export type SandboxApi = Pick<
 export interface Subject {
   api: SandboxApi;
   image: string;
+  /** sbx-test: the WebSocket echo on 3000, the SSE service on 3001. */
+  testImage: string;
   pullImage: string;
   dispose(): Promise<void>;
 }
@@ -86,12 +88,23 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
     let s: Subject;
     let box: Box;
     const run = `${process.pid}-${Date.now().toString(36)}`;
+    // One box with the test services, made by the first attach test that needs it.
+    let services: Promise<Box> | undefined;
+    const servicesBox = () =>
+      (services ??= s.api.create({
+        image: s.testImage,
+        owner: OWNER,
+        labels: { suite: run, which: 'attach' },
+        // 3002 is published but nothing listens on it.
+        ports: [{ containerPort: 3000 }, { containerPort: 3001 }, { containerPort: 3002 }],
+      }));
 
     before(async () => {
       s = await makeSubject();
       box = await s.api.create({ image: s.image, owner: OWNER, labels: { suite: run } });
     });
     after(async () => {
+      if (services) await (await services.catch(() => undefined))?.remove();
       await s?.dispose();
     });
 
@@ -427,6 +440,94 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
         await s.api.workspaces.delete(ws.id);
         rmSync(host, { recursive: true, force: true });
       }
+    });
+
+    test('attach ws: a text and a 1 MB binary message echo back; close with a code', async () => {
+      const b = await servicesBox();
+      const conn = await b.attach(3000, { protocol: 'ws', path: '/echo' });
+      assert.equal(conn.protocol, 'ws');
+      assert.match(conn.url, new RegExp(`^ws://.*:\\d+/.*echo$`));
+      const it = conn[Symbol.asyncIterator]();
+      conn.send('hello attach');
+      assert.deepEqual((await it.next()).value, { type: 'text', data: 'hello attach' });
+      const big = randomBytes(1024 * 1024);
+      conn.send(big);
+      const back = (await it.next()).value;
+      assert.equal(back?.type, 'binary');
+      assert.ok(back?.type === 'binary' && Buffer.from(back.data).equals(big), 'the 1 MB message came back byte for byte');
+      const closedEvent = new Promise((r) => conn.on('close', r));
+      conn.close(4001, 'done here');
+      const info = await conn.closed;
+      assert.equal(info.code, 4001);
+      assert.equal(info.reason, 'done here');
+      assert.deepEqual(await closedEvent, info);
+      assert.equal((await it.next()).done, true, 'the iterator ends with the socket');
+    });
+
+    test('attach ws: messages through the message event', async () => {
+      const b = await servicesBox();
+      const conn = await b.attach(3000, { protocol: 'ws' });
+      const got: unknown[] = [];
+      const two = new Promise<void>((resolve) =>
+        conn.on('message', (m) => {
+          got.push(m.type === 'text' ? m.data : Buffer.from(m.data).toString('hex'));
+          if (got.length === 2) resolve();
+        }),
+      );
+      conn.send('a');
+      conn.send(Uint8Array.of(1, 2, 255));
+      await two;
+      assert.deepEqual(got, ['a', '0102ff']);
+      conn.close();
+      assert.equal((await conn.closed).code, 1000);
+    });
+
+    test('attach sse: the five events arrive one by one, about 100 ms apart (streamed, not buffered)', async () => {
+      const b = await servicesBox();
+      const conn = await b.attach(3001, { protocol: 'sse', path: '/events' });
+      assert.equal(conn.protocol, 'sse');
+      assert.match(conn.url, /^http:\/\/.*\/events$/);
+      const seen: Array<{ data: string; event: string; at: number }> = [];
+      for await (const e of conn) seen.push({ data: e.data, event: e.event, at: Date.now() });
+      await conn.closed;
+      assert.deepEqual(
+        seen.map((e) => e.data),
+        ['event-0', 'event-1', 'event-2', 'event-3', 'event-4'],
+      );
+      assert.ok(
+        seen.every((e) => e.event === 'message'),
+        'the default event type',
+      );
+      const gaps = seen.slice(1).map((e, i) => e.at - seen[i]!.at);
+      assert.ok(
+        gaps.every((g) => g >= 50),
+        `each event arrived on its own (gaps ${gaps.join(', ')} ms)`,
+      );
+      assert.ok(seen.at(-1)!.at - seen[0]!.at >= 300, 'the stream took its 400 ms');
+    });
+
+    test('attach errors: options invalid_argument; port not exposed, nothing listening, aborted', async () => {
+      const b = await servicesBox();
+      await rejectsWith(b.attach(0, { protocol: 'ws' }), 'invalid_argument', { field: 'port' });
+      await rejectsWith(b.attach(3000, { protocol: 'tcp' as 'ws' }), 'invalid_argument', { field: 'protocol' });
+      await rejectsWith(b.attach(3000, { protocol: 'ws', readyTimeoutMs: -1 }), 'invalid_argument', { field: 'readyTimeoutMs' });
+      await rejectsWith(b.attach(3005, { protocol: 'ws' }), 'not_available', { reason: 'port_not_exposed' });
+      await rejectsWith(box.attach(3000, { protocol: 'sse' }), 'not_available', { reason: 'port_not_exposed' });
+      let started = Date.now();
+      const notReady = await rejectsWith(b.attach(3002, { protocol: 'ws', readyTimeoutMs: 1500 }), 'not_available', { reason: 'port_not_ready' });
+      assert.match(notReady.message, /3002/);
+      assert.ok(Date.now() - started >= 1400 && Date.now() - started < 5000, `gave up at the ready timeout (${Date.now() - started} ms)`);
+      started = Date.now();
+      await rejectsWith(b.attach(3002, { protocol: 'sse', readyTimeoutMs: 1000 }), 'not_available', { reason: 'port_not_ready' });
+      assert.ok(Date.now() - started < 4000, `sse too (${Date.now() - started} ms)`);
+      const controller = new AbortController();
+      setTimeout(() => controller.abort(), 300);
+      started = Date.now();
+      await rejectsWith(b.attach(3002, { protocol: 'ws', signal: controller.signal }), 'cancelled');
+      assert.ok(Date.now() - started < 2000, `cancelled promptly (${Date.now() - started} ms)`);
+      await rejectsWith(b.attach(3000, { protocol: 'ws', signal: AbortSignal.abort() }), 'cancelled');
+      // SSE on the WebSocket port: a 200 that is not an event stream is refused, not retried.
+      await rejectsWith(b.attach(3000, { protocol: 'sse' }), 'not_available', { reason: 'handshake_refused' });
     });
 
     test('pools: list, add, remove; pulling an image gives progress events', async () => {
