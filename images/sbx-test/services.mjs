@@ -1,7 +1,9 @@
 // In-box test services for attach/proxy tests:
 //   :3000  WebSocket echo (every text or binary message comes back as it was sent);
 //          a plain HTTP GET answers 200 so HTTP proxying can be tested on the same port.
-//   :3001  Server-Sent Events: any GET gets `data: event-0` .. `data: event-4`, 100 ms apart, then the end.
+//   :3001  Server-Sent Events: any GET gets `data: event-0` .. `data: event-4`, 100 ms apart, then the end;
+//          except GET /rich: events with id, event, retry, multi-line data and a comment, CRLF line
+//          ends, then the end; and GET /forever: `data: tick-<n>` every 200 ms until the client goes.
 // Ports above 1024, so they run as uid 1000 with every capability dropped.
 import http from 'node:http';
 import { WebSocketServer } from 'ws';
@@ -28,6 +30,23 @@ http
       'cache-control': 'no-cache',
       connection: 'keep-alive',
     });
+    const path = (req.url ?? '/').split('?')[0];
+    if (path === '/rich') {
+      res.end(
+        ': a comment\r\n' +
+          'id: 1\r\nevent: greeting\r\ndata: hello\r\ndata:  two lines\r\nretry: 2500\r\n\r\n' +
+          'data: carries id 1\r\n\r\n' +
+          'id: 2\r\nevent: bye\r\ndata: {"done":true}\r\n\r\n',
+      );
+      return;
+    }
+    if (path === '/forever') {
+      let n = 0;
+      const tick = setInterval(() => res.write(`data: tick-${n++}\n\n`), 200);
+      req.on('close', () => clearInterval(tick));
+      res.write(`data: tick-${n++}\n\n`);
+      return;
+    }
     let sent = 0;
     let timer;
     const send = () => {

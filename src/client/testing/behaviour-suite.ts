@@ -506,6 +506,18 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
       assert.ok(seen.at(-1)!.at - seen[0]!.at >= 300, 'the stream took its 400 ms');
     });
 
+    test('attach sse: id (carried over), event, retry, multi-line data; comments and CRLF', async () => {
+      const b = await servicesBox();
+      const conn = await b.attach(3001, { protocol: 'sse', path: 'rich' });
+      const events = [];
+      for await (const e of conn) events.push(e);
+      assert.deepEqual(events, [
+        { id: '1', event: 'greeting', data: 'hello\n two lines', retry: 2500 },
+        { id: '1', event: 'message', data: 'carries id 1' },
+        { id: '2', event: 'bye', data: '{"done":true}' },
+      ]);
+    });
+
     test('attach errors: options invalid_argument; port not exposed, nothing listening, aborted', async () => {
       const b = await servicesBox();
       await rejectsWith(b.attach(0, { protocol: 'ws' }), 'invalid_argument', { field: 'port' });
