@@ -20,6 +20,18 @@ export { SbxError, isSbxError, ERROR_CODES } from '../errors.js';
 export type { ErrorCode, SbxErrorOptions } from '../errors.js';
 export type { BoxInfo, BoxStatus, CreateOptions, HeartbeatInput, LifecyclePolicy, ListOptions, PoolInfo, SecurityProfile } from '../sandbox/types.js';
 export type { PoolConfig } from '../sandbox/config.js';
+export type {
+  AttachOptions,
+  AttachProtocol,
+  ServiceConn,
+  SseAttachOptions,
+  SseEvent,
+  SseServiceConn,
+  WsAttachOptions,
+  WsCloseInfo,
+  WsMessage,
+  WsServiceConn,
+} from '../attach/types.js';
 export type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, PullProgress, RegistryAuth } from '../runtime/types.js';
 export type {
   DirEntry,

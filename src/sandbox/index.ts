@@ -2,6 +2,19 @@ export { Manager } from './manager.js';
 export { GRACEFUL_CMD, DEFAULT_WORKDIR } from './box-spec.js';
 export type { Box } from './box.js';
 export { CreateOptionsSchema } from './create-options.js';
+export { AttachOptionsSchema } from './attach-options.js';
+export type {
+  AttachOptions,
+  AttachProtocol,
+  ServiceConn,
+  SseAttachOptions,
+  SseEvent,
+  SseServiceConn,
+  WsAttachOptions,
+  WsCloseInfo,
+  WsMessage,
+  WsServiceConn,
+} from '../attach/types.js';
 export { PoolConfigSchema } from './config.js';
 export { loadConfig, resolveConfig, EMBEDDED_DEFAULT_POOL, DEFAULT_BOX_MEMORY, DEFAULT_BOX_CPUS } from './config.js';
 export type { ManagerConfig, PoolConfig, ResolvedConfig, ResolvedPool } from './config.js';
