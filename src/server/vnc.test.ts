@@ -41,10 +41,6 @@ const MiB = 1024 * 1024;
 /** images/sbx-desktop/desktop.sh's root colour. */
 const ROOT_RGB = [0x2a, 0x6f, 0x97] as const;
 const ARTIFACT = resolve('.build/artifacts/vnc.png');
-/** Where playwright-core and @novnc/novnc are when they are not in node_modules yet (a private npm prefix). */
-const deps = process.env['SBX_VNC_DEPS'];
-const novncDir = process.env['SBX_NOVNC_DIR'] ?? (deps ? join(deps, '@novnc/novnc') : undefined);
-if (deps && !process.env['SBX_PLAYWRIGHT_CORE']) process.env['SBX_PLAYWRIGHT_CORE'] = join(deps, 'playwright-core/index.mjs');
 
 const secret = randomBytes(12).toString('hex');
 const COOKIE = 'sbx_vnc_test';
@@ -84,7 +80,6 @@ const vncDeps: VncDeps = {
   async hasVnc(boxId) {
     return (await (await manager.get(boxId)).info()).vnc;
   },
-  ...(novncDir ? { novncDir } : {}),
 };
 
 async function publishedPort(box: Box, port: number): Promise<number> {

@@ -4,8 +4,7 @@
  * screenshot, runs an inspection, and always closes the browser and deletes the profile, with the
  * page's console errors in the result (or in the error it throws).
  *
- * playwright-core is loaded from SBX_PLAYWRIGHT_CORE (a path to its index.mjs) when set, else
- * from node_modules; chromium is SBX_CHROMIUM, else /usr/bin/chromium.
+ * Chromium is SBX_CHROMIUM, else /usr/bin/chromium (Debian's; playwright never downloads one).
  */
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
@@ -14,8 +13,6 @@ import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 export const CHROMIUM = process.env['SBX_CHROMIUM'] ?? '/usr/bin/chromium';
-/** Read when used, so a test may set it after importing this module. */
-const playwrightModule = () => process.env['SBX_PLAYWRIGHT_CORE'] ?? 'playwright-core';
 
 /** Flags that keep a headless chromium quiet and offline but for the page (no sandbox: root in CI). */
 const ARGS = [
@@ -64,13 +61,13 @@ export async function browserMissing(): Promise<string | undefined> {
   try {
     await loadPlaywright();
   } catch (err) {
-    return `playwright-core cannot be loaded from ${playwrightModule()}: ${(err as Error).message}`;
+    return `playwright-core cannot be loaded: ${(err as Error).message}`;
   }
   return undefined;
 }
 
 async function loadPlaywright(): Promise<Playwright> {
-  const mod = (await import(playwrightModule())) as Playwright & { default?: Playwright };
+  const mod = (await import('playwright-core')) as unknown as Playwright & { default?: Playwright };
   return mod.chromium ? mod : mod.default!;
 }
 
