@@ -27,6 +27,8 @@ interface ServeFlags {
   grpcAdvertise?: string;
   shutdownGrace?: number;
   bodyLimit?: number;
+  publicUrl?: string;
+  proxyDomain?: string;
 }
 
 function port(value: string): number {
@@ -67,6 +69,8 @@ export function serveOptions(flags: ServeFlags, env: NodeJS.ProcessEnv = process
   const grace = flags.shutdownGrace ?? fromEnv('SBX_SHUTDOWN_GRACE', duration) ?? fromFile.shutdownGraceMs;
   const bodyLimit = flags.bodyLimit ?? fromEnv('SBX_BODY_LIMIT', bytes) ?? fromFile.bodyLimitBytes;
   const grpcHost = flags.grpcHost ?? env['SBX_GRPC_HOST'] ?? fromFile.grpc?.host;
+  const publicUrl = flags.publicUrl ?? (env['SBX_PUBLIC_URL'] || undefined) ?? fromFile.publicUrl;
+  const proxyDomain = flags.proxyDomain ?? (env['SBX_PROXY_DOMAIN'] || undefined) ?? fromFile.proxyDomain;
   const grpcAdvertise = flags.grpcAdvertise ?? env['SBX_GRPC_ADVERTISE'] ?? fromFile.grpc?.advertise;
   return {
     host: flags.host ?? env['SBX_HOST'] ?? fromFile.host ?? '127.0.0.1',
@@ -80,6 +84,8 @@ export function serveOptions(flags: ServeFlags, env: NodeJS.ProcessEnv = process
       : {}),
     ...(grace !== undefined ? { shutdownGraceMs: grace } : {}),
     ...(bodyLimit !== undefined ? { bodyLimitBytes: bodyLimit } : {}),
+    ...(publicUrl !== undefined ? { publicUrl } : {}),
+    ...(proxyDomain !== undefined ? { proxyDomain } : {}),
   };
 }
 
@@ -98,6 +104,8 @@ export function serveCommand(): Command {
     .option('--grpc-advertise <host:port>', 'what boxes get as SBX_GRPC_ADDR (or $SBX_GRPC_ADVERTISE; default the gRPC address when a box can dial it)')
     .option('--shutdown-grace <duration>', 'grace for in-flight work on shutdown, e.g. 10s (or $SBX_SHUTDOWN_GRACE)', duration)
     .option('--body-limit <bytes>', 'largest JSON body (or $SBX_BODY_LIMIT; default 1048576)', bytes)
+    .option('--public-url <url>', 'base URL clients reach this server at, for box.proxy() URLs (or $SBX_PUBLIC_URL; default the listening URL)')
+    .option('--proxy-domain <domain>', 'host-based proxy: <port>-<id>.<domain> reaches that port of that box at / (or $SBX_PROXY_DOMAIN; needs wildcard DNS)')
     .action(async (flags: ServeFlags, cmd: Command) => {
       const parentConfig = cmd.parent?.opts<{ config?: string }>().config;
       const opts = serveOptions({ ...flags, ...(flags.config === undefined && parentConfig ? { config: parentConfig } : {}) });

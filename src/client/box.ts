@@ -3,7 +3,7 @@ import { connectService } from '../attach/connect.js';
 import type { AttachOptions, ServiceConn, SseAttachOptions, SseServiceConn, WsAttachOptions, WsServiceConn } from '../attach/types.js';
 import { SbxError, invalidArgument } from '../errors.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from '../runtime/types.js';
-import type { Box as LibraryBox } from '../sandbox/box.js';
+import type { Box as LibraryBox, ProxyUrlOptions } from '../sandbox/box.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from '../sandbox/types.js';
 import { abortError } from './http.js';
 import type { Transport } from './http.js';
@@ -125,6 +125,15 @@ export class RemoteBox implements Box {
       { url, port, headers: { ...(opts.headers ?? {}), ...this.transport.authHeaders() } },
       { protocol: opts.protocol, ...(t !== undefined ? { readyTimeoutMs: t } : {}), ...(opts.signal ? { signal: opts.signal } : {}) },
     );
+  }
+
+  /**
+   * A URL on the server's authenticated proxy for `path` on `port` of this box (see the library's
+   * Box.proxy); with `{ signed: true, ttlMs }` it carries an access token a browser can open.
+   */
+  async proxy(port: number, path = '/', opts: ProxyUrlOptions = {}): Promise<string> {
+    const res = await this.transport.json<{ url: string; expiresAt?: string }>('POST', `${this.path}/proxy-url`, { json: { port, path, ...opts } });
+    return res.url;
   }
 
   async info(): Promise<BoxInfo> {

@@ -1,7 +1,7 @@
 import type { Duplex } from 'node:stream';
 import { connectService } from '../attach/connect.js';
 import type { AttachOptions, ServiceConn, SseAttachOptions, SseServiceConn, WsAttachOptions, WsServiceConn } from '../attach/types.js';
-import { SbxError } from '../errors.js';
+import { SbxError, invalidArgument } from '../errors.js';
 import { validateExec, validateExecStream } from '../runtime/spec.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, Runtime } from '../runtime/types.js';
 import type { WorkspaceFS } from '../workspace/index.js';
@@ -56,6 +56,53 @@ export interface Box extends AsyncDisposable {
   stop(): Promise<void>;
   /** Force-removes the container and forgets the box. */
   remove(): Promise<void>;
+  /**
+   * A URL for `path` on `port` of this box (a port the box published at create). With a public
+   * URL (sbx serve, or ManagerConfig.publicUrl) it is the server's authenticated proxy,
+   * `<publicUrl>/v1/boxes/<id>/ports/<port>/<path>` (or `<scheme>://<port>-<id>.<proxyDomain>/<path>`
+   * with a proxy domain), carrying `?sbx_token=` when `signed` (lifetime `ttlMs`, default 15 min,
+   * at most 24 h). A library Manager without a public URL returns the published port itself,
+   * `http://127.0.0.1:<hostPort>/<path>`: no proxy, no auth; `signed` there is invalid_argument.
+   * not_available (details.reason port_not_exposed) when the port was not published. Counts as use.
+   */
+  proxy(port: number, path?: string, opts?: ProxyUrlOptions): Promise<string>;
+}
+
+export interface ProxyUrlOptions {
+  /** Carry a signed access token scoped to this box and port, for a browser. */
+  signed?: boolean;
+  /** The token's lifetime; default 15 min, at most 24 h. Only with `signed`. */
+  ttlMs?: number;
+}
+
+export const PROXY_TTL_DEFAULT_MS = 15 * 60_000;
+export const PROXY_TTL_MAX_MS = 24 * 3_600_000;
+
+/** Checks box.proxy()'s arguments (the library and the HTTP route share it). */
+export function validateProxyArgs(port: unknown, path: unknown, opts: unknown): { port: number; path: string; signed: boolean; ttlMs: number } {
+  if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) throw invalidArgument('port', 'must be an integer 1-65535');
+  const p = path === undefined ? '/' : path;
+  if (typeof p !== 'string' || p.length > 4096 || /[\u0000-\u001f\u007f\s#]/.test(p)) {
+    throw invalidArgument('path', 'must be a string of at most 4096 characters without spaces, control characters or #');
+  }
+  const o = (opts ?? {}) as Record<string, unknown>;
+  if (typeof o !== 'object' || o === null) throw invalidArgument('opts', 'must be an object');
+  for (const k of Object.keys(o)) if (k !== 'signed' && k !== 'ttlMs') throw invalidArgument(k, 'unknown option');
+  if (o['signed'] !== undefined && typeof o['signed'] !== 'boolean') throw invalidArgument('signed', 'must be a boolean');
+  const signed = o['signed'] === true;
+  const ttl = o['ttlMs'];
+  if (ttl !== undefined) {
+    if (typeof ttl !== 'number' || !Number.isInteger(ttl) || ttl < 1_000 || ttl > PROXY_TTL_MAX_MS)
+      throw invalidArgument('ttlMs', `must be whole milliseconds, 1000 to ${PROXY_TTL_MAX_MS}`);
+    if (!signed) throw invalidArgument('ttlMs', 'only with signed: true');
+  }
+  return { port, path: p.startsWith('/') ? p : `/${p}`, signed, ttlMs: (ttl as number | undefined) ?? PROXY_TTL_DEFAULT_MS };
+}
+
+/** Where box.proxy() points: the server's public URL and its proxy domain, when there is one. */
+export interface ProxyBase {
+  publicUrl: string | undefined;
+  proxyDomain: string | undefined;
 }
 
 /** What a box needs from the Manager that owns it. */
@@ -68,6 +115,10 @@ export interface BoxHost {
   onExecFinished(box: ManagedBox): void;
   workspaceFs(workspaceId: string): Promise<WorkspaceFS>;
   now(): number;
+  /** Where proxy URLs point (sbx serve sets it). */
+  proxyBase(): ProxyBase;
+  /** A signed access token for one port of one box. */
+  signPortToken(claim: { boxId: string; port: number; expiresAt: number }): Promise<string>;
 }
 
 /** When the box was last used, and what is in use right now. */
@@ -223,6 +274,40 @@ export class ManagedBox implements Box {
       this.activity.inFlight--;
       this.touch();
     };
+  }
+
+  async proxy(port: number, path?: string, opts?: ProxyUrlOptions): Promise<string> {
+    return (await this.proxyUrl(port, path, opts)).url;
+  }
+
+  /** box.proxy() with the token's expiry (the HTTP route answers both). */
+  async proxyUrl(port: number, path?: string, opts?: ProxyUrlOptions): Promise<{ url: string; expiresAt?: number }> {
+    const v = validateProxyArgs(port, path, opts);
+    const base = this.host.proxyBase();
+    if (!base.publicUrl && v.signed) {
+      throw new SbxError('invalid_argument', 'signed: this Manager has no public URL (publicUrl), so there is no proxy to sign for; sbx serve sets one', {
+        details: { field: 'signed' },
+      });
+    }
+    const c = await this.runtime.inspect(this.containerId);
+    const published = c.ports.find((p) => p.containerPort === v.port && p.protocol === 'tcp');
+    if (!published) {
+      throw new SbxError('not_available', `box '${this.id}' did not publish port ${v.port}; create it with ports: [{ containerPort: ${v.port} }]`, {
+        details: { id: this.id, port: v.port, reason: 'port_not_exposed' },
+      });
+    }
+    this.touch();
+    if (!base.publicUrl) return { url: `http://127.0.0.1:${published.hostPort}${v.path}` };
+    const pub = new URL(base.publicUrl);
+    const url = base.proxyDomain
+      ? `${pub.protocol}//${v.port}-${this.id}.${base.proxyDomain}${pub.port ? `:${pub.port}` : ''}${v.path}`
+      : `${pub.origin}${pub.pathname.replace(/\/+$/, '')}/v1/boxes/${encodeURIComponent(this.id)}/ports/${v.port}${v.path}`;
+    if (!v.signed) return { url };
+    const expiresAt = this.host.now() + v.ttlMs;
+    const token = await this.host.signPortToken({ boxId: this.id, port: v.port, expiresAt });
+    const q = url.indexOf('?');
+    const sep = q === -1 ? '?' : q === url.length - 1 ? '' : '&';
+    return { url: `${url}${sep}sbx_token=${token}`, expiresAt };
   }
 
   private withEnv<T extends { env?: Record<string, string> }>(opts: T): T {

@@ -75,6 +75,9 @@ export const PoolConfigSchema = z
   })
   .strict();
 
+/** A DNS name (at least two labels) under which `<port>-<id>.<domain>` hosts a box's port. */
+export const PROXY_DOMAIN = /^(?=.{1,200}$)([a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?\.)+[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$/;
+
 const configSchema = z
   .object({
     name: z.string().regex(NAME_PATTERN, 'must be 1-32 of [a-z0-9_-]').default('sbx'),
@@ -84,6 +87,16 @@ const configSchema = z
     apiUrl: z.string().url().optional(),
     tokenSecret: z.string().min(16, 'must be at least 16 characters').optional(),
     tokenTtlMs: ms.default(24 * 3_600_000),
+    publicUrl: z
+      .string()
+      .url()
+      .refine((u) => /^https?:\/\//.test(u) && !/[?#]/.test(u), 'must be an http(s) URL without query or fragment')
+      .optional(),
+    proxyDomain: z
+      .string()
+      .regex(PROXY_DOMAIN, 'must be a DNS name like sbx.example.com')
+      .transform((d) => d.toLowerCase())
+      .optional(),
   })
   .strict();
 
@@ -151,6 +164,10 @@ export interface ManagerConfig {
   apiUrl?: string;
   /** HMAC secret for box tokens; default generated once and kept in the data dir. */
   tokenSecret?: string;
+  /** Base URL of the sbx server in front of this Manager: box.proxy() URLs start with it (sbx serve sets its own). */
+  publicUrl?: string;
+  /** With publicUrl: box.proxy() answers host-based URLs `<port>-<id>.<proxyDomain>`. */
+  proxyDomain?: string;
   /** Box token lifetime. Default 24 h. */
   tokenTtlMs?: number;
   logger?: Logger;
@@ -187,6 +204,8 @@ export interface ResolvedConfig {
   apiUrl: string | undefined;
   tokenSecret: string | undefined;
   tokenTtlMs: number;
+  publicUrl: string | undefined;
+  proxyDomain: string | undefined;
 }
 
 /** With no config at all: one pool `local` on the local Docker Engine. */
@@ -238,6 +257,8 @@ export function resolveConfig(config: ManagerConfig = {}, env: NodeJS.ProcessEnv
     apiUrl: v.apiUrl,
     tokenSecret: v.tokenSecret,
     tokenTtlMs: v.tokenTtlMs,
+    publicUrl: v.publicUrl,
+    proxyDomain: v.proxyDomain,
   };
 }
 

@@ -22,6 +22,7 @@ import { Pool } from './pool.js';
 import { PoolWatch } from './pool-watch.js';
 import { planReconcile } from './reconcile.js';
 import { BoxRegistry } from './registry.js';
+import { portTokenKey, signPortToken, verifyPortToken } from './port-tokens.js';
 import { loadTokenSecret } from './token-secret.js';
 import { BoxTokenService } from './tokens.js';
 import { StopIntents } from './stop-intents.js';
@@ -77,6 +78,13 @@ export class Manager {
    * (SBX_SANDBOX_ID, SBX_TOKEN win). sbx serve puts SBX_GRPC_ADDR here while its gRPC heartbeat is on.
    */
   readonly boxEnv: Record<string, string> = {};
+  /**
+   * Where box.proxy() points: the base URL of the sbx server in front of this Manager (sbx serve
+   * sets it to its own URL) and its proxy domain (host-based `<port>-<id>.<domain>`). Unset, a
+   * library Manager hands out the published host port itself.
+   */
+  publicUrl: string | undefined;
+  proxyDomain: string | undefined;
   private readonly now: () => number;
   private readonly poolsByName = new Map<string, Pool>();
   private readonly registry = new BoxRegistry();
@@ -85,6 +93,8 @@ export class Manager {
   /** Removals in progress: a second remove() of the same box waits for the first. */
   private readonly removing = new Map<string, Promise<void>>();
   private tokenService: Promise<BoxTokenService> | undefined;
+  private secret: Promise<Buffer> | undefined;
+  private portKey: Promise<Buffer> | undefined;
   private readonly loop: CleanupLoop;
   private started = false;
   private readonly boxHost: BoxHost;
@@ -96,6 +106,8 @@ export class Manager {
   /** With no argument, the config comes from `SBX_CONFIG` and `SBX_*` (see loadConfig). */
   constructor(config: ManagerConfig = loadConfig()) {
     this.config = resolveConfig(config);
+    this.publicUrl = this.config.publicUrl;
+    this.proxyDomain = this.config.proxyDomain;
     this.now = config.clock ?? Date.now;
     this.log = config.logger ?? pino({ name: 'sbx', level: process.env['SBX_LOG_LEVEL'] ?? 'warn' }, pino.destination(2));
     for (const p of this.config.pools) this.poolsByName.set(p.name, this.newPool(p));
@@ -107,6 +119,8 @@ export class Manager {
       removeBox: (id) => this.remove(id),
       workspaceFs: (workspaceId) => this.workspaces.fs(workspaceId),
       now: this.now,
+      proxyBase: () => ({ publicUrl: this.publicUrl, proxyDomain: this.proxyDomain }),
+      signPortToken: async (claim) => signPortToken(await this.portTokenKey(), claim),
       stopIntent: (box, stopped) => this.stopIntents.set(box.id, stopped),
       onExecFinished: (box) => {
         if (box.policy === 'oneshot' && box.activity.inFlight === 0) {
@@ -558,11 +572,25 @@ export class Manager {
 
   // --- Box tokens ----------------------------------------------------------------------
 
+  private tokenSecret(): Promise<Buffer> {
+    this.secret ??= this.config.tokenSecret ? Promise.resolve(Buffer.from(this.config.tokenSecret)) : loadTokenSecret(this.config.dataDir);
+    return this.secret;
+  }
+
   private tokens(): Promise<BoxTokenService> {
-    this.tokenService ??= (this.config.tokenSecret ? Promise.resolve(Buffer.from(this.config.tokenSecret)) : loadTokenSecret(this.config.dataDir)).then(
-      (secret) => new BoxTokenService(secret, this.now),
-    );
+    this.tokenService ??= this.tokenSecret().then((secret) => new BoxTokenService(secret, this.now));
     return this.tokenService;
+  }
+
+  /** The key of port access tokens (the proxy's): derived from the box-token secret under its own label. */
+  portTokenKey(): Promise<Buffer> {
+    this.portKey ??= this.tokenSecret().then(portTokenKey);
+    return this.portKey;
+  }
+
+  /** Throws unauthorized or forbidden unless `token` is a live port access token for this box and port (on the Manager's clock). */
+  async verifyPortToken(token: string, want: { boxId: string; port: number }): Promise<void> {
+    verifyPortToken(await this.portTokenKey(), token, { ...want, now: this.now() });
   }
 
   /** The box a token speaks for; unauthorized if forged, expired, or its box is gone. */

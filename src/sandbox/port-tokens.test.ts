@@ -11,13 +11,22 @@ test('a port token verifies for its box and port until it expires', () => {
   const t = signPortToken(key, claim);
   assert.match(t, /^sbxp1\./);
   verifyPortToken(key, t, { boxId: 'sb-a.1', port: 3000, now: 1_999 });
-  assert.throws(() => verifyPortToken(key, t, { boxId: 'sb-a.1', port: 3000, now: 2_000 }), (e) => isSbxError(e, 'unauthorized') && /expired/.test(e.message));
+  assert.throws(
+    () => verifyPortToken(key, t, { boxId: 'sb-a.1', port: 3000, now: 2_000 }),
+    (e) => isSbxError(e, 'unauthorized') && /expired/.test(e.message),
+  );
 });
 
 test('a valid port token for another port or box is forbidden', () => {
   const t = signPortToken(key, claim);
-  assert.throws(() => verifyPortToken(key, t, { boxId: 'sb-a.1', port: 3001, now: 0 }), (e) => isSbxError(e, 'forbidden'));
-  assert.throws(() => verifyPortToken(key, t, { boxId: 'sb-b', port: 3000, now: 0 }), (e) => isSbxError(e, 'forbidden'));
+  assert.throws(
+    () => verifyPortToken(key, t, { boxId: 'sb-a.1', port: 3001, now: 0 }),
+    (e) => isSbxError(e, 'forbidden'),
+  );
+  assert.throws(
+    () => verifyPortToken(key, t, { boxId: 'sb-b', port: 3000, now: 0 }),
+    (e) => isSbxError(e, 'forbidden'),
+  );
 });
 
 test('forged, altered, malformed tokens and other keys are unauthorized', () => {
@@ -34,9 +43,17 @@ test('forged, altered, malformed tokens and other keys are unauthorized', () => 
     t + '.x',
     `sbxb1.${id}.${port}.${exp}.${mac}`,
   ];
-  for (const bad of altered) assert.throws(() => verifyPortToken(key, bad, { boxId: 'sb-a.1', port: 3000, now: 0 }), (e) => isSbxError(e, 'unauthorized'), bad);
+  for (const bad of altered)
+    assert.throws(
+      () => verifyPortToken(key, bad, { boxId: 'sb-a.1', port: 3000, now: 0 }),
+      (e) => isSbxError(e, 'unauthorized'),
+      bad,
+    );
   const other = portTokenKey(randomBytes(32));
-  assert.throws(() => verifyPortToken(other, t, { boxId: 'sb-a.1', port: 3000, now: 0 }), (e) => isSbxError(e, 'unauthorized'));
+  assert.throws(
+    () => verifyPortToken(other, t, { boxId: 'sb-a.1', port: 3000, now: 0 }),
+    (e) => isSbxError(e, 'unauthorized'),
+  );
 });
 
 test('the port-token key is derived from the secret, not the secret itself', () => {

@@ -14,6 +14,7 @@ import type { Caller } from './auth.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
 import { adminRoutes } from './routes-admin.js';
+import { proxyRoutes, rewriteHostBased } from './routes-proxy.js';
 import { boxRoutes } from './routes-boxes.js';
 import { workspaceRoutes } from './routes-workspaces.js';
 import { wsExecRoutes } from './ws-exec.js';
@@ -24,6 +25,8 @@ export interface AppOptions {
   https?: { cert: string | Buffer; key: string | Buffer } | undefined;
   /** Largest WebSocket message accepted from a client. */
   wsMaxPayloadBytes?: number;
+  /** Host-based proxy: `<port>-<id>.<proxyDomain>` reaches that port of that box at `/`. */
+  proxyDomain?: string | undefined;
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,64}$/;
@@ -53,10 +56,12 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
       void (reply as unknown as FastifyReply).code(mapped.status).type('application/json').send(mapped.body);
     },
     forceCloseConnections: 'idle',
+    ...(opts.proxyDomain ? { rewriteUrl: rewriteHostBased(opts.proxyDomain)! } : {}),
     ...(opts.https ? { https: { cert: opts.https.cert, key: opts.https.key } } : {}),
   }) as unknown as FastifyInstance;
   // JSON only: a text/plain body is refused (415) rather than parsed as a string.
   app.removeContentTypeParser('text/plain');
+  app.decorate('sbxPortAuth', { ctx, limiter });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
 
@@ -80,7 +85,7 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
     reply.header('x-request-id', req.id);
     const config = req.routeOptions.config;
     if (ctx.shuttingDown() && !config?.public) throw new SbxError('not_available', 'the server is shutting down; retry against the restarted server');
-    if (config?.public) return;
+    if (config?.public || config?.portAuth) return;
     if (!req.routeOptions.url) return; // unknown route: 404 below, no auth to reveal nothing
     let caller: Caller;
     try {
@@ -151,5 +156,6 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   wsExecRoutes(app, ctx);
   workspaceRoutes(app, ctx);
   adminRoutes(app, ctx);
+  proxyRoutes(app, ctx);
   return app;
 }

@@ -31,6 +31,8 @@ export interface ServerFileSection {
   grpc?: { port: number; host?: string; advertise?: string };
   shutdownGraceMs?: number;
   bodyLimitBytes?: number;
+  publicUrl?: string;
+  proxyDomain?: string;
 }
 
 const port = z.number().int().min(0).max(65535);
@@ -68,6 +70,8 @@ const sectionSchema = z
       .optional(),
     shutdownGrace: duration.optional(),
     bodyLimit: size.optional(),
+    publicUrl: z.string().url().optional(),
+    proxyDomain: z.string().min(1).optional(),
   })
   .strict();
 
@@ -108,5 +112,7 @@ export function readServerSection(file: string): ServerFileSection {
       : {}),
     ...(v.shutdownGrace !== undefined ? { shutdownGraceMs: v.shutdownGrace } : {}),
     ...(v.bodyLimit !== undefined ? { bodyLimitBytes: v.bodyLimit } : {}),
+    ...(v.publicUrl !== undefined ? { publicUrl: v.publicUrl } : {}),
+    ...(v.proxyDomain !== undefined ? { proxyDomain: v.proxyDomain } : {}),
   };
 }

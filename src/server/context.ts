@@ -22,6 +22,8 @@ declare module 'fastify' {
     boxToken?: boolean;
     /** On a WebSocket upgrade without Authorization, the credential may come as a subprotocol (auth.ts). */
     wsProtocolAuth?: boolean;
+    /** The proxy: authorizePort (port-auth.ts) authenticates, not the app's hook. */
+    portAuth?: boolean;
   }
 }
 

@@ -15,6 +15,7 @@ import { SbxError } from '../errors.js';
 import type { EngineCallObserver } from '../runtime/timed-runtime.js';
 import { Manager } from '../sandbox/index.js';
 import type { ManagerConfig } from '../sandbox/index.js';
+import { resolveConfig } from '../sandbox/config.js';
 import { buildApp } from './app.js';
 import { StreamRegistry } from './context.js';
 import type { ServerContext } from './context.js';
@@ -63,6 +64,13 @@ export interface ServeOptions {
    */
   grpc?: { host?: string; port: number; advertise?: string };
   logger?: Logger;
+  /**
+   * The base URL clients reach this server at: box.proxy() URLs start with it. Default the
+   * listening URL (right on one machine; behind a TLS proxy or NAT give the outside one).
+   */
+  publicUrl?: string;
+  /** Host-based proxy: `<port>-<id>.<proxyDomain>` (wildcard DNS to this server) reaches that port of that box at `/`. */
+  proxyDomain?: string;
   /** Where the first admin key is printed; default stdout. */
   print?: (text: string) => void;
 }
@@ -144,12 +152,18 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
     cleanupStats: () => ({ ...manager.cleanupStats }),
     warm: () => manager.warm(),
   });
+  const proxy = resolveConfig({
+    ...(options.publicUrl !== undefined ? { publicUrl: options.publicUrl } : {}),
+    ...(options.proxyDomain !== undefined ? { proxyDomain: options.proxyDomain } : {}),
+  });
+  const proxyDomain = proxy.proxyDomain ?? manager.proxyDomain;
   const observeEngineCall: EngineCallObserver = (c) => metrics.engineCalls.observe({ op: c.op, outcome: c.outcome }, c.ms / 1000);
   const ctx: ServerContext = { manager, keys, metrics, streams, log, shuttingDown: () => closing };
   const app = await buildApp(ctx, {
     bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,
     authFailures: options.authFailures ?? { max: 20, windowMs: 60_000 },
     https,
+    proxyDomain,
   });
   let grpcHandle: GrpcServerHandle | undefined;
   let grpcAddr: string | undefined;
@@ -172,7 +186,11 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
   }
   const bound = (app.server.address() as AddressInfo).port;
   const url = `${https ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${bound}`;
-  log.info({ url, grpc: grpcHandle?.address, boxesDial: grpcAddr }, 'sbx serving');
+  // box.proxy() on this Manager now points at this server (unless the caller's Manager had its own).
+  const priorProxy = { publicUrl: manager.publicUrl, proxyDomain: manager.proxyDomain };
+  manager.publicUrl = proxy.publicUrl ?? manager.publicUrl ?? url;
+  manager.proxyDomain = proxyDomain;
+  log.info({ url, publicUrl: manager.publicUrl, proxyDomain, grpc: grpcHandle?.address, boxesDial: grpcAddr }, 'sbx serving');
 
   const grace = options.shutdownGraceMs ?? 10_000;
   let closed: Promise<void> | undefined;
@@ -196,6 +214,8 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
       await grpcHandle?.close();
       if (grpcAddr !== undefined && manager.boxEnv['SBX_GRPC_ADDR'] === grpcAddr) delete manager.boxEnv['SBX_GRPC_ADDR'];
       manager.engineCallObservers.delete(observeEngineCall);
+      manager.publicUrl = priorProxy.publicUrl;
+      manager.proxyDomain = priorProxy.proxyDomain;
       if (ownManager) await manager.close();
       log.info('sbx server closed');
     })());

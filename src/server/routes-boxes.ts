@@ -6,13 +6,14 @@ import { z } from 'zod';
 import { SbxError } from '../errors.js';
 import type { ExecStream } from '../runtime/types.js';
 import { CreateOptionsSchema } from '../sandbox/create-options.js';
+import type { ManagedBox } from '../sandbox/box.js';
 import type { Box, BoxInfo, CreateOptions } from '../sandbox/index.js';
 import { mapSettled } from '../util/concurrency.js';
 import { actingOwner, mayAccess, requireKey } from './auth.js';
 import { boxFor, boxNotFound } from './context.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
-import { ExecBodySchema, HeartbeatBodySchema, ListBoxesQuery, boxIdParam, decodeStdin, flag, parseLabelFilters } from './schemas.js';
+import { ExecBodySchema, HeartbeatBodySchema, ProxyUrlBodySchema, ListBoxesQuery, boxIdParam, decodeStdin, flag, parseLabelFilters } from './schemas.js';
 import type { ExecBody } from './schemas.js';
 import { startSse } from './sse.js';
 
@@ -137,6 +138,24 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
         reply.raw.off('close', onClose);
         ctx.metrics.execDuration.observe({ transport: 'http' }, (performance.now() - started) / 1000);
       }
+    },
+  );
+
+  r.post(
+    '/v1/boxes/:id/proxy-url',
+    {
+      schema: {
+        summary: 'A URL on the proxy for a port of the box; signed: true adds a port access token a browser can open',
+        tags: ['proxy'],
+        params: boxIdParam,
+        body: ProxyUrlBodySchema,
+      },
+    },
+    async (req) => {
+      const box = (await boxFor(ctx, req.caller, req.params.id)) as ManagedBox;
+      const { port, path, ...opts } = req.body;
+      const res = await box.proxyUrl(port, path, opts);
+      return res.expiresAt !== undefined ? { url: res.url, expiresAt: new Date(res.expiresAt).toISOString() } : { url: res.url };
     },
   );
 

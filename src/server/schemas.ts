@@ -69,3 +69,18 @@ export function parseLabelFilters(list: string[] | undefined): Record<string, st
   }
   return out;
 }
+
+/** POST /v1/boxes/:id/proxy-url — box.proxy()'s arguments (Box.proxy checks them again). */
+export const ProxyUrlBodySchema = z
+  .object({
+    port: z.number().int().min(1).max(65535),
+    path: z.string().max(4096).optional(),
+    signed: z.boolean().optional(),
+    ttlMs: z
+      .number()
+      .int()
+      .min(1_000)
+      .max(24 * 3_600_000)
+      .optional(),
+  })
+  .strict();

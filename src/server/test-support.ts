@@ -118,7 +118,10 @@ export function rawRequest(base: string, method: string, path: string, headers: 
           json = undefined;
         }
         const h = new Headers();
-        for (const [k, v] of Object.entries(res.headers)) if (typeof v === 'string') h.set(k, v);
+        for (const [k, v] of Object.entries(res.headers)) {
+          if (typeof v === 'string') h.set(k, v);
+          else if (Array.isArray(v)) for (const one of v) h.append(k, one);
+        }
         resolve({ status: res.statusCode ?? 0, headers: h, json, text });
       });
     });

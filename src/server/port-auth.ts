@@ -1,0 +1,130 @@
+/**
+ * Who may reach a port of a box through the proxy (and VNC): the API key of the box's owner or
+ * an admin (Authorization: Bearer), or a signed port access token (src/sandbox/port-tokens.ts)
+ * for exactly that box and port, given once as `?sbx_token=` and then as the `sbx_token` cookie
+ * the proxy sets. Another owner's box answers as a missing one (404).
+ */
+import type { FastifyRequest } from 'fastify';
+import { SbxError } from '../errors.js';
+import type { ManagedBox } from '../sandbox/box.js';
+import { FailureLimiter, authenticate, requireKey } from './auth.js';
+import { boxFor, boxNotFound } from './context.js';
+import type { ServerContext } from './context.js';
+
+export const PORT_TOKEN_QUERY = 'sbx_token';
+export const PORT_TOKEN_COOKIE = 'sbx_token';
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** What authorizePort needs (decorated by buildApp). */
+    sbxPortAuth: { ctx: ServerContext; limiter: FailureLimiter };
+  }
+}
+
+export interface PortAuthorization {
+  box: ManagedBox;
+  /** Where the credential came from: a token in the query is swapped for a cookie by the proxy. */
+  via: 'key' | 'query' | 'cookie';
+  /** With a token: when it expires (epoch ms). */
+  expiresAt?: number;
+}
+
+/** The values of one query parameter in a raw URL (`?a=1&sbx_token=…`). */
+export function queryValues(url: string, name: string): string[] {
+  const q = url.indexOf('?');
+  if (q === -1) return [];
+  const out: string[] = [];
+  for (const part of url.slice(q + 1).split('&')) {
+    const eq = part.indexOf('=');
+    const k = eq === -1 ? part : part.slice(0, eq);
+    if (k !== name) continue;
+    try {
+      out.push(decodeURIComponent(eq === -1 ? '' : part.slice(eq + 1)));
+    } catch {
+      out.push('');
+    }
+  }
+  return out;
+}
+
+/** The raw URL without the given query parameter (the rest kept byte for byte, in order). */
+export function withoutQuery(url: string, name: string): string {
+  const q = url.indexOf('?');
+  if (q === -1) return url;
+  const kept = url
+    .slice(q + 1)
+    .split('&')
+    .filter((part) => part !== '' && (part.indexOf('=') === -1 ? part : part.slice(0, part.indexOf('='))) !== name);
+  return kept.length ? `${url.slice(0, q)}?${kept.join('&')}` : url.slice(0, q);
+}
+
+/** The values of cookie `name` in a Cookie header. */
+export function cookieValues(header: string | undefined, name: string): string[] {
+  if (!header) return [];
+  return header
+    .split(';')
+    .map((c) => c.trim())
+    .filter((c) => c.startsWith(`${name}=`))
+    .map((c) => c.slice(name.length + 1));
+}
+
+/** The Cookie header without cookie `name`; undefined when nothing is left. */
+export function cookieWithout(header: string | undefined, name: string): string | undefined {
+  if (!header) return undefined;
+  const kept = header
+    .split(';')
+    .map((c) => c.trim())
+    .filter((c) => c !== '' && !c.startsWith(`${name}=`));
+  return kept.length ? kept.join('; ') : undefined;
+}
+
+function tokenExpiry(token: string): number {
+  return Number(token.split('.')[3]);
+}
+
+/** authorizePort, also saying where the credential came from. */
+export async function authorizePortRequest(request: FastifyRequest, boxId: string, port: number): Promise<PortAuthorization> {
+  const { ctx, limiter } = request.server.sbxPortAuth;
+  const authorization = request.headers.authorization;
+  if (authorization !== undefined) {
+    let caller;
+    try {
+      caller = await authenticate(authorization, request.ip, { keys: ctx.keys, verifyBoxToken: (t) => ctx.manager.verifyBoxToken(t), limiter });
+    } catch (err) {
+      ctx.metrics.authFailures.inc();
+      throw err;
+    }
+    request.caller = caller;
+    requireKey(caller);
+    return { box: (await boxFor(ctx, caller, boxId)) as ManagedBox, via: 'key' };
+  }
+  const fromQuery = queryValues(request.raw.url ?? '', PORT_TOKEN_QUERY);
+  const fromCookie = cookieValues(request.headers.cookie, PORT_TOKEN_COOKIE);
+  const token = fromQuery[0] ?? fromCookie[0];
+  if (token === undefined) {
+    ctx.metrics.authFailures.inc();
+    throw new SbxError('unauthorized', `missing credentials: Authorization: Bearer <key>, ?${PORT_TOKEN_QUERY}= or the ${PORT_TOKEN_COOKIE} cookie`);
+  }
+  limiter.check(request.ip);
+  try {
+    await ctx.manager.verifyPortToken(token, { boxId, port });
+  } catch (err) {
+    ctx.metrics.authFailures.inc();
+    if (err instanceof SbxError && err.code === 'unauthorized') limiter.fail(request.ip);
+    throw err;
+  }
+  const box = await ctx.manager.get(boxId).catch((err: unknown) => {
+    if (err instanceof SbxError && err.code === 'not_found') throw boxNotFound(boxId);
+    throw err;
+  });
+  return { box: box as ManagedBox, via: fromQuery[0] !== undefined ? 'query' : 'cookie', expiresAt: tokenExpiry(token) };
+}
+
+/**
+ * The box whose `port` this request may reach, or unauthorized (no or bad credentials, expired
+ * token), forbidden (a box token, or a token for another box or port), not_found (no such box,
+ * or another owner's).
+ */
+export async function authorizePort(request: FastifyRequest, boxId: string, port: number): Promise<ManagedBox> {
+  return (await authorizePortRequest(request, boxId, port)).box;
+}

@@ -1,0 +1,351 @@
+/**
+ * The authenticated port proxy against a real engine, a real server and real clients (fetch,
+ * node:http, ws, the SDK): streaming both ways, SSE per event, WebSocket, and who may reach what.
+ */
+import assert from 'node:assert/strict';
+import { request as httpRequest } from 'node:http';
+import { after, before, describe, test } from 'node:test';
+import WebSocket from 'ws';
+import { Sbx } from '../client/index.js';
+import { isSbxError } from '../errors.js';
+import type { ManagedBox } from '../sandbox/box.js';
+import { signPortToken } from '../sandbox/port-tokens.js';
+import { testEnv } from '../testing/env.js';
+import { rawRequest, startTestServer } from './test-support.js';
+import type { TestServer } from './test-support.js';
+
+const DOMAIN = 'sbx.test';
+// A service on :3002 started inside the box: /chunks (5 chunks 150 ms apart), /echo (the body back as it arrives), anything else: what it was asked.
+const SERVICE = `require('http').createServer((req, res) => {
+  if (req.url.startsWith('/chunks')) { res.writeHead(200, { 'content-type': 'text/plain' }); let i = 0; const t = setInterval(() => { res.write('chunk-' + i + '\\n'); if (++i === 5) { clearInterval(t); res.end(); } }, 150); return; }
+  if (req.url.startsWith('/echo')) { res.writeHead(200, { 'content-type': 'application/octet-stream' }); res.flushHeaders(); req.on('data', (d) => res.write(d)); req.on('end', () => res.end()); return; }
+  res.writeHead(200, { 'content-type': 'application/json' }); res.end(JSON.stringify({ url: req.url, method: req.method, headers: req.headers }));
+}).listen(3002, '0.0.0.0', () => console.log('listening'));`;
+
+let ts: TestServer;
+let alice: string;
+let aliceBox: string;
+let bobBox: string;
+
+async function startService(id: string): Promise<void> {
+  const box = await ts.manager.get(id);
+  const stream = await box.stream(['node', '-e', SERVICE]);
+  stream.stdin.end();
+  await new Promise<void>((resolve, reject) => {
+    stream.stdout.on('data', (c: Buffer) => c.toString().includes('listening') && resolve());
+    stream.wait().then(() => reject(new Error('the in-box service exited')), reject);
+  });
+}
+
+const portPath = (id: string, port: number, rest = '/') => `/v1/boxes/${id}/ports/${port}${rest}`;
+
+before(async () => {
+  ts = await startTestServer('proxy', { serve: { proxyDomain: DOMAIN } });
+  alice = (await ts.server.keys.create({ name: 'alice', role: 'user', owner: 'alice' })).key;
+  const ports = [{ containerPort: 3000 }, { containerPort: 3001 }, { containerPort: 3002 }];
+  const suffix = `${process.pid}`;
+  const a = await ts.call('POST', '/v1/boxes', { key: alice, body: { id: `pa-${suffix}`, image: testEnv.testImage, ports } });
+  assert.equal(a.status, 201, a.text);
+  aliceBox = a.json.id;
+  const b = await ts.call('POST', '/v1/boxes', { body: { id: `pb-${suffix}`, owner: 'bob', image: testEnv.testImage, ports } });
+  assert.equal(b.status, 201, b.text);
+  bobBox = b.json.id;
+  await Promise.all([startService(aliceBox), startService(bobBox)]);
+});
+
+after(async () => {
+  await ts?.dispose();
+});
+
+describe('streaming through the proxy', () => {
+  test('a chunked HTTP response streams: the first chunk arrives before the last is sent', async () => {
+    const res = await fetch(ts.url + portPath(aliceBox, 3002, '/chunks'), { headers: { authorization: `Bearer ${alice}` } });
+    assert.equal(res.status, 200);
+    const reader = res.body!.getReader();
+    const times: number[] = [];
+    let text = '';
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      times.push(performance.now());
+      text += Buffer.from(value).toString();
+    }
+    assert.equal(text, 'chunk-0\nchunk-1\nchunk-2\nchunk-3\nchunk-4\n');
+    assert.ok(times.length >= 3, `arrived in ${times.length} reads`);
+    // 5 chunks 150 ms apart: buffered, all would arrive at once.
+    assert.ok(times.at(-1)! - times[0]! >= 400, `first to last read ${Math.round(times.at(-1)! - times[0]!)} ms`);
+  });
+
+  test('a POST body streams in: the echo of the first part comes back before the body ends', async () => {
+    const u = new URL(ts.url);
+    const got = await new Promise<string>((resolve, reject) => {
+      const req = httpRequest(
+        {
+          host: u.hostname,
+          port: u.port,
+          method: 'POST',
+          path: portPath(aliceBox, 3002, '/echo'),
+          headers: { authorization: `Bearer ${alice}`, 'content-type': 'application/octet-stream', 'transfer-encoding': 'chunked' },
+        },
+        (res) => {
+          assert.equal(res.statusCode, 200);
+          let body = '';
+          res.on('data', (c: Buffer) => {
+            body += c.toString();
+            // The second part is sent only once the first came back through the box.
+            if (body === 'first|') req.end('second');
+          });
+          res.on('end', () => resolve(body));
+          res.on('error', reject);
+        },
+      );
+      req.on('error', reject);
+      req.write('first|');
+    });
+    assert.equal(got, 'first|second');
+  });
+
+  test('SSE through the proxy arrives per event (5 events 100 ms apart)', async () => {
+    const res = await fetch(ts.url + portPath(aliceBox, 3001, '/'), { headers: { authorization: `Bearer ${alice}`, accept: 'text/event-stream' } });
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type') ?? '', /text\/event-stream/);
+    const reader = res.body!.getReader();
+    const at: Array<{ event: string; t: number }> = [];
+    let buf = '';
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      buf += Buffer.from(value).toString();
+      let i: number;
+      while ((i = buf.indexOf('\n\n')) !== -1) {
+        at.push({ event: buf.slice(0, i), t: performance.now() });
+        buf = buf.slice(i + 2);
+      }
+    }
+    assert.deepEqual(
+      at.map((e) => e.event),
+      [0, 1, 2, 3, 4].map((n) => `data: event-${n}`),
+    );
+    for (let n = 1; n < at.length; n++)
+      assert.ok(at[n]!.t - at[n - 1]!.t >= 50, `event ${n} came ${Math.round(at[n]!.t - at[n - 1]!.t)} ms after the previous`);
+  });
+
+  test('a WebSocket through the proxy echoes text and binary frames unchanged', async () => {
+    const ws = new WebSocket(ts.url.replace('http', 'ws') + portPath(aliceBox, 3000, '/'), { headers: { authorization: `Bearer ${alice}` } });
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', reject);
+    });
+    const next = () =>
+      new Promise<{ data: Buffer; binary: boolean }>((resolve) => ws.once('message', (data: Buffer, binary: boolean) => resolve({ data, binary })));
+    let m = next();
+    ws.send('hello');
+    assert.deepEqual(await m, { data: Buffer.from('hello'), binary: false });
+    const bytes = Buffer.from([0, 1, 2, 255, 254]);
+    m = next();
+    ws.send(bytes);
+    assert.deepEqual(await m, { data: bytes, binary: true });
+    ws.close();
+    await new Promise((r) => ws.once('close', r));
+  });
+
+  test('a WebSocket without credentials is refused with 401 before any upgrade', async () => {
+    const ws = new WebSocket(ts.url.replace('http', 'ws') + portPath(aliceBox, 3000, '/'));
+    const status = await new Promise<number>((resolve) => {
+      ws.once('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+      ws.once('open', () => resolve(101));
+      ws.once('error', () => resolve(-1));
+    });
+    ws.terminate();
+    assert.equal(status, 401);
+  });
+});
+
+describe('what reaches the box service', () => {
+  test('the sbx credentials are stripped and X-Forwarded-* added; path and query are kept', async () => {
+    const res = await fetch(ts.url + portPath(aliceBox, 3002, '/h/x?q=1&r=2'), {
+      headers: { authorization: `Bearer ${alice}`, cookie: 'sbx_token=zzz; other=1' },
+    });
+    assert.equal(res.status, 200);
+    const seen = (await res.json()) as { url: string; headers: Record<string, string> };
+    assert.equal(seen.url, '/h/x?q=1&r=2');
+    assert.equal(seen.headers['authorization'], undefined);
+    assert.equal(seen.headers['cookie'], 'other=1');
+    assert.ok(seen.headers['x-forwarded-for']);
+    assert.equal(seen.headers['x-forwarded-proto'], 'http');
+    assert.equal(seen.headers['x-forwarded-host'], new URL(ts.url).host);
+  });
+});
+
+describe('who may reach a port', () => {
+  test('no credentials: 401 unauthorized', async () => {
+    const res = await ts.call('GET', portPath(aliceBox, 3002, '/h'), { key: null });
+    assert.equal(res.status, 401);
+    assert.equal(res.json.error.code, 'unauthorized');
+  });
+
+  test("another owner's box answers 404 not_found, as a missing box does", async () => {
+    const res = await ts.call('GET', portPath(bobBox, 3002, '/h'), { key: alice });
+    assert.equal(res.status, 404);
+    assert.equal(res.json.error.code, 'not_found');
+    const missing = await ts.call('GET', portPath('no-such-box', 3002, '/h'), { key: alice });
+    assert.equal(missing.status, 404);
+    assert.equal(missing.json.error.code, 'not_found');
+  });
+
+  test('a signed token for one port used on another: 403 forbidden; an expired token: 401', async () => {
+    const key = await ts.manager.portTokenKey();
+    const for3000 = signPortToken(key, { boxId: aliceBox, port: 3000, expiresAt: Date.now() + 60_000 });
+    const wrong = await ts.call('GET', portPath(aliceBox, 3002, `/h?sbx_token=${for3000}`), { key: null });
+    assert.equal(wrong.status, 403);
+    assert.equal(wrong.json.error.code, 'forbidden');
+    const expired = signPortToken(key, { boxId: aliceBox, port: 3002, expiresAt: Date.now() - 1 });
+    const old = await ts.call('GET', portPath(aliceBox, 3002, '/h'), { key: null, headers: { cookie: `sbx_token=${expired}` } });
+    assert.equal(old.status, 401);
+    assert.equal(old.json.error.code, 'unauthorized');
+    const forged = await ts.call('GET', portPath(aliceBox, 3002, `/h?sbx_token=${for3000.slice(0, -4)}AAAA`), { key: null });
+    assert.equal(forged.status, 401);
+  });
+
+  test('a signed URL: ?sbx_token= once, then a path-scoped HttpOnly cookie (303 to the URL without the token)', async () => {
+    const domain = ts.manager.proxyDomain;
+    ts.manager.proxyDomain = undefined; // path-based URLs
+    const made = await ts
+      .call('POST', `/v1/boxes/${aliceBox}/proxy-url`, { key: alice, body: { port: 3002, path: '/h?q=1', signed: true, ttlMs: 60_000 } })
+      .finally(() => {
+        ts.manager.proxyDomain = domain;
+      });
+    assert.equal(made.status, 200, made.text);
+    const url = new URL(made.json.url as string);
+    assert.equal(url.origin, ts.url);
+    assert.equal(url.pathname, portPath(aliceBox, 3002, '/h'));
+    assert.equal(url.searchParams.get('q'), '1');
+    assert.ok(url.searchParams.get('sbx_token'));
+    assert.ok(Date.parse(made.json.expiresAt) > Date.now());
+    const first = await fetch(url, { redirect: 'manual' });
+    assert.equal(first.status, 303);
+    assert.equal(first.headers.get('location'), portPath(aliceBox, 3002, '/h?q=1'));
+    const cookie = first.headers.get('set-cookie')!;
+    assert.match(cookie, new RegExp(`^sbx_token=sbxp1\\.[^;]+; Path=/v1/boxes/${aliceBox}/ports/3002/; Max-Age=(59|60); HttpOnly; SameSite=Lax$`));
+    const second = await fetch(ts.url + first.headers.get('location'), { headers: { cookie: cookie.split(';')[0]! } });
+    assert.equal(second.status, 200);
+    const seen = (await second.json()) as { url: string; headers: Record<string, string> };
+    assert.equal(seen.url, '/h?q=1');
+    assert.equal(seen.headers['cookie'], undefined);
+    // The cookie of port 3002 does not open port 3001.
+    const other = await ts.call('GET', portPath(aliceBox, 3001, '/'), { key: null, headers: { cookie: cookie.split(';')[0]! } });
+    assert.equal(other.status, 403);
+  });
+
+  test('another box is unreachable by construction: ../ in the path and Host tricks stay in the box of the route', async () => {
+    const key = await ts.manager.portTokenKey();
+    const tokenA = signPortToken(key, { boxId: aliceBox, port: 3002, expiresAt: Date.now() + 60_000 });
+    const tokenB = signPortToken(key, { boxId: bobBox, port: 3002, expiresAt: Date.now() + 60_000 });
+    const dots = `/v1/boxes/${aliceBox}/ports/3002/../../${bobBox}/ports/3002/h`;
+    const viaA = await rawRequest(ts.url, 'GET', dots, { cookie: `sbx_token=${tokenA}` });
+    assert.equal(viaA.status, 200);
+    assert.equal(viaA.json.url, `/../../${bobBox}/ports/3002/h`); // box A's service got the odd path
+    const viaB = await rawRequest(ts.url, 'GET', dots, { cookie: `sbx_token=${tokenB}` });
+    assert.equal(viaB.status, 403);
+    const encoded = await rawRequest(ts.url, 'GET', `/v1/boxes/${aliceBox}%2F..%2F${bobBox}/ports/3002/h`, { cookie: `sbx_token=${tokenB}` });
+    assert.ok(encoded.status === 400 || encoded.status === 404, `status ${encoded.status}`);
+    // A Host naming box B on the API's own host name changes nothing.
+    const host = await rawRequest(ts.url, 'GET', portPath(aliceBox, 3002, '/h'), { host: `3002-${bobBox}.elsewhere.test`, cookie: `sbx_token=${tokenA}` });
+    assert.equal(host.status, 200);
+    assert.equal(host.json.headers['x-forwarded-host'], `3002-${bobBox}.elsewhere.test`);
+  });
+
+  test('a port the box did not publish: 503 not_available port_not_exposed, at once', async () => {
+    const t0 = performance.now();
+    const res = await ts.call('GET', portPath(aliceBox, 4000, '/'), { key: alice });
+    assert.equal(res.status, 503);
+    assert.equal(res.json.error.code, 'not_available');
+    assert.equal(res.json.error.details.reason, 'port_not_exposed');
+    assert.ok(performance.now() - t0 < 2_000);
+  });
+
+  test('a published port nothing listens on: 503 not_available port_not_listening', async () => {
+    // Port 3002 of a fresh box has no service until the test starts one.
+    const c = await ts.call('POST', '/v1/boxes', { key: alice, body: { image: testEnv.testImage, ports: [{ containerPort: 3002 }] } });
+    assert.equal(c.status, 201, c.text);
+    try {
+      const res = await ts.call('GET', portPath(c.json.id as string, 3002, '/'), { key: alice });
+      assert.equal(res.status, 503);
+      assert.equal(res.json.error.code, 'not_available');
+      assert.equal(res.json.error.details.reason, 'port_not_listening');
+    } finally {
+      await ts.call('DELETE', `/v1/boxes/${c.json.id}`);
+    }
+  });
+});
+
+describe('host-based proxy (proxyDomain)', () => {
+  test('<port>-<id>.<domain> reaches that port at /, with the same auth', async () => {
+    const ok = await rawRequest(ts.url, 'GET', '/some/path?x=1', { host: `3002-${aliceBox}.${DOMAIN}`, authorization: `Bearer ${alice}` });
+    assert.equal(ok.status, 200, ok.text);
+    assert.equal(ok.json.url, '/some/path?x=1');
+    const none = await rawRequest(ts.url, 'GET', '/', { host: `3002-${aliceBox}.${DOMAIN}` });
+    assert.equal(none.status, 401);
+    const other = await rawRequest(ts.url, 'GET', '/', { host: `3002-${bobBox}.${DOMAIN}`, authorization: `Bearer ${alice}` });
+    assert.equal(other.status, 404);
+    // The API path on a box's host is the box's path, not the API.
+    const api = await rawRequest(ts.url, 'GET', `/v1/boxes/${bobBox}`, { host: `3002-${aliceBox}.${DOMAIN}`, authorization: `Bearer ${alice}` });
+    assert.equal(api.json.url, `/v1/boxes/${bobBox}`);
+  });
+
+  test('a token in the query on a box host sets a host-only cookie at Path=/', async () => {
+    const token = signPortToken(await ts.manager.portTokenKey(), { boxId: aliceBox, port: 3002, expiresAt: Date.now() + 30_000 });
+    const res = await rawRequest(ts.url, 'GET', `/app?sbx_token=${token}`, { host: `3002-${aliceBox}.${DOMAIN}` });
+    assert.equal(res.status, 303);
+    assert.equal(res.headers.get('location'), '/app');
+    assert.match(res.headers.get('set-cookie') ?? '', /; Path=\/; Max-Age=\d+; HttpOnly; SameSite=Lax$/);
+    assert.doesNotMatch(res.headers.get('set-cookie') ?? '', /Domain=/);
+  });
+});
+
+describe('box.proxy()', () => {
+  test('library: a URL on the server (host-based with the domain), signed on request; a direct port without a public URL', async () => {
+    const box = (await ts.manager.get(aliceBox)) as ManagedBox;
+    const port = new URL(ts.url).port;
+    assert.equal(await box.proxy(3002, '/x'), `http://3002-${aliceBox}.${DOMAIN}:${port}/x`);
+    const saved = { publicUrl: ts.manager.publicUrl, proxyDomain: ts.manager.proxyDomain };
+    try {
+      ts.manager.proxyDomain = undefined;
+      assert.equal(await box.proxy(3002, 'x?y=1'), `${ts.url}/v1/boxes/${aliceBox}/ports/3002/x?y=1`);
+      const signed = await box.proxy(3002, '/h', { signed: true, ttlMs: 5_000 });
+      assert.match(signed, new RegExp(`^${ts.url}/v1/boxes/${aliceBox}/ports/3002/h\\?sbx_token=sbxp1\\.`));
+      const res = await fetch(signed, { redirect: 'manual' });
+      assert.equal(res.status, 303);
+      await assert.rejects(box.proxy(4000), (e) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'port_not_exposed');
+      await assert.rejects(box.proxy(3002, '/', { ttlMs: 5_000 }), (e) => isSbxError(e, 'invalid_argument'));
+      await assert.rejects(
+        box.proxy(3002, '/', { signed: true, ttlMs: 25 * 3_600_000 }),
+        (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'ttlMs',
+      );
+      await assert.rejects(box.proxy(0), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'port');
+      ts.manager.publicUrl = undefined;
+      const direct = await box.proxy(3002, '/d');
+      assert.match(direct, /^http:\/\/127\.0\.0\.1:\d+\/d$/);
+      assert.equal(((await (await fetch(direct)).json()) as { url: string }).url, '/d');
+      await assert.rejects(box.proxy(3002, '/', { signed: true }), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'signed');
+    } finally {
+      ts.manager.publicUrl = saved.publicUrl;
+      ts.manager.proxyDomain = saved.proxyDomain;
+    }
+  });
+
+  test('SDK: box.proxy() answers what the library does, and refuses the same arguments', async () => {
+    const sbx = new Sbx({ url: ts.url, apiKey: alice });
+    const box = await sbx.get(aliceBox);
+    const port = new URL(ts.url).port;
+    assert.equal(await box.proxy(3002, '/x'), `http://3002-${aliceBox}.${DOMAIN}:${port}/x`);
+    const signed = await box.proxy(3002, '/x', { signed: true });
+    assert.match(signed, /\?sbx_token=sbxp1\./);
+    const res = await rawRequest(ts.url, 'GET', signed.slice(signed.indexOf('/x')), { host: `3002-${aliceBox}.${DOMAIN}` });
+    assert.equal(res.status, 303);
+    await assert.rejects(box.proxy(4000), (e) => isSbxError(e, 'not_available'));
+    await assert.rejects(box.proxy(3002, '/', { signed: true, ttlMs: 10 }), (e) => isSbxError(e, 'invalid_argument'));
+    const bobs = await ts.call('POST', `/v1/boxes/${bobBox}/proxy-url`, { key: alice, body: { port: 3002 } });
+    assert.equal(bobs.status, 404);
+  });
+});

@@ -1,0 +1,276 @@
+/**
+ * The authenticated port proxy: `/v1/boxes/:id/ports/:port/<path>` (and, with a proxy domain,
+ * any path on the host `<port>-<id>.<domain>`) reaches that port of that box only, through
+ * ManagedBox.dial — never a host port, never another box. Bodies stream both ways (nothing is
+ * buffered, SSE arrives per event); a WebSocket (any Upgrade) is the upgrade request forwarded
+ * on the dialed socket and then the two sockets piped, so frames pass unchanged. The proxied
+ * request loses the sbx credentials (Authorization, the sbx_token cookie and query) and gains
+ * X-Forwarded-For/Proto/Host.
+ */
+import { request as httpRequest } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { SbxError } from '../errors.js';
+import type { ManagedBox } from '../sandbox/box.js';
+import { BOX_ID_PATTERN } from '../sandbox/create-options.js';
+import type { ServerContext } from './context.js';
+import { mapError } from './errors.js';
+import { PORT_TOKEN_COOKIE, PORT_TOKEN_QUERY, authorizePortRequest, cookieWithout, withoutQuery } from './port-auth.js';
+
+const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'trailers', 'upgrade', 'expect']);
+const PREFIX = /^\/v1\/boxes\/[^/?]*\/ports\/[^/?]*(\/[^?]*)?(\?.*)?$/;
+/** Set by the host-based rewrite: the URL as the client sent it. */
+const HOST_BASED = Symbol('sbx.hostBased');
+
+interface HostBased {
+  originalUrl: string;
+}
+
+/** `<port>-<id>.<domain>` → the proxy path for it, or undefined when the Host is not one of the domain's. */
+export function hostBasedTarget(host: string | undefined, domain: string): { port: string; id: string } | undefined {
+  if (!host) return undefined;
+  const name = host.replace(/:\d+$/, '').toLowerCase();
+  const suffix = `.${domain.toLowerCase()}`;
+  if (!name.endsWith(suffix)) return undefined;
+  const m = /^(\d{1,5})-([a-z0-9][a-z0-9_.-]{0,62})$/.exec(name.slice(0, -suffix.length));
+  return m ? { port: m[1]!, id: m[2]! } : undefined;
+}
+
+/** fastify's rewriteUrl for host-based routing: requests to `<port>-<id>.<domain>` go to that box's proxy route, path kept. */
+export function rewriteHostBased(domain: string | undefined): ((req: IncomingMessage) => string) | undefined {
+  if (!domain) return undefined;
+  return (req) => {
+    const url = req.url ?? '/';
+    const target = hostBasedTarget(req.headers.host, domain);
+    if (!target) return url;
+    (req as IncomingMessage & { [HOST_BASED]?: HostBased })[HOST_BASED] = { originalUrl: url };
+    return `/v1/boxes/${target.id}/ports/${target.port}${url.startsWith('/') ? url : `/${url}`}`;
+  };
+}
+
+function target(req: FastifyRequest): { id: string; port: number } {
+  const params = req.params as { id: string; port: string };
+  if (!BOX_ID_PATTERN.test(params.id)) throw new SbxError('invalid_argument', 'id: is not a valid box id', { details: { field: 'params.id' } });
+  const port = /^\d{1,5}$/.test(params.port) ? Number(params.port) : NaN;
+  if (!(port >= 1 && port <= 65535)) throw new SbxError('invalid_argument', 'port: must be an integer 1-65535', { details: { field: 'params.port' } });
+  return { id: params.id, port };
+}
+
+/** The path and query the box's service gets: everything after `/ports/<port>`, without sbx_token. */
+function upstreamPath(rawUrl: string): string {
+  const m = PREFIX.exec(rawUrl);
+  return withoutQuery(`${m?.[1] ?? '/'}${m?.[2] ?? ''}`, PORT_TOKEN_QUERY);
+}
+
+function isHttps(req: FastifyRequest): boolean {
+  return (req.raw.socket as Socket & { encrypted?: boolean }).encrypted === true;
+}
+
+function forwardHeaders(req: FastifyRequest, keepUpgrade: boolean): OutgoingHttpHeaders {
+  const h: IncomingHttpHeaders = req.headers;
+  const listed = new Set(
+    String(h.connection ?? '')
+      .split(',')
+      .map((s) => s.trim().toLowerCase())
+      .filter(Boolean),
+  );
+  const out: OutgoingHttpHeaders = {};
+  for (const [k, v] of Object.entries(h)) {
+    if (v === undefined || k === 'authorization' || k === 'cookie' || k.startsWith('x-forwarded-')) continue;
+    if (!keepUpgrade && (HOP_BY_HOP.has(k) || listed.has(k))) continue;
+    if (keepUpgrade && (k === 'proxy-authorization' || k === 'expect' || k === 'keep-alive')) continue;
+    out[k] = v;
+  }
+  const cookie = cookieWithout(h.cookie, PORT_TOKEN_COOKIE);
+  if (cookie !== undefined) out['cookie'] = cookie;
+  const prior = h['x-forwarded-for'];
+  out['x-forwarded-for'] = prior ? `${String(prior)}, ${req.ip}` : req.ip;
+  out['x-forwarded-proto'] = isHttps(req) ? 'https' : 'http';
+  if (h.host) out['x-forwarded-host'] = h.host;
+  return out;
+}
+
+/** Swaps a `?sbx_token=` for the cookie and sends the browser to the same URL without it. */
+function setCookieAndRedirect(req: FastifyRequest, reply: FastifyReply, id: string, port: number, expiresAt: number, token: string): FastifyReply {
+  const hostBased = (req.raw as IncomingMessage & { [HOST_BASED]?: HostBased })[HOST_BASED];
+  const maxAge = Math.max(0, Math.floor((expiresAt - Date.now()) / 1000));
+  const path = hostBased ? '/' : `/v1/boxes/${id}/ports/${port}/`;
+  const cookie = [`${PORT_TOKEN_COOKIE}=${token}`, `Path=${path}`, `Max-Age=${maxAge}`, 'HttpOnly', 'SameSite=Lax', ...(isHttps(req) ? ['Secure'] : [])];
+  const location = withoutQuery(hostBased ? hostBased.originalUrl : (req.raw.url ?? '/'), PORT_TOKEN_QUERY);
+  return reply.code(303).header('set-cookie', cookie.join('; ')).header('cache-control', 'no-store').header('location', location).send();
+}
+
+async function authorize(req: FastifyRequest, reply: FastifyReply): Promise<{ box: ManagedBox; port: number } | undefined> {
+  const { id, port } = target(req);
+  const auth = await authorizePortRequest(req, id, port);
+  if (auth.via === 'query' && (req.method === 'GET' || req.method === 'HEAD') && !req.headers.upgrade) {
+    const token = new URL(req.raw.url ?? '/', 'http://x').searchParams.get(PORT_TOKEN_QUERY)!;
+    setCookieAndRedirect(req, reply, id, port, auth.expiresAt!, token);
+    return undefined;
+  }
+  return { box: auth.box, port };
+}
+
+/** Writes an error answer on a response the proxy already took over. */
+function sendRawError(raw: import('node:http').ServerResponse, err: unknown): void {
+  const mapped = mapError(err);
+  if (raw.headersSent) {
+    raw.destroy();
+    return;
+  }
+  const body = JSON.stringify(mapped.body);
+  raw.writeHead(mapped.status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body) });
+  raw.end(body);
+}
+
+function proxyHttp(ctx: ServerContext, req: FastifyRequest, reply: FastifyReply, box: ManagedBox, port: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const controller = new AbortController();
+    const onEarlyClose = () => controller.abort();
+    reply.raw.once('close', onEarlyClose);
+    box.dial(port, { signal: controller.signal }).then(
+      (socket: Duplex) => {
+        reply.raw.off('close', onEarlyClose);
+        (socket as Socket).setNoDelay?.(true);
+        if (reply.raw.destroyed) {
+          socket.destroy();
+          resolve();
+          return;
+        }
+        reply.hijack();
+        const headers = forwardHeaders(req, false);
+        headers['connection'] = 'close';
+        const up = httpRequest({ method: req.method, path: upstreamPath(req.raw.url ?? '/'), headers, createConnection: () => socket as Socket });
+        const finish = () => {
+          socket.destroy();
+          resolve();
+        };
+        reply.raw.once('close', () => {
+          if (!reply.raw.writableFinished) up.destroy();
+          finish();
+        });
+        req.raw.once('aborted', () => up.destroy());
+        up.on('error', (err) => {
+          if (reply.raw.headersSent) reply.raw.destroy();
+          else
+            sendRawError(
+              reply.raw,
+              new SbxError('not_available', `the service on port ${port} of box '${box.id}' closed the connection: ${err.message}`, {
+                cause: err,
+                details: { id: box.id, port, reason: 'port_not_listening' },
+              }),
+            );
+          finish();
+        });
+        up.on('response', (res) => {
+          const out: OutgoingHttpHeaders = {};
+          for (const [k, v] of Object.entries(res.headers)) {
+            if (v === undefined || HOP_BY_HOP.has(k) || k === 'transfer-encoding') continue;
+            out[k] = v;
+          }
+          reply.raw.writeHead(res.statusCode ?? 502, res.statusMessage, out);
+          reply.raw.flushHeaders();
+          res.on('data', (chunk: Buffer) => {
+            if (!reply.raw.write(chunk)) {
+              res.pause();
+              reply.raw.once('drain', () => res.resume());
+            }
+          });
+          res.once('end', () => reply.raw.end());
+          res.once('error', () => reply.raw.destroy());
+          res.once('aborted', () => reply.raw.destroy());
+        });
+        ctx.log.info({ reqId: req.id, box: box.id, port, method: req.method }, 'proxy');
+        req.raw.pipe(up);
+      },
+      (err: unknown) => {
+        reply.raw.off('close', onEarlyClose);
+        if (!reply.sent) void reply.send(err instanceof Error ? err : new Error(String(err)));
+        resolve();
+      },
+    );
+  });
+}
+
+/** The upgrade request forwarded on a dialed socket, then both sockets piped (frames unchanged). */
+async function proxyUpgrade(ctx: ServerContext, req: FastifyRequest, reply: FastifyReply, box: ManagedBox, port: number): Promise<void> {
+  const upstream = await box.dial(port);
+  (upstream as Socket).setNoDelay?.(true);
+  reply.hijack();
+  const client = reply.raw.socket as Socket;
+  reply.raw.detachSocket(client);
+  const headSym = Object.getOwnPropertySymbols(req.raw).find((s) => s.description === 'ws-head');
+  const head = headSym ? ((req.raw as unknown as Record<symbol, Buffer | undefined>)[headSym] ?? Buffer.alloc(0)) : Buffer.alloc(0);
+  const headers = forwardHeaders(req, true);
+  let text = `${req.method} ${upstreamPath(req.raw.url ?? '/')} HTTP/1.1\r\n`;
+  for (const [k, v] of Object.entries(headers)) for (const one of Array.isArray(v) ? v : [v]) text += `${k}: ${String(one)}\r\n`;
+  upstream.write(`${text}\r\n`);
+  if (head.length) upstream.write(head);
+  client.setNoDelay(true);
+  client.setTimeout(0);
+  let resolveDone!: () => void;
+  const done = new Promise<void>((r) => (resolveDone = r));
+  const end = () => {
+    client.destroy();
+    upstream.destroy();
+    resolveDone();
+  };
+  ctx.streams.add({ done, abort: end });
+  ctx.metrics.openStreams.inc({ transport: 'proxy' });
+  void done.then(() => ctx.metrics.openStreams.dec({ transport: 'proxy' }));
+  client.on('error', end);
+  upstream.on('error', end);
+  client.once('close', end);
+  upstream.once('close', end);
+  upstream.pipe(client);
+  client.pipe(upstream);
+  ctx.log.info({ reqId: req.id, box: box.id, port, upgrade: req.headers.upgrade }, 'proxy upgrade');
+}
+
+export function proxyRoutes(app: FastifyInstance, ctx: ServerContext): void {
+  void app.register(async (scope) => {
+    // Bodies stay unread: the proxy streams them to the box.
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', (_req, _payload, done) => done(null, undefined));
+    scope.route({
+      method: METHODS,
+      url: '/v1/boxes/:id/ports/:port',
+      config: { portAuth: true },
+      schema: { hide: true },
+      handler: async (req, reply) => {
+        target(req);
+        const url = req.raw.url ?? '/';
+        const q = url.indexOf('?');
+        return reply
+          .code(308)
+          .header('location', q === -1 ? `${url}/` : `${url.slice(0, q)}/${url.slice(q)}`)
+          .send();
+      },
+    });
+    scope.route({
+      method: METHODS,
+      url: '/v1/boxes/:id/ports/:port/*',
+      config: { portAuth: true },
+      schema: {
+        summary: "Proxy to a port of a box (HTTP, SSE, WebSocket); the owner's key or a port access token (?sbx_token=, then a cookie)",
+        tags: ['proxy'],
+      },
+      preHandler: async (req, reply) => {
+        if (!(req as FastifyRequest & { ws?: boolean }).ws) return;
+        // An Upgrade request: fastify-websocket would complete the handshake itself; take it first.
+        const ok = await authorize(req, reply);
+        if (!ok) return;
+        await proxyUpgrade(ctx, req, reply, ok.box, ok.port);
+      },
+      handler: async (req, reply) => {
+        const ok = await authorize(req, reply);
+        if (!ok) return reply;
+        await proxyHttp(ctx, req, reply, ok.box, ok.port);
+        return reply;
+      },
+    });
+  });
+}
