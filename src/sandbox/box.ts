@@ -82,7 +82,7 @@ export const PROXY_TTL_MAX_MS = 24 * 3_600_000;
 export function validateProxyArgs(port: unknown, path: unknown, opts: unknown): { port: number; path: string; signed: boolean; ttlMs: number } {
   if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) throw invalidArgument('port', 'must be an integer 1-65535');
   const p = path === undefined ? '/' : path;
-  if (typeof p !== 'string' || p.length > 4096 || /[\u0000-\u001f\u007f\s#]/.test(p)) {
+  if (typeof p !== 'string' || p.length > 4096 || [...p].some((c) => c.charCodeAt(0) < 0x20 || c.charCodeAt(0) === 0x7f || c === ' ' || c === '#')) {
     throw invalidArgument('path', 'must be a string of at most 4096 characters without spaces, control characters or #');
   }
   const o = (opts ?? {}) as Record<string, unknown>;

@@ -7,7 +7,8 @@
 import type { FastifyRequest } from 'fastify';
 import { SbxError } from '../errors.js';
 import type { ManagedBox } from '../sandbox/box.js';
-import { FailureLimiter, authenticate, requireKey } from './auth.js';
+import { authenticate, requireKey } from './auth.js';
+import type { FailureLimiter } from './auth.js';
 import { boxFor, boxNotFound } from './context.js';
 import type { ServerContext } from './context.js';
 

@@ -8,7 +8,7 @@
  * X-Forwarded-For/Proto/Host.
  */
 import { request as httpRequest } from 'node:http';
-import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -115,7 +115,7 @@ async function authorize(req: FastifyRequest, reply: FastifyReply): Promise<{ bo
 }
 
 /** Writes an error answer on a response the proxy already took over. */
-function sendRawError(raw: import('node:http').ServerResponse, err: unknown): void {
+function sendRawError(raw: ServerResponse, err: unknown): void {
   const mapped = mapError(err);
   if (raw.headersSent) {
     raw.destroy();
