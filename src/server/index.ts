@@ -120,6 +120,11 @@ function pem(v: string | Buffer | undefined, file: string | undefined, what: str
 export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
   const host = options.host ?? '127.0.0.1';
   const port = options.port ?? 7070;
+  const proxy = resolveConfig({
+    ...(options.publicUrl !== undefined ? { publicUrl: options.publicUrl } : {}),
+    ...(options.proxyDomain !== undefined ? { proxyDomain: options.proxyDomain } : {}),
+  });
+
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new SbxError('invalid_argument', 'port: must be 0-65535', { details: { field: 'port' } });
   const https = options.tls ? { cert: pem(options.tls.cert, options.tls.certFile, 'cert'), key: pem(options.tls.key, options.tls.keyFile, 'key') } : undefined;
   if (!https && !isLoopback(host) && !options.allowInsecure) {
@@ -151,10 +156,6 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
     pools: async () => manager.pools(),
     cleanupStats: () => ({ ...manager.cleanupStats }),
     warm: () => manager.warm(),
-  });
-  const proxy = resolveConfig({
-    ...(options.publicUrl !== undefined ? { publicUrl: options.publicUrl } : {}),
-    ...(options.proxyDomain !== undefined ? { proxyDomain: options.proxyDomain } : {}),
   });
   const proxyDomain = proxy.proxyDomain ?? manager.proxyDomain;
   const observeEngineCall: EngineCallObserver = (c) => metrics.engineCalls.observe({ op: c.op, outcome: c.outcome }, c.ms / 1000);

@@ -148,6 +148,17 @@ function proxyHttp(ctx: ServerContext, req: FastifyRequest, reply: FastifyReply,
           socket.destroy();
           resolve();
         };
+        // Graceful shutdown ends a proxied request still open after its grace (a long SSE stream).
+        let ended!: () => void;
+        const done = new Promise<void>((r) => (ended = r));
+        ctx.streams.add({
+          done,
+          abort: () => {
+            up.destroy();
+            reply.raw.destroy();
+          },
+        });
+        reply.raw.once('close', () => ended());
         reply.raw.once('close', () => {
           if (!reply.raw.writableFinished) up.destroy();
           finish();

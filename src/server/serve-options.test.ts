@@ -133,6 +133,32 @@ describe('serve options', () => {
     assert.throws(grpc.run, (e) => isSbxError(e, 'invalid_argument') && /server\.grpc\.port/.test((e as Error).message));
   });
 
+  test('publicUrl and proxyDomain: flags over SBX_PUBLIC_URL / SBX_PROXY_DOMAIN over the file; serve() points box.proxy() at them, else at its own URL', async () => {
+    const file = join(dir, 'proxy.yaml');
+    writeFileSync(file, 'server:\n  publicUrl: https://file.example.com\n  proxyDomain: file.example.com\n');
+    const fromFile = serveOptions({ config: file }, { SBX_DATA_DIR: dir });
+    assert.equal(fromFile.publicUrl, 'https://file.example.com');
+    assert.equal(fromFile.proxyDomain, 'file.example.com');
+    const env = { SBX_DATA_DIR: dir, SBX_PUBLIC_URL: 'https://env.example.com', SBX_PROXY_DOMAIN: 'env.example.com' };
+    const fromEnv = serveOptions({ config: file }, env);
+    assert.equal(fromEnv.publicUrl, 'https://env.example.com');
+    assert.equal(fromEnv.proxyDomain, 'env.example.com');
+    const flags = serveOptions({ config: file, publicUrl: 'https://flag.example.com', proxyDomain: 'flag.example.com' }, env);
+    assert.equal(flags.publicUrl, 'https://flag.example.com');
+    assert.equal(flags.proxyDomain, 'flag.example.com');
+    const ts = await startTestServer('proxyurl');
+    try {
+      assert.equal(ts.manager.publicUrl, ts.url, 'publicUrl defaults to the listening URL');
+      assert.equal(ts.manager.proxyDomain, undefined);
+    } finally {
+      await ts.dispose();
+    }
+    await assert.rejects(
+      serve({ publicUrl: 'ftp://x', port: 0, dataDir: dir }),
+      (e) => isSbxError(e, 'invalid_argument') && /publicUrl/.test((e as Error).message),
+    );
+  });
+
   test('a non-loopback address without TLS is refused', async () => {
     await assert.rejects(
       serve({ host: '0.0.0.0', port: 0, dataDir: dir, config: { cleanupIntervalMs: 0 }, logger: pino({ level: 'silent' }), print: () => undefined }),
