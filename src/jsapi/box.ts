@@ -60,9 +60,9 @@ export class Box {
     throw notAvailable('vnc', 'box.VNC: the VNC endpoint of a box');
   }
 
-  /** Not built yet: the library has no port proxy (issue 11); not_available. */
-  async Proxy(_port: number, _path?: string): Promise<never> {
-    throw notAvailable('proxy', 'box.Proxy: the proxy URL of a port inside a box');
+  /** A URL for `path` on `port` of the box: the library's box.proxy() (not_available port_not_exposed for a port the box did not publish). */
+  async Proxy(port: number, path?: string): Promise<string> {
+    return (await this.box()).proxy(port, path);
   }
 
   /** The file API of the workspace mounted into this box; not_found when it has none. */

@@ -340,7 +340,8 @@ describe('Box object', () => {
       (e) => isSbxError(e, 'not_available') && e.details?.['feature'] === 'attach' && /Attach/.test(e.message),
     );
     await assert.rejects(box.VNC(), (e) => isSbxError(e, 'not_available') && e.details?.['feature'] === 'vnc');
-    await assert.rejects(box.Proxy(8080, '/'), (e) => isSbxError(e, 'not_available') && e.details?.['feature'] === 'proxy');
+    // Proxy is built now (issue 11): a port the box did not publish is not_available port_not_exposed.
+    await assert.rejects(box.Proxy(8080, '/'), (e) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'port_not_exposed');
   });
 
   test('box.Workspace() → WorkspaceFS of the mounted workspace; none → not_found', async () => {
