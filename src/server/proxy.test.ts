@@ -149,6 +149,28 @@ describe('streaming through the proxy', () => {
     await new Promise((r) => ws.once('close', r));
   });
 
+  test('an open proxied connection holds the box in use; a client that goes away releases it', async () => {
+    const box = (await ts.manager.get(aliceBox)) as ManagedBox;
+    const baseline = box.activity.inFlight; // the in-box service's exec stream
+    const settled = async () => {
+      for (let i = 0; i < 100 && box.activity.inFlight !== baseline; i++) await new Promise((r) => setTimeout(r, 20));
+      return box.activity.inFlight;
+    };
+    const ws = new WebSocket(ts.url.replace('http', 'ws') + portPath(aliceBox, 3000, '/'), { headers: { authorization: `Bearer ${alice}` } });
+    await new Promise((r) => ws.once('open', r));
+    assert.equal(box.activity.inFlight, baseline + 1, 'the WebSocket holds the box');
+    ws.close();
+    assert.equal(await settled(), baseline, 'released when the WebSocket closes');
+    const controller = new AbortController();
+    const res = await fetch(ts.url + portPath(aliceBox, 3002, '/chunks'), { headers: { authorization: `Bearer ${alice}` }, signal: controller.signal });
+    const reader = res.body!.getReader();
+    await reader.read();
+    assert.equal(box.activity.inFlight, baseline + 1, 'the open response holds the box');
+    controller.abort();
+    await reader.read().catch(() => undefined);
+    assert.equal(await settled(), baseline, 'released when the client aborts mid-response');
+  });
+
   test('a WebSocket without credentials is refused with 401 before any upgrade', async () => {
     const ws = new WebSocket(ts.url.replace('http', 'ws') + portPath(aliceBox, 3000, '/'));
     const status = await new Promise<number>((resolve) => {
