@@ -299,9 +299,11 @@ export class ManagedBox implements Box {
     this.touch();
     if (!base.publicUrl) return { url: `http://127.0.0.1:${published.hostPort}${v.path}` };
     const pub = new URL(base.publicUrl);
-    const url = base.proxyDomain
-      ? `${pub.protocol}//${v.port}-${this.id}.${base.proxyDomain}${pub.port ? `:${pub.port}` : ''}${v.path}`
-      : `${pub.origin}${pub.pathname.replace(/\/+$/, '')}/v1/boxes/${encodeURIComponent(this.id)}/ports/${v.port}${v.path}`;
+    // Host names are lower case: an id with capitals is reachable by path only.
+    const url =
+      base.proxyDomain && this.id === this.id.toLowerCase()
+        ? `${pub.protocol}//${v.port}-${this.id}.${base.proxyDomain}${pub.port ? `:${pub.port}` : ''}${v.path}`
+        : `${pub.origin}${pub.pathname.replace(/\/+$/, '')}/v1/boxes/${encodeURIComponent(this.id)}/ports/${v.port}${v.path}`;
     if (!v.signed) return { url };
     const expiresAt = this.host.now() + v.ttlMs;
     const token = await this.host.signPortToken({ boxId: this.id, port: v.port, expiresAt });
