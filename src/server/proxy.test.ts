@@ -369,5 +369,10 @@ describe('box.proxy()', () => {
     await assert.rejects(box.proxy(3002, '/', { signed: true, ttlMs: 10 }), (e) => isSbxError(e, 'invalid_argument'));
     const bobs = await ts.call('POST', `/v1/boxes/${bobBox}/proxy-url`, { key: alice, body: { port: 3002 } });
     assert.equal(bobs.status, 404);
+    const bad = await ts.call('POST', `/v1/boxes/${aliceBox}/proxy-url`, { key: alice, body: { port: 3002, extra: 1 } });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.json.error.code, 'invalid_argument');
+    const openapi = await ts.call('GET', '/openapi.json', { key: null });
+    assert.ok(openapi.json.paths['/v1/boxes/{id}/proxy-url']?.post, 'proxy-url is in the OpenAPI document');
   });
 });
