@@ -206,6 +206,15 @@ describe('who may reach a port', () => {
     assert.equal(res.json.error.code, 'unauthorized');
   });
 
+  test("an admin key reaches any owner's box; a box token is forbidden", async () => {
+    const admin = await ts.call('GET', portPath(aliceBox, 3002, '/h'));
+    assert.equal(admin.status, 200);
+    const { stdout } = await (await ts.manager.get(aliceBox)).exec(['node', '-e', 'process.stdout.write(process.env.SBX_TOKEN)']);
+    const res = await ts.call('GET', portPath(aliceBox, 3002, '/h'), { key: stdout.trim() });
+    assert.equal(res.status, 403);
+    assert.equal(res.json.error.code, 'forbidden');
+  });
+
   test("another owner's box answers 404 not_found, as a missing box does", async () => {
     const res = await ts.call('GET', portPath(bobBox, 3002, '/h'), { key: alice });
     assert.equal(res.status, 404);
