@@ -33,18 +33,6 @@ behaviourSuite('library (Manager)', async () => {
   };
 });
 
-/** box.attach() goes through the server's port proxy (/v1/boxes/:id/ports/:port/…), which lands in its own branch: remove these once it is merged. */
-const NEEDS_PORT_PROXY = 'needs the server port proxy route /v1/boxes/:id/ports/:port/<path>';
-const sdkGaps = Object.fromEntries(
-  [
-    'attach ws: a text and a 1 MB binary message echo back; close with a code',
-    'attach ws: messages through the message event',
-    'attach sse: the five events arrive one by one, about 100 ms apart (streamed, not buffered)',
-    'attach sse: id (carried over), event, retry, multi-line data; comments and CRLF',
-    'attach errors: options invalid_argument; port not exposed, nothing listening, aborted',
-  ].map((t) => [t, NEEDS_PORT_PROXY]),
-);
-
 behaviourSuite(
   'SDK (Sbx over sbx serve)',
   async () => {
@@ -52,5 +40,4 @@ behaviourSuite(
     const api: SandboxApi = new Sbx({ url: server.url, apiKey: server.admin });
     return { api, image: testEnv.baseImage, testImage: testEnv.testImage, pullImage: testEnv.pullImage, dispose: () => server.dispose() };
   },
-  sdkGaps,
 );
