@@ -3,7 +3,7 @@ import { connectService } from '../attach/connect.js';
 import type { AttachOptions, ServiceConn, SseAttachOptions, SseServiceConn, WsAttachOptions, WsServiceConn } from '../attach/types.js';
 import { SbxError, invalidArgument } from '../errors.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from '../runtime/types.js';
-import type { Box as LibraryBox, ProxyUrlOptions } from '../sandbox/box.js';
+import type { Box as LibraryBox, ProxyUrlOptions, VncUrlOptions } from '../sandbox/box.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from '../sandbox/types.js';
 import { abortError } from './http.js';
 import type { Transport } from './http.js';
@@ -133,6 +133,12 @@ export class RemoteBox implements Box {
    */
   async proxy(port: number, path = '/', opts: ProxyUrlOptions = {}): Promise<string> {
     const res = await this.transport.json<{ url: string; expiresAt?: string }>('POST', `${this.path}/proxy-url`, { json: { port, path, ...opts } });
+    return res.url;
+  }
+
+  /** The URL of the box's VNC viewer page with a port access token (see the library's Box.vnc). */
+  async vnc(opts: VncUrlOptions = {}): Promise<string> {
+    const res = await this.transport.json<{ url: string; expiresAt: string }>('POST', `${this.path}/vnc-url`, { json: { ...opts } });
     return res.url;
   }
 

@@ -3,11 +3,11 @@
  * change) and asks the process-wide Manager for the box on every call, so an object outlives a
  * re-`Init` and a removed box fails with a clear not_found instead of a dead container id.
  */
-import { SbxError } from '../errors.js';
 import type { ExecOptions as LibExecOptions, ExecStreamOptions } from '../runtime/types.js';
 import { M } from '../sandbox/index.js';
 import type { Box as LibBox, BoxInfo as LibBoxInfo } from '../sandbox/index.js';
 import { EXEC_FIELDS, mapOptions, seedNames } from './options.js';
+import type { ServiceConn } from '../attach/types.js';
 import type { AttachOptions, BoxInfo, ExecOptions, ExecResult, ExecStream } from './types.js';
 import { WorkspaceFS } from './workspace-fs.js';
 
@@ -50,14 +50,15 @@ export class Box {
     return { stdout: s.stdout, stderr: s.stderr, stdin: s.stdin, wait: () => s.wait(), cancel: () => s.cancel() };
   }
 
-  /** Not built yet: the library has no attach (issue 11); not_available. */
-  async Attach(_port: number, _options?: AttachOptions): Promise<never> {
-    throw notAvailable('attach', 'box.Attach: attaching to a service inside a box');
+  /** A connection to a WebSocket (default) or SSE service of the box: the library's box.attach(). */
+  async Attach(port: number, options: AttachOptions = {}): Promise<ServiceConn> {
+    const { protocol = 'ws', ...rest } = options;
+    return (await this.box()).attach(port, { ...rest, protocol });
   }
 
-  /** Not built yet: the library has no VNC endpoint (issue 11); not_available. */
-  async VNC(): Promise<never> {
-    throw notAvailable('vnc', 'box.VNC: the VNC endpoint of a box');
+  /** The URL of the box's VNC viewer page with an access token: the library's box.vnc(). */
+  async VNC(): Promise<string> {
+    return (await this.box()).vnc();
   }
 
   /** A URL for `path` on `port` of the box: the library's box.proxy() (not_available port_not_exposed for a port the box did not publish). */
@@ -106,8 +107,4 @@ export function toBoxInfo(i: LibBoxInfo): BoxInfo {
     last_active: i.lastActive,
     process_count: i.processCount,
   };
-}
-
-function notAvailable(feature: string, what: string): SbxError {
-  return new SbxError('not_available', `${what} is not available: sbx has no ${feature} support yet (issue 11)`, { details: { feature } });
 }

@@ -334,13 +334,23 @@ describe('Box object', () => {
     assert.ok(Date.now() - started < 10_000);
   });
 
-  test('box.Attach, box.VNC, box.Proxy → not_available, naming the feature', async () => {
-    await assert.rejects(
-      box.Attach(3000, { protocol: 'ws' }),
-      (e) => isSbxError(e, 'not_available') && e.details?.['feature'] === 'attach' && /Attach/.test(e.message),
-    );
-    await assert.rejects(box.VNC(), (e) => isSbxError(e, 'not_available') && e.details?.['feature'] === 'vnc');
-    // Proxy is built now (issue 11): a port the box did not publish is not_available port_not_exposed.
+  test('box.Attach, box.VNC, box.Proxy call the library: an echo over Attach; VNC and Proxy refusals name why', async () => {
+    const svc = await sandbox.Create({ owner: 'alice', image: testEnv.testImage, ports: [{ container: 3000 }] });
+    try {
+      const conn = await svc.Attach(3000);
+      assert.equal(conn.protocol, 'ws');
+      if (conn.protocol !== 'ws') return;
+      conn.send('over jsapi');
+      for await (const m of conn) {
+        assert.deepEqual(m, { type: 'text', data: 'over jsapi' });
+        break;
+      }
+      conn.close();
+      await assert.rejects(svc.Attach(3001, { protocol: 'sse' }), (e) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'port_not_exposed');
+    } finally {
+      await sandbox.Delete(svc.id);
+    }
+    await assert.rejects(box.VNC(), (e) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'vnc_not_enabled');
     await assert.rejects(box.Proxy(8080, '/'), (e) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'port_not_exposed');
   });
 

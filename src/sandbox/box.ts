@@ -6,6 +6,7 @@ import { validateExec, validateExecStream } from '../runtime/spec.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, Runtime } from '../runtime/types.js';
 import type { WorkspaceFS } from '../workspace/index.js';
 import { attachPath, validateAttach } from './attach-options.js';
+import { VNC_PORT } from './box-spec.js';
 import type { BoxRecord } from './labels.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from './types.js';
 
@@ -66,6 +67,18 @@ export interface Box extends AsyncDisposable {
    * not_available (details.reason port_not_exposed) when the port was not published. Counts as use.
    */
   proxy(port: number, path?: string, opts?: ProxyUrlOptions): Promise<string>;
+  /**
+   * The URL of the box's VNC viewer page on sbx serve, `<publicUrl>/v1/boxes/<id>/vnc/`, with a
+   * signed access token for the box's VNC port (lifetime `ttlMs`, default 15 min, at most 24 h) that
+   * the page swaps for a cookie, so a browser can open it as it is. not_available when the box was
+   * created without `vnc: true` or the Manager has no public URL (the viewer is served by sbx serve).
+   */
+  vnc(opts?: VncUrlOptions): Promise<string>;
+}
+
+export interface VncUrlOptions {
+  /** The token's lifetime; default 15 min, at most 24 h. */
+  ttlMs?: number;
 }
 
 export interface ProxyUrlOptions {
@@ -278,6 +291,32 @@ export class ManagedBox implements Box {
 
   async proxy(port: number, path?: string, opts?: ProxyUrlOptions): Promise<string> {
     return (await this.proxyUrl(port, path, opts)).url;
+  }
+
+  async vnc(opts?: VncUrlOptions): Promise<string> {
+    return (await this.vncUrl(opts)).url;
+  }
+
+  /** box.vnc() with the token's expiry (the HTTP route answers both). */
+  async vncUrl(opts: VncUrlOptions = {}): Promise<{ url: string; expiresAt: number }> {
+    const v = validateProxyArgs(VNC_PORT, '/', { ...opts, signed: true });
+    if (!this.record.vnc) {
+      throw new SbxError('not_available', `box '${this.id}' was created without vnc; create it with vnc: true (and a desktop image such as sbx-desktop)`, {
+        details: { id: this.id, reason: 'vnc_not_enabled' },
+      });
+    }
+    const { publicUrl } = this.host.proxyBase();
+    if (!publicUrl) {
+      throw new SbxError('not_available', 'the VNC viewer is served by sbx serve: this Manager has no public URL (publicUrl)', {
+        details: { id: this.id, reason: 'no_public_url' },
+      });
+    }
+    this.touch();
+    const pub = new URL(publicUrl);
+    const expiresAt = this.host.now() + v.ttlMs;
+    const token = await this.host.signPortToken({ boxId: this.id, port: VNC_PORT, expiresAt });
+    const page = `${pub.origin}${pub.pathname.replace(/\/+$/, '')}/v1/boxes/${encodeURIComponent(this.id)}/vnc/`;
+    return { url: `${page}?sbx_token=${token}`, expiresAt };
   }
 
   /** box.proxy() with the token's expiry (the HTTP route answers both). */

@@ -15,6 +15,10 @@ import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
 import { adminRoutes } from './routes-admin.js';
 import { proxyRoutes, rewriteHostBased } from './routes-proxy.js';
+import { authorizePortRequest } from './port-auth.js';
+import { vncRoutes } from './vnc.js';
+import type { VncDeps } from './vnc.js';
+import type { ManagedBox } from '../sandbox/box.js';
 import { boxRoutes } from './routes-boxes.js';
 import { workspaceRoutes } from './routes-workspaces.js';
 import { wsExecRoutes } from './ws-exec.js';
@@ -23,6 +27,11 @@ export interface AppOptions {
   bodyLimitBytes: number;
   authFailures: { max: number; windowMs: number };
   https?: { cert: string | Buffer; key: string | Buffer } | undefined;
+  /**
+   * What the VNC routes use; default the real ones (port authorization, the box's own dial).
+   * Tests give stand-ins to drive the bridge against a local TCP server.
+   */
+  vnc?: VncDeps;
   /** Largest WebSocket message accepted from a client. */
   wsMaxPayloadBytes?: number;
   /** Host-based proxy: `<port>-<id>.<proxyDomain>` reaches that port of that box at `/`. */
@@ -157,5 +166,19 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   workspaceRoutes(app, ctx);
   adminRoutes(app, ctx);
   proxyRoutes(app, ctx);
+  vncRoutes(app, opts.vnc ?? boxVncDeps(ctx));
   return app;
+}
+
+/** The VNC routes on the real boxes: the proxy's port authorization, the box's dial (in use while open). */
+function boxVncDeps(ctx: ServerContext): VncDeps {
+  return {
+    authorize: async (req, id, port) => {
+      const grant = await authorizePortRequest(req, id, port);
+      return grant.expiresAt !== undefined ? { via: grant.via, expiresAt: grant.expiresAt } : { via: grant.via };
+    },
+    dial: async (id, port) => ((await ctx.manager.get(id)) as ManagedBox).dial(port),
+    hasVnc: async (id) => ((await ctx.manager.get(id)) as ManagedBox).record.vnc,
+    streams: ctx.streams,
+  };
 }

@@ -4,7 +4,8 @@
  * for exactly that box and port, given once as `?sbx_token=` and then as the `sbx_token` cookie
  * the proxy sets. Another owner's box answers as a missing one (404).
  */
-import type { FastifyRequest } from 'fastify';
+import type { Socket } from 'node:net';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { SbxError } from '../errors.js';
 import type { ManagedBox } from '../sandbox/box.js';
 import { authenticate, requireKey } from './auth.js';
@@ -77,6 +78,34 @@ export function cookieWithout(header: string | undefined, name: string): string 
     .map((c) => c.trim())
     .filter((c) => c !== '' && !c.startsWith(`${name}=`));
   return kept.length ? kept.join('; ') : undefined;
+}
+
+export function isHttps(req: FastifyRequest): boolean {
+  return (req.raw.socket as Socket & { encrypted?: boolean }).encrypted === true;
+}
+
+/**
+ * Answers a GET that brought its token as `?sbx_token=`: the token becomes an HttpOnly cookie
+ * scoped to `cookiePath` for the token's remaining life, and a 303 sends the browser to `url`
+ * without it, so the token leaves the address bar (and the history).
+ */
+export function swapTokenForCookie(req: FastifyRequest, reply: FastifyReply, opts: { cookiePath: string; expiresAt: number; url: string }): FastifyReply {
+  const token = queryValues(req.raw.url ?? '', PORT_TOKEN_QUERY)[0] ?? '';
+  const maxAge = Math.max(0, Math.floor((opts.expiresAt - Date.now()) / 1000));
+  const cookie = [
+    `${PORT_TOKEN_COOKIE}=${token}`,
+    `Path=${opts.cookiePath}`,
+    `Max-Age=${maxAge}`,
+    'HttpOnly',
+    'SameSite=Lax',
+    ...(isHttps(req) ? ['Secure'] : []),
+  ];
+  return reply
+    .code(303)
+    .header('set-cookie', cookie.join('; '))
+    .header('cache-control', 'no-store')
+    .header('location', withoutQuery(opts.url, PORT_TOKEN_QUERY))
+    .send();
 }
 
 function tokenExpiry(token: string): number {

@@ -13,7 +13,17 @@ import { actingOwner, mayAccess, requireKey } from './auth.js';
 import { boxFor, boxNotFound } from './context.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
-import { ExecBodySchema, HeartbeatBodySchema, ProxyUrlBodySchema, ListBoxesQuery, boxIdParam, decodeStdin, flag, parseLabelFilters } from './schemas.js';
+import {
+  ExecBodySchema,
+  HeartbeatBodySchema,
+  ProxyUrlBodySchema,
+  VncUrlBodySchema,
+  ListBoxesQuery,
+  boxIdParam,
+  decodeStdin,
+  flag,
+  parseLabelFilters,
+} from './schemas.js';
 import type { ExecBody } from './schemas.js';
 import { startSse } from './sse.js';
 
@@ -156,6 +166,23 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
       const { port, path, ...opts } = req.body;
       const res = await box.proxyUrl(port, path, opts);
       return res.expiresAt !== undefined ? { url: res.url, expiresAt: new Date(res.expiresAt).toISOString() } : { url: res.url };
+    },
+  );
+
+  r.post(
+    '/v1/boxes/:id/vnc-url',
+    {
+      schema: {
+        summary: "The URL of the box's VNC viewer page, with a port access token a browser can open (boxes created with vnc: true)",
+        tags: ['vnc'],
+        params: boxIdParam,
+        body: VncUrlBodySchema.optional(),
+      },
+    },
+    async (req) => {
+      const box = (await boxFor(ctx, req.caller, req.params.id)) as ManagedBox;
+      const res = await box.vncUrl(req.body ?? {});
+      return { url: res.url, expiresAt: new Date(res.expiresAt).toISOString() };
     },
   );
 

@@ -17,7 +17,7 @@ import type { ManagedBox } from '../sandbox/box.js';
 import { BOX_ID_PATTERN } from '../sandbox/create-options.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
-import { PORT_TOKEN_COOKIE, PORT_TOKEN_QUERY, authorizePortRequest, cookieWithout, withoutQuery } from './port-auth.js';
+import { PORT_TOKEN_COOKIE, PORT_TOKEN_QUERY, authorizePortRequest, cookieWithout, isHttps, swapTokenForCookie, withoutQuery } from './port-auth.js';
 
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'trailers', 'upgrade', 'expect']);
@@ -65,10 +65,6 @@ function upstreamPath(rawUrl: string): string {
   return withoutQuery(`${m?.[1] ?? '/'}${m?.[2] ?? ''}`, PORT_TOKEN_QUERY);
 }
 
-function isHttps(req: FastifyRequest): boolean {
-  return (req.raw.socket as Socket & { encrypted?: boolean }).encrypted === true;
-}
-
 function forwardHeaders(req: FastifyRequest, keepUpgrade: boolean): OutgoingHttpHeaders {
   const h: IncomingHttpHeaders = req.headers;
   const listed = new Set(
@@ -94,21 +90,20 @@ function forwardHeaders(req: FastifyRequest, keepUpgrade: boolean): OutgoingHttp
 }
 
 /** Swaps a `?sbx_token=` for the cookie and sends the browser to the same URL without it. */
-function setCookieAndRedirect(req: FastifyRequest, reply: FastifyReply, id: string, port: number, expiresAt: number, token: string): FastifyReply {
+function setCookieAndRedirect(req: FastifyRequest, reply: FastifyReply, id: string, port: number, expiresAt: number): FastifyReply {
   const hostBased = (req.raw as IncomingMessage & { [HOST_BASED]?: HostBased })[HOST_BASED];
-  const maxAge = Math.max(0, Math.floor((expiresAt - Date.now()) / 1000));
-  const path = hostBased ? '/' : `/v1/boxes/${id}/ports/${port}/`;
-  const cookie = [`${PORT_TOKEN_COOKIE}=${token}`, `Path=${path}`, `Max-Age=${maxAge}`, 'HttpOnly', 'SameSite=Lax', ...(isHttps(req) ? ['Secure'] : [])];
-  const location = withoutQuery(hostBased ? hostBased.originalUrl : (req.raw.url ?? '/'), PORT_TOKEN_QUERY);
-  return reply.code(303).header('set-cookie', cookie.join('; ')).header('cache-control', 'no-store').header('location', location).send();
+  return swapTokenForCookie(req, reply, {
+    cookiePath: hostBased ? '/' : `/v1/boxes/${id}/ports/${port}/`,
+    expiresAt,
+    url: hostBased ? hostBased.originalUrl : (req.raw.url ?? '/'),
+  });
 }
 
 async function authorize(req: FastifyRequest, reply: FastifyReply): Promise<{ box: ManagedBox; port: number } | undefined> {
   const { id, port } = target(req);
   const auth = await authorizePortRequest(req, id, port);
   if (auth.via === 'query' && (req.method === 'GET' || req.method === 'HEAD') && !req.headers.upgrade) {
-    const token = new URL(req.raw.url ?? '/', 'http://x').searchParams.get(PORT_TOKEN_QUERY)!;
-    setCookieAndRedirect(req, reply, id, port, auth.expiresAt!, token);
+    setCookieAndRedirect(req, reply, id, port, auth.expiresAt!);
     return undefined;
   }
   return { box: auth.box, port };

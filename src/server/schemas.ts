@@ -71,6 +71,17 @@ export function parseLabelFilters(list: string[] | undefined): Record<string, st
 }
 
 /** POST /v1/boxes/:id/proxy-url — box.proxy()'s arguments (Box.proxy checks them again). */
+export const VncUrlBodySchema = z
+  .object({
+    ttlMs: z
+      .number()
+      .int()
+      .min(1_000)
+      .max(24 * 3_600_000)
+      .optional(),
+  })
+  .strict();
+
 export const ProxyUrlBodySchema = z
   .object({
     port: z.number().int().min(1).max(65535),

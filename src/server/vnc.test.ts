@@ -1,6 +1,6 @@
 /**
  * VNC end to end: an sbx-desktop box made through the Manager with `vnc: true`, the real app
- * (buildApp) with vncRoutes on 127.0.0.1, and a headless chromium that opens the viewer page,
+ * (buildApp, its VNC routes on stand-in deps) on 127.0.0.1, and a headless chromium that opens the viewer page,
  * connects through the bridge and shows the desktop (checked by pixels, kept as
  * .build/artifacts/vnc.png). The bridge's own behaviour (backpressure, close codes, shutdown) is
  * tested against a local TCP server standing in for the VNC server.
@@ -34,7 +34,7 @@ import type { ServerContext } from './context.js';
 import { KeyStore } from './keys.js';
 import { ServerMetrics } from './metrics.js';
 import { rawRequest, removeContainersOf } from './test-support.js';
-import { assetFile, vncRoutes } from './vnc.js';
+import { assetFile } from './vnc.js';
 import type { VncDeps } from './vnc.js';
 
 const MiB = 1024 * 1024;
@@ -71,6 +71,7 @@ const vncDeps: VncDeps = {
     if (given === undefined) throw new SbxError('unauthorized', 'no credential');
     if (given !== secret) throw new SbxError('forbidden', 'wrong credential');
     await manager.get(boxId);
+    return { via: 'cookie' };
   },
   async dial(boxId, port) {
     const fake = dialOverride.get(boxId);
@@ -172,8 +173,7 @@ before(async () => {
   await keys.load();
   const metrics = new ServerMetrics({ boxes: async () => [], pools: async () => [], cleanupStats: () => undefined, warm: async () => [] });
   ctx = { manager, keys, metrics, streams: new StreamRegistry(), log: pino({ level: 'silent' }), shuttingDown: () => false };
-  app = await buildApp(ctx, { bodyLimitBytes: MiB, authFailures: { max: 1000, windowMs: 60_000 } });
-  vncRoutes(app, { ...vncDeps, streams: ctx.streams });
+  app = await buildApp(ctx, { bodyLimitBytes: MiB, authFailures: { max: 1000, windowMs: 60_000 }, vnc: { ...vncDeps, streams: ctx.streams } });
   await app.listen({ host: '127.0.0.1', port: 0 });
   base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
 

@@ -23,14 +23,22 @@ import { SbxError, invalidArgument } from '../errors.js';
 import { VNC_PORT } from '../sandbox/box-spec.js';
 import type { StreamRegistry } from './context.js';
 import { mapError } from './errors.js';
+import { swapTokenForCookie } from './port-auth.js';
 import { boxIdParam } from './schemas.js';
+
+/** How a request was let in: a token that came as `?sbx_token=` is swapped for a cookie by the page. */
+export interface VncGrant {
+  via: 'key' | 'query' | 'cookie';
+  /** With a token: when it expires (epoch ms). */
+  expiresAt?: number;
+}
 
 export interface VncDeps {
   /**
    * Resolves when `req` may reach `port` of box `boxId`; throws SbxError `unauthorized`,
    * `forbidden` or `not_found` (another owner's box looks missing) otherwise.
    */
-  authorize(req: FastifyRequest, boxId: string, port: number): Promise<void>;
+  authorize(req: FastifyRequest, boxId: string, port: number): Promise<VncGrant>;
   /** A byte stream to `port` of the box. An open stream counts as use of the box (the dialer's job). */
   dial(boxId: string, port: number): Promise<Duplex>;
   /** Whether the box was created with `vnc: true`; not_found for an unknown box. */
@@ -83,7 +91,11 @@ export function vncRoutes(app: FastifyInstance, deps: VncDeps): void {
     },
     async (req, reply) => {
       const { id } = req.params;
-      await allowVnc(deps, req, id);
+      const grant = await allowVnc(deps, req, id);
+      // The page's own URL and its websockify share the cookie's path.
+      if (grant.via === 'query' && grant.expiresAt !== undefined) {
+        return swapTokenForCookie(req, reply, { cookiePath: `/v1/boxes/${id}/vnc/`, expiresAt: grant.expiresAt, url: req.raw.url ?? '' });
+      }
       await novnc; // a server without the package says so here, not with a page whose script 404s
       const nonce = randomBytes(16).toString('base64');
       return reply
@@ -146,13 +158,14 @@ export function vncRoutes(app: FastifyInstance, deps: VncDeps): void {
 }
 
 /** The caller may use the box's VNC, and the box has it: unauthorized/forbidden/not_found, else not_available. */
-async function allowVnc(deps: VncDeps, req: FastifyRequest, id: string): Promise<void> {
-  await deps.authorize(req, id, VNC_PORT);
+async function allowVnc(deps: VncDeps, req: FastifyRequest, id: string): Promise<VncGrant> {
+  const grant = await deps.authorize(req, id, VNC_PORT);
   if (!(await deps.hasVnc(id))) {
     throw new SbxError('not_available', `box '${id}' was created without vnc; create it with vnc: true (and a desktop image such as sbx-desktop)`, {
-      details: { id },
+      details: { id, reason: 'vnc_not_enabled' },
     });
   }
+  return grant;
 }
 
 async function dialWithin(deps: VncDeps, id: string, timeoutMs: number): Promise<Duplex> {

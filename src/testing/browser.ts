@@ -100,6 +100,8 @@ export interface PageRun<T> {
   result: T;
   /** The page's console errors, uncaught exceptions and failed responses (`HTTP 404 <url>`), in order. */
   consoleErrors: string[];
+  /** Loads chromium aborted because the machine's network changed (a container started). */
+  networkChanged: number;
   /** From the start of the navigation to the load event, and to the condition holding. */
   loadMs: number;
   readyMs: number;
@@ -118,6 +120,7 @@ export async function openPage<T = undefined>(opts: PageRunOptions<T>): Promise<
   const pw = await loadPlaywright();
   const profile = await mkdtemp(join(tmpdir(), 'sbx-chromium-'));
   const consoleErrors: string[] = [];
+  let networkChanged = 0;
   const timeout = opts.timeoutMs ?? 30_000;
   let context: BrowserContext | undefined;
   try {
@@ -130,7 +133,10 @@ export async function openPage<T = undefined>(opts: PageRunOptions<T>): Promise<
     if (opts.cookies?.length) await context.addCookies(opts.cookies);
     const page = context.pages()[0] ?? (await context.newPage());
     page.on('console', (m) => {
-      if (m.type() === 'error') consoleErrors.push(m.text());
+      // Chromium aborts loads with ERR_NETWORK_CHANGED whenever a container starts on the machine
+      // (a veth appears); the viewer retries them. Counted apart, not as the page's errors.
+      if (m.type() === 'error' && /ERR_NETWORK_CHANGED/.test(m.text())) networkChanged++;
+      else if (m.type() === 'error') consoleErrors.push(m.text());
     });
     page.on('pageerror', (e) => consoleErrors.push(`uncaught: ${e.message}`));
     // The console says only "Failed to load resource"; this names it.
@@ -150,7 +156,7 @@ export async function openPage<T = undefined>(opts: PageRunOptions<T>): Promise<
       await mkdir(dirname(opts.screenshot), { recursive: true });
       await page.screenshot({ path: opts.screenshot });
     }
-    return { result, consoleErrors, loadMs, readyMs, status: res?.status() ?? 0 };
+    return { result, consoleErrors, networkChanged, loadMs, readyMs, status: res?.status() ?? 0 };
   } finally {
     await context?.close().catch(() => undefined);
     await rm(profile, { recursive: true, force: true });
