@@ -33,11 +33,8 @@ behaviourSuite('library (Manager)', async () => {
   };
 });
 
-behaviourSuite(
-  'SDK (Sbx over sbx serve)',
-  async () => {
-    const server = await startTestServer('sdk');
-    const api: SandboxApi = new Sbx({ url: server.url, apiKey: server.admin });
-    return { api, image: testEnv.baseImage, testImage: testEnv.testImage, pullImage: testEnv.pullImage, dispose: () => server.dispose() };
-  },
-);
+behaviourSuite('SDK (Sbx over sbx serve)', async () => {
+  const server = await startTestServer('sdk');
+  const api: SandboxApi = new Sbx({ url: server.url, apiKey: server.admin });
+  return { api, image: testEnv.baseImage, testImage: testEnv.testImage, pullImage: testEnv.pullImage, dispose: () => server.dispose() };
+});
