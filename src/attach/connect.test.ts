@@ -136,8 +136,9 @@ test('nothing listening: not_available port_not_ready at the ready timeout, afte
     port: 3002,
   });
   assert.ok(Number(err.details?.['attempts']) > 2, `retried (${String(err.details?.['attempts'])} attempts)`);
-  assert.match(String(err.details?.['lastError']), /ECONNREFUSED/);
-  assert.ok(Date.now() - started >= 650 && Date.now() - started < 2000, `${Date.now() - started} ms`);
+  // The last attempt may be the one the deadline cut short (a loaded machine): refused or timed out.
+  assert.match(String(err.details?.['lastError']), /ECONNREFUSED|timed out/);
+  assert.ok(Date.now() - started >= 650 && Date.now() - started < 5000, `${Date.now() - started} ms`);
   const controller = new AbortController();
   setTimeout(() => controller.abort(), 100);
   await rejectsWith(connectService({ url: `http://${base}/`, port: 3002 }, { protocol: 'sse', signal: controller.signal }), 'cancelled');
