@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { invalidArgument } from '../errors.js';
 import { commandLine } from '../runtime/bounds.js';
 import { ExecOptionsSchema, ExecStreamOptionsSchema } from '../runtime/spec.js';
+import { PROXY_TTL_MAX_MS } from '../sandbox/box.js';
 import { BOX_ID_PATTERN, OWNER_PATTERN } from '../sandbox/create-options.js';
 import { WORKSPACE_ID_PATTERN } from './context.js';
 
@@ -70,28 +71,18 @@ export function parseLabelFilters(list: string[] | undefined): Record<string, st
   return out;
 }
 
-/** POST /v1/boxes/:id/proxy-url — box.proxy()'s arguments (Box.proxy checks them again). */
-export const VncUrlBodySchema = z
-  .object({
-    ttlMs: z
-      .number()
-      .int()
-      .min(1_000)
-      .max(24 * 3_600_000)
-      .optional(),
-  })
-  .strict();
+/** A port access token's lifetime, as the library bounds it (PROXY_TTL_MAX_MS). */
+const TokenTtlMsSchema = z.number().int().min(1_000).max(PROXY_TTL_MAX_MS).optional();
 
+/** POST /v1/boxes/:id/proxy-url — box.proxy()'s arguments (Box.proxy checks them again). */
 export const ProxyUrlBodySchema = z
   .object({
     port: z.number().int().min(1).max(65535),
     path: z.string().max(4096).optional(),
     signed: z.boolean().optional(),
-    ttlMs: z
-      .number()
-      .int()
-      .min(1_000)
-      .max(24 * 3_600_000)
-      .optional(),
+    ttlMs: TokenTtlMsSchema,
   })
   .strict();
+
+/** POST /v1/boxes/:id/vnc-url — box.vnc()'s options. */
+export const VncUrlBodySchema = z.object({ ttlMs: TokenTtlMsSchema }).strict();
