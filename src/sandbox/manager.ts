@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import pino from 'pino';
 import type { Logger } from 'pino';
@@ -586,6 +586,17 @@ export class Manager {
   portTokenKey(): Promise<Buffer> {
     this.portKey ??= this.tokenSecret().then(portTokenKey);
     return this.portKey;
+  }
+
+  /**
+   * A key of its own for a feature that signs its own tokens (e.g. the e2b compatibility layer's
+   * envd access tokens): HMAC(box-token secret, label), so no two labels' tokens can stand for
+   * each other or for a box token.
+   */
+  async derivedKey(label: string): Promise<Buffer> {
+    return createHmac('sha256', await this.tokenSecret())
+      .update(`sbx derived key: ${label}`)
+      .digest();
   }
 
   /** Throws unauthorized or forbidden unless `token` is a live port access token for this box and port (on the Manager's clock). */
