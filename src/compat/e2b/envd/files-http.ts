@@ -1,0 +1,132 @@
+/**
+ * envd's plain-HTTP file routes: `GET /files?path=&username=` streams a file (gzip when the
+ * client asks), `POST /files` writes one or more: multipart/form-data (each part's filename is its
+ * destination) or application/octet-stream with `?path=` (optionally gzip-encoded). Answers
+ * `[{name, type, path}]`; errors are envd's `{code, message}` with the HTTP status the SDK maps
+ * (400, 401, 404, 507). Bodies stream both ways; nothing is held in memory whole.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { posix } from 'node:path';
+import { PassThrough, type Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { createGunzip, createGzip } from 'node:zlib';
+import busboy from 'busboy';
+import { SbxError, isSbxError } from '../../../errors.js';
+import { resolveUserPath, type UserFS } from './user-fs.js';
+
+const STATUS: Record<string, number> = {
+  invalid_argument: 400,
+  unauthorized: 401,
+  forbidden: 403,
+  not_found: 404,
+  conflict: 409,
+  quota_exceeded: 507,
+  timeout: 504,
+};
+
+export type UserFSForUser = (username: string | undefined) => Promise<UserFS>;
+
+interface WrittenFile {
+  name: string;
+  type: 'file';
+  path: string;
+}
+
+function sendError(res: ServerResponse, err: unknown): void {
+  const status = isSbxError(err) ? (STATUS[err.code] ?? 500) : 500;
+  const message = err instanceof Error ? err.message : String(err);
+  if (res.headersSent) {
+    res.destroy(err instanceof Error ? err : undefined);
+    return;
+  }
+  res.writeHead(status, { 'content-type': 'application/json' });
+  res.end(JSON.stringify({ code: status, message }));
+}
+
+function sendJson(res: ServerResponse, body: unknown): void {
+  res.writeHead(200, { 'content-type': 'application/json' });
+  res.end(JSON.stringify(body));
+}
+
+function wantsGzip(req: IncomingMessage): boolean {
+  return /\bgzip\b/.test(String(req.headers['accept-encoding'] ?? ''));
+}
+
+function decoded(req: IncomingMessage): Readable {
+  const enc = String(req.headers['content-encoding'] ?? '').toLowerCase();
+  if (enc === '' || enc === 'identity') return req;
+  if (enc !== 'gzip') throw new SbxError('invalid_argument', `content-encoding ${enc} is not supported (gzip or none)`);
+  const gunzip = createGunzip();
+  req.pipe(gunzip);
+  req.on('error', (err) => gunzip.destroy(err));
+  return gunzip;
+}
+
+async function download(res: ServerResponse, req: IncomingMessage, uf: UserFS, path: string): Promise<void> {
+  const st = await uf.files.stat(path);
+  if (st.isDir) throw new SbxError('invalid_argument', `path is a directory: ${path}`);
+  const body = await uf.files.createReadStream(path);
+  const gzip = wantsGzip(req);
+  res.writeHead(200, {
+    'content-type': 'application/octet-stream',
+    'content-disposition': `attachment; filename*=UTF-8''${encodeURIComponent(posix.basename(path))}`,
+    ...(gzip ? { 'content-encoding': 'gzip' } : { 'content-length': String(st.size) }),
+  });
+  await pipeline(gzip ? [body, createGzip(), res] : [body, res]);
+}
+
+async function uploadMultipart(req: IncomingMessage, uf: UserFS, pathParam: string | undefined): Promise<WrittenFile[]> {
+  const parser = busboy({ headers: req.headers, preservePath: true });
+  const writes: Promise<WrittenFile>[] = [];
+  const done = new Promise<void>((resolve, reject) => {
+    parser.on('file', (_field, stream, info) => {
+      const dest = info.filename || pathParam;
+      if (!dest) {
+        stream.resume();
+        reject(new SbxError('invalid_argument', 'path: a file part needs a filename or ?path='));
+        return;
+      }
+      const path = resolveUserPath(uf.home, dest);
+      // The box filesystem consumes the part as it arrives; busboy waits for it before the next.
+      const body = new PassThrough();
+      stream.pipe(body);
+      writes.push(uf.files.writeFile(path, body).then(() => ({ name: posix.basename(path), type: 'file' as const, path })));
+    });
+    parser.on('error', reject);
+    parser.on('close', resolve);
+  });
+  req.pipe(parser);
+  await done;
+  return Promise.all(writes);
+}
+
+async function uploadOctetStream(req: IncomingMessage, uf: UserFS, pathParam: string | undefined): Promise<WrittenFile[]> {
+  if (!pathParam) throw new SbxError('invalid_argument', 'path: ?path= is required with application/octet-stream');
+  const path = resolveUserPath(uf.home, pathParam);
+  await uf.files.writeFile(path, decoded(req));
+  return [{ name: posix.basename(path), type: 'file', path }];
+}
+
+/** Serves one `/files` request (the path prefix already removed). */
+export async function handleFiles(req: IncomingMessage, res: ServerResponse, url: URL, userFS: UserFSForUser): Promise<void> {
+  try {
+    const pathParam = url.searchParams.get('path') ?? undefined;
+    const uf = await userFS(url.searchParams.get('username') || undefined);
+    if (req.method === 'GET') {
+      if (!pathParam) throw new SbxError('invalid_argument', 'path: ?path= is required');
+      await download(res, req, uf, resolveUserPath(uf.home, pathParam));
+      return;
+    }
+    if (req.method === 'POST') {
+      const type = String(req.headers['content-type'] ?? '');
+      const written = type.startsWith('multipart/form-data') ? await uploadMultipart(req, uf, pathParam) : await uploadOctetStream(req, uf, pathParam);
+      sendJson(res, written);
+      return;
+    }
+    res.writeHead(405, { allow: 'GET, POST', 'content-type': 'application/json' });
+    res.end(JSON.stringify({ code: 405, message: `method ${req.method} is not allowed on /files` }));
+  } catch (err) {
+    req.resume();
+    sendError(res, err);
+  }
+}

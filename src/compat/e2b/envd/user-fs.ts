@@ -1,0 +1,60 @@
+/**
+ * What envd's filesystem surfaces (the Filesystem service and the /files routes) act on: the
+ * box's filesystem as the requesting user, and that user's home directory, which relative
+ * paths are resolved against (envd's rule; the SDK sends paths as the user wrote them).
+ */
+import { posix } from 'node:path';
+import type { Readable } from 'node:stream';
+import { SbxError } from '../../../errors.js';
+import type { DirEntry, FileContent, FileStat, WriteFileOptions } from '../../../workspace/types.js';
+
+/** The part of the box filesystem (`box.files()`) that envd uses. */
+export interface EnvdFiles {
+  readFile(path: string, encoding: BufferEncoding): Promise<string>;
+  createReadStream(path: string): Promise<Readable>;
+  writeFile(path: string, data: FileContent | Readable, options?: WriteFileOptions): Promise<void>;
+  readDir(path: string, options?: { recursive?: boolean }): Promise<DirEntry[]>;
+  stat(path: string): Promise<FileStat>;
+  exists(path: string): Promise<boolean>;
+  mkdirAll(path: string, mode?: number): Promise<void>;
+  removeAll(path: string): Promise<void>;
+  rename(from: string, to: string): Promise<void>;
+  watch(path: string, options?: { recursive?: boolean; signal?: AbortSignal }): AsyncIterable<WatchEventLike>;
+}
+
+export interface WatchEventLike {
+  type: 'create' | 'write' | 'remove' | 'rename' | 'chmod';
+  name: string;
+  isDir?: boolean;
+}
+
+export interface UserFS {
+  boxId: string;
+  files: EnvdFiles;
+  user: string;
+  home: string;
+}
+
+/** Absolute box path of `path` for this user: `~`, `~/x` and relative paths are under the home. */
+export function resolveUserPath(home: string, path: string): string {
+  if (path === '' || path === '~') return home;
+  if (path.startsWith('~/')) return posix.join(home, path.slice(2));
+  return posix.resolve(home, path);
+}
+
+/** The home directory of `user` from the box's /etc/passwd (read as that user; it is world-readable). */
+export async function homeOf(files: EnvdFiles, user: string): Promise<string> {
+  let passwd: string;
+  try {
+    passwd = await files.readFile('/etc/passwd', 'utf8');
+  } catch {
+    return user === 'root' ? '/root' : '/';
+  }
+  for (const line of passwd.split('\n')) {
+    const fields = line.split(':');
+    if (fields.length >= 7 && (fields[0] === user || fields[2] === user)) return fields[5] || '/';
+  }
+  throw new SbxError('invalid_argument', `user: no user ${JSON.stringify(user)} in the box's /etc/passwd`, {
+    details: { field: 'user' },
+  });
+}
