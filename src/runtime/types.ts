@@ -170,7 +170,18 @@ export interface ExecStream {
   /** Kills the process inside the box (and what it started), then closes the connection. */
   cancel(): Promise<void>;
   resize(size: { cols: number; rows: number }): Promise<void>;
+  /** The process's pid inside the box, when the runtime knows it (the in-box agent does; the engine's exec does not). */
+  readonly pid?: number;
+  /**
+   * Sends one signal to the process itself (not to what it started), when the runtime can (the
+   * in-box agent). To end the process and everything it started, `cancel()`.
+   */
+  signal?(name: ProcessSignal): Promise<void>;
 }
+
+/** The signals `ExecStream.signal` sends, by name. */
+export const PROCESS_SIGNALS = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGKILL: 9, SIGUSR1: 10, SIGUSR2: 12, SIGTERM: 15 } as const;
+export type ProcessSignal = keyof typeof PROCESS_SIGNALS;
 
 export interface RegistryAuth {
   username: string;

@@ -7,7 +7,7 @@
 import net from 'node:net';
 import { PassThrough, Writable } from 'node:stream';
 import { SbxError } from '../../errors.js';
-import { KILLED_EXIT_CODE } from '../types.js';
+import { KILLED_EXIT_CODE, PROCESS_SIGNALS } from '../types.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from '../types.js';
 import { AgentFrameReader, F, HOST_PROTOCOL_VERSIONS, STDIN_CHUNK, STDIN_WINDOW, frame } from './agent-protocol.js';
 import type { ErrorMessage, ExitMessage, StartRequest } from './agent-protocol.js';
@@ -47,6 +47,7 @@ interface Session {
   drained: Promise<void>;
   kill(): Promise<void>;
   resize(size: { cols: number; rows: number }): void;
+  signal(signal: number): void;
   destroy(): void;
 }
 
@@ -185,6 +186,9 @@ function openSession(target: AgentTarget, req: StartRequest): Session {
     resize({ cols, rows }) {
       if (!socket.destroyed) socket.write(frame(F.resize, { cols, rows }));
     },
+    signal(signal) {
+      if (!socket.destroyed && !exitMsg) socket.write(frame(F.signal, { signal }));
+    },
     destroy() {
       socket.destroy();
     },
@@ -262,8 +266,9 @@ export async function agentExecStream(target: AgentTarget, cmd: string[], opts: 
     stdin: true,
     ...(opts.tty ? { tty: true, ...(opts.size ? { cols: opts.size.cols, rows: opts.size.rows } : {}) } : {}),
   });
+  let pid: number;
   try {
-    await session.started;
+    pid = await session.started;
   } catch (err) {
     session.destroy();
     throw err;
@@ -271,6 +276,7 @@ export async function agentExecStream(target: AgentTarget, cmd: string[], opts: 
   const killed = watchForKill(session, opts);
   let exit: Promise<number> | undefined;
   return {
+    pid,
     stdout: session.stdout,
     stderr: session.stderr,
     stdin: session.stdin,
@@ -288,6 +294,9 @@ export async function agentExecStream(target: AgentTarget, cmd: string[], opts: 
     },
     async resize(size) {
       session.resize(size);
+    },
+    async signal(name) {
+      session.signal(PROCESS_SIGNALS[name]);
     },
   };
 }

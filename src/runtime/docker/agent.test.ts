@@ -265,6 +265,29 @@ describe('terminal', () => {
   });
 });
 
+describe('pid and signals', () => {
+  test("a stream knows its process's pid in the box; signal() reaches that process alone", async () => {
+    // The shell traps TERM and reports it; its child sleep is not signalled and keeps running until the shell kills it.
+    const script = 'echo $$; sleep 60 & child=$!; trap "echo got-term; kill $child; exit 3" TERM; wait';
+    const s = await rt.execStream(box, ['sh', '-c', script]);
+    s.stdin.end();
+    const out = collect(s.stdout);
+    assert.ok(typeof s.pid === 'number' && s.pid > 1, `pid ${String(s.pid)}`);
+    await sleep(300);
+    await s.signal!('SIGTERM');
+    assert.equal(await s.wait(), 3);
+    const lines = (await out).trim().split('\n');
+    assert.equal(Number(lines[0]), s.pid);
+    assert.equal(lines[1], 'got-term');
+  });
+
+  test('SIGKILL by signal() ends the process with 128+9', async () => {
+    const s = await rt.execStream(box, ['sleep', '60']);
+    await s.signal!('SIGKILL');
+    assert.equal(await s.wait(), 137);
+  });
+});
+
 describe('the socket is the host only', () => {
   test('a box process as the box user cannot reach it; as root in the box it is refused and runs nothing', async () => {
     const sock = `${AGENT_DIR}/agent.sock`;
