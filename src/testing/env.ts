@@ -9,6 +9,8 @@ export const testEnv = {
   testImage: process.env['SBX_TEST_IMAGE'] ?? 'sbx-test:latest',
   /** sbx-base plus Xvfb, twm and x11vnc on :5900, started by its entrypoint (images/sbx-desktop). */
   desktopImage: process.env['SBX_DESKTOP_IMAGE'] ?? 'sbx-desktop:latest',
+  /** sbx-base plus bash and e2b's `user` account (uid 1000, home /home/user): the e2b template (images/sbx-e2b). */
+  e2bImage: process.env['SBX_E2B_IMAGE'] ?? 'sbx-e2b:latest',
   registry: process.env['SBX_TEST_REGISTRY'] ?? '127.0.0.1:5000',
   authRegistry: process.env['SBX_TEST_REGISTRY_AUTH'] ?? '127.0.0.1:5001',
   registryUser: process.env['SBX_TEST_REGISTRY_USER'] ?? 'sbx',
