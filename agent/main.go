@@ -7,6 +7,7 @@
 //	sbx-agent init [--user U] [--home] [--drop-caps N,N] [--socket PATH] [-- CMD ARGS...]
 //	sbx-agent hello SOCKET [CMD...]   (speaks to an agent as the host would; prints its frames)
 //	sbx-agent version
+//	sbx-agent fs OP PATH [ARG] [--recursive]   (one file operation as the calling user; fs.go)
 package main
 
 import (
@@ -40,6 +41,8 @@ func main() {
 			os.Exit(2)
 		}
 		os.Exit(runHello(os.Args[2], os.Args[3:]))
+	case "fs":
+		os.Exit(runFs(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	case "version":
 		fmt.Printf("sbx-agent %s protocol %d\n", AgentVersion, ProtocolVersion)
 	case "init":
