@@ -159,6 +159,10 @@ export class RemoteBox implements Box {
     await this.transport.json('DELETE', this.path);
   }
 
+  async renewLifetime(lifetimeMs: number): Promise<void> {
+    this.fields = await this.transport.json<BoxInfo>('POST', `${this.path}/renew-lifetime`, { json: { lifetimeMs } });
+  }
+
   async [Symbol.asyncDispose](): Promise<void> {
     try {
       await this.remove();

@@ -2,6 +2,7 @@ import type { Duplex } from 'node:stream';
 import { connectService } from '../attach/connect.js';
 import type { AttachOptions, ServiceConn, SseAttachOptions, SseServiceConn, WsAttachOptions, WsServiceConn } from '../attach/types.js';
 import { SbxError, invalidArgument } from '../errors.js';
+import { MAX_DURATION_MS } from '../runtime/bounds.js';
 import { validateExec, validateExecStream } from '../runtime/spec.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, Runtime } from '../runtime/types.js';
 import type { WorkspaceFS } from '../workspace/index.js';
@@ -57,6 +58,14 @@ export interface Box extends AsyncDisposable {
   stop(): Promise<void>;
   /** Force-removes the container and forgets the box. */
   remove(): Promise<void>;
+  /**
+   * Moves the end of the box's max lifetime to `lifetimeMs` from now, later or sooner than it
+   * was (the e2b SDK's `setTimeout`): `maxLifetimeMs` becomes the time since creation plus
+   * `lifetimeMs`, and the cleanup loop removes the box at its next pass after that. Kept in the
+   * data directory, so a restarted Manager keeps the new deadline. Counts as use. A persistent
+   * box has no max lifetime: conflict.
+   */
+  renewLifetime(lifetimeMs: number): Promise<void>;
   /**
    * A URL for `path` on `port` of this box (a port the box published at create). With a public
    * URL (sbx serve, or ManagerConfig.publicUrl) it is the server's authenticated proxy,
@@ -132,6 +141,8 @@ export interface BoxHost {
   proxyBase(): ProxyBase;
   /** A signed access token for one port of one box. */
   signPortToken(claim: { boxId: string; port: number; expiresAt: number }): Promise<string>;
+  /** Persists a max lifetime set after create (labels cannot change); resolves once it is on disk. */
+  saveLifetime(box: ManagedBox, maxLifetimeMs: number): Promise<void>;
 }
 
 /** When the box was last used, and what is in use right now. */
@@ -416,6 +427,21 @@ export class ManagedBox implements Box {
 
   async remove(): Promise<void> {
     await this.host.removeBox(this.id);
+  }
+
+  async renewLifetime(lifetimeMs: number): Promise<void> {
+    if (typeof lifetimeMs !== 'number' || !Number.isInteger(lifetimeMs) || lifetimeMs < 1 || lifetimeMs > MAX_DURATION_MS) {
+      throw invalidArgument('lifetimeMs', `must be whole milliseconds, 1 to ${MAX_DURATION_MS}`);
+    }
+    if (this.policy === 'persistent') {
+      throw new SbxError('conflict', `box '${this.id}' is persistent: it has no max lifetime to renew`, { details: { id: this.id, policy: this.policy } });
+    }
+    const now = this.host.now();
+    const maxLifetimeMs = Math.max(0, now - this.record.createdAt) + lifetimeMs;
+    // On disk first: a deadline the caller was told about must survive a restart.
+    await this.host.saveLifetime(this, maxLifetimeMs);
+    this.record.maxLifetimeMs = maxLifetimeMs;
+    this.touch();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -26,6 +26,7 @@ import { portTokenKey, signPortToken, verifyPortToken } from './port-tokens.js';
 import { loadTokenSecret } from './token-secret.js';
 import { BoxTokenService } from './tokens.js';
 import { StopIntents } from './stop-intents.js';
+import { LifetimeStore } from './lifetimes.js';
 import { ClaimStore } from './claims.js';
 import { WARM_LABEL, joinClaims } from './warm.js';
 import { WarmPool } from './warm-pool.js';
@@ -102,6 +103,8 @@ export class Manager {
   private readonly stopIntents: StopIntents;
   /** What claims gave warm spares: their records and env, which container labels cannot hold. */
   private readonly claims: ClaimStore;
+  /** Max lifetimes renewed after create (box.renewLifetime), which labels cannot hold. */
+  private readonly lifetimes: LifetimeStore;
 
   /** With no argument, the config comes from `SBX_CONFIG` and `SBX_*` (see loadConfig). */
   constructor(config: ManagerConfig = loadConfig()) {
@@ -113,6 +116,7 @@ export class Manager {
     for (const p of this.config.pools) this.poolsByName.set(p.name, this.newPool(p));
     this.claims = new ClaimStore(join(this.config.dataDir, 'claims', this.config.name));
     this.stopIntents = new StopIntents(join(this.config.dataDir, 'stopped', `${this.config.name}.json`));
+    this.lifetimes = new LifetimeStore(join(this.config.dataDir, 'lifetimes', `${this.config.name}.json`));
     this.loop = new CleanupLoop(this.config.cleanupIntervalMs, () => this.cleanupOnce());
     this.boxHost = {
       runtimeFor: (pool) => this.pool(pool).runtime(),
@@ -122,6 +126,7 @@ export class Manager {
       proxyBase: () => ({ publicUrl: this.publicUrl, proxyDomain: this.proxyDomain }),
       signPortToken: async (claim) => signPortToken(await this.portTokenKey(), claim),
       stopIntent: (box, stopped) => this.stopIntents.set(box.id, stopped),
+      saveLifetime: (box, maxLifetimeMs) => this.lifetimes.set(box.containerId, maxLifetimeMs),
       onExecFinished: (box) => {
         if (box.policy === 'oneshot' && box.activity.inFlight === 0) {
           this.remove(box.id).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'oneshot removal failed; cleanup will retry'));
@@ -153,6 +158,9 @@ export class Manager {
   async start(): Promise<void> {
     this.started = true;
     await this.stopIntents.load().catch((err: unknown) => this.log.error({ err }, 'could not read the boxes stopped on purpose; none is started again'));
+    await this.lifetimes
+      .load()
+      .catch((err: unknown) => this.log.error({ err }, 'could not read renewed lifetimes; boxes keep the lifetime they were created with'));
     const unreadable = await this.claims.load().catch((err: unknown) => {
       this.log.error({ err }, 'could not read the warm claims; claimed spares are not recovered');
       return [];
@@ -247,10 +255,12 @@ export class Manager {
     for (const box of plan.vanished) {
       if (!this.registry.delete(box)) continue;
       await this.claims.delete(box.containerId).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a claim'));
+      await this.forgetLifetime(box);
       this.cleanupStats.vanished++;
       this.log.warn({ box: box.id, pool: pool.name }, 'box vanished from its runtime; forgotten');
     }
     for (const { record, container } of plan.adopt) {
+      record.maxLifetimeMs = this.lifetimes.get(container.id) ?? record.maxLifetimeMs;
       // The idle clock restarts at adoption: a restart never reaps boxes on the spot.
       const execEnv = this.claims.get(container.id)?.env;
       const box = new ManagedBox(record, container.id, this.boxHost, container.running ? 'running' : 'stopped', execEnv);
@@ -551,7 +561,12 @@ export class Manager {
     this.registry.delete(box);
     await this.claims.delete(box.containerId).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a claim'));
     await this.stopIntents.set(box.id, false).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a stopped box'));
+    await this.forgetLifetime(box);
     this.log.info({ box: box.id, pool: box.pool }, 'box removed');
+  }
+
+  private async forgetLifetime(box: ManagedBox): Promise<void> {
+    await this.lifetimes.set(box.containerId, undefined).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a renewed lifetime'));
   }
 
   /** Records a heartbeat from inside the box: activity when `active`, and its process count. */

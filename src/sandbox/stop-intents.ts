@@ -1,5 +1,4 @@
-import { readFile } from 'node:fs/promises';
-import { writeFileAtomic } from '../util/atomic-file.js';
+import { JsonFile } from '../util/json-file.js';
 
 /**
  * The boxes a Manager stopped on purpose (a caller's stop(), a longrunning box stopped for
@@ -8,21 +7,18 @@ import { writeFileAtomic } from '../util/atomic-file.js';
  */
 export class StopIntents {
   private readonly ids = new Set<string>();
+  private readonly file: JsonFile;
   private loaded: Promise<void> | undefined;
-  private saving: Promise<void> = Promise.resolve();
 
-  constructor(private readonly file: string) {}
+  constructor(file: string) {
+    this.file = new JsonFile(file);
+  }
 
+  /** Reads the file once; later calls wait for that read (the set is the truth from then on). */
   load(): Promise<void> {
-    this.loaded ??= readFile(this.file, 'utf8').then(
-      (text) => {
-        const ids: unknown = JSON.parse(text);
-        if (Array.isArray(ids)) for (const id of ids) if (typeof id === 'string') this.ids.add(id);
-      },
-      (err: NodeJS.ErrnoException) => {
-        if (err.code !== 'ENOENT') throw err;
-      },
-    );
+    this.loaded ??= this.file.read().then((ids) => {
+      if (Array.isArray(ids)) for (const id of ids) if (typeof id === 'string') this.ids.add(id);
+    });
     return this.loaded;
   }
 
@@ -35,12 +31,6 @@ export class StopIntents {
     if (this.ids.has(id) === stopped) return;
     if (stopped) this.ids.add(id);
     else this.ids.delete(id);
-    const save = this.saving.then(() => this.save());
-    this.saving = save.catch(() => undefined);
-    await save;
-  }
-
-  private save(): Promise<void> {
-    return writeFileAtomic(this.file, JSON.stringify([...this.ids]));
+    await this.file.write([...this.ids]);
   }
 }

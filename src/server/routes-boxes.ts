@@ -17,6 +17,7 @@ import {
   ExecBodySchema,
   HeartbeatBodySchema,
   ProxyUrlBodySchema,
+  RenewLifetimeBodySchema,
   VncUrlBodySchema,
   ListBoxesQuery,
   boxIdParam,
@@ -115,6 +116,23 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
     await box.stop();
     return box.info();
   });
+
+  r.post(
+    '/v1/boxes/:id/renew-lifetime',
+    {
+      schema: {
+        summary: "End the box's max lifetime lifetimeMs from now (box.renewLifetime)",
+        tags: ['boxes'],
+        params: boxIdParam,
+        body: RenewLifetimeBodySchema,
+      },
+    },
+    async (req) => {
+      const box = await boxFor(ctx, req.caller, req.params.id);
+      await box.renewLifetime(req.body.lifetimeMs);
+      return box.info();
+    },
+  );
 
   r.post(
     '/v1/boxes/:id/exec',

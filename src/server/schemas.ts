@@ -4,7 +4,7 @@
  */
 import { z } from 'zod';
 import { invalidArgument } from '../errors.js';
-import { commandLine } from '../runtime/bounds.js';
+import { MAX_DURATION_MS, commandLine } from '../runtime/bounds.js';
 import { ExecOptionsSchema, ExecStreamOptionsSchema } from '../runtime/spec.js';
 import { PROXY_TTL_MAX_MS } from '../sandbox/box.js';
 import { BOX_ID_PATTERN, OWNER_PATTERN } from '../sandbox/create-options.js';
@@ -83,6 +83,9 @@ export const ProxyUrlBodySchema = z
     ttlMs: TokenTtlMsSchema,
   })
   .strict();
+
+/** POST /v1/boxes/:id/renew-lifetime — box.renewLifetime()'s argument (the library checks it again). */
+export const RenewLifetimeBodySchema = z.object({ lifetimeMs: z.number().int().min(1).max(MAX_DURATION_MS) }).strict();
 
 /** POST /v1/boxes/:id/vnc-url — box.vnc()'s options. */
 export const VncUrlBodySchema = z.object({ ttlMs: TokenTtlMsSchema }).strict();
