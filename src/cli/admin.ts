@@ -160,6 +160,7 @@ Examples:
         if (f.json) return printJson(k);
         process.stdout.write(k.key + '\n');
         process.stderr.write(`sbx: key ${k.id} (${k.role}, owner ${k.owner}) made; the secret above is shown only now\n`);
+        process.stderr.write(`sbx: the same key for the e2b SDK (docs/e2b.md): E2B_API_KEY=${k.e2bKey}\n`);
       }),
     );
 

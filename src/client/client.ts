@@ -47,7 +47,7 @@ export class Sbx {
   readonly workspaces: RemoteWorkspaces;
   /** Admin: API keys. */
   readonly keys: {
-    create(input: { name: string; role: Role; owner?: string }): Promise<ApiKeyInfo & { key: string }>;
+    create(input: { name: string; role: Role; owner?: string }): Promise<ApiKeyInfo & { key: string; e2bKey: string }>;
     list(): Promise<ApiKeyInfo[]>;
     revoke(id: string): Promise<void>;
   };

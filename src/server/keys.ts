@@ -4,6 +4,10 @@
  *
  * A key reads `sbxk_<id>_<secret>`: the id finds the record, the secret's hash is compared with
  * `timingSafeEqual`. A fast hash is enough because the secret is 256 random bits, not a password.
+ *
+ * The same key has an e2b spelling, `e2b_<id><secret as 64 hex>`, for code written for the e2b
+ * SDK (which sends it as `X-API-KEY`): the same id and the same 32 secret bytes, so it verifies
+ * against the same hash and one key store serves both APIs.
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { mkdir, open, readFile, rename } from 'node:fs/promises';
@@ -35,6 +39,19 @@ export interface Principal {
 }
 
 const KEY_RE = /^sbxk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$/;
+const E2B_KEY_RE = /^e2b_([0-9a-f]{16})([0-9a-f]{64})$/;
+
+/** A new key as the API shows it once: both spellings. */
+export type CreatedKey = ApiKeyInfo & { key: string; e2bKey: string };
+
+/** The id and the secret (as sbx spells it, the text whose hash is stored) of a key in either spelling. */
+function parseKey(presented: string): { id: string; secret: string } | undefined {
+  const sbx = KEY_RE.exec(presented);
+  if (sbx) return { id: sbx[1]!, secret: sbx[2]! };
+  const e2b = E2B_KEY_RE.exec(presented);
+  if (e2b) return { id: e2b[1]!, secret: Buffer.from(e2b[2]!, 'hex').toString('base64url') };
+  return undefined;
+}
 export const KEY_FILE = 'api-keys.json';
 
 function sha256(s: string): Buffer {
@@ -71,9 +88,10 @@ export class KeyStore {
   }
 
   /** Creates a key and persists its hash; the returned `key` is the only copy of the secret. */
-  async create(input: { name: string; role: Role; owner?: string | undefined }): Promise<ApiKeyInfo & { key: string }> {
+  async create(input: { name: string; role: Role; owner?: string | undefined }): Promise<CreatedKey> {
     const id = randomBytes(8).toString('hex');
-    const secret = randomBytes(32).toString('base64url');
+    const secretBytes = randomBytes(32);
+    const secret = secretBytes.toString('base64url');
     const record: ApiKeyRecord = {
       id,
       name: input.name,
@@ -90,7 +108,7 @@ export class KeyStore {
       throw err;
     }
     const { hash: _hash, ...info } = record;
-    return { ...info, key: `sbxk_${id}_${secret}` };
+    return { ...info, key: `sbxk_${id}_${secret}`, e2bKey: `e2b_${id}${secretBytes.toString('hex')}` };
   }
 
   /** Revokes a key; effective for the next request. */
@@ -106,12 +124,12 @@ export class KeyStore {
     }
   }
 
-  /** The principal a presented key stands for, or undefined. Constant-time in the secret. */
+  /** The principal a presented key (either spelling) stands for, or undefined. Constant-time in the secret. */
   verify(presented: string): Principal | undefined {
-    const m = KEY_RE.exec(presented);
+    const m = parseKey(presented);
     // Hash even when the shape is wrong, so a miss costs the same as a hit.
-    const got = sha256(m ? m[2]! : presented);
-    const record = m ? this.keys.get(m[1]!) : undefined;
+    const got = sha256(m ? m.secret : presented);
+    const record = m ? this.keys.get(m.id) : undefined;
     const want = record ? Buffer.from(record.hash, 'hex') : Buffer.alloc(32);
     const same = timingSafeEqual(got, want);
     if (!record || !same) return undefined;
