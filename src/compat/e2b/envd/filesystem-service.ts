@@ -21,6 +21,7 @@ import {
   type FilesystemEvent,
   type WatchDirResponseSchema,
 } from './gen/filesystem/filesystem_pb.js';
+import { withKeepalive } from './keepalive.js';
 import { resolveUserPath, type UserFS, type WatchEventLike } from './user-fs.js';
 
 /** Events a polling watcher keeps between two GetWatcherEvents; older ones are dropped. */
@@ -129,20 +130,10 @@ export function filesystemService(resolve: UserFSResolver): Partial<ServiceImpl<
       const uf = await resolve(ctx);
       const path = resolveUserPath(uf.home, req.path);
       await mustBeDir(uf, path);
-      const events = uf.files.watch(path, { recursive: req.recursive, signal: ctx.signal })[Symbol.asyncIterator]();
+      const events = uf.files.watch(path, { recursive: req.recursive, signal: ctx.signal });
       yield { event: { case: 'start', value: {} } };
-      let next = events.next();
-      for (;;) {
-        let timer: NodeJS.Timeout | undefined;
-        const keepalive = new Promise<'keepalive'>((r) => (timer = setTimeout(() => r('keepalive'), WATCH_KEEPALIVE_MS)));
-        const got = await Promise.race([next, keepalive]).finally(() => clearTimeout(timer));
-        if (got === 'keepalive') {
-          yield { event: { case: 'keepalive', value: {} } };
-          continue;
-        }
-        if (got.done) return;
-        yield { event: { case: 'filesystem', value: fsEvent(got.value) } };
-        next = events.next();
+      for await (const e of withKeepalive(events, WATCH_KEEPALIVE_MS)) {
+        yield { event: e === 'keepalive' ? { case: 'keepalive', value: {} } : { case: 'filesystem', value: fsEvent(e) } };
       }
     },
 

@@ -1,0 +1,146 @@
+/**
+ * envd's `process.Process` service over the box's exec streams (`box.stream()`): Start runs a
+ * command as the requesting user and streams its events; the process lives in the server's
+ * process table (process-table.ts), so it outlives the client's connection and Connect re-attaches
+ * by pid or tag. Input, stdin close, signals and terminal resizes act on that table's entry.
+ */
+import type { MessageInitShape } from '@bufbuild/protobuf';
+import { Code, ConnectError } from '@connectrpc/connect';
+import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
+import type { Box } from '../../../sandbox/index.js';
+import { Signal, type Process, type ProcessEventSchema, type ProcessSelector } from './gen/process/process_pb.js';
+import { type ProcessTable, type ProcessUpdate, type TrackedProcess } from './process-table.js';
+import { withKeepalive } from './keepalive.js';
+
+/** The box a request is for, and the user it acts as. */
+export interface ProcessCaller {
+  box: Box;
+  user: string;
+  /** The user's home: where a process without a cwd starts, as in envd. */
+  home: string;
+}
+
+export type ProcessCallerResolver = (ctx: HandlerContext) => Promise<ProcessCaller>;
+
+type EventInit = MessageInitShape<typeof ProcessEventSchema>;
+
+/** The SDK asks for keepalives with this header, in seconds (it sends 50). */
+const KEEPALIVE_HEADER = 'keepalive-ping-interval';
+const DEFAULT_KEEPALIVE_MS = 50_000;
+
+function keepaliveMs(ctx: HandlerContext): number {
+  const seconds = Number(ctx.requestHeader.get(KEEPALIVE_HEADER));
+  return Number.isFinite(seconds) && seconds >= 1 ? Math.min(seconds, 3600) * 1000 : DEFAULT_KEEPALIVE_MS;
+}
+
+function selectorOf(sel: ProcessSelector | undefined): { pid: number } | { tag: string } {
+  const s = sel?.selector;
+  if (s?.case === 'pid') return { pid: s.value };
+  if (s?.case === 'tag') return { tag: s.value };
+  throw new ConnectError('process: a pid or a tag is required', Code.InvalidArgument);
+}
+
+function eventOf(update: ProcessUpdate): EventInit {
+  if (update.kind === 'end') return { event: { case: 'end', value: update.end } };
+  return { event: { case: 'data', value: { output: { case: update.kind, value: update.data } } } };
+}
+
+/** The start event, then every update until the end; a disconnect only detaches this reader. */
+async function* follow(proc: TrackedProcess, ctx: HandlerContext): AsyncGenerator<{ event: EventInit }> {
+  const sub = proc.subscribe();
+  try {
+    yield { event: { event: { case: 'start', value: { pid: proc.pid } } } };
+    for await (const item of withKeepalive(sub, keepaliveMs(ctx))) {
+      yield { event: item === 'keepalive' ? { event: { case: 'keepalive', value: {} } } : eventOf(item) };
+    }
+  } finally {
+    proc.unsubscribe(sub);
+  }
+}
+
+export function processService(table: ProcessTable, resolve: ProcessCallerResolver): Partial<ServiceImpl<typeof Process>> {
+  const find = async (sel: ProcessSelector | undefined, ctx: HandlerContext) => {
+    const { box } = await resolve(ctx);
+    return table.find(box.id, selectorOf(sel));
+  };
+
+  return {
+    async *start(req, ctx) {
+      const { box, user, home } = await resolve(ctx);
+      const config = req.process;
+      if (!config?.cmd) throw new ConnectError('process.cmd is required', Code.InvalidArgument);
+      const tty = req.pty !== undefined;
+      const size = req.pty?.size;
+      const stream = await box.stream([config.cmd, ...config.args], {
+        user,
+        ...(Object.keys(config.envs).length > 0 ? { env: config.envs } : {}),
+        workDir: config.cwd || home,
+        ...(tty ? { tty: true, ...(size && size.cols > 0 && size.rows > 0 ? { size: { cols: size.cols, rows: size.rows } } : {}) } : {}),
+      });
+      const proc = table.add(
+        box.id,
+        {
+          cmd: config.cmd,
+          args: [...config.args],
+          envs: { ...config.envs },
+          ...(config.cwd ? { cwd: config.cwd } : {}),
+          ...(req.tag ? { tag: req.tag } : {}),
+          tty,
+        },
+        stream,
+      );
+      // envd gives a process no stdin unless asked (a terminal always has one): it reads EOF.
+      if (!tty && req.stdin !== true) stream.stdin.end();
+      yield* follow(proc, ctx);
+    },
+
+    async *connect(req, ctx) {
+      yield* follow(await find(req.process, ctx), ctx);
+    },
+
+    async list(_req, ctx) {
+      const { box } = await resolve(ctx);
+      return {
+        processes: table.list(box.id).map((p) => ({
+          pid: p.pid,
+          ...(p.spec.tag ? { tag: p.spec.tag } : {}),
+          config: { cmd: p.spec.cmd, args: p.spec.args, envs: p.spec.envs, ...(p.spec.cwd ? { cwd: p.spec.cwd } : {}) },
+        })),
+      };
+    },
+
+    async sendInput(req, ctx) {
+      const proc = await find(req.process, ctx);
+      const input = req.input?.input;
+      if (input?.case !== 'stdin' && input?.case !== 'pty') throw new ConnectError('input: stdin or pty bytes are required', Code.InvalidArgument);
+      await proc.writeStdin(input.value);
+      return {};
+    },
+
+    async closeStdin(req, ctx) {
+      (await find(req.process, ctx)).closeStdin();
+      return {};
+    },
+
+    async sendSignal(req, ctx) {
+      const proc = await find(req.process, ctx);
+      if (req.signal === Signal.SIGKILL) await proc.signal('SIGKILL');
+      else if (req.signal === Signal.SIGTERM) await proc.signal('SIGTERM');
+      else throw new ConnectError('signal: SIGTERM or SIGKILL', Code.InvalidArgument);
+      return {};
+    },
+
+    async update(req, ctx) {
+      const proc = await find(req.process, ctx);
+      const size = req.pty?.size;
+      if (!size || size.cols < 1 || size.rows < 1) throw new ConnectError('pty.size: cols and rows of at least 1 are required', Code.InvalidArgument);
+      await proc.resize({ cols: size.cols, rows: size.rows });
+      return {};
+    },
+
+    streamInput() {
+      // Client streaming needs HTTP/2 end to end; the SDK sends input with SendInput instead.
+      throw new ConnectError('StreamInput is not implemented by sbx; use SendInput', Code.Unimplemented);
+    },
+  };
+}
