@@ -86,6 +86,7 @@ export function serveOptions(flags: ServeFlags, env: NodeJS.ProcessEnv = process
     ...(bodyLimit !== undefined ? { bodyLimitBytes: bodyLimit } : {}),
     ...(publicUrl !== undefined ? { publicUrl } : {}),
     ...(proxyDomain !== undefined ? { proxyDomain } : {}),
+    ...(fromFile.e2b ? { e2b: fromFile.e2b } : {}),
   };
 }
 

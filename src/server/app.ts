@@ -22,6 +22,8 @@ import type { ManagedBox } from '../sandbox/box.js';
 import { boxRoutes } from './routes-boxes.js';
 import { workspaceRoutes } from './routes-workspaces.js';
 import { wsExecRoutes } from './ws-exec.js';
+import { e2bApiRoutes } from '../compat/e2b/api/index.js';
+import type { E2bApiOptions } from '../compat/e2b/api/index.js';
 
 export interface AppOptions {
   bodyLimitBytes: number;
@@ -36,6 +38,8 @@ export interface AppOptions {
   wsMaxPayloadBytes?: number;
   /** Host-based proxy: `<port>-<id>.<proxyDomain>` reaches that port of that box at `/`. */
   proxyDomain?: string | undefined;
+  /** The e2b-compatible control plane under /e2b/api (docs/e2b.md). */
+  e2b?: E2bApiOptions | undefined;
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,64}$/;
@@ -94,7 +98,8 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
     reply.header('x-request-id', req.id);
     const config = req.routeOptions.config;
     if (ctx.shuttingDown() && !config?.public) throw new SbxError('not_available', 'the server is shutting down; retry against the restarted server');
-    if (config?.public || config?.portAuth) return;
+    // The e2b control plane authenticates X-API-KEY itself (src/compat/e2b/api).
+    if (config?.public || config?.portAuth || config?.e2bApi) return;
     if (!req.routeOptions.url) return; // unknown route: 404 below, no auth to reveal nothing
     let caller: Caller;
     try {
@@ -167,6 +172,7 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   adminRoutes(app, ctx);
   proxyRoutes(app, ctx);
   vncRoutes(app, opts.vnc ?? boxVncDeps(ctx));
+  e2bApiRoutes(app, ctx, opts.e2b);
   return app;
 }
 

@@ -17,6 +17,7 @@
 import { dirname, resolve } from 'node:path';
 import { z } from 'zod';
 import { SbxError, invalidArgument } from '../errors.js';
+import { imageRef } from '../runtime/spec.js';
 import { parseBytes, readConfigFile } from '../sandbox/config.js';
 import { parseDuration } from '../util/duration.js';
 import { parseOrThrow } from '../util/validation.js';
@@ -33,6 +34,8 @@ export interface ServerFileSection {
   bodyLimitBytes?: number;
   publicUrl?: string;
   proxyDomain?: string;
+  /** The e2b-compatible API (docs/e2b.md): template name → image. */
+  e2b?: { templates: Record<string, string> };
 }
 
 const port = z.number().int().min(0).max(65535);
@@ -72,6 +75,10 @@ const sectionSchema = z
     bodyLimit: size.optional(),
     publicUrl: z.string().url().optional(),
     proxyDomain: z.string().min(1).optional(),
+    e2b: z
+      .object({ templates: z.record(z.string().min(1).max(256), imageRef) })
+      .strict()
+      .optional(),
   })
   .strict();
 
@@ -114,5 +121,6 @@ export function readServerSection(file: string): ServerFileSection {
     ...(v.bodyLimit !== undefined ? { bodyLimitBytes: v.bodyLimit } : {}),
     ...(v.publicUrl !== undefined ? { publicUrl: v.publicUrl } : {}),
     ...(v.proxyDomain !== undefined ? { proxyDomain: v.proxyDomain } : {}),
+    ...(v.e2b !== undefined ? { e2b: { templates: v.e2b.templates } } : {}),
   };
 }

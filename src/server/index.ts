@@ -23,6 +23,7 @@ import { startGrpc } from './grpc.js';
 import type { GrpcServerHandle } from './grpc.js';
 import { KeyStore } from './keys.js';
 import { ServerMetrics } from './metrics.js';
+import type { E2bApiOptions } from '../compat/e2b/api/index.js';
 
 export { mapError, STATUS_BY_CODE } from './errors.js';
 export type { ErrorBody } from './errors.js';
@@ -73,6 +74,8 @@ export interface ServeOptions {
   proxyDomain?: string;
   /** Where the first admin key is printed; default stdout. */
   print?: (text: string) => void;
+  /** The e2b-compatible API under /e2b/api: template name → image; default `{ base: 'sbx-e2b:latest' }` (docs/e2b.md). */
+  e2b?: E2bApiOptions;
 }
 
 export interface ServerHandle {
@@ -165,6 +168,7 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
     authFailures: options.authFailures ?? { max: 20, windowMs: 60_000 },
     https,
     proxyDomain,
+    e2b: options.e2b,
   });
   let grpcHandle: GrpcServerHandle | undefined;
   let grpcAddr: string | undefined;

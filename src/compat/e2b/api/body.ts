@@ -1,0 +1,126 @@
+/**
+ * The e2b control plane's request bodies: NewSandbox (POST /v2/sandboxes, POST /sandboxes), the
+ * timeout of connect and setTimeout. What sbx can honour becomes CreateOptions; what it cannot
+ * (pausing, MCP, volumes, egress rules) is refused with a 400 naming the field, so code that
+ * relies on it fails loudly instead of running without it. Fields that change nothing here
+ * (`secure`, `autoPause: false`, …) and fields this version does not know are ignored, as the
+ * SDKs send different sets.
+ */
+import { z } from 'zod';
+import { invalidArgument } from '../../../errors.js';
+import { ENV_NAME, MAX_LABEL_VALUE, MAX_LABELS, plainText } from '../../../runtime/bounds.js';
+import { parseOrThrow } from '../../../util/validation.js';
+
+/** e2b's default sandbox lifetime when a create names none (the SDKs' 300 000 ms). */
+export const DEFAULT_TIMEOUT_SECONDS = 300;
+/** e2b's own ceiling (24 h on its Pro tier): longer asks are refused as e2b refuses them. */
+export const MAX_TIMEOUT_SECONDS = 86_400;
+
+/** Labels that carry the e2b view of a box: its template, and each metadata key under a prefix. */
+export const TEMPLATE_LABEL = 'e2b.template';
+export const METADATA_LABEL_PREFIX = 'e2b.meta.';
+/** sbx label keys are 1-64 of [A-Za-z0-9._/-] starting with a letter or digit; the prefix takes its share. */
+const METADATA_KEY = new RegExp(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,${63 - METADATA_LABEL_PREFIX.length}}$`);
+
+const timeoutSeconds = z
+  .number({ error: 'must be a number of seconds' })
+  .int('must be a whole number of seconds')
+  .min(1, 'must be at least 1 second')
+  .max(MAX_TIMEOUT_SECONDS, `cannot be greater than ${MAX_TIMEOUT_SECONDS / 3600} hours`);
+
+const stringMap = z.record(z.string(), z.string({ error: 'values must be strings' }));
+
+const NewSandboxSchema = z.object({
+  templateID: z.string({ error: 'is required (a template name)' }).min(1, 'must not be empty').max(256),
+  timeout: timeoutSeconds.optional(),
+  metadata: stringMap.nullish(),
+  envVars: stringMap.nullish(),
+  secure: z.boolean().nullish(),
+  allow_internet_access: z.boolean().nullish(),
+  autoPause: z.boolean().nullish(),
+  autoPauseMemory: z.boolean().nullish(),
+  autoResume: z.object({ enabled: z.boolean() }).nullish(),
+  mcp: z.record(z.string(), z.unknown()).nullish(),
+  network: z.record(z.string(), z.unknown()).nullish(),
+  volumeMounts: z.array(z.unknown()).nullish(),
+  iam: z.record(z.string(), z.unknown()).nullish(),
+});
+
+export interface NewSandbox {
+  templateID: string;
+  timeoutSeconds: number;
+  metadata: Record<string, string>;
+  envVars: Record<string, string>;
+  /** false: the box gets network `none`. */
+  internet: boolean;
+}
+
+/** Network fields sbx serves: allowPublicTraffic (sbx's proxy always asks for credentials, so false is already so). */
+const NETWORK_KEPT = new Set(['allowPublicTraffic']);
+
+export function parseNewSandbox(body: unknown): NewSandbox {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) throw invalidArgument('body', 'must be a JSON object (NewSandbox)');
+  const b = parseOrThrow(NewSandboxSchema, body, 'body');
+  if (b.autoPause) throw invalidArgument('autoPause', 'sbx cannot pause sandboxes; leave lifecycle.onTimeout at "kill"');
+  if (b.autoResume?.enabled) throw invalidArgument('autoResume', 'sbx cannot pause or resume sandboxes');
+  if (b.mcp) throw invalidArgument('mcp', 'sbx has no MCP gateway');
+  if (b.volumeMounts && b.volumeMounts.length > 0) throw invalidArgument('volumeMounts', 'sbx does not serve e2b volumes');
+  if (b.iam && Object.keys(b.iam).length > 0) throw invalidArgument('iam', 'sbx does not serve e2b IAM tokens');
+  for (const [k, v] of Object.entries(b.network ?? {})) {
+    if (!NETWORK_KEPT.has(k) && v !== undefined && v !== null) {
+      throw invalidArgument(`network.${k}`, 'sbx has no per-sandbox egress rules; allow_internet_access: false cuts the network off');
+    }
+  }
+  return {
+    templateID: b.templateID,
+    timeoutSeconds: b.timeout ?? DEFAULT_TIMEOUT_SECONDS,
+    metadata: checkMetadata(b.metadata ?? {}),
+    envVars: checkEnvVars(b.envVars ?? {}),
+    internet: b.allow_internet_access !== false,
+  };
+}
+
+/** Metadata keys and values that sbx labels can carry, or a 400 naming the key. */
+function checkMetadata(metadata: Record<string, string>): Record<string, string> {
+  const keys = Object.keys(metadata);
+  if (keys.length > MAX_LABELS - 1) throw invalidArgument('metadata', `at most ${MAX_LABELS - 1} keys`);
+  const value = plainText(MAX_LABEL_VALUE);
+  for (const k of keys) {
+    if (!METADATA_KEY.test(k)) {
+      throw invalidArgument(`metadata.${k}`, `keys must be 1-${64 - METADATA_LABEL_PREFIX.length} of [A-Za-z0-9._/-], starting with a letter or digit`);
+    }
+    parseOrThrow(value, metadata[k], 'metadata', `metadata.${k}`);
+  }
+  return metadata;
+}
+
+function checkEnvVars(env: Record<string, string>): Record<string, string> {
+  for (const k of Object.keys(env)) {
+    if (!ENV_NAME.test(k)) throw invalidArgument(`envVars.${k}`, 'names must match [A-Za-z_][A-Za-z0-9_]*');
+    if (k.startsWith('SBX_')) throw invalidArgument(`envVars.${k}`, 'SBX_* variables are set by sbx');
+  }
+  return env;
+}
+
+/** The sandbox's metadata, read back from its labels. */
+export function metadataOf(labels: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(labels)) if (k.startsWith(METADATA_LABEL_PREFIX)) out[k.slice(METADATA_LABEL_PREFIX.length)] = v;
+  return out;
+}
+
+/** The labels that carry a new sandbox's template and metadata. */
+export function labelsFor(s: NewSandbox): Record<string, string> {
+  const labels: Record<string, string> = { [TEMPLATE_LABEL]: s.templateID };
+  for (const [k, v] of Object.entries(s.metadata)) labels[METADATA_LABEL_PREFIX + k] = v;
+  return labels;
+}
+
+const TimeoutBodySchema = z.object({ timeout: timeoutSeconds.optional() });
+
+/** `{timeout}` of setTimeout (required) and connect (optional: e2b's default 300 s). */
+export function parseTimeout(body: unknown, required: boolean): number {
+  const b = parseOrThrow(TimeoutBodySchema, body ?? {}, 'body');
+  if (b.timeout === undefined && required) throw invalidArgument('timeout', 'is required (seconds)');
+  return b.timeout ?? DEFAULT_TIMEOUT_SECONDS;
+}

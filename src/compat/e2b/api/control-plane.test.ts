@@ -1,0 +1,387 @@
+/**
+ * The e2b control plane against a real sbx server and engine, with the real `e2b` SDK (2.51) and
+ * an older one (2.31, which uses POST /sandboxes and POST /sandboxes/:id/connect) as clients.
+ * Sandbox.create contacts only the control plane, so no envd is needed here.
+ */
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { after, before, describe, test } from 'node:test';
+import * as e2b from 'e2b';
+import * as e2bV231 from 'e2b-v231';
+import { DockerRuntime } from '../../../runtime/docker/runtime.js';
+import { managerSelector } from '../../../sandbox/labels.js';
+import { startTestServer } from '../../../server/test-support.js';
+import type { TestServer } from '../../../server/test-support.js';
+import { testEnv } from '../../../testing/env.js';
+import { envdAccessToken } from '../access-token.js';
+import { ENVD_VERSION } from '../envd/version.js';
+
+const SDKS = [
+  { name: 'e2b 2.51', mod: e2b as unknown as typeof e2b },
+  { name: 'e2b 2.31', mod: e2bV231 as unknown as typeof e2b },
+];
+const TEMPLATES = { base: testEnv.baseImage, test: testEnv.testImage };
+
+let t: TestServer;
+let alice: string;
+let bob: string;
+const engine = new DockerRuntime(testEnv.engineAddr);
+
+before(async () => {
+  t = await startTestServer('e2b-api', { serve: { e2b: { templates: TEMPLATES } } });
+  alice = (await t.server.keys.create({ name: 'alice', role: 'user' })).e2bKey;
+  bob = (await t.server.keys.create({ name: 'bob', role: 'user' })).e2bKey;
+});
+after(async () => {
+  await t.dispose();
+  await engine.close();
+});
+
+/** The SDK's options, given explicitly (no E2B_* variables in this process). */
+function opts(apiKey: string, url = t.url) {
+  return { apiUrl: `${url}/e2b/api`, sandboxUrl: `${url}/e2b/envd`, apiKey, requestTimeoutMs: 60_000 };
+}
+
+async function raw(method: string, path: string, o: { key?: string | null; body?: unknown } = {}) {
+  const headers: Record<string, string> = {};
+  const key = o.key === undefined ? alice : o.key;
+  if (key !== null) headers['x-api-key'] = key;
+  if (o.body !== undefined) headers['content-type'] = 'application/json';
+  const res = await fetch(`${t.url}/e2b/api${path}`, { method, headers, ...(o.body !== undefined ? { body: JSON.stringify(o.body) } : {}) });
+  const text = await res.text();
+  return { status: res.status, headers: res.headers, json: text ? (JSON.parse(text) as any) : undefined }; // eslint-disable-line @typescript-eslint/no-explicit-any
+}
+
+for (const { name, mod } of SDKS) {
+  const { Sandbox, AuthenticationError, SandboxNotFoundError, SandboxError } = mod;
+
+  describe(`${name} against sbx`, () => {
+    const run = `r${process.pid}${name.replace(/\D/g, '')}`;
+
+    test('Sandbox.create answers once the box runs, with its template, metadata and env on the box', async () => {
+      const sbx = await Sandbox.create('base', { ...opts(alice), envs: { GREETING: 'hello e2b' }, metadata: { run, role: 'create' }, timeoutMs: 120_000 });
+      try {
+        const box = await t.manager.get(sbx.sandboxId);
+        assert.equal(box.status, 'running');
+        assert.equal(box.owner, 'alice');
+        const c = await engine.inspect(box.containerId);
+        assert.equal(c.running, true);
+        assert.equal(c.labels['sbx.label.e2b.template'], 'base');
+        assert.equal(c.labels['sbx.label.e2b.meta.run'], run);
+        assert.equal(c.labels['sbx.policy'], 'session');
+        assert.equal(c.labels['sbx.idle-timeout-ms'], '0');
+        assert.equal(c.labels['sbx.max-lifetime-ms'], '120000');
+        assert.equal((await box.exec(['sh', '-c', 'printf %s "$GREETING"'])).stdout, 'hello e2b');
+        assert.equal(sbx.envdAccessToken, await envdAccessToken(t.manager, sbx.sandboxId));
+      } finally {
+        assert.equal(await sbx.kill(), true);
+      }
+    });
+
+    test('getInfo: template, metadata, state, start and end, resources, envd version', async () => {
+      const created = Date.now();
+      const sbx = await Sandbox.create('base', { ...opts(alice), metadata: { run, role: 'info' }, timeoutMs: 90_000 });
+      try {
+        const info = await Sandbox.getInfo(sbx.sandboxId, opts(alice));
+        assert.equal(info.sandboxId, sbx.sandboxId);
+        assert.equal(info.templateId, 'base');
+        assert.equal(info.name, 'base');
+        assert.deepEqual(info.metadata, { run, role: 'info' });
+        assert.equal(info.state, 'running');
+        assert.equal(info.envdVersion, ENVD_VERSION);
+        assert.ok(Math.abs(info.startedAt.getTime() - created) < 10_000);
+        assert.equal(info.endAt.getTime() - info.startedAt.getTime(), 90_000);
+        assert.ok(info.cpuCount >= 1 && Number.isInteger(info.memoryMB));
+        assert.deepEqual(await sbx.getInfo(), info);
+      } finally {
+        await sbx.kill();
+      }
+    });
+
+    test('Sandbox.list: a metadata filter, pages of one with nextToken, state paused lists nothing', async () => {
+      const made = await Promise.all([1, 2].map(() => Sandbox.create('base', { ...opts(alice), metadata: { run, role: 'list' } })));
+      try {
+        const other = await Sandbox.create('base', { ...opts(alice), metadata: { run, role: 'unlisted' } });
+        try {
+          const all = await Sandbox.list({ ...opts(alice), query: { metadata: { run, role: 'list' } } }).nextItems();
+          assert.deepEqual(all.map((s) => s.sandboxId).sort(), made.map((s) => s.sandboxId).sort());
+          const pages = Sandbox.list({ ...opts(alice), query: { metadata: { run, role: 'list' } }, limit: 1 });
+          const first = await pages.nextItems();
+          assert.equal(first.length, 1);
+          assert.equal(pages.hasNext, true);
+          assert.ok(pages.nextToken);
+          const second = await pages.nextItems();
+          assert.equal(second.length, 1);
+          assert.equal(pages.hasNext, false);
+          assert.notEqual(first[0]!.sandboxId, second[0]!.sandboxId);
+          assert.equal(first[0]!.templateId, 'base');
+          assert.deepEqual(first[0]!.metadata, { run, role: 'list' });
+          const paused = await Sandbox.list({ ...opts(alice), query: { metadata: { run }, state: ['paused'] } }).nextItems();
+          assert.deepEqual(paused, []);
+        } finally {
+          await other.kill();
+        }
+      } finally {
+        await Promise.all(made.map((s) => s.kill()));
+      }
+    });
+
+    test('setTimeout moves the deadline from now; connect from a second SDK instance only extends it', async () => {
+      const sbx = await Sandbox.create('base', { ...opts(alice), timeoutMs: 60_000 });
+      try {
+        const before = Date.now();
+        await sbx.setTimeout(600_000);
+        const end = (await sbx.getInfo()).endAt.getTime();
+        assert.ok(end >= before + 600_000 - 1_000 && end <= Date.now() + 600_000 + 1_000);
+        const again = await Sandbox.connect(sbx.sandboxId, { ...opts(alice), timeoutMs: 30_000 });
+        assert.equal(again.sandboxId, sbx.sandboxId);
+        assert.equal(again.envdAccessToken, sbx.envdAccessToken);
+        assert.equal((await again.getInfo()).endAt.getTime(), end, 'a shorter connect timeout leaves the deadline');
+        await Sandbox.connect(sbx.sandboxId, { ...opts(alice), timeoutMs: 1_200_000 });
+        assert.ok((await sbx.getInfo()).endAt.getTime() > end + 500_000, 'a longer one moves it');
+        await Sandbox.setTimeout(sbx.sandboxId, 5_000, opts(alice));
+        assert.ok((await sbx.getInfo()).endAt.getTime() < Date.now() + 6_000, 'setTimeout may shorten it');
+      } finally {
+        await sbx.kill();
+      }
+    });
+
+    test('kill removes the box from the engine; a second kill is false', async () => {
+      const sbx = await Sandbox.create('base', opts(alice));
+      const box = await t.manager.get(sbx.sandboxId);
+      assert.equal(await Sandbox.kill(sbx.sandboxId, opts(alice)), true);
+      await assert.rejects(engine.inspect(box.containerId));
+      assert.equal(await sbx.kill(), false);
+      await assert.rejects(Sandbox.getInfo(sbx.sandboxId, opts(alice)), SandboxNotFoundError);
+    });
+
+    test('a wrong API key is an AuthenticationError', async () => {
+      const wrong = `e2b_${alice.slice(4, 20)}${'0'.repeat(64)}`;
+      await assert.rejects(Sandbox.create('base', opts(wrong)), AuthenticationError);
+      await assert.rejects(Sandbox.list(opts('e2b_nonsense')).nextItems(), AuthenticationError);
+      assert.equal((await t.manager.list({ owner: 'alice' })).length, 0);
+    });
+
+    test("another key's sandbox is invisible: list, getInfo, setTimeout, connect, kill", async () => {
+      const sbx = await Sandbox.create('base', { ...opts(alice), metadata: { run, role: 'private' } });
+      try {
+        assert.deepEqual(await Sandbox.list({ ...opts(bob), query: { metadata: { run } } }).nextItems(), []);
+        await assert.rejects(Sandbox.getInfo(sbx.sandboxId, opts(bob)), SandboxNotFoundError);
+        await assert.rejects(Sandbox.setTimeout(sbx.sandboxId, 1_000, opts(bob)), SandboxNotFoundError);
+        await assert.rejects(Sandbox.connect(sbx.sandboxId, opts(bob)), SandboxNotFoundError);
+        assert.equal(await Sandbox.kill(sbx.sandboxId, opts(bob)), false);
+        assert.equal((await sbx.getInfo()).state, 'running', 'still there for its owner');
+      } finally {
+        await sbx.kill();
+      }
+    });
+
+    test('an unknown template and a body sbx cannot honour are refused with a readable error', async () => {
+      await assert.rejects(
+        Sandbox.create('no-such-template', opts(alice)),
+        (e) => e instanceof SandboxError && /404: template 'no-such-template' not found/.test(e.message),
+      );
+      await assert.rejects(
+        Sandbox.create('base', { ...opts(alice), metadata: { 'not a key': 'x' } }),
+        (e) => e instanceof SandboxError && /400: metadata\.not a key/.test(e.message),
+      );
+      await assert.rejects(
+        Sandbox.create('base', { ...opts(alice), envs: { SBX_TOKEN: 'x' } }),
+        (e) => e instanceof SandboxError && /400: envVars\.SBX_TOKEN/.test(e.message),
+      );
+      await assert.rejects(
+        Sandbox.create('base', { ...opts(alice), lifecycle: { onTimeout: 'pause' } }),
+        (e) => e instanceof SandboxError && /400: autoPause/.test(e.message),
+      );
+      assert.equal((await t.manager.list({ owner: 'alice' })).length, 0);
+    });
+  });
+}
+
+describe('the wire, without an SDK', () => {
+  test('create answers 201 with e2b Sandbox fields; GET /sandboxes/:id the SandboxDetail', async () => {
+    const r = await raw('POST', '/v2/sandboxes', {
+      body: { templateID: 'test', timeout: 30, metadata: { k: 'v' }, secure: true, allow_internet_access: false, unknownExtra: 1 },
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.json));
+    try {
+      assert.deepEqual(Object.keys(r.json).sort(), [
+        'alias',
+        'clientID',
+        'domain',
+        'envdAccessToken',
+        'envdVersion',
+        'sandboxID',
+        'templateID',
+        'trafficAccessToken',
+      ]);
+      assert.equal(r.json.templateID, 'test');
+      assert.equal(r.json.domain, null);
+      const box = await t.manager.get(r.json.sandboxID);
+      assert.equal(box.image, testEnv.testImage);
+      assert.equal((await engine.inspect(box.containerId)).labels['sbx.max-lifetime-ms'], '30000');
+      const d = await raw('GET', `/sandboxes/${r.json.sandboxID}`);
+      assert.equal(d.status, 200);
+      for (const k of [
+        'templateID',
+        'sandboxID',
+        'clientID',
+        'startedAt',
+        'endAt',
+        'state',
+        'cpuCount',
+        'memoryMB',
+        'envdVersion',
+        'metadata',
+        'domain',
+        'envdAccessToken',
+      ])
+        assert.ok(k in d.json, k);
+      assert.deepEqual(d.json.metadata, { k: 'v' });
+    } finally {
+      assert.equal((await raw('DELETE', `/sandboxes/${r.json.sandboxID}`)).status, 204);
+    }
+    assert.equal((await raw('DELETE', `/sandboxes/${r.json.sandboxID}`)).status, 404);
+  });
+
+  test('errors are {code: <number>, message}: 401, 400, 404, and 501 for what sbx does not serve', async () => {
+    const noKey = await raw('GET', '/v2/sandboxes', { key: null });
+    assert.deepEqual([noKey.status, noKey.json.code], [401, 401]);
+    assert.match(noKey.json.message, /X-API-KEY/);
+    const bearer = await fetch(`${t.url}/e2b/api/v2/sandboxes`, { headers: { authorization: `Bearer ${t.admin}` } });
+    assert.equal(bearer.status, 401, 'the e2b API reads X-API-KEY only');
+    for (const body of [
+      {},
+      { templateID: 'base', timeout: 0 },
+      { templateID: 'base', timeout: 86_401 },
+      { templateID: 'base', timeout: 1.5 },
+      { templateID: 'base', mcp: { x: {} } },
+      { templateID: 'base', volumeMounts: [{ name: 'v', path: '/v' }] },
+      { templateID: 'base', network: { allowOut: ['1.1.1.1'] } },
+      { templateID: 'base', autoResume: { enabled: true } },
+      { templateID: 'base', metadata: { k: 1 } },
+      [],
+    ]) {
+      const r = await raw('POST', '/v2/sandboxes', { body });
+      assert.equal(r.status, 400, JSON.stringify(body));
+      assert.equal(r.json.code, 400);
+      assert.equal(typeof r.json.message, 'string');
+    }
+    const unknown = await raw('GET', '/sandboxes/sb-nope');
+    assert.deepEqual([unknown.status, unknown.json.code], [404, 404]);
+    for (const [method, path] of [
+      ['POST', '/sandboxes/sb-nope/pause'],
+      ['POST', '/sandboxes/sb-nope/snapshots'],
+      ['POST', '/sandboxes/sb-nope/fork'],
+      ['GET', '/templates'],
+      ['POST', '/v3/templates'],
+      ['GET', '/sandboxes/sb-nope/metrics'],
+    ] as const) {
+      const r = await raw(method, path, method === 'POST' ? { body: {} } : {});
+      assert.deepEqual([r.status, r.json.code], [501, 501], `${method} ${path}`);
+      assert.match(r.json.message, /sbx does not implement/);
+    }
+    const badList = await raw('GET', '/v2/sandboxes?limit=0');
+    assert.deepEqual([badList.status, badList.json.code], [400, 400]);
+    const badToken = await raw('GET', '/v2/sandboxes?nextToken=garbage');
+    assert.equal(badToken.status, 400);
+  });
+
+  test('pause through the SDK surfaces the 501 readably', async () => {
+    const sbx = await e2b.Sandbox.create('base', opts(alice));
+    try {
+      await assert.rejects(sbx.pause(), (e) => e instanceof e2b.SandboxError && /501: sbx does not implement POST \/sandboxes\/.*\/pause/.test(e.message));
+    } finally {
+      await sbx.kill();
+    }
+  });
+
+  test('the older GET /sandboxes lists running sandboxes with a metadata filter', async () => {
+    const a = await raw('POST', '/sandboxes', { body: { templateID: 'base', metadata: { old: 'yes' } } });
+    assert.equal(a.status, 201);
+    try {
+      const r = await raw('GET', `/sandboxes?metadata=${encodeURIComponent('old=yes')}`);
+      assert.equal(r.status, 200);
+      assert.deepEqual(
+        r.json.map((s: { sandboxID: string }) => s.sandboxID),
+        [a.json.sandboxID],
+      );
+    } finally {
+      await raw('DELETE', `/sandboxes/${a.json.sandboxID}`);
+    }
+  });
+
+  test('an admin key sees every owner’s e2b sandboxes; boxes made through sbx’s own API are not e2b sandboxes', async () => {
+    const admin = (await t.server.keys.create({ name: 'root', role: 'admin' })).e2bKey;
+    const sbx = await e2b.Sandbox.create('base', { ...opts(alice), metadata: { who: 'alice' } });
+    const plain = await t.manager.create({ image: testEnv.baseImage, owner: 'admin' });
+    try {
+      const seen = await e2b.Sandbox.list(opts(admin)).nextItems();
+      assert.ok(seen.some((s) => s.sandboxId === sbx.sandboxId));
+      assert.ok(!seen.some((s) => s.sandboxId === plain.id));
+      await assert.rejects(e2b.Sandbox.getInfo(plain.id, opts(admin)), e2b.SandboxNotFoundError);
+    } finally {
+      await sbx.kill();
+      await plain.remove();
+    }
+  });
+});
+
+describe('a second process and the cleanup loop', () => {
+  test('Sandbox.connect from another process configured by E2B_* variables only', async () => {
+    const sbx = await e2b.Sandbox.create('base', opts(alice));
+    try {
+      const script = `import { Sandbox } from 'e2b'; const s = await Sandbox.connect(process.argv[1]); const i = await s.getInfo(); console.log(JSON.stringify({ id: s.sandboxId, token: s.envdAccessToken, state: i.state }));`;
+      // Asynchronously: the server answering the child runs in this process.
+      const r = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script, sbx.sandboxId], {
+        encoding: 'utf8',
+        timeout: 60_000,
+        env: { PATH: process.env['PATH'] ?? '', E2B_API_URL: `${t.url}/e2b/api`, E2B_SANDBOX_URL: `${t.url}/e2b/envd`, E2B_API_KEY: alice },
+      });
+      assert.deepEqual(JSON.parse(r.stdout), { id: sbx.sandboxId, token: sbx.envdAccessToken, state: 'running' });
+    } finally {
+      await sbx.kill();
+    }
+  });
+
+  test('setTimeout: the cleanup loop removes the sandbox at the new deadline, not the old', async () => {
+    const fast = await startTestServer('e2b-cleanup', { config: { cleanupIntervalMs: 200 }, serve: { e2b: { templates: TEMPLATES } } });
+    try {
+      const key = (await fast.server.keys.create({ name: 'carol', role: 'user' })).e2bKey;
+      const sbx = await e2b.Sandbox.create('base', { ...opts(key, fast.url), timeoutMs: 1_500 });
+      const renewedAt = Date.now();
+      await sbx.setTimeout(4_000);
+      await sleep(2_500);
+      assert.equal((await engine.list({ labels: managerSelector(fast.manager.config.name) })).length, 1, 'alive past the old deadline');
+      while ((await engine.list({ labels: managerSelector(fast.manager.config.name) })).length > 0) {
+        assert.ok(Date.now() - renewedAt < 9_000, 'removed soon after the new deadline');
+        await sleep(50);
+      }
+      assert.ok(Date.now() - renewedAt >= 4_000);
+      await assert.rejects(sbx.getInfo(), e2b.SandboxNotFoundError);
+    } finally {
+      await fast.dispose();
+    }
+  });
+
+  test('latency: Sandbox.create through the SDK and the server beside a direct manager.create', async (tc) => {
+    const N = 5;
+    const viaSdk: number[] = [];
+    const direct: number[] = [];
+    for (let i = 0; i < N; i++) {
+      let t0 = performance.now();
+      const s = await e2b.Sandbox.create('base', opts(alice));
+      viaSdk.push(performance.now() - t0);
+      await s.kill();
+      t0 = performance.now();
+      const b = await t.manager.create({ image: testEnv.baseImage, owner: 'alice', policy: 'session', idleTimeoutMs: 0, maxLifetimeMs: 300_000 });
+      direct.push(performance.now() - t0);
+      await b.remove();
+    }
+    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+    tc.diagnostic(`Sandbox.create via SDK median ${median(viaSdk).toFixed(0)} ms; manager.create median ${median(direct).toFixed(0)} ms (n=${N})`);
+    assert.ok(median(viaSdk) < median(direct) + 500, 'the control plane adds little to a create');
+  });
+});
