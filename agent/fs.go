@@ -3,7 +3,7 @@
 // and the agent needs none of its own. It does its one operation and exits; PID 1 mode is the
 // `init` subcommand and is untouched by this file. See docs/box-files.md.
 //
-//	fs read PATH                 {"ok":true,"size":N} on stderr, then the bytes on stdout
+//	fs read PATH                 {"ok":true,"size":N} and a newline, then the bytes, on stdout
 //	fs write PATH [MODE]         stdin framed (4-byte big-endian length + bytes, length 0 = commit)
 //	fs stat PATH                 a FileStat as JSON on stdout
 //	fs ls PATH [--recursive]     a JSON array of DirEntry
@@ -159,7 +159,7 @@ func fsDispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 	}
 	switch op {
 	case "read":
-		return fsRead(path, stdout, stderr)
+		return fsRead(path, stdout)
 	case "write":
 		m, err := mode(0)
 		if err != nil {
@@ -258,7 +258,7 @@ func statEntry(path, name string) (dirEntry, error) {
 	return entryOf(name, fi), nil
 }
 
-func fsRead(path string, stdout, stderr io.Writer) error {
+func fsRead(path string, stdout io.Writer) error {
 	// O_NONBLOCK: a FIFO must not hang the open; only regular files are read (as the workspace API).
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC|syscall.O_NOCTTY, 0)
 	if err != nil {
@@ -276,8 +276,10 @@ func fsRead(path string, stdout, stderr io.Writer) error {
 	if !fi.Mode().IsRegular() {
 		return invalid(path, "cannot read %s: not a regular file", path)
 	}
-	// The host resolves createReadStream only after this line: open errors reject the call, not the stream.
-	if err := writeJSON(stderr, map[string]any{"ok": true, "size": fi.Size()}); err != nil {
+	// The host resolves createReadStream only after this line: open errors reject the call, not
+	// the stream. On stdout, before the bytes: one ordered stream (a header on stderr could be
+	// held up behind a full stdout on the host).
+	if err := writeJSON(stdout, map[string]any{"ok": true, "size": fi.Size()}); err != nil {
 		return err
 	}
 	if _, err := io.CopyBuffer(stdout, f, make([]byte, 256*1024)); err != nil {

@@ -59,7 +59,7 @@ func TestFsWriteReadStat(t *testing.T) {
 		t.Fatalf("write: %+v", r)
 	}
 	r := runFsT(nil, "read", p)
-	if r.code != 0 || r.stdout != string(data) || !strings.Contains(r.stderr, `"size":1000000`) {
+	if r.code != 0 || r.stdout != `{"ok":true,"size":1000000}`+"\n"+string(data) {
 		t.Fatalf("read: code %d, %d bytes, stderr %q", r.code, len(r.stdout), r.stderr)
 	}
 	r = runFsT(nil, "stat", p)

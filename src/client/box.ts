@@ -9,15 +9,20 @@ import { abortError } from './http.js';
 import type { Transport } from './http.js';
 import { openStream } from './stream.js';
 import { RemoteWorkspaceFS } from './workspace.js';
+import { RemoteBoxFS } from './box-files.js';
+import type { BoxFS } from './box-files.js';
+import type { BoxFilesOptions } from '../sandbox/box-fs.js';
 import type { WorkspaceFS } from './workspace.js';
 
 /**
  * The library's Box, with `workspace()` giving the structural WorkspaceFS: a library Box is
  * one of these too, so code typed against it runs on either.
  */
-export type Box = Omit<LibraryBox, 'workspace'> & {
+export type Box = Omit<LibraryBox, 'workspace' | 'files'> & {
   /** The file API of the workspace mounted into this box; not_found when it has none. */
   workspace(): Promise<WorkspaceFS>;
+  /** Files anywhere in the box, as its user or `user` (the library's BoxFS, over HTTP). */
+  files(opts?: BoxFilesOptions): BoxFS;
 };
 
 export class RemoteBox implements Box {
@@ -94,6 +99,10 @@ export class RemoteBox implements Box {
   async workspace(): Promise<WorkspaceFS> {
     if (!this.fields.workspaceId) throw new SbxError('not_found', `box '${this.id}' has no workspace`, { details: { id: this.id } });
     return new RemoteWorkspaceFS(this.transport, this.fields.workspaceId);
+  }
+
+  files(opts?: BoxFilesOptions): BoxFS {
+    return new RemoteBoxFS(this.transport, this.fields.id, opts);
   }
 
   /**

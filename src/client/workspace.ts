@@ -229,20 +229,20 @@ export class RemoteWorkspaceFS implements WorkspaceFS {
   }
 }
 
-function bodyStream(res: Response): Readable {
+export function bodyStream(res: Response): Readable {
   if (!res.body) return Readable.from([]);
   return Readable.fromWeb(res.body as WebReadableStream<Uint8Array>);
 }
 
-async function* bytes(source: AsyncIterable<Uint8Array | string>): AsyncIterable<Uint8Array> {
+export async function* bytes(source: AsyncIterable<Uint8Array | string>): AsyncIterable<Uint8Array> {
   for await (const chunk of source) yield typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
 }
 
-function isAsyncIterable(v: unknown): v is AsyncIterable<Uint8Array | string> {
+export function isAsyncIterable(v: unknown): v is AsyncIterable<Uint8Array | string> {
   return v !== null && typeof v === 'object' && typeof (v as AsyncIterable<unknown>)[Symbol.asyncIterator] === 'function';
 }
 
-function checkMode(mode: unknown): number {
+export function checkMode(mode: unknown): number {
   if (typeof mode !== 'number' || !Number.isInteger(mode) || mode < 0 || mode > 0o7777)
     throw invalidArgument('mode', 'must be an integer permission mode such as 0o644');
   return mode & 0o777;

@@ -311,6 +311,13 @@ export interface Runtime {
    * listens): readiness is the caller's HTTP request or WebSocket handshake.
    */
   dialPort(id: string, containerPort: number, opts?: { signal?: AbortSignal }): Promise<Duplex>;
+  /**
+   * The in-box path of sbx's file tool for a container (`<path> fs <op> …`, run through
+   * `execStream` as any user, so the kernel applies that user's permissions), made available
+   * first when the runtime has to (copied in); null when this box cannot have it. Runtimes
+   * without it leave it out: the box filesystem is then not_available.
+   */
+  boxTool?(id: string): Promise<string | null>;
   /** Releases connections; containers are not touched. */
   close(): Promise<void>;
 }

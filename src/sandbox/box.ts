@@ -7,6 +7,7 @@ import { validateExec, validateExecStream } from '../runtime/spec.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, Runtime } from '../runtime/types.js';
 import type { WorkspaceFS } from '../workspace/index.js';
 import { attachPath, validateAttach } from './attach-options.js';
+import { BoxFS, type BoxFilesOptions } from './box-fs.js';
 import { VNC_PORT } from './box-spec.js';
 import type { BoxRecord } from './labels.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from './types.js';
@@ -41,6 +42,12 @@ export interface Box extends AsyncDisposable {
   stream(cmd: string[], opts?: ExecStreamOptions): Promise<ExecStream>;
   /** The file API of the workspace mounted into this box; not_found when it has none. */
   workspace(): Promise<WorkspaceFS>;
+  /**
+   * Files anywhere in the box (absolute paths), with the workspace API's calls, run inside the
+   * box as its user (or `user`), so what that user may not touch is `forbidden`. Each call is use.
+   * not_available when the box cannot have sbx's file tool (docs/box-files.md).
+   */
+  files(opts?: BoxFilesOptions): BoxFS;
   /**
    * A WebSocket (`ws`) or Server-Sent Events (`sse`) connection to a service listening on a
    * port of the box (one of its `ports`). Resolves once the service answered the handshake,
@@ -377,6 +384,31 @@ export class ManagedBox implements Box {
       this.activity.execsCompleted++;
       this.host.onExecFinished(this);
     };
+  }
+
+  files(opts?: BoxFilesOptions): BoxFS {
+    return new BoxFS(
+      {
+        boxId: this.id,
+        tool: async () => (await this.runtime.boxTool?.(this.containerId)) ?? null,
+        run: (cmd, o, hold) => this.runFileTool(cmd, o, hold),
+      },
+      opts,
+    );
+  }
+
+  /** One run of the file tool: in use until it exits, except a watch, which only counts as a use when it starts. */
+  private async runFileTool(cmd: string[], opts: { user?: string }, hold: boolean): Promise<ExecStream> {
+    const end = hold ? this.hold() : (this.touch(), () => undefined);
+    let stream: ExecStream;
+    try {
+      stream = await this.runtime.execStream(this.containerId, cmd, opts);
+    } catch (err) {
+      end();
+      throw err;
+    }
+    stream.wait().then(end, end);
+    return stream;
   }
 
   async workspace(): Promise<WorkspaceFS> {

@@ -21,6 +21,7 @@ import type { VncDeps } from './vnc.js';
 import type { ManagedBox } from '../sandbox/box.js';
 import { boxRoutes } from './routes-boxes.js';
 import { workspaceRoutes } from './routes-workspaces.js';
+import { boxFileRoutes } from './routes-box-files.js';
 import { wsExecRoutes } from './ws-exec.js';
 import { e2bApiRoutes } from '../compat/e2b/api/index.js';
 import type { E2bApiOptions } from '../compat/e2b/api/index.js';
@@ -169,6 +170,7 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   boxRoutes(app, ctx);
   wsExecRoutes(app, ctx);
   workspaceRoutes(app, ctx);
+  boxFileRoutes(app, ctx);
   adminRoutes(app, ctx);
   proxyRoutes(app, ctx);
   vncRoutes(app, opts.vnc ?? boxVncDeps(ctx));

@@ -20,13 +20,14 @@ const CreateWorkspaceBody = CreateWorkspaceOptionsSchema.extend({
 
 const UpdateWorkspaceBody = UpdateWorkspaceOptionsSchema;
 
-const FileOpBody = z.discriminatedUnion('op', [
+/** The POST ops on a file path; the box filesystem serves all but `copy`. */
+export const FileOpBody = z.discriminatedUnion('op', [
   z.object({ op: z.literal('mkdir') }).strict(),
   z.object({ op: z.literal('rename'), to: z.string().min(1).max(4096) }).strict(),
   z.object({ op: z.literal('copy'), to: z.string().min(1).max(4096) }).strict(),
 ]);
 
-const FileQuery = z
+export const FileQuery = z
   .object({
     /** GET: `?stat` describes the entry, `?list` lists a directory (`&recursive=true`). */
     stat: flag.optional(),
@@ -40,7 +41,7 @@ const FileQuery = z
   })
   .strict();
 
-function counting(ctx: ServerContext, direction: 'read' | 'written', source: Readable): Readable {
+export function counting(ctx: ServerContext, direction: 'read' | 'written', source: Readable): Readable {
   const meter = new Transform({
     transform(chunk: Buffer, _enc, cb) {
       ctx.metrics.workspaceBytes.inc({ direction }, chunk.length);
@@ -251,7 +252,7 @@ export function workspaceRoutes(app: FastifyInstance, ctx: ServerContext): void 
   });
 }
 
-function filePath(params: { id: string; '*'?: string }): string {
+export function filePath(params: { id: string; '*'?: string }): string {
   const p = params['*'] ?? '';
   if (p.includes('\0')) throw invalidArgument('path', 'must not contain NUL');
   return p;
@@ -261,7 +262,7 @@ function filePath(params: { id: string; '*'?: string }): string {
  * After a failed upload (quota, bad path), the rest of the body is read and dropped, so the
  * client gets the error answer instead of a reset connection. Nothing is kept in memory.
  */
-function drain(raw: NodeJS.ReadableStream & { unpipe?: () => void }): void {
+export function drain(raw: NodeJS.ReadableStream & { unpipe?: () => void }): void {
   raw.unpipe?.();
   raw.on('data', () => undefined);
   raw.resume();

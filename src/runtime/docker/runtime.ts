@@ -32,7 +32,8 @@ import { toSbxError } from './errors.js';
 import { runBuffered, runStreaming } from './exec.js';
 import { AgentUnreachable, agentExec, agentExecStream, configureAgent, probeAgent } from './agent-client.js';
 import type { AgentTarget } from './agent-client.js';
-import { agentBoxOf, defaultAgentDir, defaultStateDir, imageConfigOf, injectAgent, removeAgentDir } from './agent-inject.js';
+import { canCopyTool, copyTool, mountedTool } from './box-tool.js';
+import { AGENT_BIN, agentBoxOf, defaultAgentDir, defaultStateDir, imageConfigOf, injectAgent, removeAgentDir } from './agent-inject.js';
 import type { AgentBox, ImageConfig } from './agent-inject.js';
 import { DockerImages } from './images.js';
 import { jsonLines } from './json-lines.js';
@@ -58,6 +59,8 @@ export class DockerRuntime implements Runtime {
   private readonly stateDir: string;
   /** What is known of each box's agent, by the id the caller uses (learned at create or from one inspect). */
   private readonly agentBoxes = new Map<string, AgentBox>();
+  /** Where each box's file tool is (null: it cannot have one), by container id; see boxTool. */
+  private readonly tools = new Map<string, string | null>();
   /** Image fields the injection needs, by reference; checked again beside every create. */
   private readonly imageConfigs = new Map<string, ImageConfig>();
 
@@ -250,6 +253,7 @@ export class DockerRuntime implements Runtime {
       this.fail(err, `container ${id}`);
     }
     this.agentBoxes.delete(id);
+    this.tools.delete(id);
     await removeAgentDir(box?.dir, this.stateDir);
   }
 
@@ -487,6 +491,37 @@ export class DockerRuntime implements Runtime {
       if (err instanceof AgentUnreachable) return false;
       throw err;
     }
+  }
+
+  /**
+   * The box's file tool: the agent's bind mount when the box has it (whichever path serves its
+   * exec), else a copy put in through the archive API once (box-tool.ts); null for a read-only
+   * root filesystem or an architecture without a binary.
+   */
+  async boxTool(id: string): Promise<string | null> {
+    const known = this.tools.get(id);
+    if (known !== undefined) return known;
+    let c: Docker.ContainerInspectInfo;
+    try {
+      c = await this.docker.getContainer(id).inspect();
+    } catch (err) {
+      this.fail(err, `container ${id}`);
+    }
+    let tool = mountedTool(c);
+    if (!tool && canCopyTool(c)) {
+      const image = await this.docker
+        .getImage(c.Image)
+        .inspect()
+        .catch(() => undefined);
+      try {
+        if (await copyTool(this.docker.getContainer(id), this.agentDir, image?.Architecture ?? '')) tool = AGENT_BIN;
+      } catch (err) {
+        this.fail(err, `copy sbx's file tool into container ${id}`);
+      }
+    }
+    if (this.tools.size > 10_000) this.tools.clear();
+    this.tools.set(id, tool);
+    return tool;
   }
 
   async dialPort(id: string, containerPort: number, opts: { signal?: AbortSignal } = {}): Promise<Duplex> {
