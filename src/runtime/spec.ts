@@ -85,6 +85,7 @@ export const ContainerSpecSchema = z
       .regex(/^[a-zA-Z0-9_.-]+$/)
       .optional(),
     shmSize: z.number().int().min(0).optional(),
+    dialAnyPort: z.boolean().optional(),
     restartPolicy: z.enum(['no', 'unless-stopped']).optional(),
   })
   .strict();

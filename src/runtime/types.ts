@@ -54,6 +54,12 @@ export interface ContainerSpec {
   ociRuntime?: string;
   /** /dev/shm size in bytes. */
   shmSize?: number;
+  /**
+   * Every TCP port of the container is reachable by `dialPort`, not only the published ones:
+   * the runtime routes to the container's own address (Docker: its bridge network address, from
+   * the engine's machine). Nothing more is published on the host.
+   */
+  dialAnyPort?: boolean;
   /** What the engine does with the container when the engine itself restarts: `unless-stopped`
    * starts it again unless it had been stopped on purpose. Default `no`. */
   restartPolicy?: 'no' | 'unless-stopped';

@@ -120,6 +120,7 @@ export function buildContainerSpec({ record, opts, pool, sbxEnv, mount, machine 
     ...(pool.ociRuntime ? { ociRuntime: pool.ociRuntime } : {}),
     // What VNC needs is its port and shared memory: no capability (the seed's SYS_ADMIN is not needed).
     ...(record.vnc ? { shmSize: VNC_SHM_BYTES } : {}),
+    ...(opts.proxyAllPorts ? { dialAnyPort: true } : {}),
   };
 }
 

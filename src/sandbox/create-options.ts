@@ -52,6 +52,7 @@ export const CreateOptionsSchema = z
     cpus: z.number().min(MIN_CPUS, `must be at least ${MIN_CPUS}`).max(1024).optional(),
     pidsLimit: z.number().int().min(1).max(MAX_PIDS).optional(),
     vnc: z.boolean().optional(),
+    proxyAllPorts: z.boolean().optional(),
     ports: z
       .array(
         z

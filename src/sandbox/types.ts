@@ -33,6 +33,13 @@ export interface CreateOptions {
   cpus?: number;
   pidsLimit?: number;
   vnc?: boolean;
+  /**
+   * Every TCP port of the box is reachable through `dial` and so the port proxy (`box.proxy`, the
+   * SDK's attach), not only those in `ports`: the runtime routes to the box's own address and
+   * publishes nothing more on the host. For services started after create (the e2b endpoints'
+   * `getHost` needs it). The library's `attach` still takes a port from `ports`.
+   */
+  proxyAllPorts?: boolean;
   ports?: PortSpec[];
   policy?: LifecyclePolicy;
   idleTimeoutMs?: number;

@@ -31,7 +31,7 @@ interface Shape {
  * goes cold. Everything else is applied at claim time (id, owner, labels, pool, env, policy and
  * timeouts) or must produce the template's shape (image, security, memory, cpus, network).
  */
-const FIXED_AT_CREATE = ['cmd', 'user', 'pidsLimit', 'ports', 'vnc', 'workspaceId', 'mountMode', 'mountPath'] as const;
+const FIXED_AT_CREATE = ['cmd', 'user', 'pidsLimit', 'ports', 'vnc', 'proxyAllPorts', 'workspaceId', 'mountMode', 'mountPath'] as const;
 
 function shapeOf(
   o: { image: string; security?: 'standard' | 'strict'; memory?: number; cpus?: number; network?: string },

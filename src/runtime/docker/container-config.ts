@@ -1,6 +1,9 @@
 import type Docker from 'dockerode';
 import type { ContainerSpec } from '../types.js';
 
+/** The runtime's own mark of a container created with `dialAnyPort` (labels are what survives a restart). */
+export const DIAL_ANY_PORT_LABEL = 'sbx.runtime.dial-any-port';
+
 /** Maps an engine-neutral, validated ContainerSpec onto the Engine API's create body. */
 export function toCreateOptions(spec: ContainerSpec): Docker.ContainerCreateOptions {
   const exposed: Record<string, object> = {};
@@ -39,7 +42,7 @@ export function toCreateOptions(spec: ContainerSpec): Docker.ContainerCreateOpti
     ...(spec.env ? { Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`) } : {}),
     ...(spec.workDir ? { WorkingDir: spec.workDir } : {}),
     ...(spec.user ? { User: spec.user } : {}),
-    Labels: spec.labels ?? {},
+    Labels: { ...(spec.labels ?? {}), ...(spec.dialAnyPort ? { [DIAL_ANY_PORT_LABEL]: 'true' } : {}) },
     ...(spec.ports?.length ? { ExposedPorts: exposed } : {}),
     HostConfig: hostConfig,
   };

@@ -27,7 +27,7 @@ import type {
   RuntimeVersion,
 } from '../types.js';
 import { DockerConnection } from './connection.js';
-import { toCreateOptions } from './container-config.js';
+import { DIAL_ANY_PORT_LABEL, toCreateOptions } from './container-config.js';
 import { toSbxError } from './errors.js';
 import { runBuffered, runStreaming } from './exec.js';
 import { AgentUnreachable, agentExec, agentExecStream, configureAgent, probeAgent } from './agent-client.js';
@@ -531,6 +531,10 @@ export class DockerRuntime implements Runtime {
     const info = await this.inspect(id);
     if (!info.running) throw new SbxError('conflict', `container ${id} is not running`, { details: { id, status: info.status } });
     const published = info.ports.find((p) => p.containerPort === containerPort && p.protocol === 'tcp');
+    if (!published && info.labels[DIAL_ANY_PORT_LABEL] === 'true') {
+      const address = await this.containerAddress(id);
+      if (address) return connectTcp(address, containerPort, opts.signal, { id, port: containerPort });
+    }
     if (!published) {
       throw new SbxError('not_available', `port ${containerPort} of container ${id} is not exposed: list it in the box's ports at create`, {
         details: { id, port: containerPort, reason: 'port_not_exposed' },
@@ -547,6 +551,19 @@ export class DockerRuntime implements Runtime {
       );
     }
     return connectTcp(host, published.hostPort, opts.signal, { id, port: containerPort });
+  }
+
+  /** The container's address on its network, when this machine can reach it (a local engine's bridge). */
+  private async containerAddress(id: string): Promise<string | undefined> {
+    if (this.parsedAddress.transport !== 'unix') return undefined;
+    let c: Docker.ContainerInspectInfo;
+    try {
+      c = await this.docker.getContainer(id).inspect();
+    } catch (err) {
+      this.fail(err, `container ${id}`);
+    }
+    const networks = Object.values(c.NetworkSettings?.Networks ?? {});
+    return networks.map((n) => n.IPAddress).find((ip) => !!ip);
   }
 
   /** Where a published port is reached from here: the engine's own loopback only when it runs on this machine. */
