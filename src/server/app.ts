@@ -25,6 +25,7 @@ import { boxFileRoutes } from './routes-box-files.js';
 import { wsExecRoutes } from './ws-exec.js';
 import { e2bApiRoutes } from '../compat/e2b/api/index.js';
 import type { E2bApiOptions } from '../compat/e2b/api/index.js';
+import { envdRoutes } from '../compat/e2b/envd/routes.js';
 
 export interface AppOptions {
   bodyLimitBytes: number;
@@ -99,8 +100,9 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
     reply.header('x-request-id', req.id);
     const config = req.routeOptions.config;
     if (ctx.shuttingDown() && !config?.public) throw new SbxError('not_available', 'the server is shutting down; retry against the restarted server');
+    // The proxy authorizes by port token, envd by the box's access token (src/compat/e2b/envd).
     // The e2b control plane authenticates X-API-KEY itself (src/compat/e2b/api).
-    if (config?.public || config?.portAuth || config?.e2bApi) return;
+    if (config?.public || config?.portAuth || config?.envd || config?.e2bApi) return;
     if (!req.routeOptions.url) return; // unknown route: 404 below, no auth to reveal nothing
     let caller: Caller;
     try {
@@ -175,6 +177,7 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   proxyRoutes(app, ctx);
   vncRoutes(app, opts.vnc ?? boxVncDeps(ctx));
   e2bApiRoutes(app, ctx, opts.e2b);
+  envdRoutes(app, ctx);
   return app;
 }
 

@@ -5,7 +5,6 @@
  */
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
-import { SbxError } from '../../../errors.js';
 import type { DirEntry, FileContent, FileStat, WriteFileOptions } from '../../../workspace/types.js';
 
 /** The part of the box filesystem (`box.files()`) that envd uses. */
@@ -40,21 +39,4 @@ export function resolveUserPath(home: string, path: string): string {
   if (path === '' || path === '~') return home;
   if (path.startsWith('~/')) return posix.join(home, path.slice(2));
   return posix.resolve(home, path);
-}
-
-/** The home directory of `user` from the box's /etc/passwd (read as that user; it is world-readable). */
-export async function homeOf(files: EnvdFiles, user: string): Promise<string> {
-  let passwd: string;
-  try {
-    passwd = await files.readFile('/etc/passwd', 'utf8');
-  } catch {
-    return user === 'root' ? '/root' : '/';
-  }
-  for (const line of passwd.split('\n')) {
-    const fields = line.split(':');
-    if (fields.length >= 7 && (fields[0] === user || fields[2] === user)) return fields[5] || '/';
-  }
-  throw new SbxError('invalid_argument', `user: no user ${JSON.stringify(user)} in the box's /etc/passwd`, {
-    details: { field: 'user' },
-  });
 }

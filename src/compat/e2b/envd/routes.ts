@@ -1,0 +1,262 @@
+/**
+ * envd, the e2b SDK's in-box API, served by sbx for every box at one URL (`E2B_SANDBOX_URL`,
+ * `<server>/e2b/envd`): the SDK names the box in `E2b-Sandbox-Id` and proves access with the
+ * box's `X-Access-Token`; the user is the Basic username of `Authorization` (none: the box's
+ * default user). Connect RPCs (process.Process, filesystem.Filesystem) go to @connectrpc's Node
+ * handler, `/files` and `/health` are plain HTTP. Nothing runs in the box but through sbx's own
+ * Box API (exec streams, `box.files()`).
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { DescService } from '@bufbuild/protobuf';
+import { Code, ConnectError, createContextKey, createContextValues } from '@connectrpc/connect';
+import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
+import { connectNodeAdapter } from '@connectrpc/connect-node';
+import type { FastifyInstance } from 'fastify';
+import { SbxError, isSbxError, type ErrorCode } from '../../../errors.js';
+import type { Box } from '../../../sandbox/index.js';
+import type { ServerContext } from '../../../server/context.js';
+import { verifyEnvdAccessToken } from '../access-token.js';
+import { handleFiles } from './files-http.js';
+import { filesystemService } from './filesystem-service.js';
+import { Filesystem } from './gen/filesystem/filesystem_pb.js';
+import { Process } from './gen/process/process_pb.js';
+import { processService } from './process-service.js';
+import { ProcessTable } from './process-table.js';
+import type { EnvdFiles, UserFS } from './user-fs.js';
+
+export const ENVD_PREFIX = '/e2b/envd';
+const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
+/** e2b's default account in its templates; a box without it acts as its uid 1000, else root. */
+const E2B_USER = 'user';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** envd: the box's X-Access-Token authenticates (src/compat/e2b/envd/routes.ts), not an API key. */
+    envd?: boolean;
+  }
+}
+
+/** What one envd request acts on: its box, and the user it acts as with that user's home. */
+interface EnvdCaller {
+  box: Box;
+  user: string;
+  home: string;
+  files: EnvdFiles;
+}
+
+const CONNECT_CODES: Partial<Record<ErrorCode, Code>> = {
+  invalid_argument: Code.InvalidArgument,
+  not_found: Code.NotFound,
+  conflict: Code.AlreadyExists,
+  forbidden: Code.PermissionDenied,
+  unauthorized: Code.Unauthenticated,
+  limit_exceeded: Code.ResourceExhausted,
+  quota_exceeded: Code.ResourceExhausted,
+  timeout: Code.DeadlineExceeded,
+  cancelled: Code.Canceled,
+  not_available: Code.FailedPrecondition,
+  runtime_unavailable: Code.Unavailable,
+};
+
+function toConnectError(err: unknown): unknown {
+  if (err instanceof ConnectError || !isSbxError(err)) return err;
+  return new ConnectError(err.message, CONNECT_CODES[err.code] ?? Code.Internal, undefined, undefined, err);
+}
+
+/** The service with every SbxError turned into the Connect code the SDK maps to its own errors. */
+function mapErrors<S extends DescService>(service: S, impl: Partial<ServiceImpl<S>>): Partial<ServiceImpl<S>> {
+  const out: Record<string, unknown> = {};
+  for (const method of service.methods) {
+    const fn = (impl as Record<string, ((req: unknown, ctx: HandlerContext) => unknown) | undefined>)[method.localName];
+    if (!fn) continue;
+    out[method.localName] =
+      method.methodKind === 'server_streaming'
+        ? async function* (req: unknown, ctx: HandlerContext) {
+            try {
+              yield* fn(req, ctx) as AsyncIterable<unknown>;
+            } catch (err) {
+              throw toConnectError(err);
+            }
+          }
+        : async (req: unknown, ctx: HandlerContext) => {
+            try {
+              return await fn(req, ctx);
+            } catch (err) {
+              throw toConnectError(err);
+            }
+          };
+  }
+  return out as Partial<ServiceImpl<S>>;
+}
+
+/** The Basic username of `Authorization` (the SDK's way of naming the user), if any. */
+export function basicUser(authorization: string | undefined): string | undefined {
+  const m = /^Basic\s+([A-Za-z0-9+/=]+)$/i.exec(authorization ?? '');
+  if (!m) return undefined;
+  const decoded = Buffer.from(m[1]!, 'base64').toString('utf8');
+  const name = decoded.slice(0, decoded.indexOf(':') === -1 ? undefined : decoded.indexOf(':'));
+  return name === '' ? undefined : name;
+}
+
+interface Account {
+  name: string;
+  uid: string;
+  home: string;
+}
+
+/** The box's accounts from its /etc/passwd (read as root once per box; it changes rarely). */
+class Accounts {
+  private readonly byBox = new Map<string, Promise<Account[]>>();
+
+  async of(box: Box): Promise<Account[]> {
+    let accounts = this.byBox.get(box.id);
+    if (!accounts) {
+      if (this.byBox.size >= 1024) this.byBox.clear();
+      accounts = (async () => {
+        const passwd = await box.files({ user: 'root' }).readFile('/etc/passwd', 'utf8');
+        return passwd
+          .split('\n')
+          .map((line) => line.split(':'))
+          .filter((f) => f.length >= 7)
+          .map((f) => ({ name: f[0]!, uid: f[2]!, home: f[5] || '/' }));
+      })();
+      accounts.catch(() => this.byBox.delete(box.id));
+      this.byBox.set(box.id, accounts);
+    }
+    return accounts;
+  }
+
+  /** The named user, or the box's default: `user`, else uid 1000, else root. */
+  async resolve(box: Box, name: string | undefined): Promise<Account> {
+    const accounts = await this.of(box);
+    if (name !== undefined) {
+      const found = accounts.find((a) => a.name === name || a.uid === name);
+      if (!found) throw new SbxError('invalid_argument', `user: no user ${JSON.stringify(name)} in the sandbox's /etc/passwd`, { details: { field: 'user' } });
+      return found;
+    }
+    return (
+      accounts.find((a) => a.name === E2B_USER) ??
+      accounts.find((a) => a.uid === '1000') ??
+      accounts.find((a) => a.uid === '0') ?? { name: 'root', uid: '0', home: '/root' }
+    );
+  }
+}
+
+export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
+  const table = new ProcessTable();
+  const accounts = new Accounts();
+  const callerKey = createContextKey<Promise<EnvdCaller> | undefined>(undefined);
+  const callers = new WeakMap<IncomingMessage, Promise<EnvdCaller>>();
+
+  /** The box of a request, once its access token checked out. A box that is gone is not running (502, Unavailable). */
+  const boxOf = async (req: IncomingMessage): Promise<Box> => {
+    const id = req.headers['e2b-sandbox-id'];
+    if (typeof id !== 'string' || id === '') throw new SbxError('invalid_argument', 'E2b-Sandbox-Id: the sandbox id header is required');
+    const token = req.headers['x-access-token'];
+    await verifyEnvdAccessToken(ctx.manager, id, typeof token === 'string' ? token : undefined);
+    try {
+      return await ctx.manager.get(id);
+    } catch (err) {
+      if (isSbxError(err) && err.code === 'not_found') throw new SbxError('runtime_unavailable', `sandbox ${id} is not running`, { cause: err });
+      throw err;
+    }
+  };
+
+  const callerFor = async (box: Box, username: string | undefined): Promise<EnvdCaller> => {
+    const account = await accounts.resolve(box, username);
+    return { box, user: account.name, home: account.home, files: box.files({ user: account.name }) };
+  };
+
+  const resolve = async (hctx: HandlerContext): Promise<EnvdCaller> => {
+    const caller = hctx.values.get(callerKey);
+    if (!caller) throw new ConnectError('no sandbox for this request', Code.Internal);
+    return caller;
+  };
+  const userFS = async (hctx: HandlerContext): Promise<UserFS> => {
+    const c = await resolve(hctx);
+    return { boxId: c.box.id, files: c.files, user: c.user, home: c.home };
+  };
+
+  const rpc = connectNodeAdapter({
+    requestPathPrefix: ENVD_PREFIX,
+    grpc: false,
+    grpcWeb: false,
+    contextValues: (req) => createContextValues().set(callerKey, callers.get(req as IncomingMessage)),
+    routes: (router) => {
+      router.service(
+        Process,
+        mapErrors(
+          Process,
+          processService(table, async (h) => resolve(h)),
+        ),
+      );
+      router.service(Filesystem, mapErrors(Filesystem, filesystemService(userFS)));
+    },
+  });
+
+  const serve = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const url = new URL(req.url ?? '/', 'http://envd');
+    const path = url.pathname.slice(ENVD_PREFIX.length);
+    let box: Box;
+    try {
+      box = await boxOf(req);
+    } catch (err) {
+      sendEnvdError(res, err);
+      req.resume();
+      return;
+    }
+    // The SDK asks after a dropped request whether the sandbox still runs: 502 when it does not (above).
+    if (path === '/health') {
+      res.writeHead(204).end();
+      return;
+    }
+    if (path === '/files') {
+      await handleFiles(req, res, url, async (username) => {
+        const c = await callerFor(box, username);
+        return { boxId: box.id, files: c.files, user: c.user, home: c.home };
+      });
+      return;
+    }
+    const caller = callerFor(box, basicUser(req.headers.authorization));
+    caller.catch(() => undefined);
+    callers.set(req, caller);
+    rpc(req, res);
+  };
+
+  void app.register(async (scope) => {
+    // Bodies stay unread: Connect and the /files routes stream them.
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', (_req, _payload, done) => done(null, undefined));
+    scope.route({
+      method: METHODS,
+      url: `${ENVD_PREFIX}/*`,
+      config: { envd: true },
+      schema: { hide: true },
+      handler: async (req, reply) => {
+        reply.hijack();
+        const done = new Promise<void>((resolveDone) => reply.raw.once('close', resolveDone));
+        ctx.streams.add({ done, abort: () => reply.raw.destroy() });
+        await serve(req.raw, reply.raw).catch((err: unknown) => sendEnvdError(reply.raw, err));
+      },
+    });
+  });
+}
+
+const HTTP_STATUS: Partial<Record<ErrorCode, number>> = {
+  invalid_argument: 400,
+  unauthorized: 401,
+  forbidden: 403,
+  not_found: 404,
+  runtime_unavailable: 502,
+};
+
+/** envd's error body `{code, message}` with the status the SDK maps (401 AuthenticationError, 502 sandbox gone). */
+function sendEnvdError(res: ServerResponse, err: unknown): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const status = isSbxError(err) ? (HTTP_STATUS[err.code] ?? 500) : 500;
+  res.writeHead(status, { 'content-type': 'application/json' });
+  res.end(JSON.stringify({ code: status, message: err instanceof Error ? err.message : String(err) }));
+}
