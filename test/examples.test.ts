@@ -45,10 +45,11 @@ const EXPECTED: Record<string, RegExp[]> = {
     /^removed sb-[0-9a-f]+; boxes left: 0$/m,
   ],
   'sdk.ts': [/^0 hi from the SDK$/m],
+  'e2b.ts': [/^hello from user\n42\ntrue\n$/],
 };
 
 /** Examples that talk to `sbx serve`: run against a real server on this test's own Manager name. */
-const NEEDS_SERVER = new Set(['sdk.ts']);
+const NEEDS_SERVER = new Set(['sdk.ts', 'e2b.ts']);
 
 function run(file: string, name: string, extraEnv: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('SBX_')));
@@ -85,7 +86,17 @@ for (const file of files) {
     const server = NEEDS_SERVER.has(file) ? await startTestServer('example', { name, dataDir: join(dir, name) }) : undefined;
     let r;
     try {
-      r = await run(file, name, server ? { SBX_URL: server.url, SBX_API_KEY: server.admin } : {});
+      const e2bKey = server ? (await server.server.keys.create({ name: 'example', role: 'user' })).e2bKey : '';
+      const env: Record<string, string> = server
+        ? {
+            SBX_URL: server.url,
+            SBX_API_KEY: server.admin,
+            E2B_API_URL: `${server.url}/e2b/api`,
+            E2B_SANDBOX_URL: `${server.url}/e2b/envd`,
+            E2B_API_KEY: e2bKey,
+          }
+        : {};
+      r = await run(file, name, env);
     } finally {
       await server?.dispose();
     }
