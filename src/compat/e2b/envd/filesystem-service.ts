@@ -131,6 +131,8 @@ export function filesystemService(resolve: UserFSResolver): Partial<ServiceImpl<
       const path = resolveUserPath(uf.home, req.path);
       await mustBeDir(uf, path);
       const events = uf.files.watch(path, { recursive: req.recursive, signal: ctx.signal });
+      // The SDK's watchDir returns at `start`: a change made right after must be seen.
+      await events.ready;
       yield { event: { case: 'start', value: {} } };
       for await (const e of withKeepalive(events, WATCH_KEEPALIVE_MS)) {
         yield { event: e === 'keepalive' ? { case: 'keepalive', value: {} } : { case: 'filesystem', value: fsEvent(e) } };
@@ -143,10 +145,12 @@ export function filesystemService(resolve: UserFSResolver): Partial<ServiceImpl<
       await mustBeDir(uf, path);
       const id = randomBytes(12).toString('hex');
       const watcher = { boxId: uf.boxId, events: [] as FilesystemEvent[], abort: new AbortController() };
+      const events = uf.files.watch(path, { recursive: req.recursive, signal: watcher.abort.signal });
+      await events.ready;
       watchers.set(id, watcher);
       void (async () => {
         try {
-          for await (const e of uf.files.watch(path, { recursive: req.recursive, signal: watcher.abort.signal })) {
+          for await (const e of events) {
             watcher.events.push(fsEvent(e));
             if (watcher.events.length > MAX_BUFFERED_EVENTS) watcher.events.shift();
           }

@@ -18,7 +18,8 @@ export interface EnvdFiles {
   mkdirAll(path: string, mode?: number): Promise<void>;
   removeAll(path: string): Promise<void>;
   rename(from: string, to: string): Promise<void>;
-  watch(path: string, options?: { recursive?: boolean; signal?: AbortSignal }): AsyncIterable<WatchEventLike>;
+  /** `ready` settles once the watch is in place: changes before it are not reported. */
+  watch(path: string, options?: { recursive?: boolean; signal?: AbortSignal }): AsyncIterable<WatchEventLike> & { readonly ready: Promise<void> };
 }
 
 export interface WatchEventLike {
