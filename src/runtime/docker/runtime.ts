@@ -257,13 +257,17 @@ export class DockerRuntime implements Runtime {
     await removeAgentDir(box?.dir, this.stateDir);
   }
 
-  async inspect(id: string): Promise<ContainerInfo> {
-    let c: Docker.ContainerInspectInfo;
+  /** The engine's own inspect of a container; its errors as SbxErrors. */
+  private async rawInspect(id: string): Promise<Docker.ContainerInspectInfo> {
     try {
-      c = await this.docker.getContainer(id).inspect();
+      return await this.docker.getContainer(id).inspect();
     } catch (err) {
       this.fail(err, `container ${id}`);
     }
+  }
+
+  async inspect(id: string): Promise<ContainerInfo> {
+    const c = await this.rawInspect(id);
     const ports: PublishedPort[] = [];
     for (const [key, binds] of Object.entries(c.NetworkSettings?.Ports ?? {})) {
       const [p, proto] = key.split('/');
@@ -310,12 +314,7 @@ export class DockerRuntime implements Runtime {
   private async agentBoxFor(id: string): Promise<AgentBox> {
     const known = this.agentBoxes.get(id);
     if (known) return known;
-    let c: Docker.ContainerInspectInfo;
-    try {
-      c = await this.docker.getContainer(id).inspect();
-    } catch (err) {
-      this.fail(err, `container ${id}`);
-    }
+    const c = await this.rawInspect(id);
     const box = agentBoxOf(c);
     this.remember(id, box);
     return box;
@@ -501,12 +500,7 @@ export class DockerRuntime implements Runtime {
   async boxTool(id: string): Promise<string | null> {
     const known = this.tools.get(id);
     if (known !== undefined) return known;
-    let c: Docker.ContainerInspectInfo;
-    try {
-      c = await this.docker.getContainer(id).inspect();
-    } catch (err) {
-      this.fail(err, `container ${id}`);
-    }
+    const c = await this.rawInspect(id);
     let tool = mountedTool(c);
     if (!tool && canCopyTool(c)) {
       const image = await this.docker
@@ -556,12 +550,7 @@ export class DockerRuntime implements Runtime {
   /** The container's address on its network, when this machine can reach it (a local engine's bridge). */
   private async containerAddress(id: string): Promise<string | undefined> {
     if (this.parsedAddress.transport !== 'unix') return undefined;
-    let c: Docker.ContainerInspectInfo;
-    try {
-      c = await this.docker.getContainer(id).inspect();
-    } catch (err) {
-      this.fail(err, `container ${id}`);
-    }
+    const c = await this.rawInspect(id);
     const networks = Object.values(c.NetworkSettings?.Networks ?? {});
     return networks.map((n) => n.IPAddress).find((ip) => !!ip);
   }
