@@ -1,5 +1,5 @@
 /** Workspaces: CRUD, usage, and file I/O streamed both ways (raw bytes, tar). */
-import { Transform, pipeline } from 'node:stream';
+import { Transform } from 'node:stream';
 import type { Readable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
@@ -48,10 +48,12 @@ export function counting(ctx: ServerContext, direction: 'read' | 'written', sour
       cb(null, chunk);
     },
   });
-  // pipeline, not pipe: a client gone mid-body fails the source, and the meter's consumer hears it
-  // if it still listens; a write that already ended does not, and an unheard error would end the process.
-  pipeline(source, meter, () => undefined);
-  return meter;
+  // A client gone mid-body fails the source and so the meter. Whoever still reads the meter hears
+  // it; a write that already ended does not, and an unheard error would end the process. (Not
+  // pipeline: it would destroy the request, and with it the socket the refusal is sent on.)
+  meter.on('error', () => undefined);
+  source.on('error', (err) => meter.destroy(err));
+  return source.pipe(meter);
 }
 
 export function workspaceRoutes(app: FastifyInstance, ctx: ServerContext): void {

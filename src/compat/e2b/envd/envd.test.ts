@@ -231,6 +231,13 @@ describe('files', () => {
     assert.equal(await sbx.files.read('/tmp/tree/top.txt', { gzip: true }), 'top!');
   });
 
+  test("a full disk is 507, the SDK's NotEnoughSpaceError, and leaves no partial file", async () => {
+    // /dev/shm is a 64 MiB tmpfs in every box: 80 MiB cannot fit.
+    const big = new Blob([Buffer.alloc(80 * 1024 * 1024, 1)]);
+    await assert.rejects(sbx.files.write('/dev/shm/too-big.bin', big), (err: Error) => err.name === 'NotEnoughSpaceError');
+    assert.equal((await sbx.commands.run('ls -A /dev/shm')).stdout, '');
+  });
+
   test('a missing file is FileNotFoundError-like (NotFoundError)', async () => {
     await assert.rejects(sbx.files.read('/tmp/nope.txt'), (err: Error) => err.name.includes('NotFound'));
   });

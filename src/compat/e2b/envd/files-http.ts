@@ -78,21 +78,35 @@ async function download(res: ServerResponse, req: IncomingMessage, uf: UserFS, p
 async function uploadMultipart(req: IncomingMessage, uf: UserFS, pathParam: string | undefined): Promise<WrittenFile[]> {
   const parser = busboy({ headers: req.headers, preservePath: true });
   const writes: Promise<WrittenFile>[] = [];
+  let failed: ((err: unknown) => void) | undefined;
   const done = new Promise<void>((resolve, reject) => {
+    // The first failure answers at once: a part nobody writes any more would stall the parser, and
+    // the rest of the body is only drained.
+    failed = (err) => {
+      req.unpipe(parser);
+      parser.removeAllListeners('file');
+      reject(err);
+    };
     parser.on('file', (_field, stream, info) => {
       const dest = info.filename || pathParam;
       if (!dest) {
         stream.resume();
-        reject(new SbxError('invalid_argument', 'path: a file part needs a filename or ?path='));
+        failed!(new SbxError('invalid_argument', 'path: a file part needs a filename or ?path='));
         return;
       }
       const path = resolveUserPath(uf.home, dest);
       // The box filesystem consumes the part as it arrives; busboy waits for it before the next.
       const body = new PassThrough();
       stream.pipe(body);
-      writes.push(uf.files.writeFile(path, body).then(() => ({ name: posix.basename(path), type: 'file' as const, path })));
+      const written = uf.files.writeFile(path, body).then(() => ({ name: posix.basename(path), type: 'file' as const, path }));
+      written.catch((err: unknown) => {
+        stream.unpipe(body);
+        stream.resume();
+        failed!(err);
+      });
+      writes.push(written);
     });
-    parser.on('error', reject);
+    parser.on('error', (err) => failed!(err));
     parser.on('close', resolve);
   });
   req.pipe(parser);
