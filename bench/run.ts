@@ -28,6 +28,7 @@ import { EXEC_MEMORY_ROW, IDLE_BOXES, MEMORY_ROWS, memoryFailed, memoryRows } fr
 import { agentRowNames, runAgentRows } from './rows/agent.js';
 import { runWarmRows, warmRowNames } from './rows/warm.js';
 import { TRANSPORT_ROW_NAMES, runTransportRows } from './rows/transport.js';
+import { E2B_ROW_NAMES, runE2bRows } from './rows/e2b.js';
 import { concurrencyRows, latencyRows } from './rows/boxes.js';
 import { WORKSPACE_ROW_NAME, fileRows } from './rows/files.js';
 import { RawSubject } from './subjects/raw.js';
@@ -112,6 +113,7 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     ...agentRowNames(),
     ...warmRowNames(),
     ...TRANSPORT_ROW_NAMES,
+    ...E2B_ROW_NAMES,
   ];
   const picked = selectNames(all, run.args.only);
   if (picked.size === 0) throw new UsageError(`--only ${run.args.only}: no row matches; rows are ${all.join(', ')}`);
@@ -152,6 +154,9 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     results.push(
       ...(await runTransportRows(run.ctx, { managerName: `${run.managerName}-tr`, dataDir: join(run.tmp, 'transport'), runId: run.runId, only: picked })),
     );
+  }
+  if (E2B_ROW_NAMES.some((n) => picked.has(n))) {
+    results.push(...(await runE2bRows(run.ctx, { managerName: `${run.managerName}-e2b`, dataDir: join(run.tmp, 'e2b'), runId: run.runId, only: picked })));
   }
   if (warmRowNames().some((n) => picked.has(n))) {
     results.push(...(await runWarmRows(run.ctx, { managerName: `${run.managerName}-wm`, dataDir: join(run.tmp, 'warm'), runId: run.runId, only: picked })));

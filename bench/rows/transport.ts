@@ -156,8 +156,10 @@ export class WsSubject extends HttpSubject {
   }
 }
 
-function twin(prefix: string, only: ReadonlySet<string> | undefined): AnyRow<Subject>[] {
-  const names = TWINS.find(([p]) => p === prefix)?.[1] ?? [];
+const namesOf = (prefix: string): string[] => TWINS.find(([p]) => p === prefix)?.[1] ?? [];
+
+/** The latency rows named `names`, renamed `<prefix> <name>` and noted as against the library, as `only` allows. */
+export function twinRows(prefix: string, names: readonly string[], only: ReadonlySet<string> | undefined): AnyRow<Subject>[] {
   return latencyRows
     .filter((r) => names.includes(r.name) && (!only || only.has(`${prefix} ${r.name}`)))
     .map((r) => ({ ...r, name: `${prefix} ${r.name}`, note: `${r.note ?? ''} (vs library)`.trim() }));
@@ -181,9 +183,9 @@ export async function runTransportRows(
     const nodeHttp = new NodeHttpSubject(server.url, key, opts.runId);
     nodeHttpClose = () => nodeHttp.close();
     return [
-      ...(await runPairRows(twin('HTTP', opts.only), http, lib as unknown as Subject, ctx)),
-      ...(await runPairRows(twin('HTTP node:http', opts.only), nodeHttp, lib as unknown as Subject, ctx)),
-      ...(await runPairRows(twin('WS', opts.only), ws, lib as unknown as Subject, ctx)),
+      ...(await runPairRows(twinRows('HTTP', namesOf('HTTP'), opts.only), http, lib as unknown as Subject, ctx)),
+      ...(await runPairRows(twinRows('HTTP node:http', namesOf('HTTP node:http'), opts.only), nodeHttp, lib as unknown as Subject, ctx)),
+      ...(await runPairRows(twinRows('WS', namesOf('WS'), opts.only), ws, lib as unknown as Subject, ctx)),
     ];
   } finally {
     await nodeHttpClose?.();

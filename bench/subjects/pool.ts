@@ -16,10 +16,15 @@ export class PoolSubject implements Subject<PoolRef> {
     readonly name: string,
     readonly manager: Manager,
     private readonly labels: Record<string, string>,
+    private readonly image: string,
   ) {}
 
   /** `name` names the side in the table and, with `managerName`, the Manager instance. */
-  static async open(name: string, pool: Partial<PoolConfig>, opts: { managerName: string; dataDir: string; runId: string }): Promise<PoolSubject> {
+  static async open(
+    name: string,
+    pool: Partial<PoolConfig>,
+    opts: { managerName: string; dataDir: string; runId: string; image?: string },
+  ): Promise<PoolSubject> {
     const manager = new Manager({
       name: `${opts.managerName}-${name}`,
       pools: [{ name: 'local', addr: 'local', ...pool }],
@@ -27,11 +32,11 @@ export class PoolSubject implements Subject<PoolRef> {
       cleanupIntervalMs: 0,
     });
     await manager.start();
-    return new PoolSubject(name, manager, { [BENCH_LABEL]: opts.runId });
+    return new PoolSubject(name, manager, { [BENCH_LABEL]: opts.runId }, opts.image ?? BASE_IMAGE);
   }
 
   async create(): Promise<PoolRef> {
-    const box = await this.manager.create({ image: BASE_IMAGE, labels: this.labels });
+    const box = await this.manager.create({ image: this.image, labels: this.labels });
     return { id: box.id, box };
   }
   async exec(ref: PoolRef, cmd: string[]): Promise<ExecOutcome> {
