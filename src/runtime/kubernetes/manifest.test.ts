@@ -1,0 +1,144 @@
+// Pod manifests from specs. These pin what the pod asks Kubernetes for; whether Kubernetes does
+// it (limits enforced, users applied, argv unchanged) is for the tests against a real cluster.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { isSbxError } from '../../errors.js';
+import type { ContainerSpec } from '../types.js';
+import { AGENT_BIN, LABELS_ANNOTATION, MAIN_CONTAINER, NAME_ANNOTATION, podManifest, tmpfsSize, workspaceClaimName } from './manifest.js';
+
+const base: ContainerSpec = { image: 'sbx-base:latest' };
+const opts = { name: 'sbx-abc123', namespace: 'sbx-test' };
+const main = (spec: ContainerSpec, o: Parameters<typeof podManifest>[1] = opts) => {
+  const pod = podManifest(spec, o);
+  const c = pod.spec!.containers.find((x) => x.name === MAIN_CONTAINER);
+  assert.ok(c, 'the pod has its main container');
+  return { pod, c };
+};
+
+test('every label is kept in the annotation; only valid Kubernetes labels become labels', () => {
+  const labels = {
+    'sbx.managed-by': 'sbx',
+    'sbx.id': 'box-1',
+    'sbx.created-at': '2026-12-04T11:00:00.000Z',
+    'sbx.mount-path': '/workspace',
+    'sbx.label.team': 'a b',
+    'sbx.workspace': '',
+  };
+  const { pod } = main({ ...base, name: 'My_Box', labels });
+  assert.deepEqual(JSON.parse(pod.metadata!.annotations![LABELS_ANNOTATION]!), labels);
+  assert.deepEqual(pod.metadata!.labels, { 'sbx.managed-by': 'sbx', 'sbx.id': 'box-1', 'sbx.workspace': '' });
+  assert.equal(pod.metadata!.annotations![NAME_ANNOTATION], 'My_Box');
+  assert.equal(pod.metadata!.name, 'sbx-abc123');
+  assert.equal(pod.metadata!.namespace, 'sbx-test');
+});
+
+test('memory and cpus become limits, and requests equal to them', () => {
+  const { c } = main({ ...base, memory: 256 * 1024 * 1024, cpus: 1.5 });
+  assert.deepEqual(c.resources, { limits: { memory: '268435456', cpu: '1500m' }, requests: { memory: '268435456', cpu: '1500m' } });
+  assert.equal(main({ ...base, cpus: 0.0001 + 0.01 }).c.resources!.limits!['cpu'], '10m');
+  assert.equal(main(base).c.resources, undefined);
+});
+
+test('the security context drops every capability but the added ones, with seccomp and no escalation', () => {
+  const { pod, c } = main({ ...base, user: '1000:1001', security: { capDrop: ['ALL'], capAdd: ['KILL', 'SETUID'], readOnlyRootfs: true } });
+  assert.deepEqual(c.securityContext, {
+    allowPrivilegeEscalation: false,
+    capabilities: { drop: ['ALL'], add: ['KILL', 'SETUID'] },
+    seccompProfile: { type: 'RuntimeDefault' },
+    readOnlyRootFilesystem: true,
+    runAsUser: 1000,
+    runAsGroup: 1001,
+  });
+  assert.equal(pod.spec!.automountServiceAccountToken, false);
+  assert.equal(pod.spec!.restartPolicy, 'Never');
+  assert.equal(c.imagePullPolicy, 'IfNotPresent');
+  assert.deepEqual(pod.spec!.securityContext, { seccompProfile: { type: 'RuntimeDefault' } });
+  const plain = main({ ...base, user: '1000' }).c.securityContext!;
+  assert.equal(plain.runAsUser, 1000);
+  assert.equal(plain.runAsGroup, undefined);
+  assert.deepEqual(plain.capabilities, { drop: ['ALL'] });
+  assert.equal(plain.readOnlyRootFilesystem, false);
+});
+
+test('a user name is invalid_argument naming user: Kubernetes takes only ids', () => {
+  assert.throws(
+    () => podManifest({ ...base, user: 'sandbox' }, opts),
+    (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'user',
+  );
+});
+
+test('argv with spaces, quotes and $(…) stays argv, never a shell string', () => {
+  const argv = ['printf', '%s\\n', 'two words', `it's "quoted"`, '$(id -u)', '`id`', '; rm -rf /'];
+  const { c } = main({ ...base, entrypoint: ['/bin/env'], cmd: argv });
+  assert.deepEqual(c.command, ['/bin/env']);
+  assert.deepEqual(c.args, argv);
+  // Only what the spec says: the image's entrypoint and CMD stay when the spec has none.
+  const bare = main(base).c;
+  assert.equal(bare.command, undefined);
+  assert.equal(bare.args, undefined);
+});
+
+test('the in-box agent: an init container copies it into an emptyDir, the box command is its child', () => {
+  const cmd = ['/bin/sh', '-c', "trap 'exit 0' TERM; while :; do sleep 86400 & wait $!; done"];
+  const { pod, c } = main({ ...base, cmd }, { ...opts, agent: { image: 'sbx-agent:1', path: '/sbx-agent' } });
+  assert.deepEqual(c.command, [AGENT_BIN, 'init', '--', ...cmd]);
+  assert.equal(c.args, undefined);
+  const init = pod.spec!.initContainers![0]!;
+  assert.deepEqual(init.command, ['cp', '/sbx-agent', AGENT_BIN]);
+  assert.equal(init.image, 'sbx-agent:1');
+  const vol = pod.spec!.volumes!.find((v) => v.emptyDir && v.name === init.volumeMounts![0]!.name);
+  assert.ok(vol, 'the binary goes to an emptyDir');
+  assert.deepEqual(
+    c.volumeMounts!.find((m) => m.name === vol.name),
+    { name: vol.name, mountPath: '/.sbx', readOnly: true },
+  );
+  assert.throws(
+    () => podManifest(base, { ...opts, agent: { image: 'sbx-agent:1', path: '/sbx-agent' } }),
+    (e) => isSbxError(e, 'invalid_argument'),
+  );
+});
+
+test('grace period, env, workDir, ports, RuntimeClass', () => {
+  const { pod, c } = main(
+    { ...base, env: { A: '1', B: 'x y' }, workDir: '/tmp', ports: [{ containerPort: 8080 }, { containerPort: 53, protocol: 'udp' }] },
+    { ...opts, terminationGracePeriodSeconds: 3, runtimeClassName: 'gvisor' },
+  );
+  assert.equal(pod.spec!.terminationGracePeriodSeconds, 3);
+  assert.equal(pod.spec!.runtimeClassName, 'gvisor');
+  assert.deepEqual(c.env, [
+    { name: 'A', value: '1' },
+    { name: 'B', value: 'x y' },
+  ]);
+  assert.equal(c.workingDir, '/tmp');
+  assert.deepEqual(c.ports, [
+    { containerPort: 8080, protocol: 'TCP' },
+    { containerPort: 53, protocol: 'UDP' },
+  ]);
+  assert.equal(main({ ...base, ociRuntime: 'kata' }, { ...opts, runtimeClassName: 'gvisor' }).pod.spec!.runtimeClassName, 'kata');
+});
+
+test('tmpfs and shm are memory emptyDirs; binds are the workspaces’ claims', () => {
+  const { pod, c } = main({
+    ...base,
+    shmSize: 1024,
+    security: { tmpfs: { '/tmp': 'rw,nosuid,size=64m' } },
+    binds: [{ hostPath: '/data/workspaces/ws-1', containerPath: '/workspace', readOnly: true }],
+  });
+  const byName = Object.fromEntries(pod.spec!.volumes!.map((v) => [v.name, v]));
+  const mountOf = (path: string) => c.volumeMounts!.find((m) => m.mountPath === path)!;
+  assert.deepEqual(byName[mountOf('/tmp').name]!.emptyDir, { medium: 'Memory', sizeLimit: '64Mi' });
+  assert.deepEqual(byName[mountOf('/dev/shm').name]!.emptyDir, { medium: 'Memory', sizeLimit: '1024' });
+  assert.deepEqual(byName[mountOf('/workspace').name]!.persistentVolumeClaim, { claimName: workspaceClaimName('/data/workspaces/ws-1'), readOnly: true });
+  assert.match(workspaceClaimName('/data/workspaces/ws-1'), /^sbx-ws-ws-1-[0-9a-f]{8}$/);
+  assert.notEqual(workspaceClaimName('/a/ws-1'), workspaceClaimName('/b/ws-1'));
+  assert.equal(tmpfsSize('rw,nodev'), undefined);
+  assert.equal(tmpfsSize('size=2g'), '2Gi');
+});
+
+test('a network other than the pod network is refused', () => {
+  assert.throws(
+    () => podManifest({ ...base, network: 'none' }, opts),
+    (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'network',
+  );
+  assert.doesNotThrow(() => podManifest({ ...base, network: 'bridge' }, opts));
+});

@@ -1,0 +1,244 @@
+/**
+ * ContainerSpec → Pod manifest (pure). A box is one pod whose container `main` runs the box's
+ * command; everything the Docker runtime keeps in container labels is kept here too, so
+ * recovery reads a pod as it reads a container.
+ */
+import { createHash } from 'node:crypto';
+import type { V1Container, V1Pod, V1SecurityContext, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
+import { invalidArgument } from '../../errors.js';
+import type { ContainerSpec } from '../types.js';
+
+/** The box's container in its pod; exec, logs and port-forward name it. */
+export const MAIN_CONTAINER = 'main';
+/**
+ * The full label map of a box, as JSON. Kubernetes label values are at most 63 characters of
+ * [A-Za-z0-9._-] (no `:` or `/`: no timestamps, no paths, no free text), sbx's are not: the
+ * annotation is the database, the Kubernetes labels below are only its selectable copy.
+ */
+export const LABELS_ANNOTATION = 'sbx.dev/labels';
+/** The name the caller gave (Docker names allow `_` and capitals, pod names do not). */
+export const NAME_ANNOTATION = 'sbx.dev/name';
+/** The spec's published ports, which a pod cannot publish; kept so inspect and dialPort know them. */
+export const PORTS_ANNOTATION = 'sbx.dev/ports';
+/** Set on a pod created with `dialAnyPort`: port-forward reaches every port, not only the listed ones. */
+export const DIAL_ANY_PORT_ANNOTATION = 'sbx.dev/dial-any-port';
+/** Marks a pod that runs the in-box agent as its entrypoint, with the agent's protocol version. */
+export const AGENT_ANNOTATION = 'sbx.dev/agent';
+
+/** Where the agent's binary is inside the box (the same path as on Docker) and the volume holding it. */
+export const AGENT_BIN = '/.sbx/sbx-agent';
+const AGENT_VOLUME = 'sbx-agent';
+
+export interface AgentImage {
+  /** An image holding the static agent binary at `path` and a `cp` (e.g. busybox plus the binary). */
+  image: string;
+  /** The binary's path inside that image. */
+  path: string;
+}
+
+export interface ManifestOptions {
+  /** The pod's name (a DNS label): the box's id on this runtime. */
+  name: string;
+  namespace: string;
+  /** RuntimeClass for every box (gVisor, Kata); the spec's `ociRuntime` wins when set. */
+  runtimeClassName?: string;
+  /** Run the in-box agent as the entrypoint (init container copies it in); absent: no agent. */
+  agent?: AgentImage;
+  /** Seconds Kubernetes waits after SIGTERM before SIGKILL when the pod is deleted. */
+  terminationGracePeriodSeconds?: number;
+}
+
+const LABEL_KEY = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
+const LABEL_VALUE = /^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$/;
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+
+/** Whether a label pair can be a Kubernetes label (and so a selector term) as it is. */
+export function isKubeLabel(key: string, value: string): boolean {
+  return LABEL_KEY.test(key) && key.length <= 317 && LABEL_VALUE.test(value);
+}
+
+/** The labels that Kubernetes accepts as they are: what selectors can find. */
+export function kubeLabels(labels: Record<string, string>): Record<string, string> {
+  return Object.fromEntries(Object.entries(labels).filter(([k, v]) => isKubeLabel(k, v)));
+}
+
+/** Whether a name can be a pod's name as it is. */
+export function isPodName(name: string): boolean {
+  return DNS_LABEL.test(name);
+}
+
+/**
+ * The PersistentVolumeClaim that holds a workspace, by the workspace directory a spec binds:
+ * `sbx-ws-<directory name, DNS-safe>-<8 hex of the path>`. Workspaces are directories to the
+ * layers above; on Kubernetes each is a claim of this name, which the workspace side creates.
+ */
+export function workspaceClaimName(hostPath: string): string {
+  const base = (hostPath.split('/').filter(Boolean).pop() ?? 'root')
+    .toLowerCase()
+    .replace(/[^a-z0-9-]+/g, '-')
+    .replace(/^-+|-+$/g, '')
+    .slice(0, 40);
+  const hash = createHash('sha256').update(hostPath).digest('hex').slice(0, 8);
+  return `sbx-ws-${base ? `${base}-` : ''}${hash}`;
+}
+
+/** `1000` or `1000:1000` → ids; a user name cannot be resolved by Kubernetes (no passwd lookup). */
+export function numericUser(user: string | undefined): { uid?: number; gid?: number } {
+  if (user === undefined || user === '') return {};
+  const m = /^(\d+)(?::(\d+))?$/.exec(user);
+  if (!m) throw invalidArgument('user', `must be a numeric uid or uid:gid on Kubernetes (the pod's securityContext takes ids), got '${user}'`);
+  return { uid: Number(m[1]), ...(m[2] !== undefined ? { gid: Number(m[2]) } : {}) };
+}
+
+/** `rw,nosuid,size=64m` → `64Mi`; undefined when no size is given. */
+export function tmpfsSize(options: string): string | undefined {
+  const size = options
+    .split(',')
+    .map((o) => o.trim())
+    .find((o) => o.startsWith('size='))
+    ?.slice(5);
+  if (!size) return undefined;
+  const m = /^(\d+)([kmg]?)$/i.exec(size);
+  if (!m) throw invalidArgument('security.tmpfs', `size '${size}' is not a number of bytes with an optional k, m or g`);
+  const unit = { '': '', k: 'Ki', m: 'Mi', g: 'Gi' }[m[2]!.toLowerCase() as '' | 'k' | 'm' | 'g'];
+  return `${m[1]}${unit}`;
+}
+
+/** CPU cores as millicores (`1.5` → `1500m`); Kubernetes' finest unit. */
+export function cpuQuantity(cores: number): string {
+  return `${Math.max(1, Math.round(cores * 1000))}m`;
+}
+
+/**
+ * The pod for a validated spec.
+ *
+ * Choices that differ from Docker, each for a reason:
+ * - capabilities: all dropped, then the spec's `capAdd` (Docker's defaults are not implied);
+ * - requests equal limits (what Kubernetes defaults to when only limits are given), so the
+ *   scheduler never places a box where its limit does not fit;
+ * - `pidsLimit` has no pod field (it is the kubelet's `podPidsLimit`) and is not applied;
+ * - `network` other than the pod network cannot be chosen per pod and is rejected;
+ * - ports cannot be published on a host: they become containerPorts, reached by port-forward.
+ */
+export function podManifest(spec: ContainerSpec, opts: ManifestOptions): V1Pod {
+  if (!isPodName(opts.name)) throw invalidArgument('name', `'${opts.name}' is not a valid pod name (a DNS label)`);
+  if (spec.network !== undefined && spec.network !== 'bridge' && spec.network !== 'default') {
+    throw invalidArgument('network', `'${spec.network}' cannot be chosen per pod on Kubernetes: boxes use the pod network (a NetworkPolicy restricts it)`);
+  }
+  const user = numericUser(spec.user);
+  const labels = spec.labels ?? {};
+  const volumes: V1Volume[] = [];
+  const mounts: V1VolumeMount[] = [];
+
+  for (const [i, b] of (spec.binds ?? []).entries()) {
+    volumes.push({ name: `ws-${i}`, persistentVolumeClaim: { claimName: workspaceClaimName(b.hostPath), readOnly: b.readOnly ?? false } });
+    mounts.push({ name: `ws-${i}`, mountPath: b.containerPath, readOnly: b.readOnly ?? false });
+  }
+  for (const [i, [path, options]] of Object.entries(spec.security?.tmpfs ?? {}).entries()) {
+    const sizeLimit = tmpfsSize(options);
+    volumes.push({ name: `tmpfs-${i}`, emptyDir: { medium: 'Memory', ...(sizeLimit ? { sizeLimit } : {}) } });
+    mounts.push({ name: `tmpfs-${i}`, mountPath: path });
+  }
+  if (spec.shmSize) {
+    volumes.push({ name: 'dshm', emptyDir: { medium: 'Memory', sizeLimit: String(spec.shmSize) } });
+    mounts.push({ name: 'dshm', mountPath: '/dev/shm' });
+  }
+
+  const security = containerSecurity(spec, user);
+  const main: V1Container = {
+    name: MAIN_CONTAINER,
+    image: spec.image,
+    // No registry is assumed: an image already on the node is used, a missing one is pulled.
+    imagePullPolicy: 'IfNotPresent',
+    ...command(spec, opts.agent),
+    ...(spec.env ? { env: Object.entries(spec.env).map(([name, value]) => ({ name, value })) } : {}),
+    ...(spec.workDir ? { workingDir: spec.workDir } : {}),
+    ...(spec.ports?.length ? { ports: spec.ports.map((p) => ({ containerPort: p.containerPort, protocol: p.protocol === 'udp' ? 'UDP' : 'TCP' })) } : {}),
+    ...resources(spec),
+    securityContext: security,
+    stdin: false,
+    tty: false,
+  };
+
+  const initContainers: V1Container[] = [];
+  if (opts.agent) {
+    volumes.push({ name: AGENT_VOLUME, emptyDir: {} });
+    mounts.push({ name: AGENT_VOLUME, mountPath: '/.sbx', readOnly: true });
+    initContainers.push({
+      name: 'sbx-agent-install',
+      image: opts.agent.image,
+      imagePullPolicy: 'IfNotPresent',
+      // argv, no shell: the image needs only its `cp`.
+      command: ['cp', opts.agent.path, AGENT_BIN],
+      volumeMounts: [{ name: AGENT_VOLUME, mountPath: '/.sbx' }],
+      securityContext: {
+        allowPrivilegeEscalation: false,
+        capabilities: { drop: ['ALL'] },
+        seccompProfile: { type: 'RuntimeDefault' },
+        readOnlyRootFilesystem: true,
+      },
+    });
+  }
+  if (mounts.length) main.volumeMounts = mounts;
+
+  const annotations: Record<string, string> = { [LABELS_ANNOTATION]: JSON.stringify(labels) };
+  if (spec.name !== undefined) annotations[NAME_ANNOTATION] = spec.name;
+  if (spec.ports?.length) annotations[PORTS_ANNOTATION] = JSON.stringify(spec.ports);
+  if (spec.dialAnyPort) annotations[DIAL_ANY_PORT_ANNOTATION] = 'true';
+  if (opts.agent) annotations[AGENT_ANNOTATION] = '1';
+
+  const runtimeClassName = spec.ociRuntime ?? opts.runtimeClassName;
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name: opts.name, namespace: opts.namespace, labels: kubeLabels(labels), annotations },
+    spec: {
+      containers: [main],
+      ...(initContainers.length ? { initContainers } : {}),
+      ...(volumes.length ? { volumes } : {}),
+      // A box is a process, not a service: it is never restarted (unless-stopped has no pod equivalent).
+      restartPolicy: 'Never',
+      // Boxes run untrusted code: no credentials of the cluster in them.
+      automountServiceAccountToken: false,
+      enableServiceLinks: false,
+      ...(opts.terminationGracePeriodSeconds !== undefined ? { terminationGracePeriodSeconds: opts.terminationGracePeriodSeconds } : {}),
+      ...(runtimeClassName ? { runtimeClassName } : {}),
+      securityContext: { seccompProfile: { type: 'RuntimeDefault' } },
+    },
+  };
+}
+
+/** The container's entrypoint and args: the agent in front of the box's command when it has one. */
+function command(spec: ContainerSpec, agent: AgentImage | undefined): Pick<V1Container, 'command' | 'args'> {
+  if (!agent) {
+    // Kubernetes' command/args are Docker's entrypoint/cmd: each left out keeps the image's.
+    return { ...(spec.entrypoint ? { command: spec.entrypoint } : {}), ...(spec.cmd ? { args: spec.cmd } : {}) };
+  }
+  // The agent's child is the box command; without an entrypoint or cmd in the spec the image's
+  // cannot be read here (no image inspect on Kubernetes), so the spec must give the command.
+  const child = [...(spec.entrypoint ?? []), ...(spec.cmd ?? [])];
+  if (child.length === 0)
+    throw invalidArgument('cmd', 'a box with the in-box agent on Kubernetes needs its command in the spec (the image config is not read)');
+  return { command: [AGENT_BIN, 'init', '--', ...child] };
+}
+
+function resources(spec: ContainerSpec): Pick<V1Container, 'resources'> {
+  const limits: Record<string, string> = {};
+  if (spec.memory) limits['memory'] = String(spec.memory);
+  if (spec.cpus) limits['cpu'] = cpuQuantity(spec.cpus);
+  return Object.keys(limits).length ? { resources: { limits, requests: { ...limits } } } : {};
+}
+
+function containerSecurity(spec: ContainerSpec, user: { uid?: number; gid?: number }): V1SecurityContext {
+  const sec = spec.security ?? {};
+  // Everything dropped, then only what the spec adds: Docker's default set is not implied.
+  const add = sec.capAdd ?? [];
+  return {
+    allowPrivilegeEscalation: false,
+    capabilities: { drop: ['ALL'], ...(add.length ? { add } : {}) },
+    seccompProfile: { type: 'RuntimeDefault' },
+    readOnlyRootFilesystem: sec.readOnlyRootfs ?? false,
+    ...(user.uid !== undefined ? { runAsUser: user.uid } : {}),
+    ...(user.gid !== undefined ? { runAsGroup: user.gid } : {}),
+  };
+}
