@@ -499,8 +499,10 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
         'the default event type',
       );
       const gaps = seen.slice(1).map((e, i) => e.at - seen[i]!.at);
+      // Sent 100 ms apart; on a loaded machine one may be late and the next then follows closer,
+      // but a buffering hop would hand several over together (gaps of a few ms) or all at the end.
       assert.ok(
-        gaps.every((g) => g >= 50),
+        gaps.every((g) => g >= 20),
         `each event arrived on its own (gaps ${gaps.join(', ')} ms)`,
       );
       assert.ok(seen.at(-1)!.at - seen[0]!.at >= 300, 'the stream took its 400 ms');
