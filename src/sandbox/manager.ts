@@ -614,6 +614,18 @@ export class Manager {
       .digest();
   }
 
+  /**
+   * A secret bound to one live box under `label` (the e2b envd access token): HMAC of the box id
+   * and the box's own random nonce under derivedKey(label), so it dies with the box and a later
+   * box under the same id gets another. not_found for a box this Manager does not know.
+   */
+  async boxSecret(label: string, boxId: string): Promise<Buffer> {
+    const nonce = this.known(boxId).record.tokenNonce;
+    return createHmac('sha256', await this.derivedKey(label))
+      .update(`${boxId}.${nonce}`)
+      .digest();
+  }
+
   /** Throws unauthorized or forbidden unless `token` is a live port access token for this box and port (on the Manager's clock). */
   async verifyPortToken(token: string, want: { boxId: string; port: number }): Promise<void> {
     verifyPortToken(await this.portTokenKey(), token, { ...want, now: this.now() });

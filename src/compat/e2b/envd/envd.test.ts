@@ -287,6 +287,17 @@ describe('access and errors', () => {
     await assert.rejects(crossed.commands.run('true'), (err: Error) => err.name === 'AuthenticationError');
   });
 
+  test('the token of a removed box does not open a new box under the same id', async () => {
+    const id = `reused-${process.pid}`;
+    const first = await srv.manager.create({ id, image: testEnv.e2bImage });
+    const oldToken = await envdAccessToken(srv.manager, id);
+    await first.remove();
+    await srv.manager.create({ id, image: testEnv.e2bImage });
+    assert.notEqual(await envdAccessToken(srv.manager, id), oldToken);
+    await assert.rejects(sdkSandbox(id, oldToken).commands.run('true'), (err: Error) => err.name === 'AuthenticationError');
+    assert.equal((await sdkSandbox(id, await envdAccessToken(srv.manager, id)).commands.run('echo ok')).stdout, 'ok\n');
+  });
+
   test('an image without bash: commands fail with a NotFoundError naming /bin/bash', async () => {
     const sbx = await sandboxFor(testEnv.baseImage);
     await assert.rejects(sbx.commands.run('echo hi'), (err: Error) => err.name === 'NotFoundError' && /\/bin\/bash/.test(err.message));

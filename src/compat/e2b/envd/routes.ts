@@ -153,8 +153,8 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
     const id = req.headers['e2b-sandbox-id'];
     if (typeof id !== 'string' || id === '') throw new SbxError('invalid_argument', 'E2b-Sandbox-Id: the sandbox id header is required');
     const token = req.headers['x-access-token'];
-    await verifyEnvdAccessToken(ctx.manager, id, typeof token === 'string' ? token : undefined);
     try {
+      await verifyEnvdAccessToken(ctx.manager, id, typeof token === 'string' ? token : undefined);
       return await ctx.manager.get(id);
     } catch (err) {
       if (isSbxError(err) && err.code === 'not_found') throw new SbxError('runtime_unavailable', `sandbox ${id} is not running`, { cause: err });
