@@ -1,13 +1,17 @@
 import { invalidArgument } from '../errors.js';
 import { DockerRuntime } from './docker/runtime.js';
+import { isKubeAddress } from './kubernetes/address.js';
+import { KubernetesRuntime } from './kubernetes/runtime.js';
 import type { Runtime, RuntimeOptions } from './types.js';
 
 export * from './types.js';
 export { DockerRuntime } from './docker/runtime.js';
+export { KubernetesRuntime } from './kubernetes/runtime.js';
 
 /**
- * Opens the Runtime an address names. Every address today is a Docker Engine's (`local`,
- * `unix://`, `tcp://`, `ssh://`); the remote node agent and Kubernetes get schemes of their own.
+ * Opens the Runtime an address names: a Docker Engine's (`local`, `unix://`, `tcp://`, `ssh://`)
+ * or a Kubernetes namespace's (`k8s://?kubeconfig=…&context=…&namespace=…`, see
+ * kubernetes/address.ts); the remote node agent gets a scheme of its own.
  * The connection is lazy: nothing is dialled until the first call, so opening never fails on an
  * unreachable engine (the first call does, with `runtime_unavailable`).
  *
@@ -17,5 +21,6 @@ export { DockerRuntime } from './docker/runtime.js';
  */
 export function openRuntime(addr: string, options: RuntimeOptions = {}): Runtime {
   if (typeof addr !== 'string' || addr.trim() === '') throw invalidArgument('addr', "empty runtime address; use 'local' for the local Docker Engine");
+  if (isKubeAddress(addr)) return new KubernetesRuntime(addr, options);
   return new DockerRuntime(addr, options);
 }

@@ -274,6 +274,17 @@ export interface RuntimeResources {
 export interface RuntimeCapabilities {
   /** Host directories of the machine sbx runs on can be mounted into boxes (workspaces). */
   hostMounts: boolean;
+  /**
+   * A stopped box can be started again, its filesystem kept (absent means true). Kubernetes:
+   * false, `stop` deletes the pod (a pod never runs again once its container ended).
+   */
+  stopStart?: boolean;
+  /** `ports` are published on a host address and listed by `inspect` (absent means true). Kubernetes: false, `dialPort` reaches them. */
+  publishedPorts?: boolean;
+  /** `pidsLimit` is enforced per box (absent means true). Kubernetes: false, it is the kubelet's `podPidsLimit`, one for every pod of a node. */
+  pidsLimit?: boolean;
+  /** An exec may run as another user than the box's (absent means true). Kubernetes: false until the in-box agent serves exec there. */
+  execUser?: boolean;
 }
 
 export interface Runtime {

@@ -103,8 +103,11 @@ export interface ChannelSession {
   destroy(): void;
 }
 
-/** Runs the protocol over an open socket. */
-export function channelSession(ws: ChannelSocket, what: string): ChannelSession {
+/**
+ * Runs the protocol over an open socket. With `tty`, `stdin.end()` types ^D (as a terminal
+ * does) rather than closing stdin, which would hang up the terminal.
+ */
+export function channelSession(ws: ChannelSocket, what: string, opts: { tty?: boolean } = {}): ChannelSession {
   const stdout = new PassThrough();
   const stderr = new PassThrough();
   const halfClose = ws.protocol === 'v5.channel.k8s.io';
@@ -185,8 +188,10 @@ export function channelSession(ws: ChannelSocket, what: string): ChannelSession 
       next();
     },
     final(cb) {
+      if (closed) return cb();
+      if (opts.tty) return ws.send(frame(CHANNEL.stdin, '\x04'), () => cb());
       // v4 has no way to say EOF but closing the whole connection, which would lose the output.
-      if (closed || !halfClose) return cb();
+      if (!halfClose) return cb();
       ws.send(closeFrame(CHANNEL.stdin), () => cb());
     },
   });

@@ -1,0 +1,57 @@
+/**
+ * A TCP connection to a port of a pod through the API server's port-forward
+ * (`/pods/<name>/portforward?ports=<p>` over WebSocket, protocol `v4.channel.k8s.io`): channel 0
+ * carries the data, channel 1 the kubelet's error text; the first message on each is the port
+ * number (2 bytes, little-endian). There is no half-close: ending the write side is kept until
+ * the connection is closed by either side.
+ */
+import { Duplex } from 'node:stream';
+import { SbxError } from '../../errors.js';
+import type { KubeConnection } from './connection.js';
+import { frame } from './exec-channel.js';
+
+export const PORT_FORWARD_PROTOCOLS = ['v4.channel.k8s.io'];
+
+export async function portForward(conn: KubeConnection, pod: string, port: number, signal?: AbortSignal): Promise<Duplex> {
+  const path = `/api/v1/namespaces/${encodeURIComponent(conn.namespace)}/pods/${encodeURIComponent(pod)}/portforward?ports=${port}`;
+  const ws = await conn.openWebSocket(path, PORT_FORWARD_PROTOCOLS, `port-forward to port ${port} of pod ${pod}`, signal);
+  const prefixed = [false, false];
+  const duplex = new Duplex({
+    read() {
+      ws.resume();
+    },
+    write(chunk: Buffer, _enc, cb) {
+      ws.send(frame(0, chunk), (err) => cb(err ?? null));
+    },
+    final(cb) {
+      cb();
+    },
+    destroy(err, cb) {
+      ws.terminate();
+      cb(err);
+    },
+  });
+  ws.on('message', (raw: Buffer, isBinary: boolean) => {
+    if (!isBinary || raw.length === 0) return;
+    const channel = raw[0]!;
+    let payload = raw.subarray(1);
+    if (channel <= 1 && !prefixed[channel]) {
+      // The port number, once per channel, before any data.
+      prefixed[channel] = true;
+      payload = payload.subarray(2);
+    }
+    if (payload.length === 0) return;
+    if (channel === 0 && !duplex.push(payload)) ws.pause();
+    // The kubelet could not connect (nothing listens) or lost the connection.
+    if (channel === 1) {
+      duplex.destroy(
+        new SbxError('not_available', `port ${port} of pod ${pod} is not listening (${payload.toString('utf8').trim()})`, {
+          details: { id: pod, port, reason: 'port_not_listening' },
+        }),
+      );
+    }
+  });
+  ws.on('close', () => duplex.push(null));
+  ws.on('error', (err) => duplex.destroy(err));
+  return duplex;
+}

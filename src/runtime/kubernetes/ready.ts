@@ -1,0 +1,107 @@
+/**
+ * Waits until a pod is ready, by a watch on that one pod (no fixed-interval poll), bounded by a
+ * timeout. A failure says why in Kubernetes' words: a fatal waiting reason at once
+ * (ErrImageNeverPull, …), else at the timeout the latest waiting reason, failed schedule
+ * (Unschedulable) or event (ImagePullBackOff, FailedMount, …).
+ */
+import type { CoreV1Event, V1Pod } from '@kubernetes/client-node';
+import { SbxError } from '../../errors.js';
+import type { KubeConnection } from './connection.js';
+import { toSbxError } from './errors.js';
+import { FATAL_WAITING, isReady, lastEvent, notReadyReason, statusOf } from './pod-state.js';
+import { MAIN_CONTAINER } from './manifest.js';
+
+function imageOf(pod: V1Pod): string {
+  return pod.spec?.containers.find((c) => c.name === MAIN_CONTAINER)?.image ?? '';
+}
+
+/** The error for a pod that will not become ready, typed by its reason. */
+export function notReadyError(pod: V1Pod, why: { reason: string; message: string } | undefined, address: string, timedOutMs?: number): SbxError {
+  const name = pod.metadata?.name ?? '';
+  const reason = why?.reason ?? 'Unknown';
+  const text = `${why?.reason ?? 'no reason given'}${why?.message ? `: ${why.message}` : ''}`;
+  const details = { id: name, reason, ...(timedOutMs !== undefined ? { timeoutMs: timedOutMs } : {}) };
+  if (/^(ErrImageNeverPull|ErrImagePull|ImagePullBackOff|InvalidImageName)$/.test(reason)) {
+    return new SbxError('not_found', `image ${imageOf(pod)} is not available to pod ${name} on ${address} (${text})`, {
+      details: { ...details, image: imageOf(pod) },
+    });
+  }
+  if (timedOutMs !== undefined) return new SbxError('timeout', `pod ${name} was not ready within ${timedOutMs} ms on ${address} (${text})`, { details });
+  if (statusOf(pod) === 'exited') return new SbxError('conflict', `pod ${name} has ended and cannot start again (${text})`, { details });
+  return new SbxError('internal', `pod ${name} cannot start on ${address} (${text})`, { details });
+}
+
+async function eventsOf(conn: KubeConnection, name: string): Promise<CoreV1Event[]> {
+  try {
+    const list = await conn.core.listNamespacedEvent({ namespace: conn.namespace, fieldSelector: `involvedObject.name=${name},involvedObject.kind=Pod` });
+    return list.items;
+  } catch {
+    return [];
+  }
+}
+
+/** Resolves when the pod is ready; rejects with the reason when it cannot be or the time is up. */
+export async function untilReady(conn: KubeConnection, name: string, timeoutMs: number): Promise<V1Pod> {
+  const what = `pod ${name}`;
+  let pod: V1Pod;
+  try {
+    pod = await conn.core.readNamespacedPod({ name, namespace: conn.namespace });
+  } catch (err) {
+    throw toSbxError(err, conn.address.raw, what);
+  }
+  const verdict = (p: V1Pod): 'ready' | SbxError | undefined => {
+    if (isReady(p)) return 'ready';
+    const why = notReadyReason(p);
+    if (statusOf(p) === 'exited' || statusOf(p) === 'removing' || (why && FATAL_WAITING.has(why.reason))) return notReadyError(p, why, conn.address.raw);
+    return undefined;
+  };
+  const first = verdict(pod);
+  if (first === 'ready') return pod;
+  if (first) throw first;
+
+  return new Promise<V1Pod>((resolve, reject) => {
+    let settled = false;
+    let abort: AbortController | undefined;
+    const finish = (result: V1Pod | SbxError) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      abort?.abort();
+      if (result instanceof SbxError) reject(result);
+      else resolve(result);
+    };
+    const timer = setTimeout(() => {
+      void (async () => {
+        const events = await eventsOf(conn, name);
+        finish(notReadyError(pod, notReadyReason(pod) ?? lastEvent(events), conn.address.raw, timeoutMs));
+      })();
+    }, timeoutMs);
+    const watch = () =>
+      conn.watcher
+        .watch(
+          `/api/v1/namespaces/${conn.namespace}/pods`,
+          { fieldSelector: `metadata.name=${name}`, resourceVersion: pod.metadata?.resourceVersion, allowWatchBookmarks: false },
+          (type: string, obj: V1Pod) => {
+            if (type === 'DELETED') return finish(new SbxError('not_found', `pod ${name} was deleted while starting`, { details: { id: name } }));
+            if (type !== 'ADDED' && type !== 'MODIFIED') return;
+            pod = obj;
+            const v = verdict(obj);
+            if (v === 'ready') finish(obj);
+            else if (v) finish(v);
+          },
+          (err: unknown) => {
+            // The API server ends watches now and then: watch again from the last version seen.
+            if (!settled && !err) void watch();
+            else if (!settled) finish(toSbxError(err, conn.address.raw, `watch ${what}`));
+          },
+        )
+        .then(
+          (c) => {
+            abort = c;
+            if (settled) c.abort();
+          },
+          (err: unknown) => finish(toSbxError(err, conn.address.raw, `watch ${what}`)),
+        );
+    void watch();
+  });
+}

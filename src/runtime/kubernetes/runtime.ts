@@ -1,0 +1,387 @@
+import { randomBytes } from 'node:crypto';
+import type { Duplex } from 'node:stream';
+import type { V1Pod } from '@kubernetes/client-node';
+import { SbxError, invalidArgument } from '../../errors.js';
+import { validateExec, validateExecStream, validateSpec } from '../spec.js';
+import type {
+  ContainerEvent,
+  ContainerInfo,
+  ContainerListOptions,
+  ContainerSpec,
+  ContainerStats,
+  ContainerSummary,
+  ExecOptions,
+  ExecResult,
+  ExecStream,
+  ExecStreamOptions,
+  PortSpec,
+  ProcessInfo,
+  Runtime,
+  RuntimeCapabilities,
+  RuntimeOptions,
+  RuntimeResources,
+  RuntimeVersion,
+} from '../types.js';
+import { parseKubeAddress } from './address.js';
+import type { KubeAddress } from './address.js';
+import { KubeConnection } from './connection.js';
+import { toSbxError } from './errors.js';
+import { kubeExec, kubeExecStream } from './exec.js';
+import { KubeImages } from './images.js';
+import { DIAL_ANY_PORT_ANNOTATION, MAIN_CONTAINER, PORTS_ANNOTATION, isKubeLabel, isPodName, podManifest } from './manifest.js';
+import type { AgentImage } from './manifest.js';
+import { infoOf, isRunning, labelsOf, statusOf, summaryOf } from './pod-state.js';
+import { portForward } from './port-forward.js';
+import { untilReady } from './ready.js';
+
+/** What a Kubernetes pool can set beyond the engine-neutral options. */
+export interface KubernetesRuntimeOptions extends RuntimeOptions {
+  /** RuntimeClass of every box (gVisor, Kata), unless the spec names one (`ociRuntime`). */
+  runtimeClassName?: string;
+  /** The in-box agent's image; absent: boxes run without the agent (exec through the API server). */
+  agentImage?: AgentImage;
+  /** How long `start` waits for the pod to be ready (default 120 s: a first pull of a large image). */
+  readyTimeoutMs?: number;
+}
+
+const DEFAULT_READY_TIMEOUT_MS = 120_000;
+/** How long `remove` waits for the pod to be gone. */
+const REMOVE_WAIT_MS = 60_000;
+
+/**
+ * The Runtime for a Kubernetes namespace: a box is one pod (docs/kubernetes.md, "Runtime").
+ *
+ * @example
+ * const rt = new KubernetesRuntime('k8s://?kubeconfig=/etc/sbx/kubeconfig&namespace=sbx');
+ * const id = await rt.create({ image: 'sbx-base:latest', cmd: ['sleep', 'infinity'] });
+ * await rt.start(id); // the pod is ready
+ * const { stdout } = await rt.exec(id, ['echo', 'hi']);
+ */
+export class KubernetesRuntime implements Runtime {
+  readonly address: string;
+  readonly images: KubeImages;
+  readonly capabilities: RuntimeCapabilities = { hostMounts: false, stopStart: false, publishedPorts: false, pidsLimit: false, execUser: false };
+  private readonly parsed: KubeAddress;
+  private connection: KubeConnection | undefined;
+  private readonly options: KubernetesRuntimeOptions;
+  /** Each pod's container user (immutable), for the exec user check. */
+  private readonly users = new Map<string, string | undefined>();
+
+  constructor(addr: string | KubeAddress, options: KubernetesRuntimeOptions = {}) {
+    this.parsed = typeof addr === 'string' ? parseKubeAddress(addr) : addr;
+    this.address = this.parsed.raw;
+    this.options = options;
+    this.images = new KubeImages(() => this.conn);
+  }
+
+  /** Loaded at first use, so opening never fails on a kubeconfig that is not there yet. */
+  private get conn(): KubeConnection {
+    this.connection ??= new KubeConnection(this.parsed);
+    return this.connection;
+  }
+
+  private fail(err: unknown, what: string): never {
+    throw toSbxError(err, this.address, what);
+  }
+
+  private async readPod(id: string): Promise<V1Pod> {
+    try {
+      return await this.conn.core.readNamespacedPod({ name: id, namespace: this.conn.namespace });
+    } catch (err) {
+      this.fail(err, `pod ${id}`);
+    }
+  }
+
+  async ping(): Promise<void> {
+    await this.version();
+  }
+
+  async version(): Promise<RuntimeVersion> {
+    try {
+      const v = await this.conn.versionApi.getCode();
+      const [os, arch] = (v.platform ?? '/').split('/');
+      return { engine: 'kubernetes', version: v.gitVersion, apiVersion: 'v1', os: os ?? '', arch: arch ?? '' };
+    } catch (err) {
+      this.fail(err, 'version');
+    }
+  }
+
+  async create(spec: ContainerSpec): Promise<string> {
+    const valid = validateSpec(spec);
+    // The name is the id: the caller's when it is a valid pod name, else a fresh one.
+    const name = valid.name && isPodName(valid.name) ? valid.name : `sbx-${randomBytes(6).toString('hex')}`;
+    const stopMs = Number(valid.labels?.['sbx.stop-timeout-ms']);
+    const pod = podManifest(valid, {
+      name,
+      namespace: this.conn.namespace,
+      ...(this.options.runtimeClassName ? { runtimeClassName: this.options.runtimeClassName } : {}),
+      ...(this.options.agentImage ? { agent: this.options.agentImage } : {}),
+      ...(Number.isFinite(stopMs) && stopMs > 0 ? { terminationGracePeriodSeconds: Math.ceil(stopMs / 1000) } : {}),
+    });
+    try {
+      await this.conn.core.createNamespacedPod({ namespace: this.conn.namespace, body: pod });
+    } catch (err) {
+      this.fail(err, `create pod from image ${valid.image}`);
+    }
+    return name;
+  }
+
+  /** Waits until the pod is ready (a pod starts by itself once created). */
+  async start(id: string): Promise<void> {
+    await untilReady(this.conn, id, this.options.readyTimeoutMs ?? DEFAULT_READY_TIMEOUT_MS);
+  }
+
+  /** Deletes the pod (after SIGTERM and the grace period): a pod cannot be stopped and started again. */
+  async stop(id: string, opts: { timeoutMs?: number } = {}): Promise<void> {
+    await this.delete(id, Math.max(0, Math.ceil((opts.timeoutMs ?? 2000) / 1000)));
+  }
+
+  async remove(id: string, opts: { force?: boolean } = {}): Promise<void> {
+    const pod = await this.readPod(id);
+    if (!opts.force && isRunning(pod)) throw new SbxError('conflict', `pod ${id} is running; remove it with force`, { details: { id } });
+    await this.delete(id, 0);
+  }
+
+  /** Deletes a pod and returns once it is gone (its name free again). */
+  private async delete(id: string, graceSeconds: number): Promise<void> {
+    try {
+      await this.conn.core.deleteNamespacedPod({ name: id, namespace: this.conn.namespace, gracePeriodSeconds: graceSeconds });
+    } catch (err) {
+      this.fail(err, `delete pod ${id}`);
+    }
+    this.users.delete(id);
+    await this.untilGone(id);
+  }
+
+  private async untilGone(id: string): Promise<void> {
+    const deadline = Date.now() + REMOVE_WAIT_MS;
+    for (let delay = 20; Date.now() < deadline; delay = Math.min(delay * 2, 500)) {
+      try {
+        await this.conn.core.readNamespacedPod({ name: id, namespace: this.conn.namespace });
+      } catch (err) {
+        if (toSbxError(err, this.address, `pod ${id}`).code === 'not_found') return;
+        this.fail(err, `pod ${id}`);
+      }
+      await new Promise((r) => setTimeout(r, delay));
+    }
+    throw new SbxError('timeout', `pod ${id} was still there ${REMOVE_WAIT_MS} ms after its delete`, { details: { id } });
+  }
+
+  async inspect(id: string): Promise<ContainerInfo> {
+    return infoOf(await this.readPod(id));
+  }
+
+  async list(opts: ContainerListOptions = {}): Promise<ContainerSummary[]> {
+    const want = Object.entries(opts.labels ?? {});
+    // Pairs Kubernetes can hold are selected by the API server; the rest are checked here.
+    const selector = want
+      .filter(([k, v]) => isKubeLabel(k, v === '' ? 'x' : v))
+      .map(([k, v]) => (v === '' ? k : `${k}=${v}`))
+      .join(',');
+    let pods: V1Pod[];
+    try {
+      pods = (await this.conn.core.listNamespacedPod({ namespace: this.conn.namespace, ...(selector ? { labelSelector: selector } : {}) })).items;
+    } catch (err) {
+      this.fail(err, 'list pods');
+    }
+    return pods
+      .filter((p) => {
+        const labels = labelsOf(p);
+        return want.every(([k, v]) => (v === '' ? k in labels : labels[k] === v)) && ((opts.all ?? true) ? true : isRunning(p));
+      })
+      .map(summaryOf);
+  }
+
+  /** `ps` in the box (Kubernetes has no top): the image needs a `ps` that knows `-o`. */
+  async processes(id: string): Promise<ProcessInfo[]> {
+    const r = await this.exec(id, ['ps', '-o', 'pid,user,args']);
+    if (r.exitCode !== 0) throw new SbxError('not_available', `ps failed in pod ${id} (exit ${r.exitCode}): ${r.stderr.trim()}`, { details: { id } });
+    return r.stdout
+      .split('\n')
+      .slice(1)
+      .map((l) => /^\s*(\d+)\s+(\S+)\s+(.*)$/.exec(l))
+      .filter((m): m is RegExpExecArray => !!m)
+      .filter((m) => !m[3]!.startsWith('ps -o pid,user,args'))
+      .map((m) => ({ pid: m[1]!, user: m[2]!, command: m[3]! }));
+  }
+
+  async *events(opts: { labels?: Record<string, string>; signal: AbortSignal }): AsyncGenerator<ContainerEvent> {
+    if (opts.signal.aborted) return;
+    const selector = Object.entries(opts.labels ?? {})
+      .filter(([k, v]) => isKubeLabel(k, v === '' ? 'x' : v))
+      .map(([k, v]) => (v === '' ? k : `${k}=${v}`))
+      .join(',');
+    const queue: Array<ContainerEvent | Error | 'end'> = [];
+    let wake: (() => void) | undefined;
+    const put = (e: ContainerEvent | Error | 'end') => {
+      queue.push(e);
+      wake?.();
+    };
+    const known = new Map<string, 'created' | 'started' | 'stopped'>();
+    let controller: AbortController | undefined;
+    try {
+      controller = await this.conn.watcher.watch(
+        `/api/v1/namespaces/${this.conn.namespace}/pods`,
+        selector ? { labelSelector: selector } : {},
+        (type: string, pod: V1Pod) => {
+          const id = pod.metadata?.name ?? '';
+          const labels = labelsOf(pod);
+          const at = new Date().toISOString();
+          if (type === 'DELETED') {
+            known.delete(id);
+            return put({ id, action: 'removed', labels, at });
+          }
+          const status = statusOf(pod);
+          const action = status === 'running' ? 'started' : status === 'exited' ? 'stopped' : status === 'created' ? 'created' : undefined;
+          if (!action || known.get(id) === action) return;
+          // A watch starts with every existing pod as ADDED: those are not news.
+          const isNew = type !== 'ADDED' || action === 'created';
+          known.set(id, action);
+          if (isNew) put({ id, action, labels, at });
+        },
+        (err: unknown) => put(opts.signal.aborted ? 'end' : err ? toSbxError(err, this.address, 'watch pods') : 'end'),
+      );
+    } catch (err) {
+      if (opts.signal.aborted) return;
+      this.fail(err, 'watch pods');
+    }
+    const abort = () => {
+      controller?.abort();
+      put('end');
+    };
+    opts.signal.addEventListener('abort', abort, { once: true });
+    try {
+      for (;;) {
+        const next = queue.shift();
+        if (next === undefined) {
+          await new Promise<void>((r) => (wake = r));
+          continue;
+        }
+        if (next === 'end') break;
+        if (next instanceof Error) throw next;
+        yield next;
+      }
+    } finally {
+      opts.signal.removeEventListener('abort', abort);
+      controller?.abort();
+    }
+    if (!opts.signal.aborted) throw new SbxError('runtime_unavailable', `the pod watch of ${this.address} ended`);
+  }
+
+  /** The nodes' allocatable cores and memory; zero (no ceiling known) when nodes cannot be read. */
+  async resources(): Promise<RuntimeResources> {
+    try {
+      const nodes = (await this.conn.core.listNode()).items;
+      let cpus = 0;
+      let memoryBytes = 0;
+      for (const n of nodes) {
+        cpus = Math.max(cpus, quantity(n.status?.allocatable?.['cpu'] ?? '0'));
+        memoryBytes = Math.max(memoryBytes, quantity(n.status?.allocatable?.['memory'] ?? '0'));
+      }
+      return { cpus, memoryBytes };
+    } catch (err) {
+      const e = toSbxError(err, this.address, 'list nodes');
+      if (e.code === 'forbidden') return { cpus: 0, memoryBytes: 0 };
+      throw e;
+    }
+  }
+
+  /** Memory and pids from the box's own cgroup (no metrics-server is assumed); CPU is not sampled (0). */
+  async stats(id: string): Promise<ContainerStats> {
+    const script =
+      'for f in /sys/fs/cgroup/memory.current /sys/fs/cgroup/memory/memory.usage_in_bytes; do [ -r $f ] && { cat $f; break; }; done; echo;' +
+      'for f in /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes; do [ -r $f ] && { cat $f; break; }; done; echo;' +
+      'for f in /sys/fs/cgroup/pids.current /sys/fs/cgroup/pids/pids.current; do [ -r $f ] && { cat $f; break; }; done; echo';
+    const r = await this.exec(id, ['/bin/sh', '-c', script]);
+    const [mem, limit, pids] = r.stdout.split('\n').filter((l) => l.trim() !== '');
+    const num = (s: string | undefined) => (s && /^\d+$/.test(s.trim()) ? Number(s.trim()) : 0);
+    return { cpuPercent: 0, memoryBytes: num(mem), memoryLimitBytes: num(limit), pids: num(pids) };
+  }
+
+  /** The container's user, as the pod spec says (exec runs as it: Kubernetes' exec has no user). */
+  private async containerUser(id: string): Promise<string | undefined> {
+    if (this.users.has(id)) return this.users.get(id);
+    const pod = await this.readPod(id);
+    const sc = pod.spec?.containers.find((c) => c.name === MAIN_CONTAINER)?.securityContext;
+    const user = sc?.runAsUser !== undefined ? `${sc.runAsUser}${sc.runAsGroup !== undefined ? `:${sc.runAsGroup}` : ''}` : undefined;
+    if (this.users.size > 10_000) this.users.clear();
+    this.users.set(id, user);
+    return user;
+  }
+
+  /** An exec user is fine only when it is the container's own: Kubernetes cannot switch users. */
+  private async checkUser(id: string, user: string | undefined): Promise<void> {
+    if (user === undefined) return;
+    const own = await this.containerUser(id);
+    if (own !== undefined && (user === own || own.startsWith(`${user}:`))) return;
+    throw new SbxError(
+      'not_available',
+      `exec as user '${user}' in pod ${id}: Kubernetes runs execs as the container's user (${own ?? "the image's"}); another user needs the in-box agent`,
+      {
+        details: { id, field: 'user', reason: 'exec_user' },
+      },
+    );
+  }
+
+  async exec(id: string, cmd: string[], opts?: ExecOptions): Promise<ExecResult> {
+    const valid = validateExec(cmd, opts);
+    await this.checkUser(id, valid.user);
+    return kubeExec({ conn: this.conn, pod: id }, cmd, valid);
+  }
+
+  async execStream(id: string, cmd: string[], opts?: ExecStreamOptions): Promise<ExecStream> {
+    const valid = validateExecStream(cmd, opts);
+    await this.checkUser(id, valid.user);
+    return kubeExecStream({ conn: this.conn, pod: id }, cmd, valid);
+  }
+
+  /** No agent serves exec on Kubernetes yet: the caller passes the variables with each exec. */
+  setBoxEnv(): Promise<boolean> {
+    return Promise.resolve(false);
+  }
+
+  /** Through the API server's port-forward: a port listed at create, or any with `dialAnyPort`. */
+  async dialPort(id: string, containerPort: number, opts: { signal?: AbortSignal } = {}): Promise<Duplex> {
+    if (!Number.isInteger(containerPort) || containerPort < 1 || containerPort > 65535) {
+      throw invalidArgument('port', `must be an integer in 1..65535, got ${String(containerPort)}`);
+    }
+    const pod = await this.readPod(id);
+    if (!isRunning(pod)) throw new SbxError('conflict', `pod ${id} is not running`, { details: { id, status: statusOf(pod) } });
+    const annotations = pod.metadata?.annotations ?? {};
+    const listed = (JSON.parse(annotations[PORTS_ANNOTATION] ?? '[]') as PortSpec[]).some(
+      (p) => p.containerPort === containerPort && (p.protocol ?? 'tcp') === 'tcp',
+    );
+    if (!listed && annotations[DIAL_ANY_PORT_ANNOTATION] !== 'true') {
+      throw new SbxError('not_available', `port ${containerPort} of pod ${id} is not exposed: list it in the box's ports at create`, {
+        details: { id, port: containerPort, reason: 'port_not_exposed' },
+      });
+    }
+    return portForward(this.conn, id, containerPort, opts.signal);
+  }
+
+  async close(): Promise<void> {
+    // Connections are per request (HTTP keep-alive, one WebSocket per exec): nothing is held.
+  }
+}
+
+/** A Kubernetes quantity (`2`, `1500m`, `8Gi`, `16318892Ki`, `1e3`) as a number. */
+export function quantity(q: string): number {
+  const m = /^([0-9.]+(?:e[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$/.exec(q.trim());
+  if (!m) return 0;
+  const scale: Record<string, number> = {
+    m: 1e-3,
+    k: 1e3,
+    M: 1e6,
+    G: 1e9,
+    T: 1e12,
+    P: 1e15,
+    E: 1e18,
+    Ki: 2 ** 10,
+    Mi: 2 ** 20,
+    Gi: 2 ** 30,
+    Ti: 2 ** 40,
+    Pi: 2 ** 50,
+    Ei: 2 ** 60,
+  };
+  return Number(m[1]) * (m[2] ? scale[m[2]]! : 1);
+}
