@@ -31,6 +31,16 @@ export function notReadyError(pod: V1Pod, why: { reason: string; message: string
   return new SbxError('internal', `pod ${name} cannot start on ${address} (${text})`, { details });
 }
 
+/**
+ * A pull error the kubelet's retries cannot cure: the registry says the image is not there or
+ * not ours, or has no address. Other pull errors (a registry down for a moment) wait for the timeout.
+ */
+function pullCannotWork(why: { reason: string; message: string }): boolean {
+  return (
+    /^(ErrImagePull|ImagePullBackOff)$/.test(why.reason) && /not found|manifest unknown|pull access denied|no such host|insufficient_scope/i.test(why.message)
+  );
+}
+
 async function eventsOf(conn: KubeConnection, name: string): Promise<CoreV1Event[]> {
   try {
     const list = await conn.core.listNamespacedEvent({ namespace: conn.namespace, fieldSelector: `involvedObject.name=${name},involvedObject.kind=Pod` });
@@ -52,7 +62,8 @@ export async function untilReady(conn: KubeConnection, name: string, timeoutMs: 
   const verdict = (p: V1Pod): 'ready' | SbxError | undefined => {
     if (isReady(p)) return 'ready';
     const why = notReadyReason(p);
-    if (statusOf(p) === 'exited' || statusOf(p) === 'removing' || (why && FATAL_WAITING.has(why.reason))) return notReadyError(p, why, conn.address.raw);
+    if (statusOf(p) === 'exited' || statusOf(p) === 'removing' || (why && (FATAL_WAITING.has(why.reason) || pullCannotWork(why))))
+      return notReadyError(p, why, conn.address.raw);
     return undefined;
   };
   const first = verdict(pod);
