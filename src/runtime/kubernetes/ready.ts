@@ -31,6 +31,12 @@ export function notReadyError(pod: V1Pod, why: { reason: string; message: string
   return new SbxError('internal', `pod ${name} cannot start on ${address} (${text})`, { details });
 }
 
+/** The main container ran (and ended by itself): terminated after a real start, not a start error. */
+function ranAndEnded(pod: V1Pod): boolean {
+  const t = pod.status?.containerStatuses?.find((c) => c.name === MAIN_CONTAINER)?.state?.terminated;
+  return !!t && !/^(StartError|ContainerCannotRun)$/.test(t.reason ?? '');
+}
+
 /**
  * A pull error the kubelet's retries cannot cure: the registry says the image is not there or
  * not ours, or has no address. Other pull errors (a registry down for a moment) wait for the timeout.
@@ -60,7 +66,8 @@ export async function untilReady(conn: KubeConnection, name: string, timeoutMs: 
     throw toSbxError(err, conn.address.raw, what);
   }
   const verdict = (p: V1Pod): 'ready' | SbxError | undefined => {
-    if (isReady(p)) return 'ready';
+    // A command that ran and already ended has started (as on Docker): only never running is a failure.
+    if (isReady(p) || ranAndEnded(p)) return 'ready';
     const why = notReadyReason(p);
     if (statusOf(p) === 'exited' || statusOf(p) === 'removing' || (why && (FATAL_WAITING.has(why.reason) || pullCannotWork(why))))
       return notReadyError(p, why, conn.address.raw);

@@ -64,6 +64,11 @@ export class KubernetesRuntime implements Runtime {
   private readonly parsed: KubeAddress;
   private connection: KubeConnection | undefined;
   private readonly options: KubernetesRuntimeOptions;
+  /**
+   * Pods this runtime created and has not started: a pod runs by itself once created, but to the
+   * caller such a box is still `created`, which `remove` takes without force (as on Docker).
+   */
+  private readonly unstarted = new Set<string>();
   /** Each pod's container user (immutable), for the exec user check. */
   private readonly users = new Map<string, string | undefined>();
 
@@ -123,12 +128,15 @@ export class KubernetesRuntime implements Runtime {
     } catch (err) {
       this.fail(err, `create pod from image ${valid.image}`);
     }
+    if (this.unstarted.size > 10_000) this.unstarted.clear();
+    this.unstarted.add(name);
     return name;
   }
 
   /** Waits until the pod is ready (a pod starts by itself once created). */
   async start(id: string): Promise<void> {
     await untilReady(this.conn, id, this.options.readyTimeoutMs ?? DEFAULT_READY_TIMEOUT_MS);
+    this.unstarted.delete(id);
   }
 
   /** Deletes the pod (after SIGTERM and the grace period): a pod cannot be stopped and started again. */
@@ -138,7 +146,8 @@ export class KubernetesRuntime implements Runtime {
 
   async remove(id: string, opts: { force?: boolean } = {}): Promise<void> {
     const pod = await this.readPod(id);
-    if (!opts.force && isRunning(pod)) throw new SbxError('conflict', `pod ${id} is running; remove it with force`, { details: { id } });
+    if (!opts.force && isRunning(pod) && !this.unstarted.has(id))
+      throw new SbxError('conflict', `pod ${id} is running; remove it with force`, { details: { id } });
     await this.delete(id, 0);
   }
 
@@ -150,6 +159,7 @@ export class KubernetesRuntime implements Runtime {
       this.fail(err, `delete pod ${id}`);
     }
     this.users.delete(id);
+    this.unstarted.delete(id);
     await this.untilGone(id);
   }
 
