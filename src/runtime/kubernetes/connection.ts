@@ -61,7 +61,8 @@ export class KubeConnection {
    * upgrade is read for the API server's Status, so a 403 says which permission is missing.
    */
   async openWebSocket(path: string, protocols: string[], what: string, signal?: AbortSignal): Promise<WebSocket> {
-    const opts: WebSocket.ClientOptions = { perMessageDeflate: false, handshakeTimeout: 30_000 };
+    // Verified whatever NODE_TLS_REJECT_UNAUTHORIZED says (client-node leaves it to the environment when unset).
+    const opts: WebSocket.ClientOptions = { perMessageDeflate: false, handshakeTimeout: 30_000, rejectUnauthorized: true };
     try {
       await this.config.applyToHTTPSOptions(opts);
     } catch (err) {
