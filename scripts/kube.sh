@@ -49,7 +49,7 @@ CNI_CONF_DIR=$STATE/cni/net.d
 CNI_IPAM_DIR=$STATE/cni/networks
 CNI_BIN=/usr/lib/cni
 CGROUP_ROOT=/sbx-kube
-PV_DIR=/tmp/hostpath_pv # the in-tree hostPath provisioner's fixed base directory
+PV_DIR=$STATE/pv # one directory per PersistentVolume (harness/kube/provisioner.go)
 ADMIN_KCFG=$KCFG/admin.kubeconfig
 SBX_KCFG=$KCFG/sbx.kubeconfig
 API=https://127.0.0.1:$API_PORT
@@ -60,6 +60,7 @@ M_API="--tls-cert-file $PKI/apiserver.crt"
 M_KCM="--kubeconfig $KCFG/controller-manager.kubeconfig"
 M_SCHED="--kubeconfig $KCFG/scheduler.kubeconfig"
 M_KUBELET="--config $STATE/kubelet.yaml"
+M_PROV="-dir $PV_DIR"
 
 did=()
 note() { did+=("$*"); }
@@ -69,7 +70,7 @@ note() { did+=("$*"); }
 # The cache key: the version plus a hash of everything that decides what is compiled.
 bin_dir() {
   local h
-  h=$(cd "$SBX_ROOT/harness/kube" && cat go.mod go.sum main.go pause/main.go build.sh | sha256sum | cut -c1-12)
+  h=$(cd "$SBX_ROOT/harness/kube" && cat go.mod go.sum build.sh ./*.go pause/* | sha256sum | cut -c1-12)
   printf '%s/%s-%s' "$CACHE" "$KUBE_VERSION" "$h"
 }
 BIN=$(bin_dir)
@@ -392,6 +393,7 @@ oom_score = 0
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "$(command -v runc)"
+        Root = "$RUN/runc"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$CNI_BIN"
@@ -472,16 +474,19 @@ start_controllers() {
     --kubeconfig "$KCFG/controller-manager.kubeconfig" \
     --authentication-kubeconfig "$KCFG/controller-manager.kubeconfig" \
     --authorization-kubeconfig "$KCFG/controller-manager.kubeconfig" \
+    --authentication-skip-lookup \
     --bind-address 127.0.0.1 --secure-port 10257 --leader-elect=false \
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
     --use-service-account-credentials=true \
-    --enable-hostpath-provisioner=true \
     --allocate-node-cidrs=false --service-cluster-ip-range "$SERVICE_CIDR" --profiling=false
   start kube-scheduler "$M_SCHED" "$BIN/kube-scheduler" \
     --kubeconfig "$KCFG/scheduler.kubeconfig" \
     --authentication-kubeconfig "$KCFG/scheduler.kubeconfig" \
     --authorization-kubeconfig "$KCFG/scheduler.kubeconfig" \
+    --authentication-skip-lookup \
     --bind-address 127.0.0.1 --secure-port 10259 --leader-elect=false --profiling=false
+  # PVCs of StorageClass sbx-local: a directory under $PV_DIR and a `local` PV on this node each.
+  start local-provisioner "$M_PROV" "$BIN/sbx-kube" local-provisioner -kubeconfig "$ADMIN_KCFG" -dir "$PV_DIR" -node "$NODE"
 }
 
 # The kubelet wants its cgroup root to exist in every hierarchy; a new v1 cpuset cgroup starts with no
@@ -544,7 +549,11 @@ maxPods: 110
 podPidsLimit: 4096
 resolvConf: /etc/resolv.conf
 EOF
-  start kubelet "$M_KUBELET" "$BIN/kubelet" --config "$STATE/kubelet.yaml" \
+  # No iptables on the kubelet's PATH: it would otherwise add KUBE-FIREWALL to the host's INPUT and
+  # OUTPUT chains (a DROP for non-loopback sources to 127.0.0.0/8, meant for kube-proxy's NodePorts,
+  # which do not exist here) and canary chains to three tables. It needs none of them (the CNI plugins
+  # are containerd's). mount, umount, nsenter, du and find are in /usr/bin.
+  start kubelet "$M_KUBELET" env PATH=/usr/local/bin:/usr/bin:/bin "$BIN/kubelet" --config "$STATE/kubelet.yaml" \
     --kubeconfig "$KCFG/kubelet.kubeconfig" --root-dir "$KUBELET_DIR" \
     --hostname-override "$NODE" --node-ip "$NODE_IP"
 }
@@ -603,13 +612,14 @@ metadata:
   namespace: $NAMESPACE
   annotations: { kubernetes.io/service-account.name: sbx }
 ---
-# PVCs: the controller manager's in-tree hostPath provisioner (single node; data under $PV_DIR).
+# PVCs: harness/kube/provisioner.go (sbx-kube local-provisioner) makes a directory under $PV_DIR
+# and a \`local\` PV pinned to the node for each claim, and deletes both once the claim is gone.
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
 metadata:
-  name: sbx-hostpath
+  name: sbx-local
   annotations: { storageclass.kubernetes.io/is-default-class: "true" }
-provisioner: kubernetes.io/host-path
+provisioner: sbx.local/hostdir
 reclaimPolicy: Delete
 volumeBindingMode: Immediate
 EOF
@@ -689,7 +699,7 @@ SBX_KUBE_VERSION=$KUBE_VERSION
 SBX_KUBE_BIN=$BIN
 SBX_KUBE_ADMIN_KUBECONFIG=$ADMIN_KCFG
 SBX_KUBE_NAMESPACE=$NAMESPACE
-SBX_KUBE_STORAGE_CLASS=sbx-hostpath
+SBX_KUBE_STORAGE_CLASS=sbx-local
 SBX_KUBE_CONTAINERD=$CTR_SOCK
 SBX_KUBE_LOGS=$LOGS
 KUBECONFIG=$SBX_KCFG
@@ -699,7 +709,7 @@ EOF
 all_alive() {
   alive etcd "$M_ETCD" && alive kube-apiserver "$M_API" &&
     alive kube-controller-manager "$M_KCM" && alive kube-scheduler "$M_SCHED" &&
-    alive kubelet "$M_KUBELET" && alive containerd "$STATE/containerd.toml"
+    alive kubelet "$M_KUBELET" && alive containerd "$STATE/containerd.toml" && alive local-provisioner "$M_PROV"
 }
 
 cmd_up() {
@@ -757,6 +767,7 @@ cmd_down() {
   hold_lock kube
   stop kube-scheduler "$M_SCHED"
   stop kube-controller-manager "$M_KCM"
+  stop local-provisioner "$M_PROV"
   stop kubelet "$M_KUBELET" 30
   # The pods' processes: kill and delete every task and container of our containerd. Pods stay in
   # etcd; the next `up` starts them again (as after a node reboot).
@@ -771,7 +782,11 @@ cmd_down() {
       n=$((n + 1))
     done
     mapfile -t ids < <(ctr_ containers ls -q 2>/dev/null || true)
-    for id in "${ids[@]}"; do ctr_ containers delete "$id" >/dev/null 2>&1 || true; done
+    for id in "${ids[@]}"; do
+      ctr_ containers delete "$id" >/dev/null 2>&1 || true
+      # libcni's result cache (a path it hard-codes): <network>-<sandbox id>-<interface>.
+      rm -f /var/lib/cni/results/*-"$id"-*
+    done
     [ "$n" = 0 ] || note "killed $n pod processes"
   fi
   stop kube-apiserver "$M_API"
@@ -786,11 +801,15 @@ cmd_down() {
   local m n=0
   while read -r m; do
     [ -n "$m" ] || continue
-    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || warn "could not unmount $m"
+    # A mount may already be gone with an earlier one (propagation lists some twice).
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || ! grep -qF " $m " /proc/self/mountinfo || warn "could not unmount $m"
     n=$((n + 1))
   done < <(mounts_under "$KUBELET_DIR" "$CTR_STATE" "$CTR_ROOT" "$RUN")
   [ "$n" = 0 ] || note "unmounted $n"
-  rm -rf "$CTR_STATE/netns" "$CNI_IPAM_DIR"
+  rm -rf "$CTR_STATE/netns" "$CNI_IPAM_DIR" "$RUN/runc"
+  # Paths the kubelet and libcni hard-code: the device-plugin socket, the CNI result cache.
+  rm -f /var/lib/kubelet/device-plugins/kubelet.sock
+  rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet /var/lib/cni/results /var/lib/cni 2>/dev/null || true
   # Network: our bridge (veths went with their namespaces) and our two FORWARD rules.
   if ip link show "$BRIDGE" >/dev/null 2>&1; then
     ip link del "$BRIDGE" && note "removed bridge $BRIDGE"
@@ -800,6 +819,21 @@ cmd_down() {
     # shellcheck disable=SC2086
     while iptables -w -C FORWARD $r 2>/dev/null; do iptables -w -D FORWARD $r; done
   done
+  # What a kubelet with iptables on its PATH adds (an older kube.sh did): KUBE-FIREWALL in filter,
+  # KUBE-KUBELET-CANARY in mangle, nat and filter, KUBE-IPTABLES-HINT in mangle. No other kubelet runs here.
+  if [ -z "$(pids_named kubelet)" ]; then
+    local ipt t c
+    for ipt in iptables ip6tables; do
+      have "$ipt" || continue
+      while "$ipt" -w -C INPUT -j KUBE-FIREWALL 2>/dev/null; do "$ipt" -w -D INPUT -j KUBE-FIREWALL; done
+      while "$ipt" -w -C OUTPUT -j KUBE-FIREWALL 2>/dev/null; do "$ipt" -w -D OUTPUT -j KUBE-FIREWALL; done
+      for t in filter:KUBE-FIREWALL filter:KUBE-KUBELET-CANARY nat:KUBE-KUBELET-CANARY mangle:KUBE-KUBELET-CANARY mangle:KUBE-IPTABLES-HINT; do
+        c=${t#*:}
+        "$ipt" -w -t "${t%%:*}" -S "$c" >/dev/null 2>&1 || continue
+        "$ipt" -w -t "${t%%:*}" -F "$c" && "$ipt" -w -t "${t%%:*}" -X "$c" && note "removed $ipt ${t%%:*} $c"
+      done
+    done
+  fi
   # The pods' cgroups, deepest first (all empty now).
   local c
   for c in /sys/fs/cgroup/*/"${CGROUP_ROOT#/}" /sys/fs/cgroup/"${CGROUP_ROOT#/}"; do
@@ -807,8 +841,8 @@ cmd_down() {
     find "$c" -depth -type d -exec rmdir {} + 2>/dev/null || true
   done
   if [ "$purge" = --purge ]; then
-    rm -rf "$STATE" "$PV_DIR"
-    note "removed $STATE and $PV_DIR"
+    rm -rf "$STATE"
+    note "removed $STATE"
   fi
   echo "kube: down${did[*]:+: $(printf '%s; ' "${did[@]}" | sed 's/; $//')} ($(elapsed "$t0"))"
 }

@@ -22,8 +22,8 @@ for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
 done
 mkdir -p "$out"
 export CGO_ENABLED=0
-go build -mod=readonly -trimpath -ldflags "${ld[*]}" -o "$out/sbx-kube.tmp" .
-go build -mod=readonly -trimpath -ldflags "-s -w" -o "$out/pause" ./pause
+go build -mod=readonly -buildvcs=false -trimpath -ldflags "${ld[*]}" -o "$out/sbx-kube.tmp" .
+go build -mod=readonly -buildvcs=false -trimpath -ldflags "-s -w" -o "$out/pause" ./pause
 mv -f "$out/sbx-kube.tmp" "$out/sbx-kube"
 for c in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
   ln -sfn sbx-kube "$out/$c"

@@ -1,7 +1,8 @@
 // Command sbx-kube is the test cluster's one multi-call binary: etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler, kubelet and kubectl, compiled from the Go modules of one
 // Kubernetes release (see go.mod) and the etcd release it pins. The component is the basename of
-// argv[0] (a symlink) or the first argument: `sbx-kube kubelet --config …`.
+// argv[0] (a symlink) or the first argument: `sbx-kube kubelet --config …`. It also carries the
+// cluster's PVC provisioner (local-provisioner, provisioner.go).
 package main
 
 import (
@@ -35,7 +36,7 @@ var commands = map[string]func() *cobra.Command{
 }
 
 func names() []string {
-	n := []string{"etcd", "kubectl"}
+	n := []string{"etcd", "kubectl", "local-provisioner"}
 	for k := range commands {
 		n = append(n, k)
 	}
@@ -45,7 +46,7 @@ func names() []string {
 
 func known(name string) bool {
 	_, ok := commands[name]
-	return ok || name == "etcd" || name == "kubectl"
+	return ok || name == "etcd" || name == "kubectl" || name == "local-provisioner"
 }
 
 func main() {
@@ -60,6 +61,8 @@ func main() {
 		os.Args = append([]string{name}, os.Args[2:]...)
 	}
 	switch name {
+	case "local-provisioner":
+		os.Exit(runProvisioner(os.Args[1:]))
 	case "etcd":
 		etcdmain.Main(os.Args)
 	case "kubectl":
