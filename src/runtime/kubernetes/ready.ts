@@ -108,9 +108,21 @@ export async function untilReady(conn: KubeConnection, name: string, timeoutMs: 
             else if (v) finish(v);
           },
           (err: unknown) => {
-            // The API server ends watches now and then: watch again from the last version seen.
-            if (!settled && !err) void watch();
-            else if (!settled) finish(toSbxError(err, conn.address.raw, `watch ${what}`));
+            if (settled) return;
+            // The API server ends watches now and then (its timeout), and a connection can
+            // break: read the pod again (what the gap missed) and watch from there. Only a read
+            // that fails too ends the wait.
+            if (!err) return void watch();
+            void conn.core.readNamespacedPod({ name, namespace: conn.namespace }).then(
+              (fresh) => {
+                pod = fresh;
+                const v = verdict(fresh);
+                if (v === 'ready') finish(fresh);
+                else if (v) finish(v);
+                else void watch();
+              },
+              (readErr: unknown) => finish(toSbxError(readErr, conn.address.raw, `watch ${what}`)),
+            );
           },
         )
         .then(
