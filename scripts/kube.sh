@@ -423,6 +423,11 @@ import_images() {
     DOCKER_BUILDKIT=0 docker build -q -t "$PAUSE_IMAGE" "$ctx" >>"$LOGS/images.log" 2>&1 ||
       { rm -rf "$ctx"; die "docker build of $PAUSE_IMAGE failed (log: $LOGS/images.log)"; }
     rm -rf "$ctx"
+    # Older pause tags belong to superseded builds.
+    local old
+    for old in $(docker image ls sbx-kube-pause --format '{{.Tag}}'); do
+      [ "sbx-kube-pause:$old" = "$PAUSE_IMAGE" ] || docker rmi "sbx-kube-pause:$old" >/dev/null 2>&1 || true
+    done
   fi
   local n=0
   for img in "$PAUSE_IMAGE" "${IMAGES[@]}"; do
@@ -734,7 +739,7 @@ cmd_up() {
   start_controllers
   start_kubelet
   wait_for "node $NODE Ready" "$UP_TIMEOUT_S" kubelet node_ready
-  note "node Ready $(elapsed "$t") after containerd start"
+  note "node Ready $(elapsed "$t") after the first start"
   ensure_rbac
   smoke_test
   echo "kube: up, Kubernetes $KUBE_VERSION at $API: $(printf '%s; ' "${did[@]}" | sed 's/; $//') ($(elapsed "$t0"))"
