@@ -78,7 +78,7 @@ PAUSE_IMAGE=sbx-kube-pause:${BIN##*-}
 
 ensure_binary() {
   [ -x "$BIN/sbx-kube" ] && [ -x "$BIN/pause" ] && return 0
-  hold_lock kube-build
+  hold_lock kube # the one lock (lib.sh's hold_lock holds one at a time); up holds it already
   [ -x "$BIN/sbx-kube" ] && [ -x "$BIN/pause" ] && return 0
   have go || die "go is not installed; it is needed once to build $BIN"
   local t log=$LOGS/build.log
@@ -206,7 +206,6 @@ ensure_packages() {
   mapfile -t missing < <(missing_packages containerd runc containernetworking-plugins iptables openssl curl iproute2)
   [ "${#missing[@]}" -gt 0 ] || return 0
   have apt-get || die "missing packages: ${missing[*]}"
-  hold_lock engine
   local t policy=/usr/sbin/policy-rc.d apt=(env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=300)
   t=$(now_ms)
   # containerd's postinst would start Debian's own containerd on /run/containerd through its init script.
