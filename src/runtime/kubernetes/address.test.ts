@@ -33,3 +33,13 @@ test('bad Kubernetes addresses are invalid_argument naming addr', () => {
     );
   }
 });
+
+test('openRuntime opens k8s:// addresses as a KubernetesRuntime, without touching the cluster', async () => {
+  const { openRuntime } = await import('../index.js');
+  const rt = openRuntime('k8s://?kubeconfig=/nonexistent/kubeconfig&namespace=sbx');
+  assert.equal(rt.constructor.name, 'KubernetesRuntime');
+  assert.equal(rt.address, 'k8s://?kubeconfig=/nonexistent/kubeconfig&namespace=sbx');
+  assert.equal(rt.capabilities.stopStart, false);
+  // The kubeconfig is read at the first call, which says what is wrong with it.
+  await assert.rejects(rt.ping(), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'addr');
+});
