@@ -27,6 +27,8 @@ import type { KubeConnection } from './connection.js';
 import { channelSession, EXEC_PROTOCOLS, execQuery } from './exec-channel.js';
 import type { ChannelSession, ExecEnd } from './exec-channel.js';
 import { MAIN_CONTAINER } from './manifest.js';
+import { STARTED_AFTER_MS } from './start-gate.js';
+import type { StartGate } from './start-gate.js';
 
 /** Every process an exec starts carries this variable (last, so the caller cannot replace it). */
 export const EXEC_MARKER_ENV = 'SBX_EXEC_ID';
@@ -115,15 +117,32 @@ function endError(end: Extract<ExecEnd, { failure: string }>, pod: string): SbxE
 interface Target {
   conn: KubeConnection;
   pod: string;
+  /** Bounds the execs starting at once; the killer bypasses it (a kill must not queue). */
+  gate?: StartGate;
 }
 
 async function open(t: Target, argv: string[], opts: { stdin: boolean; tty: boolean; signal?: AbortSignal }): Promise<ChannelSession> {
   const path = `/api/v1/namespaces/${encodeURIComponent(t.conn.namespace)}/pods/${encodeURIComponent(t.pod)}/exec?${execQuery(argv, { container: MAIN_CONTAINER, ...opts })}`;
   const what = `exec in pod ${t.pod}`;
+  const release = t.gate ? await t.gate.acquire() : () => undefined;
   try {
     const ws = await t.conn.openWebSocket(path, EXEC_PROTOCOLS, what, opts.signal);
+    // Started once output or the status comes back (the server's empty frame per channel at
+    // the open says nothing), the connection closes, or after a while in any case.
+    const timer = setTimeout(release, STARTED_AFTER_MS);
+    const started = () => {
+      clearTimeout(timer);
+      ws.off('message', onMessage);
+      release();
+    };
+    const onMessage = (data: Buffer) => {
+      if (data.length > 1) started();
+    };
+    ws.on('message', onMessage);
+    ws.once('close', started);
     return channelSession(ws, what, { tty: opts.tty });
   } catch (err) {
+    release();
     // A pod that exists but whose container does not run: the API server answers 400.
     if (err instanceof SbxError && err.details?.['status'] === 400 && /completed pod|not running|container not found|is waiting to start/i.test(err.message)) {
       throw new SbxError('conflict', `pod ${t.pod} is not running: ${err.message}`, { cause: err, details: { id: t.pod } });
@@ -136,7 +155,11 @@ async function open(t: Target, argv: string[], opts: { stdin: boolean; tty: bool
 async function runKiller(t: Target, marker: string): Promise<void> {
   let session: ChannelSession;
   try {
-    session = await open(t, ['/bin/sh', '-c', KILLER, 'sbx-kill', marker], { stdin: false, tty: false, signal: AbortSignal.timeout(KILLER_MAX_MS) });
+    session = await open({ conn: t.conn, pod: t.pod }, ['/bin/sh', '-c', KILLER, 'sbx-kill', marker], {
+      stdin: false,
+      tty: false,
+      signal: AbortSignal.timeout(KILLER_MAX_MS),
+    });
   } catch {
     return;
   }

@@ -33,6 +33,7 @@ import type { AgentImage } from './manifest.js';
 import { infoOf, isRunning, labelsOf, statusOf, summaryOf } from './pod-state.js';
 import { portForward } from './port-forward.js';
 import { untilReady } from './ready.js';
+import { StartGate } from './start-gate.js';
 
 /** What a Kubernetes pool can set beyond the engine-neutral options. */
 export interface KubernetesRuntimeOptions extends RuntimeOptions {
@@ -45,6 +46,8 @@ export interface KubernetesRuntimeOptions extends RuntimeOptions {
 }
 
 const DEFAULT_READY_TIMEOUT_MS = 120_000;
+/** Execs starting at once (start-gate.ts), unless `maxConnections` says otherwise. */
+const DEFAULT_STARTING_EXECS = 8;
 /** How long `remove` waits for the pod to be gone. */
 const REMOVE_WAIT_MS = 60_000;
 
@@ -69,6 +72,7 @@ export class KubernetesRuntime implements Runtime {
    * caller such a box is still `created`, which `remove` takes without force (as on Docker).
    */
   private readonly unstarted = new Set<string>();
+  private readonly gate: StartGate;
   /** Each pod's container user (immutable), for the exec user check. */
   private readonly users = new Map<string, string | undefined>();
 
@@ -76,6 +80,7 @@ export class KubernetesRuntime implements Runtime {
     this.parsed = typeof addr === 'string' ? parseKubeAddress(addr) : addr;
     this.address = this.parsed.raw;
     this.options = options;
+    this.gate = new StartGate(options.maxConnections ?? DEFAULT_STARTING_EXECS);
     this.images = new KubeImages(() => this.conn);
   }
 
@@ -336,13 +341,13 @@ export class KubernetesRuntime implements Runtime {
   async exec(id: string, cmd: string[], opts?: ExecOptions): Promise<ExecResult> {
     const valid = validateExec(cmd, opts);
     await this.checkUser(id, valid.user);
-    return kubeExec({ conn: this.conn, pod: id }, cmd, valid);
+    return kubeExec({ conn: this.conn, pod: id, gate: this.gate }, cmd, valid);
   }
 
   async execStream(id: string, cmd: string[], opts?: ExecStreamOptions): Promise<ExecStream> {
     const valid = validateExecStream(cmd, opts);
     await this.checkUser(id, valid.user);
-    return kubeExecStream({ conn: this.conn, pod: id }, cmd, valid);
+    return kubeExecStream({ conn: this.conn, pod: id, gate: this.gate }, cmd, valid);
   }
 
   /** No agent serves exec on Kubernetes yet: the caller passes the variables with each exec. */
