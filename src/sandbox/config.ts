@@ -103,7 +103,7 @@ const configSchema = z
 /** One pool, as passed to `new Manager()` or `addPool()`; `pools()` returns the same fields. */
 export interface PoolConfig {
   name: string;
-  /** Runtime address: `local`, `unix:///…`, `tcp://…`, `ssh://…`. Default `local`. */
+  /** Runtime address: `local`, `unix:///…`, `tcp://…`, `ssh://…` (Docker) or `k8s://?kubeconfig=…&context=…&namespace=…` (Kubernetes). Default `local`. */
   addr?: string;
   /** A ready Runtime to use instead of opening `addr` (embedding, tests). */
   runtime?: Runtime;
