@@ -70,6 +70,25 @@ describe('Kubernetes runtime on a real cluster', { skip: why ?? false }, () => {
     await assert.rejects(rt.inspect(id), (e) => isSbxError(e, 'not_found'));
   });
 
+  test('a workspace claim keeps its data across pods: written in one box, read in a second after the first is gone', async () => {
+    const ws = `/sbx-test/workspaces/${runId}`;
+    await rt.createWorkspaceClaim(ws, { labels: { [TEST_LABEL]: runId } });
+    try {
+      const mount = { user: '1000', binds: [{ hostPath: ws, containerPath: '/workspace' }] };
+      const a = await rt.create(spec(mount));
+      await rt.start(a);
+      const w = await rt.exec(a, ['sh', '-c', 'echo kept > /workspace/f && id -u']);
+      assert.equal(w.stdout, '1000\n', w.stderr);
+      await rt.remove(a, { force: true });
+      const b = await rt.create(spec(mount));
+      await rt.start(b);
+      assert.equal((await rt.exec(b, ['cat', '/workspace/f'])).stdout, 'kept\n');
+      await rt.remove(b, { force: true });
+    } finally {
+      await rt.removeWorkspaceClaim(ws);
+    }
+  });
+
   test('dialPort reaches a listed port through port-forward; an unlisted one is not exposed', async () => {
     const id = await rt.create(spec({ cmd: ['sh', '-c', 'while :; do echo hello-from-box | nc -l -p 8080; done'], ports: [{ containerPort: 8080 }] }));
     await rt.start(id);

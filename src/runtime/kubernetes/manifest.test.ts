@@ -130,6 +130,10 @@ test('tmpfs and shm are memory emptyDirs; binds are the workspaces’ claims', (
   assert.deepEqual(byName[mountOf('/dev/shm').name]!.emptyDir, { medium: 'Memory', sizeLimit: '1024' });
   assert.deepEqual(byName[mountOf('/workspace').name]!.persistentVolumeClaim, { claimName: workspaceClaimName('/data/workspaces/ws-1'), readOnly: true });
   assert.match(workspaceClaimName('/data/workspaces/ws-1'), /^sbx-ws-ws-1-[0-9a-f]{8}$/);
+  // The box's group owns the volume's files, so its user can write the workspace.
+  const withUser = podManifest({ ...base, user: '1000', binds: [{ hostPath: '/w', containerPath: '/workspace' }] }, opts);
+  assert.equal(withUser.spec!.securityContext!.fsGroup, 1000);
+  assert.equal(pod.spec!.securityContext!.fsGroup, undefined);
   assert.notEqual(workspaceClaimName('/a/ws-1'), workspaceClaimName('/b/ws-1'));
   assert.equal(tmpfsSize('rw,nodev'), undefined);
   assert.equal(tmpfsSize('size=2g'), '2Gi');

@@ -203,7 +203,11 @@ export function podManifest(spec: ContainerSpec, opts: ManifestOptions): V1Pod {
       enableServiceLinks: false,
       ...(opts.terminationGracePeriodSeconds !== undefined ? { terminationGracePeriodSeconds: opts.terminationGracePeriodSeconds } : {}),
       ...(runtimeClassName ? { runtimeClassName } : {}),
-      securityContext: { seccompProfile: { type: 'RuntimeDefault' } },
+      // The kubelet makes volumes group-writable for fsGroup: the box's user can write its workspace.
+      securityContext: {
+        seccompProfile: { type: 'RuntimeDefault' },
+        ...(spec.binds?.length && (user.gid ?? user.uid) !== undefined ? { fsGroup: user.gid ?? user.uid } : {}),
+      },
     },
   };
 }

@@ -23,6 +23,8 @@ import type {
   RuntimeVersion,
 } from '../types.js';
 import { parseKubeAddress } from './address.js';
+import { deleteClaim, ensureClaim } from './claims.js';
+import type { ClaimOptions } from './claims.js';
 import type { KubeAddress } from './address.js';
 import { KubeConnection } from './connection.js';
 import { toSbxError } from './errors.js';
@@ -372,6 +374,16 @@ export class KubernetesRuntime implements Runtime {
       });
     }
     return portForward(this.conn, id, containerPort, opts.signal);
+  }
+
+  /** Creates the claim a workspace directory is on Kubernetes (claims.ts), unless it exists. */
+  createWorkspaceClaim(hostPath: string, opts: ClaimOptions = {}): Promise<string> {
+    return ensureClaim(this.conn, hostPath, opts);
+  }
+
+  /** Deletes a workspace's claim, and with it (reclaim policy Delete) its data. */
+  removeWorkspaceClaim(hostPath: string): Promise<void> {
+    return deleteClaim(this.conn, hostPath);
   }
 
   async close(): Promise<void> {
