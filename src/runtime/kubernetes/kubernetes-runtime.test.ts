@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { isSbxError } from '../../errors.js';
+import { startTestBox } from '../../testing/boxes.js';
 import { assertNoContainersLeft } from '../../testing/cleanup.js';
 import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
 import type { ContainerEvent, ContainerSpec } from '../types.js';
@@ -26,8 +27,7 @@ describe('Kubernetes runtime on a real cluster', { skip: why ?? false }, () => {
 
   before(async () => {
     rt = openTestKube();
-    box = await rt.create(spec());
-    await rt.start(box);
+    box = await startTestBox(rt, runId);
   });
 
   after(async () => {
