@@ -810,7 +810,9 @@ cmd_down() {
     n=$((n + 1))
   done < <(mounts_under "$KUBELET_DIR" "$CTR_STATE" "$CTR_ROOT" "$RUN")
   [ "$n" = 0 ] || note "unmounted $n"
-  rm -rf "$CTR_STATE/netns" "$CNI_IPAM_DIR" "$RUN/runc"
+  rm -rf "$CNI_IPAM_DIR" "$RUN/runc"
+  # containerd's state directory is ephemeral (it lives in /run); nothing is mounted there any more.
+  [ -n "$(mounts_under "$CTR_STATE")" ] || rm -rf "$CTR_STATE"
   # Paths the kubelet and libcni hard-code: the device-plugin socket, the CNI result cache.
   rm -f /var/lib/kubelet/device-plugins/kubelet.sock
   rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet /var/lib/cni/results /var/lib/cni 2>/dev/null || true
