@@ -42,6 +42,20 @@ if [ "${#files[@]}" -eq 0 ]; then
   mapfile -t files < <(find src test -type f -name '*.test.ts' 2>/dev/null | LC_ALL=C sort)
 fi
 
+# The Kubernetes test cluster (scripts/kube.sh, docs/kubernetes.md) for the whole suite or any file of
+# the Kubernetes runtime: a fresh machine builds it once (7-16 min), later runs start it in seconds.
+# Exported, so a cluster that does not come up fails those tests instead of skipping them.
+kube_wanted=0
+for f in "${files[@]}"; do case "$f" in *src/runtime/kubernetes/*) kube_wanted=1 ;; esac; done
+if [ "$kube_wanted" = 1 ] && [ -z "${SBX_TEST_KUBECONFIG:-}" ]; then
+  kube_out=$(bash scripts/kube.sh up) || die "the Kubernetes test cluster did not come up (scripts/kube.sh up; logs in /var/log/sbx-kube)"
+  export SBX_TEST_KUBECONFIG=${kube_out##*KUBECONFIG=}
+  kube_env=$(bash scripts/kube.sh env)
+  kubectl_bin=$(sed -n 's/^SBX_KUBE_BIN=//p' <<<"$kube_env")/kubectl
+  kube_admin=$(sed -n 's/^SBX_KUBE_ADMIN_KUBECONFIG=//p' <<<"$kube_env")
+  kube_ns=$(sed -n 's/^SBX_KUBE_NAMESPACE=//p' <<<"$kube_env")
+fi
+
 rc=0
 if [ "${#files[@]}" -eq 0 ]; then
   echo "test.sh: no *.test.ts files under src/ or test/"
@@ -78,6 +92,21 @@ if [ "${#leaked[@]}" -gt 0 ]; then
   docker rm -f "${leaked[@]}" >/dev/null
   [ "$rc" -ne 0 ] || rc=1
   echo "test.sh: FAIL: leaked containers" >&2
+fi
+# Pods of the tests on the test cluster: every one left is a leak (no one else makes sbx.test pods there).
+if [ -n "${kubectl_bin:-}" ]; then
+  pods=$("$kubectl_bin" --kubeconfig "$kube_admin" -n "$kube_ns" get pods -l 'sbx.test' -o name 2>&1) || {
+    echo "test.sh: FAIL: cannot list the test cluster's pods: $pods" >&2
+    rc=1
+    pods=
+  }
+  if [ -n "$pods" ]; then
+    echo "test.sh: leaked pods (label sbx.test) in namespace $kube_ns, now removed:" $pods >&2
+    # shellcheck disable=SC2086 # one name per word
+    "$kubectl_bin" --kubeconfig "$kube_admin" -n "$kube_ns" delete --grace-period=0 --force $pods >/dev/null 2>&1 || true
+    [ "$rc" -ne 0 ] || rc=1
+    echo "test.sh: FAIL: leaked pods" >&2
+  fi
 fi
 older=$(test_containers | wc -l)
 [ "$older" -eq 0 ] || warn "$older older sbx.test/sbx.managed-by container(s) remain from other runs: docker rm -f \$(docker ps -aq --filter label=sbx.test)"
