@@ -10,7 +10,6 @@ t0=$(now_ms)
 # dockerd lives in /usr/sbin, which a non-login root shell may not have on PATH.
 case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH=$PATH:/usr/sbin:/sbin ;; esac
 DOCKERD_LOG=${SBX_DOCKERD_LOG:-/var/log/sbx-dockerd.log}
-APT_LOG=${SBX_APT_LOG:-/var/log/sbx-apt.log}
 START_TIMEOUT_S=${SBX_ENGINE_START_TIMEOUT:-60}
 DEFAULT_SOCK=/var/run/docker.sock
 PIDFILE=/var/run/docker.pid
@@ -22,51 +21,6 @@ TOOL_PACKAGES=(busybox-static docker-registry apache2-utils)
 LEAN_PACKAGES=(xvfb x11-xkb-utils twm x11vnc x11-xserver-utils x11-apps xterm chromium)
 
 did=()
-
-# Packages of "$@" that dpkg does not report as installed. dpkg-query rather than `command -v`,
-# because Debian's dynamic `busybox` package also provides /bin/busybox and cannot go into a scratch image.
-missing_packages() {
-  local name state p
-  local -A ok=()
-  if ! have dpkg-query; then
-    printf '%s\n' "$@"
-    return
-  fi
-  while read -r name state; do
-    [ "$state" = ii ] && ok[$name]=1
-  done < <(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "$@" 2>/dev/null || true)
-  for p in "$@"; do
-    [ -n "${ok[$p]:-}" ] || printf '%s\n' "$p"
-  done
-}
-
-apt_install() {
-  if [ "$(id -u)" != 0 ] || ! have apt-get; then
-    die "missing packages: $*. Install them (Debian: apt-get install $*) or run this script as root."
-  fi
-  local policy=/usr/sbin/policy-rc.d
-  # Without this, the postinst scripts start Debian's own dockerd and a registry on :5000 through
-  # their init scripts, which would race ours and take registry.sh's port.
-  if [ ! -e "$policy" ]; then
-    printf '#!/bin/sh\nexit 101\n' >"$policy"
-    chmod 755 "$policy"
-    # shellcheck disable=SC2064 # $policy is local, so it must expand now
-    trap "rm -f '$policy'" EXIT
-  fi
-  local t apt=(env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=300)
-  t=$(now_ms)
-  if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
-    "${apt[@]}" update >>"$APT_LOG" 2>&1 || { tail -n 20 "$APT_LOG" >&2; die "apt-get update failed (log: $APT_LOG)"; }
-  fi
-  # A stale package list fails the install with 404s; only then is a refresh worth its time.
-  if ! "${apt[@]}" install "$@" >>"$APT_LOG" 2>&1; then
-    if ! { "${apt[@]}" update && "${apt[@]}" install "$@"; } >>"$APT_LOG" 2>&1; then
-      tail -n 20 "$APT_LOG" >&2
-      die "apt-get install $* failed (log: $APT_LOG)"
-    fi
-  fi
-  did+=("installed $* in $(elapsed "$t")")
-}
 
 start_dockerd() {
   local running log_start t

@@ -190,34 +190,10 @@ ctr_() { ctr --address "$CTR_SOCK" --namespace k8s.io "$@"; }
 
 # --- host set-up ----------------------------------------------------------------------------------
 
-missing_packages() {
-  local name state p
-  local -A ok=()
-  while read -r name state; do
-    [ "$state" = ii ] && ok[$name]=1
-  done < <(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "$@" 2>/dev/null || true)
-  for p in "$@"; do
-    [ -n "${ok[$p]:-}" ] || printf '%s\n' "$p"
-  done
-}
-
 ensure_packages() {
-  local missing log=${SBX_APT_LOG:-/var/log/sbx-apt.log}
+  local missing
   mapfile -t missing < <(missing_packages containerd runc containernetworking-plugins iptables openssl curl iproute2)
-  [ "${#missing[@]}" -gt 0 ] || return 0
-  have apt-get || die "missing packages: ${missing[*]}"
-  local t policy=/usr/sbin/policy-rc.d apt=(env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=300)
-  t=$(now_ms)
-  # containerd's postinst would start Debian's own containerd on /run/containerd through its init script.
-  if [ ! -e "$policy" ]; then
-    printf '#!/bin/sh\nexit 101\n' >"$policy"
-    chmod 755 "$policy"
-    # shellcheck disable=SC2064
-    trap "rm -f '$policy'" EXIT
-  fi
-  { "${apt[@]}" install "${missing[@]}" || { "${apt[@]}" update && "${apt[@]}" install "${missing[@]}"; }; } >>"$log" 2>&1 ||
-    { tail -n 20 "$log" >&2; die "apt-get install ${missing[*]} failed (log: $log)"; }
-  note "installed ${missing[*]} in $(elapsed "$t")"
+  [ "${#missing[@]}" -eq 0 ] || apt_install "${missing[@]}"
 }
 
 # The facts the kubelet configuration depends on, read off this machine rather than assumed.

@@ -91,3 +91,50 @@ hold_lock() {
   exec 9>>"$file"
   flock -w 300 9 || die "waited 300s for $file"
 }
+
+# Packages of "$@" that dpkg does not report as installed. dpkg-query rather than `command -v`,
+# because Debian's dynamic `busybox` package also provides /bin/busybox and cannot go into a scratch image.
+missing_packages() {
+  local name state p
+  local -A ok=()
+  if ! have dpkg-query; then
+    printf '%s\n' "$@"
+    return
+  fi
+  while read -r name state; do
+    [ "$state" = ii ] && ok[$name]=1
+  done < <(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "$@" 2>/dev/null || true)
+  for p in "$@"; do
+    [ -n "${ok[$p]:-}" ] || printf '%s\n' "$p"
+  done
+}
+
+# Installs packages with apt (root only) and records it in the caller's `did` list.
+apt_install() {
+  if [ "$(id -u)" != 0 ] || ! have apt-get; then
+    die "missing packages: $*. Install them (Debian: apt-get install $*) or run this script as root."
+  fi
+  local policy=/usr/sbin/policy-rc.d
+  # Without this, the postinst scripts start Debian's own dockerd, containerd and a registry on
+  # :5000 through their init scripts, which would race ours and take registry.sh's port.
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    # shellcheck disable=SC2064 # $policy is local, so it must expand now
+    trap "rm -f '$policy'" EXIT
+  fi
+  local log=${SBX_APT_LOG:-/var/log/sbx-apt.log}
+  local t apt=(env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=300)
+  t=$(now_ms)
+  if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
+    "${apt[@]}" update >>"$log" 2>&1 || { tail -n 20 "$log" >&2; die "apt-get update failed (log: $log)"; }
+  fi
+  # A stale package list fails the install with 404s; only then is a refresh worth its time.
+  if ! "${apt[@]}" install "$@" >>"$log" 2>&1; then
+    if ! { "${apt[@]}" update && "${apt[@]}" install "$@"; } >>"$log" 2>&1; then
+      tail -n 20 "$log" >&2
+      die "apt-get install $* failed (log: $log)"
+    fi
+  fi
+  did+=("installed $* in $(elapsed "$t")")
+}
