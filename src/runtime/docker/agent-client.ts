@@ -11,8 +11,8 @@ import { KILLED_EXIT_CODE, PROCESS_SIGNALS } from '../types.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from '../types.js';
 import { AgentFrameReader, F, HOST_PROTOCOL_VERSIONS, STDIN_CHUNK, STDIN_WINDOW, frame } from './agent-protocol.js';
 import type { ErrorMessage, ExitMessage, StartRequest } from './agent-protocol.js';
-import { abortError, watchForKill } from './kill-watch.js';
-import { collectText } from './collect-text.js';
+import { abortError, watchForKill } from '../kill-watch.js';
+import { collectText } from '../collect-text.js';
 
 const DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024;
 /** After a kill, how long the agent may take to say the exec ended before the connection is cut (the agent kills on disconnect too). */

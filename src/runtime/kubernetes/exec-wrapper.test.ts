@@ -7,7 +7,8 @@ import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
-import { EXEC_MARKER_ENV, wrapperArgv, wrapperFailure } from './exec.js';
+import { EXEC_MARKER_ENV } from '../exec-killer.js';
+import { wrapperArgv, wrapperFailure } from './exec.js';
 
 const run = async (cmd: string[], opts: { env?: Record<string, string>; workDir?: string } = {}) => {
   const marker = randomUUID();

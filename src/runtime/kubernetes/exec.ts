@@ -20,9 +20,10 @@ import { SbxError } from '../../errors.js';
 import { KILLED_EXIT_CODE } from '../types.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from '../types.js';
 // Engine-neutral helpers that still live beside the Docker runtime (to move to src/runtime/).
-import { abortError, watchForKill } from '../docker/kill-watch.js';
-import type { KillWatch } from '../docker/kill-watch.js';
-import { collectText } from '../docker/collect-text.js';
+import { collectText } from '../collect-text.js';
+import { EXEC_MARKER_ENV, KILLER_DONE, KILL_SCRIPT } from '../exec-killer.js';
+import { abortError, watchForKill } from '../kill-watch.js';
+import type { KillWatch } from '../kill-watch.js';
 import type { KubeConnection } from './connection.js';
 import { channelSession, EXEC_PROTOCOLS, execQuery } from './exec-channel.js';
 import type { ChannelSession, ExecEnd } from './exec-channel.js';
@@ -30,9 +31,7 @@ import { MAIN_CONTAINER } from './manifest.js';
 import { STARTED_AFTER_MS } from './start-gate.js';
 import type { StartGate } from './start-gate.js';
 
-/** Every process an exec starts carries this variable (last, so the caller cannot replace it). */
-export const EXEC_MARKER_ENV = 'SBX_EXEC_ID';
-
+/** Exports the caller's env, then the marker last (so the caller cannot replace it), enters workDir, checks the program and execs it. */
 const WRAPPER = `m=$1 d=$2
 shift 2
 while [ "$#" -gt 0 ] && [ "$1" != -- ]; do export "$1"; shift; done
@@ -45,33 +44,6 @@ case $1 in
 *) command -v "$1" >/dev/null 2>&1 || { echo "$m notfound" >&2; exit 127; } ;;
 esac
 exec "$@"`;
-
-/**
- * Targets: processes whose environ holds the marker, whose parent is a target, or that are in
- * a session a target made. Each is stopped when found (a stopped process cannot fork) and the
- * scan repeats until it finds nothing new; then all are killed at once. PID 1 and the killer
- * are never targets. Prints KILLER_DONE at the end.
- */
-const KILLER_DONE = 'sbx-killed';
-const KILLER = `m="${EXEC_MARKER_ENV}=$1" me=$$ T=' ' S=' '
-scan() {
-  added=
-  for d in /proc/[0-9]*; do
-    p=\${d#/proc/}
-    case "$p" in "$me" | 1) continue ;; esac
-    case "$T" in *" $p "*) continue ;; esac
-    read -r st < "$d/stat" 2>/dev/null || continue
-    set -- \${st##*) }
-    case "$T$S" in *" $2 "* | *" $4 "*) ;; *) tr '\\0' '\\n' < "$d/environ" 2>/dev/null | grep -qxF "$m" || continue ;; esac
-    kill -STOP "$p" 2>/dev/null
-    T="$T$p " added=1
-    [ "$4" -gt 1 ] && S="$S$4 "
-  done
-}
-n=0
-while [ $n -lt 50 ]; do scan; [ -z "$added" ] && break; n=$((n + 1)); done
-for p in $T; do kill -KILL "$p" 2>/dev/null; done
-echo ${KILLER_DONE}`;
 
 const DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024;
 /** The killer is not waited for longer than this (a frozen or overloaded box). */
@@ -155,7 +127,7 @@ async function open(t: Target, argv: string[], opts: { stdin: boolean; tty: bool
 async function runKiller(t: Target, marker: string): Promise<void> {
   let session: ChannelSession;
   try {
-    session = await open({ conn: t.conn, pod: t.pod }, ['/bin/sh', '-c', KILLER, 'sbx-kill', marker], {
+    session = await open({ conn: t.conn, pod: t.pod }, ['/bin/sh', '-c', KILL_SCRIPT, 'sbx-kill', marker], {
       stdin: false,
       tty: false,
       signal: AbortSignal.timeout(KILLER_MAX_MS),

@@ -2,7 +2,7 @@
  * The timeout and abort handling every exec path shares (the engine's exec and the in-box
  * agent's): whichever fires first kills the exec once, and a cancelled exec gets one error shape.
  */
-import { SbxError } from '../../errors.js';
+import { SbxError } from '../errors.js';
 
 export type KillReason = 'timeout' | 'aborted' | 'cancelled';
 
