@@ -52,6 +52,25 @@ export function isSbxError(err: unknown, code?: ErrorCode): err is SbxError {
   return err instanceof SbxError && (code === undefined || err.code === code);
 }
 
+/** A file API's not_found for the path it was given (not a missing box or workspace). */
+export function isMissingPath(err: unknown): boolean {
+  return err instanceof SbxError && err.code === 'not_found' && err.details?.['field'] === 'path';
+}
+
+/**
+ * What every file API's `exists` answers from its `stat`: true once it settles, false when it
+ * fails with not_found naming the path (anything else, a missing box or no permission, throws).
+ */
+export async function existsBy(stat: Promise<unknown>): Promise<boolean> {
+  try {
+    await stat;
+    return true;
+  } catch (err) {
+    if (isMissingPath(err)) return false;
+    throw err;
+  }
+}
+
 /** Shorthand for the most common failure: a bad option, naming the field. */
 export function invalidArgument(field: string, message: string): SbxError {
   return new SbxError('invalid_argument', `${field}: ${message}`, { details: { field } });

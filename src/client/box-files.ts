@@ -5,7 +5,7 @@
  */
 import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
-import { SbxError, invalidArgument } from '../errors.js';
+import { existsBy, invalidArgument } from '../errors.js';
 import { parseBoxEntryPath, parseBoxPath } from '../sandbox/box-path.js';
 import type { BoxFS as LibraryBoxFS, BoxFilesOptions, BoxWatch, BoxWatchEvent, WatchOptions } from '../sandbox/box-fs.js';
 import type { DirEntry, FileContent, FileStat, ReadDirOptions, WriteFileOptions } from '../workspace/types.js';
@@ -74,14 +74,8 @@ export class RemoteBoxFS implements BoxFS {
     return this.transport.json<FileStat>('GET', this.route(parseBoxPath(path)), { query: this.query({ stat: true }) });
   }
 
-  async exists(path: string): Promise<boolean> {
-    try {
-      await this.stat(path);
-      return true;
-    } catch (err) {
-      if (err instanceof SbxError && err.code === 'not_found' && err.details?.['field'] === 'path') return false;
-      throw err;
-    }
+  exists(path: string): Promise<boolean> {
+    return existsBy(this.stat(path));
   }
 
   async mkdirAll(path: string, mode = 0o755): Promise<void> {

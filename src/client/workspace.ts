@@ -7,7 +7,7 @@ import { stat as hostStat } from 'node:fs/promises';
 import { basename, isAbsolute } from 'node:path';
 import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
-import { SbxError, invalidArgument } from '../errors.js';
+import { SbxError, existsBy, invalidArgument } from '../errors.js';
 // The library's path policy, a leaf module (it imports errors.js only): the same paths are
 // refused with the same errors before anything is sent.
 import { parseWorkspacePath } from '../workspace/workspace-path.js';
@@ -140,14 +140,8 @@ export class RemoteWorkspaceFS implements WorkspaceFS {
     return (await this.body(await this.get(path, { stat: true }), path)) as FileStat;
   }
 
-  async exists(path: string): Promise<boolean> {
-    try {
-      await this.stat(path);
-      return true;
-    } catch (err) {
-      if (err instanceof SbxError && err.code === 'not_found' && err.details?.['field'] === 'path') return false;
-      throw err;
-    }
+  exists(path: string): Promise<boolean> {
+    return existsBy(this.stat(path));
   }
 
   /**

@@ -7,7 +7,7 @@
  */
 import { createInterface } from 'node:readline';
 import { Transform, type Readable, type Writable } from 'node:stream';
-import { SbxError, invalidArgument } from '../errors.js';
+import { SbxError, existsBy, invalidArgument } from '../errors.js';
 import { userSpec } from '../runtime/bounds.js';
 import type { ExecStream } from '../runtime/types.js';
 import { parseOrThrow } from '../util/validation.js';
@@ -223,14 +223,8 @@ export class BoxFS {
    * @example
    * if (!(await files.exists('/app/.env'))) await files.writeFile('/app/.env', '');
    */
-  async exists(path: string): Promise<boolean> {
-    try {
-      await this.stat(path);
-      return true;
-    } catch (err) {
-      if (err instanceof SbxError && err.code === 'not_found' && err.details?.['field'] === 'path') return false;
-      throw err;
-    }
+  exists(path: string): Promise<boolean> {
+    return existsBy(this.stat(path));
   }
 
   /**

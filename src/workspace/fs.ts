@@ -7,7 +7,7 @@ import { createReadStream as createHostReadStream, type Stats } from 'node:fs';
 import { stat as hostStat } from 'node:fs/promises';
 import { basename, isAbsolute } from 'node:path';
 import { Readable } from 'node:stream';
-import { SbxError, invalidArgument } from '../errors.js';
+import { SbxError, existsBy, invalidArgument, isMissingPath } from '../errors.js';
 import { createSymlinkAtomic, writeFileAtomic } from './atomic-write.js';
 import { DirHandle, openDirAt, type CreateDirs } from './contained-path.js';
 import { errnoOf, toWorkspaceError } from './fs-errors.js';
@@ -167,14 +167,8 @@ export class WorkspaceFS {
    * @example
    * if (!(await ws.exists('package.json'))) await ws.writeFile('package.json', '{}');
    */
-  async exists(path: string): Promise<boolean> {
-    try {
-      await this.stat(path);
-      return true;
-    } catch (err) {
-      if (isMissingPath(err)) return false;
-      throw err;
-    }
+  exists(path: string): Promise<boolean> {
+    return existsBy(this.stat(path));
   }
 
   /**
@@ -499,10 +493,6 @@ function toFileStat(name: string, stat: Stats): FileStat {
 }
 
 /** not_found about a path inside the workspace (not about the workspace itself). */
-function isMissingPath(err: unknown): boolean {
-  return err instanceof SbxError && err.code === 'not_found' && err.details?.field === 'path';
-}
-
 function checkMode(mode: unknown): number {
   // Permission bits only: no setuid/setgid/sticky on what the API writes.
   return parseOrThrow(fileMode, mode, 'mode') & 0o777;
