@@ -109,7 +109,8 @@ class Accounts {
   private readonly byBox = new Map<string, Promise<Account[]>>();
 
   async of(box: Box): Promise<Account[]> {
-    let accounts = this.byBox.get(box.id);
+    // By container: a later box under the same id may run another image.
+    let accounts = this.byBox.get(box.containerId);
     if (!accounts) {
       if (this.byBox.size >= 1024) this.byBox.clear();
       accounts = (async () => {
@@ -120,8 +121,8 @@ class Accounts {
           .filter((f) => f.length >= 7)
           .map((f) => ({ name: f[0]!, uid: f[2]!, home: f[5] || '/' }));
       })();
-      accounts.catch(() => this.byBox.delete(box.id));
-      this.byBox.set(box.id, accounts);
+      accounts.catch(() => this.byBox.delete(box.containerId));
+      this.byBox.set(box.containerId, accounts);
     }
     return accounts;
   }
