@@ -92,7 +92,9 @@ export function serveOptions(flags: ServeFlags, env: NodeJS.ProcessEnv = process
 
 export function serveCommand(): Command {
   return new Command('serve')
-    .description('Serve the HTTP API (boxes, exec, workspaces, pools, keys) until SIGINT/SIGTERM; the first start prints an admin key')
+    .description(
+      'Serve the HTTP API (boxes, exec, files, workspaces, pools, keys) and the e2b-compatible endpoints (/e2b/api, /e2b/envd; templates under server.e2b in the config file) until SIGINT/SIGTERM; the first start prints an admin key',
+    )
     .option('--host <addr>', 'address to bind (default $SBX_HOST or 127.0.0.1; other addresses need TLS)')
     .option('--port <n>', 'port (default $SBX_PORT or 7070)', port)
     .option('-c, --config <file>', 'YAML config file (default $SBX_CONFIG)')
