@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -113,7 +114,7 @@ func TestTrampolineMakesTheExecASubreaper(t *testing.T) {
 	done := make(chan syscall.WaitStatus, 1)
 	cred := credential{uid: uint32(os.Getuid()), gid: uint32(os.Getgid())}
 	// A double fork: the subshell exits at once, orphaning the sleep.
-	pid, err := a.start(spawnSpec{path: "/bin/sh", argv: []string{"sh", "-c", "(sleep 30 &); sleep 30"}, env: []string{"PATH=/usr/bin:/bin"}, dir: "/", cred: cred, asRoot: true, files: [3]uintptr{0, 1, 2}}, func(ws syscall.WaitStatus) { done <- ws })
+	pid, err := a.start(spawnSpec{path: "/bin/sh", argv: []string{"sh", "-c", "(sleep 30 &); sleep 30"}, env: []string{"PATH=/usr/bin:/bin"}, dir: "/", cred: cred, files: [3]uintptr{0, 1, 2}}, func(ws syscall.WaitStatus) { done <- ws })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestTrampolineReportsExecErrors(t *testing.T) {
 	dir := t.TempDir()
 	noexec := filepath.Join(dir, "script")
 	os.WriteFile(noexec, []byte("no shebang\n"), 0o755)
-	_, err := a.start(spawnSpec{path: noexec, argv: []string{"script"}, dir: "/", cred: cred, asRoot: true, files: [3]uintptr{0, 1, 2}}, func(ws syscall.WaitStatus) { done <- ws })
+	_, err := a.start(spawnSpec{path: noexec, argv: []string{"script"}, dir: "/", cred: cred, files: [3]uintptr{0, 1, 2}}, func(ws syscall.WaitStatus) { done <- ws })
 	if !errors.Is(err, syscall.ENOEXEC) {
 		t.Fatalf("want ENOEXEC, got %v", err)
 	}
@@ -210,5 +211,68 @@ func TestConfigureReplacesAndAddsVariables(t *testing.T) {
 	procEnv := a.envFor(map[string]string{"SBX_TOKEN": "exec"}, credential{}, false)
 	if got := envValue(procEnv, "SBX_TOKEN"); got != "exec" {
 		t.Fatalf("an exec's own env wins over the configured one, got %q", got)
+	}
+}
+
+func TestTCPListenerWantsTheToken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	a := newAgent(initConfig{})
+	token := strings.Repeat("k", 40)
+	go a.serve(ln, token)
+	hello := func(tok string) frame {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fw := &frameWriter{w: c}
+		if err := fw.writeJSON(fHello, helloReq{Versions: []int{ProtocolVersion}, Token: tok}); err != nil {
+			t.Fatal(err)
+		}
+		f, err := readFrame(c, make([]byte, 5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	for _, bad := range []string{"", "wrong", strings.Repeat("k", 39), token + "k"} {
+		if f := hello(bad); f.typ != fError || !strings.Contains(string(f.payload), `"forbidden"`) {
+			t.Fatalf("token %q: got %#x %s, want forbidden", bad, f.typ, f.payload)
+		}
+	}
+	if f := hello(token); f.typ != fHelloOK {
+		t.Fatalf("right token: got %#x %s", f.typ, f.payload)
+	}
+}
+
+func TestTCPListenerNeedsALongToken(t *testing.T) {
+	t.Setenv(tokenEnv, "short")
+	if _, _, err := listenTCP("127.0.0.1:0"); err == nil {
+		t.Fatal("a short token must be refused")
+	}
+	t.Setenv(tokenEnv, strings.Repeat("x", 32))
+	ln, token, err := listenTCP("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	if token != strings.Repeat("x", 32) || os.Getenv(tokenEnv) != "" {
+		t.Fatalf("token %q, env after %q", token, os.Getenv(tokenEnv))
+	}
+}
+
+func TestInstallCopiesThisBinary(t *testing.T) {
+	dest := filepath.Join(t.TempDir(), "bin", "sbx-agent")
+	if err := install(dest); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(dest)
+	self, _ := os.Stat("/proc/self/exe")
+	if err != nil || st.Mode().Perm() != 0o755 || st.Size() != self.Size() {
+		t.Fatalf("installed %v %v, self %d bytes", st, err, self.Size())
 	}
 }

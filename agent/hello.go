@@ -3,17 +3,25 @@ package main
 import (
 	"fmt"
 	"net"
+	"os"
+	"strings"
 )
 
-func runHello(socket string, cmd []string) int {
-	c, err := net.Dial("unix", socket)
+// runHello speaks to an agent as the host would. target is a socket path, or tcp:HOST:PORT
+// for the TCP listener, with the token (if any) taken from $SBX_AGENT_TOKEN.
+func runHello(target string, cmd []string) int {
+	network, addr := "unix", target
+	if rest, ok := strings.CutPrefix(target, "tcp:"); ok {
+		network, addr = "tcp", rest
+	}
+	c, err := net.Dial(network, addr)
 	if err != nil {
 		fmt.Printf("connect: %v\n", err)
 		return 1
 	}
 	defer c.Close()
 	fw := &frameWriter{w: c}
-	_ = fw.writeJSON(fHello, helloReq{Versions: []int{ProtocolVersion}, Client: "sbx-agent hello"})
+	_ = fw.writeJSON(fHello, helloReq{Versions: []int{ProtocolVersion}, Client: "sbx-agent hello", Token: os.Getenv(tokenEnv)})
 	if len(cmd) > 0 {
 		_ = fw.writeJSON(fStart, startReq{Argv: cmd})
 	}

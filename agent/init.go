@@ -34,6 +34,10 @@ func newAgent(cfg initConfig) *agent {
 	a := &agent{cfg: cfg, waiters: map[int]func(syscall.WaitStatus){}}
 	a.spawner = newSpawner()
 	for _, kv := range os.Environ() {
+		// The TCP listener's secret is the agent's alone: no process of the box inherits it.
+		if strings.HasPrefix(kv, tokenEnv+"=") {
+			continue
+		}
 		// The engine sets HOME from the container's user, which is root when the agent is
 		// injected: the runtime says --home when the box did not set HOME itself, and each
 		// process then gets its own user's home, as the engine gives it.
@@ -64,11 +68,20 @@ func runInit(cfg initConfig) int {
 			return code
 		}
 	}
-	if ln, err := listen(cfg.socket); err != nil {
-		// Still init: the host finds no socket and uses the engine's exec.
-		fmt.Fprintf(os.Stderr, "sbx-agent: no exec socket (%v); init only\n", err)
-	} else {
-		go a.serve(ln)
+	if cfg.socket != "" {
+		if ln, err := listen(cfg.socket); err != nil {
+			// Still init: the host finds no socket and uses the engine's exec.
+			fmt.Fprintf(os.Stderr, "sbx-agent: no exec socket (%v); init only\n", err)
+		} else {
+			go a.serve(ln, "")
+		}
+	}
+	if cfg.listen != "" {
+		if ln, token, err := listenTCP(cfg.listen); err != nil {
+			fmt.Fprintf(os.Stderr, "sbx-agent: no exec listener on %s (%v); init only\n", cfg.listen, err)
+		} else {
+			go a.serve(ln, token)
+		}
 	}
 	go a.heartbeats()
 
@@ -230,6 +243,25 @@ func lookPath(name, path, dir string) (string, error) {
 		}
 	}
 	return "", notFoundError{name}
+}
+
+// tokenEnv holds the secret a TCP peer must present in its HELLO (Kubernetes: set in the pod
+// spec by the runtime, so only who may read the pod, or is root in the box, knows it).
+const tokenEnv = "SBX_AGENT_TOKEN"
+
+// listenTCP listens where the host's port-forward connects (the pod's loopback: the API
+// server's port-forward dials localhost inside the pod's network namespace).
+func listenTCP(addr string) (net.Listener, string, error) {
+	token := os.Getenv(tokenEnv)
+	if len(token) < 32 {
+		return nil, "", fmt.Errorf("%s must hold a secret of at least 32 characters", tokenEnv)
+	}
+	_ = os.Unsetenv(tokenEnv)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", err
+	}
+	return ln, token, nil
 }
 
 func listen(path string) (*net.UnixListener, error) {

@@ -4,8 +4,9 @@
 // Standard library only, built static (CGO_ENABLED=0): it runs in any image, FROM scratch
 // included. See docs/agent.md.
 //
-//	sbx-agent init [--user U] [--home] [--drop-caps N,N] [--socket PATH] [-- CMD ARGS...]
-//	sbx-agent hello SOCKET [CMD...]   (speaks to an agent as the host would; prints its frames)
+//	sbx-agent init [--user U] [--home] [--drop-caps N,N] [--socket PATH] [--listen ADDR] [-- CMD ARGS...]
+//	sbx-agent install DEST            (copies this binary to DEST, mode 0755: the Kubernetes init container)
+//	sbx-agent hello SOCKET|tcp:HOST:PORT [CMD...]   (speaks to an agent as the host would; prints its frames)
 //	sbx-agent version
 //	sbx-agent fs OP PATH [ARG] [--recursive]   (one file operation as the calling user; fs.go)
 package main
@@ -24,12 +25,15 @@ type initConfig struct {
 	home     bool
 	dropCaps []int
 	socket   string
-	cmd      []string
+	// listen: a TCP address served besides (or, with --socket '', instead of) the socket, for
+	// hosts that reach the box through a port-forward; peers must present $SBX_AGENT_TOKEN.
+	listen string
+	cmd    []string
 }
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: sbx-agent init [--user U] [--home] [--drop-caps N,...] [--socket PATH] [-- CMD...] | version")
+		fmt.Fprintln(os.Stderr, "usage: sbx-agent init [--user U] [--home] [--drop-caps N,...] [--socket PATH] [--listen ADDR] [-- CMD...] | install DEST | version")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -43,6 +47,15 @@ func main() {
 		os.Exit(runHello(os.Args[2], os.Args[3:]))
 	case "fs":
 		os.Exit(runFs(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	case "install":
+		if len(os.Args) != 3 {
+			fmt.Fprintln(os.Stderr, "usage: sbx-agent install DEST")
+			os.Exit(2)
+		}
+		if err := install(os.Args[2]); err != nil {
+			fmt.Fprintf(os.Stderr, "sbx-agent: install: %v\n", err)
+			os.Exit(1)
+		}
 	case "version":
 		fmt.Printf("sbx-agent %s protocol %d\n", AgentVersion, ProtocolVersion)
 	case "init":
@@ -87,6 +100,12 @@ func parseInit(args []string) (initConfig, error) {
 				return cfg, err
 			}
 			cfg.socket = v
+		case "--listen":
+			v, err := next()
+			if err != nil {
+				return cfg, err
+			}
+			cfg.listen = v
 		case "--drop-caps":
 			v, err := next()
 			if err != nil {

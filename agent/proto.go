@@ -1,7 +1,7 @@
 package main
 
-// The wire protocol between the host (src/runtime/docker/agent-client.ts) and the agent, over
-// one unix-socket connection per exec. See docs/agent.md.
+// The wire protocol between the host (src/runtime/agent-client.ts) and the agent, over one
+// connection per exec: the unix socket (Docker) or the TCP listener (Kubernetes). See docs/agent.md.
 //
 // Every frame: 1 byte type, 4 bytes big-endian payload length, payload (at most maxFrame).
 
@@ -55,6 +55,8 @@ const stdinWindow = 256 * 1024
 type helloReq struct {
 	Versions []int  `json:"versions"`
 	Client   string `json:"client,omitempty"`
+	// Token: the box's secret, required on the TCP listener (Kubernetes), ignored on the unix socket.
+	Token string `json:"token,omitempty"`
 }
 
 type helloResp struct {

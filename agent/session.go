@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/subtle"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -24,9 +25,18 @@ const (
 	helloWait = 10 * time.Second
 )
 
-func (a *agent) serve(ln *net.UnixListener) {
+// hostConn is a connection from the host: a unix socket (Docker) or TCP through the
+// orchestrator's port-forward (Kubernetes); both can half-close.
+type hostConn interface {
+	net.Conn
+	CloseWrite() error
+}
+
+// serve accepts the host's connections. token is empty for the unix socket (its peers are
+// checked by SO_PEERCRED) and the per-box secret for the TCP listener.
+func (a *agent) serve(ln net.Listener, token string) {
 	for {
-		c, err := ln.AcceptUnix()
+		c, err := ln.Accept()
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -38,7 +48,12 @@ func (a *agent) serve(ln *net.UnixListener) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		go a.handle(c)
+		hc, ok := c.(hostConn)
+		if !ok {
+			_ = c.Close()
+			continue
+		}
+		go a.handle(hc, token)
 	}
 }
 
@@ -58,16 +73,22 @@ func peerCred(c *net.UnixConn) (*syscall.Ucred, error) {
 	return cred, cerr
 }
 
-func (a *agent) handle(c *net.UnixConn) {
+func (a *agent) handle(c hostConn, token string) {
 	defer c.Close()
 	fw := &frameWriter{w: c}
 	fail := func(code, field, msg string) {
 		_ = fw.writeJSON(fError, errorResp{Code: code, Field: field, Message: msg})
 	}
-	// Only the host: a process of this box has a pid in the agent's pid namespace; the host's
-	// connection comes from outside it, which the kernel reports as pid 0.
-	cred, err := peerCred(c)
-	if err != nil || cred.Pid != 0 {
+	// Only the host. On the unix socket: a process of this box has a pid in the agent's pid
+	// namespace; the host's connection comes from outside it, which the kernel reports as pid 0.
+	// On TCP (reachable from the box's own network namespace): the HELLO must carry the token.
+	if uc, ok := c.(*net.UnixConn); ok {
+		cred, err := peerCred(uc)
+		if err != nil || cred.Pid != 0 {
+			fail("forbidden", "", "the sbx agent serves the host only")
+			return
+		}
+	} else if token == "" {
 		fail("forbidden", "", "the sbx agent serves the host only")
 		return
 	}
@@ -84,6 +105,10 @@ func (a *agent) handle(c *net.UnixConn) {
 	var hello helloReq
 	if err := json.Unmarshal(f.payload, &hello); err != nil {
 		fail("protocol", "", "bad HELLO: "+err.Error())
+		return
+	}
+	if token != "" && subtle.ConstantTimeCompare([]byte(hello.Token), []byte(token)) != 1 {
+		fail("forbidden", "", "the sbx agent serves the host only: wrong or missing token")
 		return
 	}
 	speaks := false
@@ -181,7 +206,7 @@ type execProc struct {
 	stdin  *os.File // pipe to the process (nil without stdin; the master with a tty)
 	outs   []*os.File
 	fw     *frameWriter
-	conn   *net.UnixConn
+	conn   hostConn
 
 	exited   atomic.Bool
 	exitedAt atomic.Int64
@@ -195,7 +220,7 @@ type execProc struct {
 	qready chan struct{}
 }
 
-func (a *agent) startExec(req startReq, fw *frameWriter, conn *net.UnixConn) (*execProc, *errorResp) {
+func (a *agent) startExec(req startReq, fw *frameWriter, conn hostConn) (*execProc, *errorResp) {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return nil, &errorResp{Code: "invalid_argument", Field: "cmd", Message: "cmd: must be a non-empty array"}
 	}

@@ -17,7 +17,6 @@ type spawnSpec struct {
 	cred   credential
 	files  [3]uintptr
 	tty    bool
-	asRoot bool // the agent's own credentials (no setuid/setgroups needed)
 	// direct: no trampoline, so no subreaper — the box's command, whose orphans must come to
 	// PID 1 to be reaped (a subreaper that never waits would keep them as zombies).
 	direct bool
@@ -59,7 +58,10 @@ func (a *agent) start(spec spawnSpec, onExit func(syscall.WaitStatus)) (int, err
 		sys.Setctty = true
 		sys.Ctty = 0
 	}
-	if !spec.asRoot || spec.cred.uid != uint32(os.Getuid()) || spec.cred.gid != uint32(os.Getgid()) || len(spec.cred.groups) > 0 {
+	// The agent's own uid and gid need no setuid, and setgroups only when groups are asked for:
+	// a non-root agent (the image's user on Kubernetes) can start processes as itself.
+	same := spec.cred.uid == uint32(os.Getuid()) && spec.cred.gid == uint32(os.Getgid())
+	if !same || (!spec.cred.self && len(spec.cred.groups) > 0) {
 		sys.Credential = &syscall.Credential{Uid: spec.cred.uid, Gid: spec.cred.gid, Groups: spec.cred.groups}
 	}
 	path, argv := spec.path, spec.argv

@@ -14,6 +14,9 @@ type credential struct {
 	uid, gid uint32
 	groups   []uint32
 	home     string
+	// self: the agent's own uid and gid (no user given), applied without setuid or setgroups,
+	// which a non-root agent could not do (Kubernetes runs it as the image's user then).
+	self bool
 }
 
 type passwdEntry struct {
@@ -100,8 +103,9 @@ func isNumeric(s string) bool {
 // is used as it is, with gid 0 and home "/" (as the engine does).
 func lookupUser(spec string) (credential, error) {
 	userPart, groupPart, hasGroup := strings.Cut(spec, ":")
-	if userPart == "" {
-		userPart = "0"
+	self := userPart == ""
+	if self {
+		userPart = strconv.Itoa(os.Getuid())
 	}
 	users := readPasswd()
 	numeric := isNumeric(userPart)
@@ -129,6 +133,11 @@ func lookupUser(spec string) (credential, error) {
 			return cred, fmt.Errorf("unable to find user %s: no matching entries in passwd file", userPart)
 		}
 		cred = credential{uid: uint32(want), gid: 0, home: "/"}
+	}
+	if self && !hasGroup {
+		// The process's own group, and its supplementary groups as they are.
+		cred.gid, cred.self = uint32(os.Getgid()), true
+		return cred, nil
 	}
 	groups := readGroups()
 	if hasGroup && groupPart != "" {

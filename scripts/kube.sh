@@ -37,7 +37,7 @@ POD_SUBNET=10.244.0.0/24
 NODE_IP=10.244.0.1
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1
-IMAGES=(sbx-base:latest sbx-test:latest sbx-e2b:latest)
+IMAGES=(sbx-base:latest sbx-test:latest sbx-e2b:latest sbx-agent:latest)
 
 PKI=$STATE/pki
 KCFG=$STATE/kubeconfig
@@ -695,6 +695,9 @@ all_alive() {
 cmd_up() {
   # Fast path: everything runs, the node is Ready and the kubeconfig is there.
   if [ -s "$SBX_KCFG" ] && all_alive && api_ready && node_ready; then
+    # An image rebuilt since (the agent's, after a change to agent/) must reach the node too.
+    hold_lock kube
+    import_images
     echo "kube: up, Kubernetes $KUBE_VERSION at $API ($(elapsed "$t0"))"
     print_env
     return 0

@@ -251,6 +251,12 @@ export interface RuntimeOptions {
   agentDir?: string;
   /** Host directory of the boxes' agent sockets (one directory per box); default `$SBX_DATA_DIR/agent` or `~/.sbx/agent`. */
   stateDir?: string;
+  /** Kubernetes: the image an init container copies the agent binary from; absent: no agent there. */
+  agentImage?: string;
+  /** Kubernetes: how long `start` waits for the pod to be ready (default 120 s: a first pull of a large image). */
+  readyTimeoutMs?: number;
+  /** Kubernetes: the StorageClass of workspace claims; absent: the cluster's default. */
+  storageClass?: string;
 }
 
 /** A change of one container's state, as the engine reports it. */

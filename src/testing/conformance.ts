@@ -22,6 +22,11 @@ export interface RuntimeConformanceFixture {
   /** An image in a registry this engine can pull from, and credentials for an authenticated one. */
   pull?: { ref: string; authRef?: string; auth?: RegistryAuth };
   runId: string;
+  /**
+   * The command of boxes whose case gives none, for a runtime that cannot read the image's
+   * (Kubernetes with the in-box agent: the agent runs the command, and no image config is read).
+   */
+  cmd?: string[];
 }
 
 const MiB = 1024 * 1024;
@@ -48,6 +53,7 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
 
     const spec = (extra: Partial<ContainerSpec> = {}): ContainerSpec => ({
       image: fx.baseImage,
+      ...(fx.cmd ? { cmd: fx.cmd } : {}),
       ...extra,
       labels: { [TEST_LABEL]: fx.runId, ...(extra.labels ?? {}) },
     });

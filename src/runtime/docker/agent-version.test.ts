@@ -15,7 +15,7 @@ import { after, test } from 'node:test';
 import { assertNoContainersLeft } from '../../testing/cleanup.js';
 import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
 import { AGENT_DIR, AGENT_SOCKET } from './agent-inject.js';
-import { F, HOST_PROTOCOL_VERSIONS, frame } from './agent-protocol.js';
+import { F, HOST_PROTOCOL_VERSIONS, frame } from '../agent-protocol.js';
 import { DockerRuntime } from './runtime.js';
 
 const runId = testRunId('agent-version');

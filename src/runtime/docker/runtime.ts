@@ -30,8 +30,8 @@ import { DockerConnection } from './connection.js';
 import { DIAL_ANY_PORT_LABEL, toCreateOptions } from './container-config.js';
 import { toSbxError } from './errors.js';
 import { runBuffered, runStreaming } from './exec.js';
-import { AgentUnreachable, agentExec, agentExecStream, configureAgent, probeAgent } from './agent-client.js';
-import type { AgentTarget } from './agent-client.js';
+import { AgentUnreachable, agentExec, agentExecStream, configureAgent, probeAgent, socketTarget } from '../agent-client.js';
+import type { AgentTarget } from '../agent-client.js';
 import { canCopyTool, copyTool, mountedTool } from './box-tool.js';
 import { AGENT_BIN, agentBoxOf, defaultAgentDir, defaultStateDir, imageConfigOf, injectAgent, removeAgentDir } from './agent-inject.js';
 import type { AgentBox, ImageConfig } from './agent-inject.js';
@@ -192,7 +192,7 @@ export class DockerRuntime implements Runtime {
   private async untilAgentListens(id: string, socketPath: string): Promise<void> {
     const deadline = Date.now() + AGENT_START_WAIT_MS;
     for (let attempt = 0; Date.now() < deadline; attempt++) {
-      if ((await probeAgent(socketPath, 500)).ok) return;
+      if ((await probeAgent(socketTarget(id, socketPath), 500)).ok) return;
       if (attempt % 5 === 4) {
         const c = await this.docker
           .getContainer(id)
@@ -300,10 +300,10 @@ export class DockerRuntime implements Runtime {
     if (!c.State.Running || box.verifiedStart === c.State.StartedAt) return 'agent';
     // Right after a start the agent may not listen yet (a few ms): wait for it as exec does.
     const deadline = Math.min(Date.now(), Date.parse(c.State.StartedAt) || 0) + AGENT_START_WAIT_MS;
-    let probe = await probeAgent(box.socketPath);
+    let probe = await probeAgent(socketTarget(id, box.socketPath));
     while (!probe.ok && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, 10));
-      probe = await probeAgent(box.socketPath);
+      probe = await probeAgent(socketTarget(id, box.socketPath));
     }
     if (!probe.ok) return 'engine';
     box.verifiedStart = c.State.StartedAt;
@@ -334,7 +334,7 @@ export class DockerRuntime implements Runtime {
     const box = await this.agentBoxFor(id);
     const engineUser = opts.user ?? (box.user ? box.user : undefined);
     if (!this.agentEnabled || !box.socketPath || box.refused) return engine(engineUser);
-    const target = { containerId: id, socketPath: box.socketPath };
+    const target = socketTarget(id, box.socketPath);
     const deadline = Date.now() + AGENT_START_WAIT_MS;
     for (let attempt = 0; ; attempt++) {
       try {
@@ -484,7 +484,7 @@ export class DockerRuntime implements Runtime {
     const box = await this.agentBoxFor(id);
     if (!this.agentEnabled || !box.socketPath || box.refused) return false;
     try {
-      await configureAgent(box.socketPath, env);
+      await configureAgent(socketTarget(id, box.socketPath), env);
       return true;
     } catch (err) {
       if (err instanceof AgentUnreachable) return false;

@@ -4,7 +4,18 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { isSbxError } from '../../errors.js';
 import type { ContainerSpec } from '../types.js';
-import { AGENT_BIN, LABELS_ANNOTATION, MAIN_CONTAINER, NAME_ANNOTATION, podManifest, tmpfsSize, workspaceClaimName } from './manifest.js';
+import {
+  AGENT_ANNOTATION,
+  AGENT_BIN,
+  AGENT_PORT,
+  AGENT_TOKEN_ENV,
+  LABELS_ANNOTATION,
+  MAIN_CONTAINER,
+  NAME_ANNOTATION,
+  podManifest,
+  tmpfsSize,
+  workspaceClaimName,
+} from './manifest.js';
 
 const base: ContainerSpec = { image: 'sbx-base:latest' };
 const opts = { name: 'sbx-abc123', namespace: 'sbx-test' };
@@ -80,11 +91,24 @@ test('argv with spaces, quotes and $(…) stays argv, never a shell string', () 
 
 test('the in-box agent: an init container copies it into an emptyDir, the box command is its child', () => {
   const cmd = ['/bin/sh', '-c', "trap 'exit 0' TERM; while :; do sleep 86400 & wait $!; done"];
-  const { pod, c } = main({ ...base, cmd }, { ...opts, agent: { image: 'sbx-agent:1', path: '/sbx-agent' } });
-  assert.deepEqual(c.command, [AGENT_BIN, 'init', '--', ...cmd]);
+  const agent = { image: 'sbx-agent:1', token: 'k'.repeat(64) };
+  const { pod, c } = main({ ...base, cmd, user: 'sandbox' }, { ...opts, agent });
+  assert.deepEqual(c.command, [AGENT_BIN, 'init', '--socket', '', '--listen', `127.0.0.1:${AGENT_PORT}`, '--user', 'sandbox', '--home', '--', ...cmd]);
   assert.equal(c.args, undefined);
+  // The secret reaches the agent only (agent/init.go drops it from the box's environment).
+  assert.deepEqual(c.env, [{ name: AGENT_TOKEN_ENV, value: agent.token }]);
+  assert.equal(pod.metadata!.annotations![AGENT_ANNOTATION], String(AGENT_PORT));
+  // Root with only what switching users and killing needs; the agent takes the user (a name is fine).
+  assert.equal(c.securityContext!.runAsUser, 0);
+  assert.deepEqual(c.securityContext!.capabilities, { drop: ['ALL'], add: ['KILL', 'SETUID', 'SETGID'] });
+  assert.equal(c.securityContext!.allowPrivilegeEscalation, false);
+  assert.equal(c.terminationMessagePolicy, 'FallbackToLogsOnError');
+  // Without a user: the image's user, whatever it is (no runAsUser); HOME from the spec is kept.
+  const own = main({ ...base, cmd, env: { HOME: '/h' } }, { ...opts, agent }).c;
+  assert.equal(own.securityContext!.runAsUser, undefined);
+  assert.deepEqual(own.command, [AGENT_BIN, 'init', '--socket', '', '--listen', `127.0.0.1:${AGENT_PORT}`, '--', ...cmd]);
   const init = pod.spec!.initContainers![0]!;
-  assert.deepEqual(init.command, ['cp', '/sbx-agent', AGENT_BIN]);
+  assert.deepEqual(init.command, ['/sbx-agent', 'install', AGENT_BIN]);
   assert.equal(init.image, 'sbx-agent:1');
   const vol = pod.spec!.volumes!.find((v) => v.emptyDir && v.name === init.volumeMounts![0]!.name);
   assert.ok(vol, 'the binary goes to an emptyDir');
@@ -93,18 +117,22 @@ test('the in-box agent: an init container copies it into an emptyDir, the box co
     { name: vol.name, mountPath: '/.sbx', readOnly: true },
   );
   assert.throws(
-    () => podManifest(base, { ...opts, agent: { image: 'sbx-agent:1', path: '/sbx-agent' } }),
+    () => podManifest(base, { ...opts, agent }),
     (e) => isSbxError(e, 'invalid_argument'),
+  );
+  assert.throws(
+    () => podManifest({ ...base, cmd, ports: [{ containerPort: AGENT_PORT }] }, { ...opts, agent }),
+    (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'ports',
   );
 });
 
 test('grace period, env, workDir, ports, RuntimeClass', () => {
   const { pod, c } = main(
     { ...base, env: { A: '1', B: 'x y' }, workDir: '/tmp', ports: [{ containerPort: 8080 }, { containerPort: 53, protocol: 'udp' }] },
-    { ...opts, terminationGracePeriodSeconds: 3, runtimeClassName: 'gvisor' },
+    { ...opts, terminationGracePeriodSeconds: 3 },
   );
   assert.equal(pod.spec!.terminationGracePeriodSeconds, 3);
-  assert.equal(pod.spec!.runtimeClassName, 'gvisor');
+  assert.equal(pod.spec!.runtimeClassName, undefined);
   assert.deepEqual(c.env, [
     { name: 'A', value: '1' },
     { name: 'B', value: 'x y' },
@@ -114,7 +142,8 @@ test('grace period, env, workDir, ports, RuntimeClass', () => {
     { containerPort: 8080, protocol: 'TCP' },
     { containerPort: 53, protocol: 'UDP' },
   ]);
-  assert.equal(main({ ...base, ociRuntime: 'kata' }, { ...opts, runtimeClassName: 'gvisor' }).pod.spec!.runtimeClassName, 'kata');
+  // The pool's ociRuntime reaches the spec: the RuntimeClass (gVisor, Kata).
+  assert.equal(main({ ...base, ociRuntime: 'kata' }).pod.spec!.runtimeClassName, 'kata');
 });
 
 test('tmpfs and shm are memory emptyDirs; binds are the workspaces’ claims', () => {

@@ -22,28 +22,38 @@ export const NAME_ANNOTATION = 'sbx.dev/name';
 export const PORTS_ANNOTATION = 'sbx.dev/ports';
 /** Set on a pod created with `dialAnyPort`: port-forward reaches every port, not only the listed ones. */
 export const DIAL_ANY_PORT_ANNOTATION = 'sbx.dev/dial-any-port';
-/** Marks a pod that runs the in-box agent as its entrypoint, with the agent's protocol version. */
+/** Marks a pod that runs the in-box agent as its entrypoint; the value is the port it listens on. */
 export const AGENT_ANNOTATION = 'sbx.dev/agent';
 
 /** Where the agent's binary is inside the box (the same path as on Docker) and the volume holding it. */
 export const AGENT_BIN = '/.sbx/sbx-agent';
 const AGENT_VOLUME = 'sbx-agent';
+/** The binary's path in the agent image (images/sbx-agent: FROM scratch, the binary alone). */
+const AGENT_IMAGE_BIN = '/sbx-agent';
+/**
+ * The agent's TCP port on the pod's loopback, where the API server's port-forward connects (it
+ * dials localhost inside the pod's network namespace). Taken from the box's ports: a box cannot
+ * listen on it itself.
+ */
+export const AGENT_PORT = 43011;
+/** The variable holding the secret every connection to the agent must present (agent/init.go). */
+export const AGENT_TOKEN_ENV = 'SBX_AGENT_TOKEN';
+/** What the agent needs to start processes as the box user and kill any process of the box. */
+const AGENT_CAPS = ['KILL', 'SETUID', 'SETGID'];
 
-export interface AgentImage {
-  /** An image holding the static agent binary at `path` and a `cp` (e.g. busybox plus the binary). */
+export interface AgentOptions {
+  /** The image holding the static agent binary at /sbx-agent (images/sbx-agent). */
   image: string;
-  /** The binary's path inside that image. */
-  path: string;
+  /** The per-pod secret of the agent's TCP listener. */
+  token: string;
 }
 
 export interface ManifestOptions {
   /** The pod's name (a DNS label): the box's id on this runtime. */
   name: string;
   namespace: string;
-  /** RuntimeClass for every box (gVisor, Kata); the spec's `ociRuntime` wins when set. */
-  runtimeClassName?: string;
-  /** Run the in-box agent as the entrypoint (init container copies it in); absent: no agent. */
-  agent?: AgentImage;
+  /** Run the in-box agent as the entrypoint (an init container copies it in); absent: no agent. */
+  agent?: AgentOptions;
   /** Seconds Kubernetes waits after SIGTERM before SIGKILL when the pod is deleted. */
   terminationGracePeriodSeconds?: number;
 }
@@ -125,7 +135,11 @@ export function podManifest(spec: ContainerSpec, opts: ManifestOptions): V1Pod {
   if (spec.network !== undefined && spec.network !== 'bridge' && spec.network !== 'default') {
     throw invalidArgument('network', `'${spec.network}' cannot be chosen per pod on Kubernetes: boxes use the pod network (a NetworkPolicy restricts it)`);
   }
-  const user = numericUser(spec.user);
+  if (opts.agent && spec.ports?.some((p) => p.containerPort === AGENT_PORT)) {
+    throw invalidArgument('ports', `port ${AGENT_PORT} is the in-box agent's on Kubernetes; choose another`);
+  }
+  // With the agent the user may be a name: the agent resolves it in the box's /etc/passwd.
+  const user = opts.agent ? numericUserOrName(spec.user) : numericUser(spec.user);
   const labels = spec.labels ?? {};
   const volumes: V1Volume[] = [];
   const mounts: V1VolumeMount[] = [];
@@ -144,18 +158,22 @@ export function podManifest(spec: ContainerSpec, opts: ManifestOptions): V1Pod {
     mounts.push({ name: 'dshm', mountPath: '/dev/shm' });
   }
 
-  const security = containerSecurity(spec, user);
+  const security = opts.agent ? agentSecurity(spec) : containerSecurity(spec, user);
+  const env = Object.entries(spec.env ?? {}).map(([name, value]) => ({ name, value }));
+  if (opts.agent) env.push({ name: AGENT_TOKEN_ENV, value: opts.agent.token });
   const main: V1Container = {
     name: MAIN_CONTAINER,
     image: spec.image,
     // No registry is assumed: an image already on the node is used, a missing one is pulled.
     imagePullPolicy: 'IfNotPresent',
     ...command(spec, opts.agent),
-    ...(spec.env ? { env: Object.entries(spec.env).map(([name, value]) => ({ name, value })) } : {}),
+    ...(env.length ? { env } : {}),
     ...(spec.workDir ? { workingDir: spec.workDir } : {}),
     ...(spec.ports?.length ? { ports: spec.ports.map((p) => ({ containerPort: p.containerPort, protocol: p.protocol === 'udp' ? 'UDP' : 'TCP' })) } : {}),
     ...resources(spec),
     securityContext: security,
+    // The log's tail becomes the termination message of a failed command: start reports the agent's reason.
+    ...(opts.agent ? { terminationMessagePolicy: 'FallbackToLogsOnError' } : {}),
     stdin: false,
     tty: false,
   };
@@ -168,8 +186,8 @@ export function podManifest(spec: ContainerSpec, opts: ManifestOptions): V1Pod {
       name: 'sbx-agent-install',
       image: opts.agent.image,
       imagePullPolicy: 'IfNotPresent',
-      // argv, no shell: the image needs only its `cp`.
-      command: ['cp', opts.agent.path, AGENT_BIN],
+      // The binary copies itself: the image is FROM scratch, there is no cp.
+      command: [AGENT_IMAGE_BIN, 'install', AGENT_BIN],
       volumeMounts: [{ name: AGENT_VOLUME, mountPath: '/.sbx' }],
       securityContext: {
         allowPrivilegeEscalation: false,
@@ -185,9 +203,9 @@ export function podManifest(spec: ContainerSpec, opts: ManifestOptions): V1Pod {
   if (spec.name !== undefined) annotations[NAME_ANNOTATION] = spec.name;
   if (spec.ports?.length) annotations[PORTS_ANNOTATION] = JSON.stringify(spec.ports);
   if (spec.dialAnyPort) annotations[DIAL_ANY_PORT_ANNOTATION] = 'true';
-  if (opts.agent) annotations[AGENT_ANNOTATION] = '1';
+  if (opts.agent) annotations[AGENT_ANNOTATION] = String(AGENT_PORT);
 
-  const runtimeClassName = spec.ociRuntime ?? opts.runtimeClassName;
+  const runtimeClassName = spec.ociRuntime;
   return {
     apiVersion: 'v1',
     kind: 'Pod',
@@ -213,7 +231,7 @@ export function podManifest(spec: ContainerSpec, opts: ManifestOptions): V1Pod {
 }
 
 /** The container's entrypoint and args: the agent in front of the box's command when it has one. */
-function command(spec: ContainerSpec, agent: AgentImage | undefined): Pick<V1Container, 'command' | 'args'> {
+function command(spec: ContainerSpec, agent: AgentOptions | undefined): Pick<V1Container, 'command' | 'args'> {
   if (!agent) {
     // Kubernetes' command/args are Docker's entrypoint/cmd: each left out keeps the image's.
     return { ...(spec.entrypoint ? { command: spec.entrypoint } : {}), ...(spec.cmd ? { args: spec.cmd } : {}) };
@@ -223,7 +241,22 @@ function command(spec: ContainerSpec, agent: AgentImage | undefined): Pick<V1Con
   const child = [...(spec.entrypoint ?? []), ...(spec.cmd ?? [])];
   if (child.length === 0)
     throw invalidArgument('cmd', 'a box with the in-box agent on Kubernetes needs its command in the spec (the image config is not read)');
-  return { command: [AGENT_BIN, 'init', '--', ...child] };
+  // No unix socket (nothing outside the pod could reach it): the TCP listener on loopback only.
+  // --home unless the spec sets HOME: containerd sets the root's, each process gets its user's.
+  return {
+    command: [
+      AGENT_BIN,
+      'init',
+      '--socket',
+      '',
+      '--listen',
+      `127.0.0.1:${AGENT_PORT}`,
+      ...(spec.user ? ['--user', spec.user] : []),
+      ...(spec.env?.['HOME'] === undefined ? ['--home'] : []),
+      '--',
+      ...child,
+    ],
+  };
 }
 
 function resources(spec: ContainerSpec): Pick<V1Container, 'resources'> {
@@ -231,6 +264,24 @@ function resources(spec: ContainerSpec): Pick<V1Container, 'resources'> {
   if (spec.memory) limits['memory'] = String(spec.memory);
   if (spec.cpus) limits['cpu'] = cpuQuantity(spec.cpus);
   return Object.keys(limits).length ? { resources: { limits, requests: { ...limits } } } : {};
+}
+
+/**
+ * With the agent: the container runs as root when the spec names a user (the agent switches to it
+ * for the command and each exec, as on Docker), else as the image's user; KILL, SETUID and SETGID
+ * are kept for the agent (a process of a non-root user loses them at its setuid).
+ */
+function agentSecurity(spec: ContainerSpec): V1SecurityContext {
+  const add = [...new Set([...(spec.security?.capAdd ?? []), ...AGENT_CAPS])];
+  return {
+    ...containerSecurity({ ...spec, security: { ...spec.security, capAdd: add } }, {}),
+    ...(spec.user ? { runAsUser: 0, runAsGroup: 0 } : {}),
+  };
+}
+
+/** A numeric user as ids; a name as no ids (only the agent can resolve it). */
+function numericUserOrName(user: string | undefined): { uid?: number; gid?: number } {
+  return user && /^\d+(:\d+)?$/.test(user) ? numericUser(user) : {};
 }
 
 function containerSecurity(spec: ContainerSpec, user: { uid?: number; gid?: number }): V1SecurityContext {

@@ -1,9 +1,10 @@
 /**
  * A TCP connection to a port of a pod through the API server's port-forward
  * (`/pods/<name>/portforward?ports=<p>` over WebSocket, protocol `v4.channel.k8s.io`): channel 0
- * carries the data, channel 1 the kubelet's error text; the first message on each is the port
- * number (2 bytes, little-endian). There is no half-close: ending the write side is kept until
- * the connection is closed by either side.
+ * carries the data, channel 1 the kubelet's error text; each also carries the port number once
+ * (2 bytes, little-endian, a message of its own). There is no half-close: ending the write side is kept until
+ * the connection is closed by either side, and the end of the read side ends both (as a
+ * net.Socket without allowHalfOpen), so the Duplex closes.
  */
 import { Duplex } from 'node:stream';
 import { SbxError } from '../../errors.js';
@@ -17,6 +18,7 @@ export async function portForward(conn: KubeConnection, pod: string, port: numbe
   const ws = await conn.openWebSocket(path, PORT_FORWARD_PROTOCOLS, `port-forward to port ${port} of pod ${pod}`, signal);
   const prefixed = [false, false];
   const duplex = new Duplex({
+    allowHalfOpen: false,
     read() {
       ws.resume();
     },
@@ -31,14 +33,16 @@ export async function portForward(conn: KubeConnection, pod: string, port: numbe
       cb(err);
     },
   });
+  const portBytes = Buffer.from([port & 0xff, port >> 8]);
   ws.on('message', (raw: Buffer, isBinary: boolean) => {
     if (!isBinary || raw.length === 0) return;
     const channel = raw[0]!;
-    let payload = raw.subarray(1);
-    if (channel <= 1 && !prefixed[channel]) {
-      // The port number, once per channel, before any data.
+    const payload = raw.subarray(1);
+    // The port number (2 bytes, little-endian), once per channel, in a message of its own. Not
+    // always first: on the test cluster (1.36) data sometimes came before it, or without it.
+    if (channel <= 1 && !prefixed[channel] && payload.length === 2 && payload.equals(portBytes)) {
       prefixed[channel] = true;
-      payload = payload.subarray(2);
+      return;
     }
     if (payload.length === 0) return;
     if (channel === 0 && !duplex.push(payload)) ws.pause();

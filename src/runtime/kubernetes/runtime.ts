@@ -22,7 +22,10 @@ import type {
   RuntimeResources,
   RuntimeVersion,
 } from '../types.js';
+import { AgentUnreachable, agentExec, agentExecStream, configureAgent, probeAgent } from '../agent-client.js';
 import { parseKubeAddress } from './address.js';
+import { podAgentOf, podAgentTarget } from './agent.js';
+import type { PodAgent } from './agent.js';
 import { deleteClaim, ensureClaim } from './claims.js';
 import type { ClaimOptions } from './claims.js';
 import type { KubeAddress } from './address.js';
@@ -30,28 +33,28 @@ import { KubeConnection } from './connection.js';
 import { toSbxError } from './errors.js';
 import { kubeExec, kubeExecStream } from './exec.js';
 import { KubeImages } from './images.js';
-import { DIAL_ANY_PORT_ANNOTATION, MAIN_CONTAINER, PORTS_ANNOTATION, isKubeLabel, isPodName, podManifest } from './manifest.js';
-import type { AgentImage } from './manifest.js';
+import { AGENT_BIN, AGENT_PORT, DIAL_ANY_PORT_ANNOTATION, MAIN_CONTAINER, PORTS_ANNOTATION, isKubeLabel, isPodName, podManifest } from './manifest.js';
 import { infoOf, isRunning, labelsOf, statusOf, summaryOf } from './pod-state.js';
 import { portForward } from './port-forward.js';
 import { untilReady } from './ready.js';
 import { StartGate } from './start-gate.js';
 
-/** What a Kubernetes pool can set beyond the engine-neutral options. */
-export interface KubernetesRuntimeOptions extends RuntimeOptions {
-  /** RuntimeClass of every box (gVisor, Kata), unless the spec names one (`ociRuntime`). */
-  runtimeClassName?: string;
-  /** The in-box agent's image; absent: boxes run without the agent (exec through the API server). */
-  agentImage?: AgentImage;
-  /** How long `start` waits for the pod to be ready (default 120 s: a first pull of a large image). */
-  readyTimeoutMs?: number;
-}
+/**
+ * The options a Kubernetes runtime reads: `agent` with `agentImage` (the in-box agent),
+ * `readyTimeoutMs`, `storageClass` (workspace claims), `maxConnections` (execs starting at once).
+ * A box's RuntimeClass is its spec's `ociRuntime` (the pool's `ociRuntime`).
+ */
+export type KubernetesRuntimeOptions = RuntimeOptions;
 
 const DEFAULT_READY_TIMEOUT_MS = 120_000;
 /** Execs starting at once (start-gate.ts), unless `maxConnections` says otherwise. */
 const DEFAULT_STARTING_EXECS = 8;
 /** How long `remove` waits for the pod to be gone. */
 const REMOVE_WAIT_MS = 60_000;
+/** After the pod is ready, how long the agent may take to answer (it listens within milliseconds of its start). */
+const AGENT_LISTEN_WAIT_MS = 10_000;
+/** An exec retries an agent that does not answer for this long (a port-forward refused while the pod settles). */
+const AGENT_RETRY_MS = 2_000;
 
 /**
  * The Runtime for a Kubernetes namespace: a box is one pod (docs/kubernetes.md, "Runtime").
@@ -65,7 +68,9 @@ const REMOVE_WAIT_MS = 60_000;
 export class KubernetesRuntime implements Runtime {
   readonly address: string;
   readonly images: KubeImages;
-  readonly capabilities: RuntimeCapabilities = { hostMounts: false, stopStart: false, publishedPorts: false, pidsLimit: false, execUser: false };
+  readonly capabilities: RuntimeCapabilities;
+  /** New boxes get the in-box agent: asked for (`agent`, default true) and an `agentImage` given. */
+  readonly agentEnabled: boolean;
   private readonly parsed: KubeAddress;
   private connection: KubeConnection | undefined;
   private readonly options: KubernetesRuntimeOptions;
@@ -77,11 +82,16 @@ export class KubernetesRuntime implements Runtime {
   private readonly gate: StartGate;
   /** Each pod's container user (immutable), for the exec user check. */
   private readonly users = new Map<string, string | undefined>();
+  /** Each pod's agent (null: none), learned at create or from one read of the pod. */
+  private readonly agents = new Map<string, PodAgent | null>();
 
   constructor(addr: string | KubeAddress, options: KubernetesRuntimeOptions = {}) {
     this.parsed = typeof addr === 'string' ? parseKubeAddress(addr) : addr;
     this.address = this.parsed.raw;
     this.options = options;
+    this.agentEnabled = (options.agent ?? true) && !!options.agentImage;
+    // Only the agent can switch users in a pod (Kubernetes' exec has no user).
+    this.capabilities = { hostMounts: false, stopStart: false, publishedPorts: false, pidsLimit: false, execUser: this.agentEnabled };
     this.gate = new StartGate(options.maxConnections ?? DEFAULT_STARTING_EXECS);
     this.images = new KubeImages(() => this.conn);
   }
@@ -123,11 +133,11 @@ export class KubernetesRuntime implements Runtime {
     // The name is the id: the caller's when it is a valid pod name, else a fresh one.
     const name = valid.name && isPodName(valid.name) ? valid.name : `sbx-${randomBytes(6).toString('hex')}`;
     const stopMs = Number(valid.labels?.['sbx.stop-timeout-ms']);
+    const agent = this.agentEnabled ? { port: AGENT_PORT, token: randomBytes(32).toString('hex') } : undefined;
     const pod = podManifest(valid, {
       name,
       namespace: this.conn.namespace,
-      ...(this.options.runtimeClassName ? { runtimeClassName: this.options.runtimeClassName } : {}),
-      ...(this.options.agentImage ? { agent: this.options.agentImage } : {}),
+      ...(agent ? { agent: { image: this.options.agentImage!, token: agent.token } } : {}),
       ...(Number.isFinite(stopMs) && stopMs > 0 ? { terminationGracePeriodSeconds: Math.ceil(stopMs / 1000) } : {}),
     });
     try {
@@ -137,6 +147,7 @@ export class KubernetesRuntime implements Runtime {
     }
     if (this.unstarted.size > 10_000) this.unstarted.clear();
     this.unstarted.add(name);
+    this.rememberAgent(name, agent ?? null);
     return name;
   }
 
@@ -144,6 +155,76 @@ export class KubernetesRuntime implements Runtime {
   async start(id: string): Promise<void> {
     await untilReady(this.conn, id, this.options.readyTimeoutMs ?? DEFAULT_READY_TIMEOUT_MS);
     this.unstarted.delete(id);
+    const agent = await this.agentOf(id);
+    if (agent) await this.untilAgentListens(id, agent);
+  }
+
+  /**
+   * After the pod is ready, waits until its agent answers, so the first exec finds it, and a box
+   * command the agent cannot start fails `start` with the agent's reason (exit 126/127; the
+   * container's log tail is its termination message), as on Docker.
+   */
+  private async untilAgentListens(id: string, agent: PodAgent): Promise<void> {
+    const deadline = Date.now() + AGENT_LISTEN_WAIT_MS;
+    let why = '';
+    for (let delay = 10; Date.now() < deadline; delay = Math.min(delay * 2, 200)) {
+      const probe = await probeAgent(podAgentTarget(this.conn, id, agent), 2000);
+      if (probe.ok) return;
+      why = probe.why;
+      const pod = await this.readPod(id);
+      const ended = pod.status?.containerStatuses?.find((c) => c.name === MAIN_CONTAINER)?.state?.terminated;
+      if (ended) {
+        // A command that ran and ended is not a failure to start; only the agent's own refusal is.
+        const message = ended.message ?? '';
+        if (!message.includes('sbx-agent: cannot start')) return;
+        throw new SbxError('invalid_argument', `cmd: the box's command could not start in pod ${id}: ${message.trim()}`, {
+          details: { field: 'cmd', exitCode: ended.exitCode, agent: message.trim() },
+        });
+      }
+      await new Promise((r) => setTimeout(r, delay));
+    }
+    throw new SbxError('runtime_unavailable', `the agent of pod ${id} did not answer within ${AGENT_LISTEN_WAIT_MS} ms: ${why}`, { details: { id } });
+  }
+
+  private rememberAgent(id: string, agent: PodAgent | null): void {
+    if (this.agents.size > 10_000) this.agents.clear();
+    this.agents.set(id, agent);
+  }
+
+  /** The pod's agent: known since its create, else read from the pod once. */
+  private async agentOf(id: string): Promise<PodAgent | undefined> {
+    let agent = this.agents.get(id);
+    if (agent === undefined) {
+      agent = podAgentOf(await this.readPod(id)) ?? null;
+      this.rememberAgent(id, agent);
+    }
+    return agent ?? undefined;
+  }
+
+  /**
+   * Runs `run` on the pod's agent when it has one, else on the API server's exec. No fallback
+   * from the agent to the API exec: that would run as the container's user (root when the agent
+   * switches users), so an agent that does not answer is an error.
+   */
+  private async viaAgent<T>(id: string, run: (t: ReturnType<typeof podAgentTarget>) => Promise<T>, api: () => Promise<T>): Promise<T> {
+    // A pod with an agent always uses it, whatever this runtime's `agent` says: it runs as root.
+    const agent = await this.agentOf(id);
+    if (!agent) return api();
+    const target = podAgentTarget(this.conn, id, agent);
+    const deadline = Date.now() + AGENT_RETRY_MS;
+    for (;;) {
+      try {
+        return await run(target);
+      } catch (err) {
+        if (!(err instanceof AgentUnreachable)) throw err;
+        if (err.reason === 'version' || Date.now() > deadline) {
+          throw new SbxError('runtime_unavailable', `exec in pod ${id}: ${err.message}`, { cause: err, details: { id } });
+        }
+        const pod = await this.readPod(id);
+        if (!isRunning(pod)) throw new SbxError('conflict', `pod ${id} is not running`, { details: { id, status: statusOf(pod) } });
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
   }
 
   /** Deletes the pod (after SIGTERM and the grace period): a pod cannot be stopped and started again. */
@@ -166,6 +247,7 @@ export class KubernetesRuntime implements Runtime {
       this.fail(err, `delete pod ${id}`);
     }
     this.users.delete(id);
+    this.agents.delete(id);
     this.unstarted.delete(id);
     await this.untilGone(id);
   }
@@ -185,7 +267,8 @@ export class KubernetesRuntime implements Runtime {
   }
 
   async inspect(id: string): Promise<ContainerInfo> {
-    return infoOf(await this.readPod(id));
+    const pod = await this.readPod(id);
+    return { ...infoOf(pod), execPath: podAgentOf(pod) ? 'agent' : 'engine' };
   }
 
   async list(opts: ContainerListOptions = {}): Promise<ContainerSummary[]> {
@@ -342,19 +425,39 @@ export class KubernetesRuntime implements Runtime {
 
   async exec(id: string, cmd: string[], opts?: ExecOptions): Promise<ExecResult> {
     const valid = validateExec(cmd, opts);
-    await this.checkUser(id, valid.user);
-    return kubeExec({ conn: this.conn, pod: id, gate: this.gate }, cmd, valid);
+    return this.viaAgent(
+      id,
+      (t) => agentExec(t, cmd, valid),
+      async () => {
+        await this.checkUser(id, valid.user);
+        return kubeExec({ conn: this.conn, pod: id, gate: this.gate }, cmd, valid);
+      },
+    );
   }
 
   async execStream(id: string, cmd: string[], opts?: ExecStreamOptions): Promise<ExecStream> {
     const valid = validateExecStream(cmd, opts);
-    await this.checkUser(id, valid.user);
-    return kubeExecStream({ conn: this.conn, pod: id, gate: this.gate }, cmd, valid);
+    return this.viaAgent(
+      id,
+      (t) => agentExecStream(t, cmd, valid),
+      async () => {
+        await this.checkUser(id, valid.user);
+        return kubeExecStream({ conn: this.conn, pod: id, gate: this.gate }, cmd, valid);
+      },
+    );
   }
 
-  /** No agent serves exec on Kubernetes yet: the caller passes the variables with each exec. */
-  setBoxEnv(): Promise<boolean> {
-    return Promise.resolve(false);
+  /** Hands the variables to the pod's agent; false without one (the caller passes them with each exec). */
+  async setBoxEnv(id: string, env: Record<string, string>): Promise<boolean> {
+    const agent = await this.agentOf(id);
+    if (!agent) return false;
+    await configureAgent(podAgentTarget(this.conn, id, agent), env);
+    return true;
+  }
+
+  /** The file tool is the agent's binary, in pods that have it (`box.files()`); none without. */
+  async boxTool(id: string): Promise<string | null> {
+    return (await this.agentOf(id)) ? AGENT_BIN : null;
   }
 
   /** Through the API server's port-forward: a port listed at create, or any with `dialAnyPort`. */

@@ -3,7 +3,8 @@
  * its context, or SBX_TEST_KUBE_NAMESPACE), else the local test cluster's kubeconfig
  * (scripts/kube.sh up). `unavailable()` gives the reason to skip: no kubeconfig, or the local
  * cluster not answering. An explicit SBX_TEST_KUBECONFIG is never skipped: a cluster CI was
- * told to use and cannot reach is a failure.
+ * told to use and cannot reach is a failure. SBX_TEST_KUBE_AGENT_IMAGE names the agent's image
+ * there (default sbx-agent:latest, images/sbx-agent).
  */
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,6 +16,8 @@ const LOCAL_KUBECONFIG = '/var/lib/sbx-kube/kubeconfig/sbx.kubeconfig';
 const explicit = process.env['SBX_TEST_KUBECONFIG'];
 export const testKubeconfig = explicit || (existsSync(LOCAL_KUBECONFIG) ? LOCAL_KUBECONFIG : undefined);
 const namespace = process.env['SBX_TEST_KUBE_NAMESPACE'];
+/** The agent's image on the test cluster (scripts/kube.sh imports sbx-agent:latest). */
+export const testAgentImage = process.env['SBX_TEST_KUBE_AGENT_IMAGE'] || 'sbx-agent:latest';
 
 export function testKubeAddress(kubeconfig = testKubeconfig ?? '', ns = namespace): string {
   return `k8s://?kubeconfig=${encodeURIComponent(kubeconfig)}${ns ? `&namespace=${ns}` : ''}`;

@@ -1,6 +1,6 @@
 /**
- * The host side of the in-box agent's wire protocol (agent/proto.go; docs/agent.md): one unix
- * socket connection per exec, frames of 1 byte type + 4 bytes big-endian length + payload.
+ * The host side of the in-box agent's wire protocol (agent/proto.go; docs/agent.md): one
+ * connection per exec (unix socket or TCP), frames of 1 byte type + 4 bytes big-endian length + payload.
  */
 import { Writable } from 'node:stream';
 import type { PassThrough } from 'node:stream';

@@ -1,18 +1,19 @@
 /**
- * Exec through the in-box agent (docs/agent.md): one unix socket connection per exec to the
- * socket the agent serves in the box's host directory. Same results and stream semantics as
- * the engine path (exec.ts), which stays the fallback: `AgentUnreachable` before anything ran
- * tells the runtime to use it.
+ * Exec through the in-box agent (docs/agent.md): one connection per exec, to the unix socket the
+ * agent serves in the box's host directory (Docker) or to its TCP listener through the API
+ * server's port-forward (Kubernetes). Same results and stream semantics as the engine path,
+ * which stays the fallback on Docker: `AgentUnreachable` before anything ran tells the runtime.
  */
 import net from 'node:net';
 import { PassThrough, Writable } from 'node:stream';
-import { SbxError } from '../../errors.js';
-import { KILLED_EXIT_CODE, PROCESS_SIGNALS } from '../types.js';
-import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from '../types.js';
+import type { Duplex } from 'node:stream';
+import { SbxError } from '../errors.js';
+import { KILLED_EXIT_CODE, PROCESS_SIGNALS } from './types.js';
+import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from './types.js';
 import { AgentFrameReader, F, HOST_PROTOCOL_VERSIONS, STDIN_CHUNK, STDIN_WINDOW, frame } from './agent-protocol.js';
 import type { ErrorMessage, ExitMessage, StartRequest } from './agent-protocol.js';
-import { abortError, watchForKill } from '../kill-watch.js';
-import { collectText } from '../collect-text.js';
+import { abortError, watchForKill } from './kill-watch.js';
+import { collectText } from './collect-text.js';
 
 const DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024;
 /** After a kill, how long the agent may take to say the exec ended before the connection is cut (the agent kills on disconnect too). */
@@ -30,9 +31,36 @@ export class AgentUnreachable extends Error {
   }
 }
 
+/** One box's agent: how to open a connection to it, and what to say. */
 export interface AgentTarget {
+  /** The box, for messages. */
   containerId: string;
-  socketPath: string;
+  /** Where the agent listens, for messages (a socket path, `port 43011 of pod x`). */
+  where: string;
+  /** Opens one connection; a rejection or an `error` before the hello means nothing ran. */
+  connect(): Duplex | Promise<Duplex>;
+  /** The box's secret, required by the agent's TCP listener (Kubernetes). */
+  token?: string;
+}
+
+/** The agent's unix socket in the box's host directory (Docker). */
+export function socketTarget(containerId: string, socketPath: string): AgentTarget {
+  return { containerId, where: socketPath, connect: () => net.createConnection({ path: socketPath }) };
+}
+
+function helloFrame(target: AgentTarget, client: string): Buffer {
+  return frame(F.hello, { versions: HOST_PROTOCOL_VERSIONS, client, ...(target.token ? { token: target.token } : {}) });
+}
+
+/** Connects, or says why not as AgentUnreachable (nothing ran). */
+async function connectTo(target: AgentTarget): Promise<Duplex> {
+  try {
+    const socket = await target.connect();
+    (socket as Partial<net.Socket>).setNoDelay?.(true);
+    return socket;
+  } catch (err) {
+    throw new AgentUnreachable(`no agent answers on ${target.where}: ${(err as Error).message}`, 'connect', { cause: err });
+  }
 }
 
 interface Session {
@@ -51,9 +79,8 @@ interface Session {
   destroy(): void;
 }
 
-function openSession(target: AgentTarget, req: StartRequest): Session {
-  const socket = net.createConnection({ path: target.socketPath });
-  socket.setNoDelay?.(true);
+async function openSession(target: AgentTarget, req: StartRequest): Promise<Session> {
+  const socket = await connectTo(target);
   const stdout = new PassThrough();
   const stderr = new PassThrough();
   let helloed = false;
@@ -127,7 +154,11 @@ function openSession(target: AgentTarget, req: StartRequest): Session {
         return;
       case F.exit:
         exitMsg = JSON.parse(payload.toString('utf8')) as ExitMessage;
+        // EXIT is the agent's last frame: all output is handed on. The connection's own end can
+        // lag (Kubernetes' port-forward closes ~1 s after the agent's half-close).
+        for (const side of [stdout, stderr]) if (!side.writableEnded) side.end();
         resolveExited(exitMsg);
+        resolveDrained();
         return;
       case F.error: {
         let e: ErrorMessage;
@@ -143,25 +174,27 @@ function openSession(target: AgentTarget, req: StartRequest): Session {
       }
     }
   });
+  let resolveDrained!: () => void;
   const drained = new Promise<void>((resolve) => {
+    resolveDrained = resolve;
     reader.once('finish', resolve);
     reader.once('error', () => resolve());
   });
   socket.pipe(reader);
   socket.on('error', (err: NodeJS.ErrnoException) => {
-    if (!helloed) rejectStarted(new AgentUnreachable(`no agent answers on ${target.socketPath}: ${err.code ?? err.message}`, 'connect', { cause: err }));
+    if (!helloed) rejectStarted(new AgentUnreachable(`no agent answers on ${target.where}: ${err.code ?? err.message}`, 'connect', { cause: err }));
   });
   socket.once('close', () => {
     if (!reader.writableEnded) reader.end();
     for (const side of [stdout, stderr]) if (!side.writableEnded) side.end();
-    if (!helloed) rejectStarted(new AgentUnreachable(`the agent on ${target.socketPath} closed the connection before its hello`, 'closed'));
+    if (!helloed) rejectStarted(new AgentUnreachable(`the agent on ${target.where} closed the connection before its hello`, 'closed'));
     else if (!startSettled)
       rejectStarted(new SbxError('internal', `the agent in container ${target.containerId} closed the connection before the exec started`));
     // The box stopped under the exec, or the agent died: the process is gone.
     if (!exitMsg) resolveExited({ exitCode: KILLED_EXIT_CODE, killed: true, lost: true });
     pump();
   });
-  socket.write(Buffer.concat([frame(F.hello, { versions: HOST_PROTOCOL_VERSIONS, client: 'sbx' }), frame(F.start, req)]));
+  socket.write(Buffer.concat([helloFrame(target, 'sbx'), frame(F.start, req)]));
 
   let killing: Promise<void> | undefined;
   return {
@@ -233,7 +266,7 @@ function request(cmd: string[], opts: { workDir?: string; env?: Record<string, s
 export async function agentExec(target: AgentTarget, cmd: string[], opts: ExecOptions = {}): Promise<ExecResult> {
   const t0 = performance.now();
   const limit = opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT;
-  const session = openSession(target, { ...request(cmd, opts, undefined), stdin: opts.stdin !== undefined });
+  const session = await openSession(target, { ...request(cmd, opts, undefined), stdin: opts.stdin !== undefined });
   const stdout = collectText(session.stdout, limit);
   const stderr = collectText(session.stderr, limit);
   try {
@@ -261,7 +294,7 @@ export async function agentExec(target: AgentTarget, cmd: string[], opts: ExecOp
 
 /** Starts `cmd` with live stdio through the agent (the Runtime's `execStream`); returns once it runs. */
 export async function agentExecStream(target: AgentTarget, cmd: string[], opts: ExecStreamOptions = {}): Promise<ExecStream> {
-  const session = openSession(target, {
+  const session = await openSession(target, {
     ...request(cmd, opts, undefined),
     stdin: true,
     ...(opts.tty ? { tty: true, ...(opts.size ? { cols: opts.size.cols, rows: opts.size.rows } : {}) } : {}),
@@ -302,9 +335,14 @@ export async function agentExecStream(target: AgentTarget, cmd: string[], opts: 
 }
 
 /** Whether the agent answers its hello (one short connection). */
-export function probeAgent(socketPath: string, timeoutMs = 1000): Promise<{ ok: true; agent: string; version: number } | { ok: false; why: string }> {
+export async function probeAgent(target: AgentTarget, timeoutMs = 1000): Promise<{ ok: true; agent: string; version: number } | { ok: false; why: string }> {
+  let socket: Duplex;
+  try {
+    socket = await connectTo(target);
+  } catch (err) {
+    return { ok: false, why: (err as Error).message };
+  }
   return new Promise((resolve) => {
-    const socket = net.createConnection({ path: socketPath });
     const done = (r: { ok: true; agent: string; version: number } | { ok: false; why: string }) => {
       clearTimeout(timer);
       socket.destroy();
@@ -322,7 +360,7 @@ export function probeAgent(socketPath: string, timeoutMs = 1000): Promise<{ ok: 
     socket.pipe(reader);
     socket.on('error', (err: NodeJS.ErrnoException) => done({ ok: false, why: err.code ?? err.message }));
     socket.on('close', () => done({ ok: false, why: 'closed' }));
-    socket.write(frame(F.hello, { versions: HOST_PROTOCOL_VERSIONS, client: 'sbx-probe' }));
+    socket.write(helloFrame(target, 'sbx-probe'));
   });
 }
 
@@ -331,9 +369,9 @@ export function probeAgent(socketPath: string, timeoutMs = 1000): Promise<{ ok: 
  * gets them under its own, and the heartbeat reads SBX_API_URL, SBX_TOKEN and SBX_SANDBOX_ID from
  * them. What a claimed warm spare learns of the box it became.
  */
-export function configureAgent(socketPath: string, env: Record<string, string>, timeoutMs = 2000): Promise<void> {
+export async function configureAgent(target: AgentTarget, env: Record<string, string>, timeoutMs = 2000): Promise<void> {
+  const socket = await connectTo(target);
   return new Promise((resolve, reject) => {
-    const socket = net.createConnection({ path: socketPath });
     let settled = false;
     const done = (err?: Error) => {
       if (settled) return;
@@ -344,7 +382,7 @@ export function configureAgent(socketPath: string, env: Record<string, string>, 
       else resolve();
     };
     const timer = setTimeout(
-      () => done(new AgentUnreachable(`the agent on ${socketPath} did not answer CONFIGURE within ${timeoutMs} ms`, 'closed')),
+      () => done(new AgentUnreachable(`the agent on ${target.where} did not answer CONFIGURE within ${timeoutMs} ms`, 'closed')),
       timeoutMs,
     );
     const sink = new PassThrough();
@@ -360,9 +398,9 @@ export function configureAgent(socketPath: string, env: Record<string, string>, 
     reader.on('error', (err: Error) => done(err));
     socket.pipe(reader);
     socket.on('error', (err: NodeJS.ErrnoException) =>
-      done(new AgentUnreachable(`no agent answers on ${socketPath}: ${err.code ?? err.message}`, 'connect', { cause: err })),
+      done(new AgentUnreachable(`no agent answers on ${target.where}: ${err.code ?? err.message}`, 'connect', { cause: err })),
     );
-    socket.on('close', () => done(new AgentUnreachable(`the agent on ${socketPath} closed the connection before CONFIGURED`, 'closed')));
-    socket.write(Buffer.concat([frame(F.hello, { versions: HOST_PROTOCOL_VERSIONS, client: 'sbx' }), frame(F.configure, { env })]));
+    socket.on('close', () => done(new AgentUnreachable(`the agent on ${target.where} closed the connection before CONFIGURED`, 'closed')));
+    socket.write(Buffer.concat([helloFrame(target, 'sbx'), frame(F.configure, { env })]));
   });
 }

@@ -1,0 +1,120 @@
+// The in-box agent on Kubernetes (docs/kubernetes.md, "The in-box agent"), on real pods: what
+// the conformance suite does not ask. The agent listens on the pod's loopback with a per-pod
+// token; boxes must not be able to use it, a second runtime must find it from the pod alone,
+// and a box command the agent cannot start must fail start with its reason.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { isSbxError } from '../../errors.js';
+import { GRACEFUL_CMD } from '../../sandbox/box-spec.js';
+import { assertNoContainersLeft } from '../../testing/cleanup.js';
+import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
+import type { ContainerSpec } from '../types.js';
+import { AGENT_BIN, AGENT_PORT, AGENT_TOKEN_ENV } from './manifest.js';
+import type { KubernetesRuntime } from './runtime.js';
+import { openTestKube, testAgentImage, unavailable } from './test-cluster.js';
+
+const why = await unavailable();
+const runId = testRunId('kube-agent');
+
+describe('the in-box agent on Kubernetes', { skip: why ?? false }, () => {
+  let rt: KubernetesRuntime;
+  let box: string;
+  const spec = (extra: Partial<ContainerSpec> = {}): ContainerSpec => ({
+    image: testEnv.baseImage,
+    cmd: GRACEFUL_CMD,
+    ...extra,
+    labels: { [TEST_LABEL]: runId, ...(extra.labels ?? {}) },
+  });
+
+  before(async () => {
+    rt = openTestKube({ agentImage: testAgentImage });
+    // A user by name: only the agent can resolve it (the pod's securityContext takes ids).
+    box = await rt.create(spec({ user: 'sandbox' }));
+    await rt.start(box);
+  });
+
+  after(async () => {
+    try {
+      if (box) await rt.remove(box, { force: true });
+      await assertNoContainersLeft(rt, runId);
+    } finally {
+      await rt.close();
+    }
+  });
+
+  test('execs take the agent path, as the box user by name, and as any other user asked for', async () => {
+    assert.equal((await rt.inspect(box)).execPath, 'agent');
+    assert.equal(rt.capabilities.execUser, true);
+    assert.equal((await rt.exec(box, ['id', '-un'])).stdout, 'sandbox\n');
+    assert.equal((await rt.exec(box, ['id', '-u'], { user: 'root' })).stdout, '0\n');
+    assert.equal((await rt.exec(box, ['sh', '-c', 'echo $HOME'])).stdout, '/home/sandbox\n');
+    await assert.rejects(rt.exec(box, ['id'], { user: 'nobody-here' }), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'user');
+  });
+
+  test('a box process cannot use the agent: no token in its environment, and a wrong one is refused', async () => {
+    const env = await rt.exec(box, ['env']);
+    assert.doesNotMatch(env.stdout, new RegExp(AGENT_TOKEN_ENV));
+    // The box user cannot read PID 1's (the agent's) initial environment either.
+    const environ = await rt.exec(box, ['cat', '/proc/1/environ']);
+    assert.notEqual(environ.exitCode, 0);
+    assert.doesNotMatch(environ.stdout, new RegExp(AGENT_TOKEN_ENV));
+    for (const token of ['', 'guess'.repeat(13)]) {
+      const r = await rt.exec(box, [AGENT_BIN, 'hello', `tcp:127.0.0.1:${AGENT_PORT}`, 'id'], { env: { [AGENT_TOKEN_ENV]: token } });
+      assert.match(r.stdout, /forbidden/, r.stdout + r.stderr);
+      assert.doesNotMatch(r.stdout, /uid=/);
+    }
+  });
+
+  test('a second runtime finds the agent from the pod alone (recovery) and hands it box variables', async () => {
+    const other = openTestKube({ agentImage: testAgentImage });
+    try {
+      assert.equal((await other.exec(box, ['id', '-un'])).stdout, 'sandbox\n');
+      assert.equal(await other.setBoxEnv(box, { SBX_LATE: 'handed over' }), true);
+      assert.equal((await rt.exec(box, ['sh', '-c', 'printf %s "$SBX_LATE"'])).stdout, 'handed over');
+    } finally {
+      await other.close();
+    }
+  });
+
+  test('a timeout kills setsid, env -i and double-forked children through the agent', async () => {
+    const r = await rt.exec(box, ['sh', '-c', 'setsid sleep 351 & env -i sleep 352 & (sleep 353 &) ; sleep 354'], { timeoutMs: 500 });
+    assert.equal(r.timedOut, true);
+    assert.equal(r.exitCode, 137);
+    const left = (await rt.processes(box)).filter((p) => /sleep 35[1234]/.test(p.command));
+    assert.deepEqual(left, []);
+  });
+
+  test('a box command the agent cannot start fails start naming cmd, and the pod can be removed', async () => {
+    const id = await rt.create(spec({ cmd: ['/no/such/program'] }));
+    try {
+      await assert.rejects(rt.start(id), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'cmd' && /no\/such\/program/.test(e.message));
+    } finally {
+      await rt.remove(id, { force: true });
+    }
+  });
+
+  test('without a user the box runs as the image user, and the agent starts processes as it', async () => {
+    const id = await rt.create(spec());
+    try {
+      await rt.start(id);
+      assert.equal((await rt.exec(id, ['id', '-u'])).stdout, '1000\n');
+      // The agent is not root here: switching users is refused with the reason.
+      await assert.rejects(rt.exec(id, ['id'], { user: 'root' }), (e) => isSbxError(e) && /not permitted/.test(e.message));
+    } finally {
+      await rt.remove(id, { force: true });
+    }
+  });
+
+  test("the agent's port is the agent's: a box cannot list it", async () => {
+    await assert.rejects(
+      rt.create(spec({ ports: [{ containerPort: AGENT_PORT }] })),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'ports',
+    );
+  });
+
+  test('box.files() has its tool: the agent binary in the pod', async () => {
+    assert.equal(await rt.boxTool(box), AGENT_BIN);
+    const r = await rt.exec(box, [AGENT_BIN, 'fs', 'stat', '/etc/passwd']);
+    assert.match(r.stdout, /"size"/);
+  });
+});
