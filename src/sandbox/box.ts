@@ -61,7 +61,10 @@ export interface Box extends AsyncDisposable {
   /** The box's fields and its status, asked of the engine now. */
   info(): Promise<BoxInfo>;
   start(): Promise<void>;
-  /** SIGTERM, then SIGKILL after the box's stop timeout. The box stays registered. */
+  /**
+   * SIGTERM, then SIGKILL after the box's stop timeout. The box stays registered, unless its
+   * runtime cannot start it again (Kubernetes deletes the pod): then the box is removed.
+   */
   stop(): Promise<void>;
   /** Force-removes the container and forgets the box. */
   remove(): Promise<void>;
@@ -220,6 +223,11 @@ export class ManagedBox implements Box {
 
   private get runtime(): Runtime {
     return this.host.runtimeFor(this.record.pool);
+  }
+
+  /** Whether a stop can be undone by start on this box's runtime (`capabilities.stopStart`; not on Kubernetes). */
+  get restartable(): boolean {
+    return this.runtime.capabilities.stopStart !== false;
   }
 
   /** Marks a use of the box (exec, stream, workspace, attach, proxy, getOrCreate). */
@@ -445,12 +453,31 @@ export class ManagedBox implements Box {
 
   async start(): Promise<void> {
     this.touch();
+    if (!this.restartable && this.status === 'stopped') {
+      throw new SbxError(
+        'not_available',
+        `box '${this.id}' has ended and pool '${this.pool}' cannot start a box again (a pod never runs twice); create a new box`,
+        {
+          details: { id: this.id, pool: this.pool, reason: 'stop_start' },
+        },
+      );
+    }
     await this.runtime.start(this.containerId);
     this.status = 'running';
     await this.host.stopIntent(this, false);
   }
 
+  /**
+   * SIGTERM, then SIGKILL after the stop timeout. Where the runtime cannot start a box again
+   * (Kubernetes: the pod is deleted) the stopped box is gone, so the box is removed with it.
+   */
   async stop(): Promise<void> {
+    if (!this.restartable) {
+      await this.runtime.stop(this.containerId, { timeoutMs: this.record.stopTimeoutMs });
+      this.status = 'stopped';
+      await this.host.removeBox(this.id);
+      return;
+    }
     // Before the engine is asked, so a box caught stopped half-way is never started behind the caller.
     await this.host.stopIntent(this, true);
     await this.runtime.stop(this.containerId, { timeoutMs: this.record.stopTimeoutMs });

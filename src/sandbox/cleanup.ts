@@ -18,6 +18,7 @@ export function planCleanup(boxes: ManagedBox[], now: number): PlannedCleanup[] 
       running: box.status === 'running',
       idleTimeoutMs: box.record.idleTimeoutMs,
       maxLifetimeMs: box.record.maxLifetimeMs,
+      restartable: box.restartable,
     });
     if (decision.action !== 'keep') planned.push({ box, ...decision });
   }

@@ -100,6 +100,23 @@ describe('config', () => {
     );
   });
 
+  test('a Kubernetes pool: agentImage, readyTimeout and storageClass from the file and SBX_POOL_* variables', () => {
+    const p = file('kube.yaml', "pools:\n  - name: kube\n    addr: 'k8s://?namespace=sbx'\n    agentImage: sbx-agent:latest\n    readyTimeout: 90s\n");
+    const c = resolveConfig(loadConfig({ file: p, env: { SBX_POOL_KUBE_STORAGE_CLASS: 'fast-ssd' } }), {});
+    const kube = c.pools[0]!;
+    assert.deepEqual([kube.agentImage, kube.readyTimeoutMs, kube.storageClass], ['sbx-agent:latest', 90_000, 'fast-ssd']);
+    const env = resolveConfig(loadConfig({ file: p, env: { SBX_POOL_KUBE_AGENT_IMAGE: 'reg.example/sbx-agent:1', SBX_POOL_KUBE_READY_TIMEOUT: '2m' } }), {});
+    assert.deepEqual([env.pools[0]!.agentImage, env.pools[0]!.readyTimeoutMs], ['reg.example/sbx-agent:1', 120_000]);
+    assert.throws(
+      () => resolveConfig({ pools: [{ name: 'kube', addr: 'k8s://', storageClass: 'Not A Class' }] }, {}),
+      (e) => isSbxError(e, 'invalid_argument') && /storageClass/.test(e.message),
+    );
+    assert.throws(
+      () => resolveConfig({ pools: [{ name: 'kube', addr: 'k8s://', readyTimeoutMs: 0 }] }, {}),
+      (e) => isSbxError(e, 'invalid_argument') && /readyTimeoutMs/.test(e.message),
+    );
+  });
+
   test('duplicate pool names are refused', () => {
     assert.throws(
       () => resolveConfig({ pools: [{ name: 'a' }, { name: 'a' }] }, {}),

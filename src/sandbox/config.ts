@@ -71,6 +71,12 @@ export const PoolConfigSchema = z
     maxMemory: z.number().int().min(MIN_MEMORY_BYTES).optional(),
     maxCpus: z.number().min(MIN_CPUS).max(1024).optional(),
     agent: z.boolean().default(true),
+    agentImage: imageRef.optional(),
+    readyTimeoutMs: ms.refine((v) => v > 0, 'must be more than 0').optional(),
+    storageClass: z
+      .string()
+      .regex(/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/, 'must be a StorageClass name (a DNS subdomain)')
+      .optional(),
     warm: z.array(WarmTemplateSchema).max(16).default([]),
   })
   .strict();
@@ -136,6 +142,16 @@ export interface PoolConfig {
    * kills that always work. false: every exec goes through the engine, as without it.
    */
   agent?: boolean;
+  /**
+   * Kubernetes: the image holding the agent binary (`sbx-agent:latest`, built by scripts/images.sh),
+   * which an init container copies into each pod (docs/kubernetes.md). Without it a Kubernetes
+   * pool's boxes have no agent, whatever `agent` says. Docker pools mount the binary instead.
+   */
+  agentImage?: string;
+  /** Kubernetes: how long a create waits for the pod to be ready (scheduled, pulled, running). Default 120 s. */
+  readyTimeoutMs?: number;
+  /** Kubernetes: the StorageClass of workspace claims; default the cluster's default class. */
+  storageClass?: string;
   /** Warm pools (docs/warm-pools.md): started spares kept ready per template; a matching create claims one. */
   warm?: WarmTemplate[];
 }
@@ -193,6 +209,9 @@ export interface ResolvedPool {
   maxMemory: number | undefined;
   maxCpus: number | undefined;
   agent: boolean;
+  agentImage: string | undefined;
+  readyTimeoutMs: number | undefined;
+  storageClass: string | undefined;
   warm: WarmTemplate[];
 }
 
@@ -232,6 +251,9 @@ export function resolvePool(p: PoolConfig, field?: string): ResolvedPool {
     maxMemory: v.maxMemory,
     maxCpus: v.maxCpus,
     agent: v.agent,
+    agentImage: v.agentImage,
+    readyTimeoutMs: v.readyTimeoutMs,
+    storageClass: v.storageClass,
     warm: v.warm.map((t) => ({ ...t })),
   };
 }
@@ -264,7 +286,12 @@ export function resolveConfig(config: ManagerConfig = {}, env: NodeJS.ProcessEnv
 
 /** Config-file keys written as human durations (`30m`, or a number of ms) -> the TS object's `…Ms` key. */
 const FILE_DURATIONS: Record<string, string> = { cleanupInterval: 'cleanupIntervalMs', tokenTtl: 'tokenTtlMs' };
-const FILE_POOL_DURATIONS: Record<string, string> = { idleTimeout: 'idleTimeoutMs', maxLifetime: 'maxLifetimeMs', stopTimeout: 'stopTimeoutMs' };
+const FILE_POOL_DURATIONS: Record<string, string> = {
+  idleTimeout: 'idleTimeoutMs',
+  maxLifetime: 'maxLifetimeMs',
+  stopTimeout: 'stopTimeoutMs',
+  readyTimeout: 'readyTimeoutMs',
+};
 
 const ENV_KEYS: Record<string, string> = {
   SBX_NAME: 'name',
@@ -290,6 +317,9 @@ const POOL_ENV_KEYS: Record<string, string> = {
   MAX_MEMORY: 'maxMemory',
   MAX_CPUS: 'maxCpus',
   AGENT: 'agent',
+  AGENT_IMAGE: 'agentImage',
+  READY_TIMEOUT: 'readyTimeout',
+  STORAGE_CLASS: 'storageClass',
 };
 
 const NUMERIC_POOL_KEYS = new Set(['maxPerUser', 'maxTotal', 'pidsLimit', 'cpus', 'maxCpus']);
@@ -359,7 +389,7 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
   const pools = Array.isArray(config['pools']) ? (config['pools'] as Record<string, unknown>[]) : undefined;
   for (const [envKey, value] of Object.entries(env)) {
     const m =
-      /^SBX_POOL_(.+?)_(ADDR|MAX_PER_USER|MAX_TOTAL|IDLE_TIMEOUT|MAX_LIFETIME|STOP_TIMEOUT|SECURITY|OCI_RUNTIME|PIDS_LIMIT|MEMORY|CPUS|MAX_MEMORY|MAX_CPUS|AGENT)$/.exec(
+      /^SBX_POOL_(.+?)_(ADDR|MAX_PER_USER|MAX_TOTAL|IDLE_TIMEOUT|MAX_LIFETIME|STOP_TIMEOUT|SECURITY|OCI_RUNTIME|PIDS_LIMIT|MEMORY|CPUS|MAX_MEMORY|MAX_CPUS|AGENT_IMAGE|AGENT|READY_TIMEOUT|STORAGE_CLASS)$/.exec(
         envKey,
       );
     if (!m || value === undefined) continue;

@@ -298,7 +298,7 @@ export class Manager {
     const runtime = pool.runtime();
     const boxes = this.registry
       .ofPool(pool.name)
-      .filter((b) => b.policy !== 'oneshot' && b.status === 'stopped' && !this.stopIntents.has(b.id) && !this.removing.has(b.id));
+      .filter((b) => b.policy !== 'oneshot' && b.status === 'stopped' && b.restartable && !this.stopIntents.has(b.id) && !this.removing.has(b.id));
     const results = await mapSettled(boxes, CLEANUP_PARALLELISM, async (b) => {
       await runtime.start(b.containerId);
       b.status = 'running';

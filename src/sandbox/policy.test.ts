@@ -44,6 +44,12 @@ describe('lifecycle policy table', () => {
     assert.deepEqual(at({ policy: 'longrunning', lastActive: 0, running: false }), { action: 'keep' });
   });
 
+  test('longrunning on a runtime that cannot start a stopped box again (Kubernetes): removed when idle', () => {
+    assert.deepEqual(at({ policy: 'longrunning', lastActive: 0, restartable: false }), { action: 'remove', reason: 'idle' });
+    assert.deepEqual(at({ policy: 'longrunning', lastActive: 0, running: false, restartable: false }), { action: 'remove', reason: 'idle' });
+    assert.deepEqual(at({ policy: 'longrunning', lastActive: 95 * MIN, restartable: false }), { action: 'keep' });
+  });
+
   test('oneshot: removed after its first exec, idle rules before that', () => {
     assert.deepEqual(at({ policy: 'oneshot', execsCompleted: 1 }), { action: 'remove', reason: 'oneshot' });
     assert.deepEqual(at({ policy: 'oneshot', execsCompleted: 1, inFlight: 1 }), { action: 'keep' });

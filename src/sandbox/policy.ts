@@ -17,6 +17,8 @@ export interface BoxActivity {
   idleTimeoutMs: number;
   /** 0 = no limit. */
   maxLifetimeMs: number;
+  /** The box's runtime can start it again after a stop (`capabilities.stopStart`); absent means true. */
+  restartable?: boolean;
 }
 
 export type CleanupAction = { action: 'keep' } | { action: 'stop' | 'remove'; reason: 'idle' | 'lifetime' | 'oneshot' };
@@ -28,7 +30,7 @@ export type CleanupAction = { action: 'keep' } | { action: 'stop' | 'remove'; re
  * |-------------|-----------------|--------------|---------------------------------|
  * | oneshot     | remove          | remove       | removed once its first exec ends |
  * | session     | remove          | remove       |                                 |
- * | longrunning | stop (keep data)| remove       |                                 |
+ * | longrunning | stop (keep data)| remove       | removed instead of stopped where a stop cannot be undone (Kubernetes) |
  * | persistent  | never           | never        |                                 |
  *
  * Work in flight (an open exec, stream or attachment) is activity "now": such a box is never
@@ -42,7 +44,8 @@ export function decideCleanup(b: BoxActivity): CleanupAction {
   if (b.policy === 'oneshot' && b.execsCompleted > 0) return { action: 'remove', reason: 'oneshot' };
   const idle = b.idleTimeoutMs > 0 && b.now - b.lastActive >= b.idleTimeoutMs;
   if (!idle) return { action: 'keep' };
-  if (b.policy === 'longrunning') return b.running ? { action: 'stop', reason: 'idle' } : { action: 'keep' };
+  // Where a stopped box can never run again (a pod), stopping would only strand its record.
+  if (b.policy === 'longrunning' && b.restartable !== false) return b.running ? { action: 'stop', reason: 'idle' } : { action: 'keep' };
   return { action: 'remove', reason: 'idle' };
 }
 

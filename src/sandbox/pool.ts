@@ -31,7 +31,17 @@ export class Pool {
   }
 
   runtime(): Runtime {
-    this.rt ??= this.timed(this.def.runtime ?? openRuntime(this.def.addr, { ...this.def.runtimeOptions, agent: this.def.agent }));
+    const d = this.def;
+    this.rt ??= this.timed(
+      d.runtime ??
+        openRuntime(d.addr, {
+          ...d.runtimeOptions,
+          agent: d.agent,
+          ...(d.agentImage ? { agentImage: d.agentImage } : {}),
+          ...(d.readyTimeoutMs !== undefined ? { readyTimeoutMs: d.readyTimeoutMs } : {}),
+          ...(d.storageClass ? { storageClass: d.storageClass } : {}),
+        }),
+    );
     return this.rt;
   }
 
@@ -56,6 +66,9 @@ export class Pool {
       cpus: d.cpus,
       agent: d.agent,
       warm: d.warm.map((t) => ({ ...t })),
+      ...(d.agentImage ? { agentImage: d.agentImage } : {}),
+      ...(d.readyTimeoutMs !== undefined ? { readyTimeoutMs: d.readyTimeoutMs } : {}),
+      ...(d.storageClass ? { storageClass: d.storageClass } : {}),
       ...(d.ociRuntime ? { ociRuntime: d.ociRuntime } : {}),
       ...(d.pidsLimit !== undefined ? { pidsLimit: d.pidsLimit } : {}),
       ...(d.maxMemory !== undefined ? { maxMemory: d.maxMemory } : {}),

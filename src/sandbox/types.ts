@@ -110,6 +110,10 @@ export interface PoolInfo {
   pidsLimit?: number;
   maxMemory?: number;
   maxCpus?: number;
+  /** Kubernetes: the agent's image (PoolConfig.agentImage). */
+  agentImage?: string;
+  readyTimeoutMs?: number;
+  storageClass?: string;
 }
 
 export interface HeartbeatInput {
