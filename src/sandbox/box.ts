@@ -284,6 +284,23 @@ export class ManagedBox implements Box {
     const signal = valid.signal;
     if (signal?.aborted) throw new SbxError('cancelled', `attach to port ${port} cancelled`, { details: { id: this.id, port } });
     this.touch();
+    const scheme = valid.protocol === 'ws' ? 'ws' : 'http';
+    const url = `${scheme}://${await this.attachAuthority(port)}${attachPath(valid.path)}`;
+    // Every attempt dials a fresh socket, which holds the box in use until it closes: the
+    // connection's socket is the one that stays open as long as the ServiceConn.
+    return connectService(
+      { url, port, ...(valid.headers ? { headers: valid.headers } : {}), dial: () => this.dial(port, signal ? { signal } : {}) },
+      { protocol: valid.protocol, ...(valid.readyTimeoutMs !== undefined ? { readyTimeoutMs: valid.readyTimeoutMs } : {}), ...(signal ? { signal } : {}) },
+    );
+  }
+
+  /**
+   * The host:port an attach's requests name (the connection itself always goes through dial):
+   * the published address where the runtime publishes ports, else the box's own port
+   * (Kubernetes, where dialPort checks that the port is listed).
+   */
+  private async attachAuthority(port: number): Promise<string> {
+    if (this.runtime.capabilities.publishedPorts === false) return `127.0.0.1:${port}`;
     const c = await this.runtime.inspect(this.containerId);
     const published = c.ports.find((p) => p.containerPort === port && p.protocol === 'tcp');
     if (!published) {
@@ -292,14 +309,7 @@ export class ManagedBox implements Box {
       });
     }
     const host = published.hostIp === '' || published.hostIp === '0.0.0.0' || published.hostIp === '::' ? '127.0.0.1' : published.hostIp;
-    const scheme = valid.protocol === 'ws' ? 'ws' : 'http';
-    const url = `${scheme}://${host.includes(':') ? `[${host}]` : host}:${published.hostPort}${attachPath(valid.path)}`;
-    // Every attempt dials a fresh socket, which holds the box in use until it closes: the
-    // connection's socket is the one that stays open as long as the ServiceConn.
-    return connectService(
-      { url, port, ...(valid.headers ? { headers: valid.headers } : {}), dial: () => this.dial(port, signal ? { signal } : {}) },
-      { protocol: valid.protocol, ...(valid.readyTimeoutMs !== undefined ? { readyTimeoutMs: valid.readyTimeoutMs } : {}), ...(signal ? { signal } : {}) },
-    );
+    return `${host.includes(':') ? `[${host}]` : host}:${published.hostPort}`;
   }
 
   /** Use in progress that is not an exec (an open connection); the returned function ends it (once). */

@@ -43,9 +43,9 @@ test('every label is kept in the annotation; only valid Kubernetes labels become
   assert.equal(pod.metadata!.namespace, 'sbx-test');
 });
 
-test('memory and cpus become limits, and requests equal to them', () => {
+test('memory and cpus become limits; memory is requested whole, CPU at a tenth', () => {
   const { c } = main({ ...base, memory: 256 * 1024 * 1024, cpus: 1.5 });
-  assert.deepEqual(c.resources, { limits: { memory: '268435456', cpu: '1500m' }, requests: { memory: '268435456', cpu: '1500m' } });
+  assert.deepEqual(c.resources, { limits: { memory: '268435456', cpu: '1500m' }, requests: { memory: '268435456', cpu: '150m' } });
   assert.equal(main({ ...base, cpus: 0.0001 + 0.01 }).c.resources!.limits!['cpu'], '10m');
   assert.equal(main(base).c.resources, undefined);
 });

@@ -115,6 +115,9 @@ export function tmpfsSize(options: string): string | undefined {
 }
 
 /** CPU cores as millicores (`1.5` → `1500m`); Kubernetes' finest unit. */
+/** The share of a box's CPU limit it requests (the scheduler's reservation). */
+const CPU_REQUEST_SHARE = 0.1;
+
 export function cpuQuantity(cores: number): string {
   return `${Math.max(1, Math.round(cores * 1000))}m`;
 }
@@ -124,8 +127,9 @@ export function cpuQuantity(cores: number): string {
  *
  * Choices that differ from Docker, each for a reason:
  * - capabilities: all dropped, then the spec's `capAdd` (Docker's defaults are not implied);
- * - requests equal limits (what Kubernetes defaults to when only limits are given), so the
- *   scheduler never places a box where its limit does not fit;
+ * - memory is requested at its limit (memory cannot be taken back from a box), CPU at a tenth
+ *   of it (Burstable): boxes idle between execs, and requests equal to limits would fit two
+ *   one-core boxes on a two-core node;
  * - `pidsLimit` has no pod field (it is the kubelet's `podPidsLimit`) and is not applied;
  * - `network` other than the pod network cannot be chosen per pod and is rejected;
  * - ports cannot be published on a host: they become containerPorts, reached by port-forward.
@@ -263,7 +267,10 @@ function resources(spec: ContainerSpec): Pick<V1Container, 'resources'> {
   const limits: Record<string, string> = {};
   if (spec.memory) limits['memory'] = String(spec.memory);
   if (spec.cpus) limits['cpu'] = cpuQuantity(spec.cpus);
-  return Object.keys(limits).length ? { resources: { limits, requests: { ...limits } } } : {};
+  if (!Object.keys(limits).length) return {};
+  const requests: Record<string, string> = { ...limits };
+  if (spec.cpus) requests['cpu'] = cpuQuantity(spec.cpus * CPU_REQUEST_SHARE);
+  return { resources: { limits, requests } };
 }
 
 /**
