@@ -46,7 +46,7 @@ fi
 # the Kubernetes runtime: a fresh machine builds it once (7-16 min), later runs start it in seconds.
 # Exported, so a cluster that does not come up fails those tests instead of skipping them.
 kube_wanted=0
-for f in "${files[@]}"; do case "$f" in *src/runtime/kubernetes/*) kube_wanted=1 ;; esac; done
+for f in "${files[@]}"; do case "$f" in *src/runtime/kubernetes/* | *kubernetes*.test.ts) kube_wanted=1 ;; esac; done
 if [ "$kube_wanted" = 1 ] && [ -z "${SBX_TEST_KUBECONFIG:-}" ]; then
   kube_out=$(bash scripts/kube.sh up) || die "the Kubernetes test cluster did not come up (scripts/kube.sh up; logs in /var/log/sbx-kube)"
   export SBX_TEST_KUBECONFIG=${kube_out##*KUBECONFIG=}
@@ -93,19 +93,19 @@ if [ "${#leaked[@]}" -gt 0 ]; then
   [ "$rc" -ne 0 ] || rc=1
   echo "test.sh: FAIL: leaked containers" >&2
 fi
-# Pods of the tests on the test cluster: every one left is a leak (no one else makes sbx.test pods there).
+# The test namespace is the tests' alone: every pod (boxes, workspace helpers) or claim left is a leak.
 if [ -n "${kubectl_bin:-}" ]; then
-  pods=$("$kubectl_bin" --kubeconfig "$kube_admin" -n "$kube_ns" get pods -l 'sbx.test' -o name 2>&1) || {
+  pods=$("$kubectl_bin" --kubeconfig "$kube_admin" -n "$kube_ns" get pods,persistentvolumeclaims -o name 2>&1) || {
     echo "test.sh: FAIL: cannot list the test cluster's pods: $pods" >&2
     rc=1
     pods=
   }
   if [ -n "$pods" ]; then
-    echo "test.sh: leaked pods (label sbx.test) in namespace $kube_ns, now removed:" $pods >&2
+    echo "test.sh: leaked pods or claims in namespace $kube_ns, now removed:" $pods >&2
     # shellcheck disable=SC2086 # one name per word
     "$kubectl_bin" --kubeconfig "$kube_admin" -n "$kube_ns" delete --grace-period=0 --force $pods >/dev/null 2>&1 || true
     [ "$rc" -ne 0 ] || rc=1
-    echo "test.sh: FAIL: leaked pods" >&2
+    echo "test.sh: FAIL: leaked pods or claims" >&2
   fi
 fi
 older=$(test_containers | wc -l)
