@@ -232,6 +232,11 @@ func (a *agent) startExec(req startReq, fw *frameWriter, conn hostConn) (*execPr
 	if err != nil {
 		return nil, &errorResp{Code: "invalid_argument", Field: "user", Message: err.Error()}
 	}
+	if uid := os.Getuid(); uid != 0 && (cred.uid != uint32(uid) || cred.gid != uint32(os.Getgid())) {
+		// Kubernetes without a box user: the agent is the image's user and cannot switch.
+		return nil, &errorResp{Code: "not_available", Field: "user", Message: fmt.Sprintf(
+			"user %q: the box runs as uid %d, not root, so its processes cannot switch users; create the box with a user to run execs as others", userSpec, uid)}
+	}
 	env := a.envFor(req.Env, cred, req.Tty)
 	dir := req.WorkDir
 	if dir == "" {

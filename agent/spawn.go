@@ -10,13 +10,13 @@ import (
 
 // spawnSpec is one process to start: already resolved (path, credentials, environment).
 type spawnSpec struct {
-	path   string
-	argv   []string
-	env    []string
-	dir    string
-	cred   credential
-	files  [3]uintptr
-	tty    bool
+	path  string
+	argv  []string
+	env   []string
+	dir   string
+	cred  credential
+	files [3]uintptr
+	tty   bool
 	// direct: no trampoline, so no subreaper — the box's command, whose orphans must come to
 	// PID 1 to be reaped (a subreaper that never waits would keep them as zombies).
 	direct bool

@@ -78,7 +78,7 @@ Examples:
       .command('add')
       .description('Add a pool to the server (admin); it is checked and used at once')
       .argument('<name>', 'pool name')
-      .argument('[addr]', 'runtime address: local, unix:///…, tcp://…, ssh://…', 'local'),
+      .argument('[addr]', 'runtime address: local, unix:///…, tcp://…, ssh://…, k8s://?kubeconfig=…&namespace=…', 'local'),
   )
     .option('--max-per-user <n>', 'boxes per owner; 0 = unlimited', positiveInt)
     .option('--max-total <n>', 'boxes on the pool; 0 = unlimited', positiveInt)
@@ -88,11 +88,14 @@ Examples:
     .option('-m, --memory <size>', 'default memory of a box: 1g; 0 = no limit', size)
     .option('--cpus <n>', 'default cores of a box; 0 = no limit', Number)
     .addOption(new Option('--security <profile>', 'security profile').choices(['standard', 'strict']))
-    .option('--oci-runtime <name>', 'OCI runtime for its boxes, e.g. runsc')
+    .option('--oci-runtime <name>', 'OCI runtime for its boxes, e.g. runsc (Kubernetes: the RuntimeClass)')
+    .option('--agent-image <ref>', 'Kubernetes: the in-box agent image, e.g. sbx-agent:latest')
+    .option('--ready-timeout <duration>', 'Kubernetes: how long a create waits for its pod: 2m', duration)
+    .option('--storage-class <name>', 'Kubernetes: StorageClass of workspace claims')
     .option('--json', 'print the pool as JSON')
     .addHelpText(
       'after',
-      `${CONNECTION_HELP}\n\nExamples:\n  sbx pools add gpu tcp://10.0.0.5:2376 --max-per-user 2\n  sbx pools add edge ssh://sbx@edge-1 --idle-timeout 10m`,
+      `${CONNECTION_HELP}\n\nExamples:\n  sbx pools add gpu tcp://10.0.0.5:2376 --max-per-user 2\n  sbx pools add edge ssh://sbx@edge-1 --idle-timeout 10m\n  sbx pools add kube 'k8s://?kubeconfig=/etc/sbx/kubeconfig&namespace=sbx' --agent-image sbx-agent:latest`,
     )
     .action(
       remoteAction(
@@ -110,6 +113,9 @@ Examples:
             cpus?: number;
             security?: 'standard' | 'strict';
             ociRuntime?: string;
+            agentImage?: string;
+            readyTimeout?: number;
+            storageClass?: string;
             json?: boolean;
           },
         ) => {
@@ -125,6 +131,9 @@ Examples:
             ...(f.cpus !== undefined ? { cpus: f.cpus } : {}),
             ...(f.security ? { security: f.security } : {}),
             ...(f.ociRuntime ? { ociRuntime: f.ociRuntime } : {}),
+            ...(f.agentImage ? { agentImage: f.agentImage } : {}),
+            ...(f.readyTimeout !== undefined ? { readyTimeoutMs: f.readyTimeout } : {}),
+            ...(f.storageClass ? { storageClass: f.storageClass } : {}),
           };
           const p = await sbx.addPool(def);
           if (f.json) printJson(p);

@@ -249,6 +249,8 @@ function startError(e: ErrorMessage, req: StartRequest, containerId: string): Sb
     });
   }
   if (e.code === 'forbidden') return new SbxError('forbidden', `the agent in container ${containerId} refused: ${text}`);
+  if (e.code === 'not_available')
+    return new SbxError('not_available', `exec ${where}: ${text}`, { details: { field: e.field ?? 'user', reason: 'exec_user' } });
   return new SbxError('internal', `exec ${where} could not start '${req.argv[0]}': ${text}`, { details: { cmd: req.argv[0], agent: text } });
 }
 

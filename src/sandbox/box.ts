@@ -140,7 +140,8 @@ export interface ProxyBase {
 /** What a box needs from the Manager that owns it. */
 export interface BoxHost {
   runtimeFor(pool: string): Runtime;
-  removeBox(id: string): Promise<void>;
+  /** `graceful`: SIGTERM and the stop timeout first (a stop that removes the box). */
+  removeBox(id: string, opts?: { graceful?: boolean }): Promise<void>;
   /** Records that sbx stopped the box on purpose (true) or started it again (false). */
   stopIntent(box: ManagedBox, stopped: boolean): Promise<void>;
   /** Called when an exec or stream of the box has finished. */
@@ -355,6 +356,33 @@ export class ManagedBox implements Box {
     return { url: `${page}?sbx_token=${token}`, expiresAt };
   }
 
+  /**
+   * The port's published address (`http://127.0.0.1:<host port><path>`), checking that the port was
+   * published. A runtime that publishes none (Kubernetes) has no such address: its ports are reached
+   * through the proxy only, whose dial checks the port, so then only a caller that needs the
+   * address (`needed`: no public URL) gets an error.
+   */
+  private async publishedUrl(port: number, path: string, needed: boolean): Promise<string | undefined> {
+    if (this.runtime.capabilities.publishedPorts === false) {
+      if (!needed) return undefined;
+      throw new SbxError(
+        'not_available',
+        `box '${this.id}' runs on pool '${this.pool}', which publishes no ports: reach port ${port} through sbx serve's proxy (publicUrl)`,
+        {
+          details: { id: this.id, port, reason: 'port_not_published' },
+        },
+      );
+    }
+    const c = await this.runtime.inspect(this.containerId);
+    const published = c.ports.find((p) => p.containerPort === port && p.protocol === 'tcp');
+    if (!published) {
+      throw new SbxError('not_available', `box '${this.id}' did not publish port ${port}; create it with ports: [{ containerPort: ${port} }]`, {
+        details: { id: this.id, port, reason: 'port_not_exposed' },
+      });
+    }
+    return `http://127.0.0.1:${published.hostPort}${path}`;
+  }
+
   /** box.proxy() with the token's expiry (the HTTP route answers both). */
   async proxyUrl(port: number, path?: string, opts?: ProxyUrlOptions): Promise<{ url: string; expiresAt?: number }> {
     const v = validateProxyArgs(port, path, opts);
@@ -364,15 +392,9 @@ export class ManagedBox implements Box {
         details: { field: 'signed' },
       });
     }
-    const c = await this.runtime.inspect(this.containerId);
-    const published = c.ports.find((p) => p.containerPort === v.port && p.protocol === 'tcp');
-    if (!published) {
-      throw new SbxError('not_available', `box '${this.id}' did not publish port ${v.port}; create it with ports: [{ containerPort: ${v.port} }]`, {
-        details: { id: this.id, port: v.port, reason: 'port_not_exposed' },
-      });
-    }
+    const direct = await this.publishedUrl(v.port, v.path, !base.publicUrl);
     this.touch();
-    if (!base.publicUrl) return { url: `http://127.0.0.1:${published.hostPort}${v.path}` };
+    if (!base.publicUrl) return { url: direct! };
     const pub = new URL(base.publicUrl);
     // Host names are lower case: an id with capitals is reachable by path only.
     const url =
@@ -483,9 +505,8 @@ export class ManagedBox implements Box {
    */
   async stop(): Promise<void> {
     if (!this.restartable) {
-      await this.runtime.stop(this.containerId, { timeoutMs: this.record.stopTimeoutMs });
+      await this.host.removeBox(this.id, { graceful: true });
       this.status = 'stopped';
-      await this.host.removeBox(this.id);
       return;
     }
     // Before the engine is asked, so a box caught stopped half-way is never started behind the caller.

@@ -120,7 +120,7 @@ export class Manager {
     this.loop = new CleanupLoop(this.config.cleanupIntervalMs, () => this.cleanupOnce());
     this.boxHost = {
       runtimeFor: (pool) => this.pool(pool).runtime(),
-      removeBox: (id) => this.remove(id),
+      removeBox: (id, opts) => this.removeWith(id, opts?.graceful ?? false),
       workspaceFs: (workspaceId) => this.workspaces.fs(workspaceId),
       now: this.now,
       proxyBase: () => ({ publicUrl: this.publicUrl, proxyDomain: this.proxyDomain }),
@@ -544,17 +544,24 @@ export class Manager {
    * surfaces; a box whose container is already gone is forgotten cleanly.
    */
   async remove(id: string): Promise<void> {
+    return this.removeWith(id, false);
+  }
+
+  /** `graceful`: SIGTERM and the box's stop timeout first, as a stop (a stop that cannot be undone, on Kubernetes). */
+  private async removeWith(id: string, graceful: boolean): Promise<void> {
     const inProgress = this.removing.get(id);
     if (inProgress) return inProgress;
     const box = this.known(id);
-    const removal = this.removeBox(box).finally(() => this.removing.delete(id));
+    const removal = this.removeBox(box, graceful).finally(() => this.removing.delete(id));
     this.removing.set(id, removal);
     return removal;
   }
 
-  private async removeBox(box: ManagedBox): Promise<void> {
+  private async removeBox(box: ManagedBox, graceful: boolean): Promise<void> {
     try {
-      await this.pool(box.pool).runtime().remove(box.containerId, { force: true });
+      const runtime = this.pool(box.pool).runtime();
+      if (graceful) await runtime.stop(box.containerId, { timeoutMs: box.record.stopTimeoutMs });
+      await runtime.remove(box.containerId, { force: true });
     } catch (err) {
       if (!isSbxError(err, 'not_found')) throw err;
     }

@@ -111,11 +111,26 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
     return box.info();
   });
 
-  r.post('/v1/boxes/:id/stop', { schema: { summary: 'Stop a box (it stays registered)', tags: ['boxes'], params: boxIdParam } }, async (req) => {
-    const box = await boxFor(ctx, req.caller, req.params.id);
-    await box.stop();
-    return box.info();
-  });
+  r.post(
+    '/v1/boxes/:id/stop',
+    {
+      schema: {
+        summary: 'Stop a box (it stays registered; on a pool that cannot start it again, Kubernetes, it is removed)',
+        tags: ['boxes'],
+        params: boxIdParam,
+      },
+    },
+    async (req) => {
+      const box = await boxFor(ctx, req.caller, req.params.id);
+      const before = await box.info();
+      await box.stop();
+      // Where a stopped box can never run again (a pod) stop removed it: its last state, stopped.
+      return box.info().catch((err: unknown): BoxInfo => {
+        if (err instanceof SbxError && err.code === 'not_found') return { ...before, status: 'stopped' };
+        throw err;
+      });
+    },
+  );
 
   r.post(
     '/v1/boxes/:id/renew-lifetime',

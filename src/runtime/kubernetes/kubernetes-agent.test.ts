@@ -99,7 +99,7 @@ describe('the in-box agent on Kubernetes', { skip: why ?? false }, () => {
       await rt.start(id);
       assert.equal((await rt.exec(id, ['id', '-u'])).stdout, '1000\n');
       // The agent is not root here: switching users is refused with the reason.
-      await assert.rejects(rt.exec(id, ['id'], { user: 'root' }), (e) => isSbxError(e) && /not permitted/.test(e.message));
+      await assert.rejects(rt.exec(id, ['id'], { user: 'root' }), (e) => isSbxError(e, 'not_available') && e.details?.['field'] === 'user');
     } finally {
       await rt.remove(id, { force: true });
     }

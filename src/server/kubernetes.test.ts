@@ -1,0 +1,83 @@
+/**
+ * `sbx serve` with a Kubernetes pool, driven by the SDK over real HTTP and WebSockets, boxes as
+ * real pods of the test cluster (skipped with the reason when there is none): a pool added through
+ * the API with the agent image, create / exec / stream, the authenticated port proxy reaching a
+ * service in a pod through the API server's port-forward, and stop removing the box.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { Sbx } from '../client/index.js';
+import { isSbxError } from '../errors.js';
+import type { KubernetesRuntime } from '../runtime/kubernetes/runtime.js';
+import { openTestKube, testAgentImage, testKubeAddress, unavailable } from '../runtime/kubernetes/test-cluster.js';
+import { managerSelector } from '../sandbox/labels.js';
+import { testEnv } from '../testing/env.js';
+import { startTestServer } from './test-support.js';
+import type { TestServer } from './test-support.js';
+
+const why = await unavailable();
+// A service on :3002 inside the box: answers what it was asked.
+const SERVICE = `require('http').createServer((req, res) => {
+  res.writeHead(200, { 'content-type': 'application/json' }); res.end(JSON.stringify({ url: req.url, pod: require('os').hostname() }));
+}).listen(3002, '0.0.0.0', () => console.log('listening'));`;
+
+describe('sbx serve with a Kubernetes pool', { skip: why ?? false }, () => {
+  let ts: TestServer;
+  let sbx: Sbx;
+  let cluster: KubernetesRuntime;
+
+  before(async () => {
+    ts = await startTestServer('kube');
+    sbx = new Sbx({ url: ts.url, apiKey: ts.admin });
+    cluster = openTestKube();
+  });
+
+  after(async () => {
+    const left = await cluster.list({ labels: managerSelector(ts.manager.config.name) });
+    await Promise.all(left.map((p) => cluster.remove(p.id, { force: true }).catch(() => undefined)));
+    await ts.dispose();
+    await cluster.close();
+    assert.deepEqual(
+      left.map((p) => p.id),
+      [],
+      'pods left behind by the server tests',
+    );
+  });
+
+  test('a pool added over the API runs boxes as pods: exec, stream, the port proxy, stop', async () => {
+    const pool = await sbx.addPool({ name: 'kube', addr: testKubeAddress(), agentImage: testAgentImage, readyTimeoutMs: 60_000 });
+    assert.equal(pool.connected, true);
+    assert.equal(pool.agentImage, testAgentImage);
+
+    const box = await sbx.create({ pool: 'kube', image: testEnv.testImage, user: 'sandbox', ports: [{ containerPort: 3002 }] });
+    assert.equal((await box.info()).execPath, 'agent');
+    const argv = ['a b', '$(id)', `"'`];
+    assert.equal((await box.exec(['printf', '<%s>', ...argv])).stdout, argv.map((a) => `<${a}>`).join(''));
+    assert.equal((await box.exec(['id', '-un'], { user: 'root' })).stdout, 'root\n');
+
+    // The service runs in a stream (WebSocket exec through the server) while the proxy reaches it.
+    const service = await box.stream(['node', '-e', SERVICE]);
+    service.stdin.end();
+    await new Promise<void>((resolve, reject) => {
+      service.stdout.on('data', (c: Buffer) => c.toString().includes('listening') && resolve());
+      service.wait().then(() => reject(new Error('the in-box service exited')), reject);
+    });
+    const proxied = await fetch(`${ts.url}/v1/boxes/${box.id}/ports/3002/hello?x=1`, { headers: { authorization: `Bearer ${ts.admin}` } });
+    assert.equal(proxied.status, 200);
+    const body = (await proxied.json()) as { url: string; pod: string };
+    assert.equal(body.url, '/hello?x=1');
+    assert.equal(body.pod, (await box.info()).containerId, 'answered from inside the pod');
+    assert.equal((await fetch(`${ts.url}/v1/boxes/${box.id}/ports/3002/`)).status, 401, 'the proxy wants a key');
+    // A signed URL (box.proxy) reaches it without a key: a redirect that sets the token's cookie.
+    const signed = await fetch(await box.proxy(3002, '/signed', { signed: true }), { redirect: 'manual' });
+    assert.equal(signed.status, 303);
+    const cookie = (signed.headers.get('set-cookie') ?? '').split(';')[0]!;
+    const followed = await fetch(new URL(signed.headers.get('location')!, ts.url), { headers: { cookie } });
+    assert.equal(((await followed.json()) as { url: string }).url, '/signed');
+
+    await box.stop();
+    assert.equal(box.status, 'stopped');
+    await assert.rejects(box.info(), (e) => isSbxError(e, 'not_found'));
+    assert.deepEqual(await cluster.list({ labels: managerSelector(ts.manager.config.name) }), []);
+  });
+});
