@@ -2,14 +2,18 @@
  * `sbx serve` with a Kubernetes pool, driven by the SDK over real HTTP and WebSockets, boxes as
  * real pods of the test cluster (skipped with the reason when there is none): a pool added through
  * the API with the agent image, create / exec / stream, the authenticated port proxy reaching a
- * service in a pod through the API server's port-forward, and stop removing the box.
+ * service in a pod through the API server's port-forward, VNC through the viewer's bridge, and stop
+ * removing the box.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import WebSocket from 'ws';
 import { Sbx } from '../client/index.js';
 import { isSbxError } from '../errors.js';
 import type { KubernetesRuntime } from '../runtime/kubernetes/runtime.js';
 import { openTestKube, testAgentImage, testKubeAddress, unavailable } from '../runtime/kubernetes/test-cluster.js';
+import { GRACEFUL_CMD } from '../sandbox/box-spec.js';
 import { managerSelector } from '../sandbox/labels.js';
 import { testEnv } from '../testing/env.js';
 import { startTestServer } from './test-support.js';
@@ -20,6 +24,26 @@ const why = await unavailable();
 const SERVICE = `require('http').createServer((req, res) => {
   res.writeHead(200, { 'content-type': 'application/json' }); res.end(JSON.stringify({ url: req.url, pod: require('os').hostname() }));
 }).listen(3002, '0.0.0.0', () => console.log('listening'));`;
+
+/** The VNC server's first message through the viewer's WebSocket bridge, retried while the desktop starts. */
+async function rfbGreeting(url: string, key: string): Promise<string> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const got = await new Promise<string>((resolve) => {
+      const ws = new WebSocket(url, { headers: { authorization: `Bearer ${key}` } });
+      const done = (text: string) => {
+        ws.terminate();
+        resolve(text);
+      };
+      ws.once('message', (d: Buffer) => done(d.toString()));
+      ws.once('error', (err) => done(`error: ${err.message}`));
+      ws.once('close', (code) => done(`closed: ${code}`));
+      setTimeout(() => done('timeout'), 5000);
+    });
+    if (got.startsWith('RFB') || Date.now() > deadline) return got;
+    await sleep(500);
+  }
+}
 
 describe('sbx serve with a Kubernetes pool', { skip: why ?? false }, () => {
   let ts: TestServer;
@@ -74,6 +98,17 @@ describe('sbx serve with a Kubernetes pool', { skip: why ?? false }, () => {
     const cookie = (signed.headers.get('set-cookie') ?? '').split(';')[0]!;
     const followed = await fetch(new URL(signed.headers.get('location')!, ts.url), { headers: { cookie } });
     assert.equal(((await followed.json()) as { url: string }).url, '/signed');
+
+    // VNC: the viewer's bridge reaches the desktop's VNC server in a pod (the desktop image's
+    // ENTRYPOINT starts it; with the agent the command must name it: no image config is read).
+    const desk = await sbx.create({
+      pool: 'kube',
+      image: 'sbx-desktop:latest',
+      vnc: true,
+      cmd: ['/bin/sh', '/usr/local/bin/sbx-desktop', ...GRACEFUL_CMD],
+    });
+    assert.equal(await rfbGreeting(`${ts.url.replace(/^http/, 'ws')}/v1/boxes/${desk.id}/vnc/websockify`, ts.admin), 'RFB 003.008\n');
+    await desk.remove();
 
     await box.stop();
     assert.equal(box.status, 'stopped');
