@@ -260,6 +260,24 @@ describe('Manager with a Kubernetes pool, on a real cluster', { skip: why ?? fal
     await box.remove();
   });
 
+  test('warm pools: a create claims a ready spare pod, which learns its identity through its agent', async () => {
+    const m = newManager({ warm: [{ image: IMAGE, size: 1 }] });
+    await m.start();
+    await until('a spare ready', async () => (await m.warm())[0]?.ready === 1, 60_000);
+    const spare = (await podsOf(m))[0]!.id;
+    const box = await m.create({ image: IMAGE, owner: 'warm', env: { FOO: 'bar' } });
+    assert.equal(box.containerId, spare, 'the box is the spare pod');
+    assert.equal((await m.warm())[0]!.hits, 1);
+    assert.equal((await box.exec(['sh', '-c', 'echo $SBX_SANDBOX_ID $FOO; id -u'])).stdout, `${box.id} bar\n1000\n`);
+    // The agent itself was told (CONFIGURE), not only the Manager's execs: its heartbeat speaks for the box.
+    cluster ??= openTestKube();
+    assert.equal((await cluster.exec(spare, ['sh', '-c', 'echo $SBX_SANDBOX_ID'])).stdout, `${box.id}\n`);
+    await until('the pool refilled', async () => (await m.warm())[0]?.ready === 1, 60_000);
+    await box.remove();
+    await m.removePool('kube', { force: true });
+    assert.deepEqual(await podsOf(m), [], 'removePool removes the spares');
+  });
+
   test('heartbeats: the agent in the pod reports activity to the Manager over the pod network', async () => {
     const beats: Array<{ path: string; body: string }> = [];
     let m: Manager | undefined;
