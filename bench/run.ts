@@ -29,6 +29,7 @@ import { agentRowNames, runAgentRows } from './rows/agent.js';
 import { runWarmRows, warmRowNames } from './rows/warm.js';
 import { TRANSPORT_ROW_NAMES, runTransportRows } from './rows/transport.js';
 import { E2B_ROW_NAMES, runE2bRows } from './rows/e2b.js';
+import { K8S_ROW_NAMES, runKubernetesRows } from './rows/kubernetes.js';
 import { concurrencyRows, latencyRows } from './rows/boxes.js';
 import { WORKSPACE_ROW_NAME, fileRows } from './rows/files.js';
 import { RawSubject } from './subjects/raw.js';
@@ -114,6 +115,7 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     ...warmRowNames(),
     ...TRANSPORT_ROW_NAMES,
     ...E2B_ROW_NAMES,
+    ...K8S_ROW_NAMES,
   ];
   const picked = selectNames(all, run.args.only);
   if (picked.size === 0) throw new UsageError(`--only ${run.args.only}: no row matches; rows are ${all.join(', ')}`);
@@ -143,6 +145,8 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
       await raw.close();
     }
   }
+  // Pods on the Kubernetes test cluster (skipped, saying why, when there is none), beside the Docker rows.
+  if (K8S_ROW_NAMES.some((n) => picked.has(n))) results.push(...(await runKubernetesRows(run.ctx, { runId: run.runId, only: picked })));
   if (picked.has(MEMORY_ROWS.empty) || picked.has(MEMORY_ROWS.full)) {
     const memory = await runMemory(run);
     results.push(...memory.filter((r) => picked.has(r.name)));
