@@ -1,5 +1,6 @@
 /**
- * WorkspaceFS: file I/O on one workspace that cannot leave its root. Every call parses its path
+ * HostWorkspaceFS: the WorkspaceFS of a workspace on this machine's disk, file I/O that cannot
+ * leave its root. Every call parses its path
  * lexically (workspace-path.ts) and then reaches it by the fd walk of contained-path.ts, so
  * neither `..` nor a symlink or a directory swapped by a box mid-call can take it outside.
  */
@@ -13,25 +14,27 @@ import { DirHandle, openDirAt, type CreateDirs } from './contained-path.js';
 import { errnoOf, toWorkspaceError } from './fs-errors.js';
 import { ReadDirOptionsSchema, WriteFileOptionsSchema, fileMode } from './schemas.js';
 import { parseOrThrow } from '../util/validation.js';
+import { decodeBase64 } from './validation.js';
 import { UsageTracker, type Reservation } from './quota.js';
 import { StagedTree, mergeTree } from './staging.js';
 import { extractTar, packTree } from './tar.js';
 import { copyHostTreeInto, copyTreeInto, fileChunks } from './tree-copy.js';
 import { removeTree, toDirEntry, walkTree } from './tree-walk.js';
-import type { DirEntry, FileContent, FileOwner, FileStat, ImportResult, ReadDirOptions, WorkspaceUsage, WriteFileOptions } from './types.js';
+import type { DirEntry, FileContent, FileOwner, FileStat, ImportResult, ReadDirOptions, WorkspaceFS, WorkspaceUsage, WriteFileOptions } from './types.js';
 import { formatWorkspacePath, parseEntryPath, parseWorkspacePath } from './workspace-path.js';
+
+export type { WorkspaceFS } from './types.js';
 
 const DEFAULT_FILE_MODE = 0o644;
 const DEFAULT_DIR_MODE = 0o755;
-const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 
 /**
  * Where a workspace lives on the host and how it is written. Built by WorkspaceManager.
  *
  * @example
- * new WorkspaceFS({ id: 'ws-1', rootPath: layout.root('local', 'ws-1'), stagingPath: layout.staging('local', 'ws-1') });
+ * new HostWorkspaceFS({ id: 'ws-1', rootPath: layout.root('local', 'ws-1'), stagingPath: layout.staging('local', 'ws-1') });
  */
-export interface WorkspaceFSOptions {
+export interface HostWorkspaceFSOptions {
   id: string;
   /** Host path of the directory boxes mount. */
   rootPath: string;
@@ -45,7 +48,7 @@ export interface WorkspaceFSOptions {
 type Entry = { parent: DirHandle; name: string; display: string };
 
 /**
- * Root-contained file I/O on one workspace. Paths are relative to the workspace root and use
+ * Root-contained file I/O on one workspace in a host directory (the WorkspaceFS of host nodes). Paths are relative to the workspace root and use
  * `/`; '' and '.' are the root. Symlinks are never followed: as a final component they are
  * reported (stat, readDir) or replaced/removed as themselves, as an intermediate component they
  * make the call fail with `invalid_argument`. Operations that create something create missing
@@ -57,12 +60,12 @@ type Entry = { parent: DirHandle; name: string; display: string };
  * console.log(await ws.readFile('src/main.ts', 'utf8'));
  * for (const e of await ws.readDir('', { recursive: true })) console.log(e.name);
  */
-export class WorkspaceFS {
+export class HostWorkspaceFS implements WorkspaceFS {
   readonly id: string;
   private readonly owner: FileOwner | undefined;
   private readonly tracker: UsageTracker;
 
-  constructor(private readonly options: WorkspaceFSOptions) {
+  constructor(private readonly options: HostWorkspaceFSOptions) {
     this.id = options.id;
     this.owner = process.getuid?.() === 0 ? options.fileOwner : undefined;
     this.tracker = new UsageTracker(() => this.measure(), options.quotaBytes || undefined, options.id);
@@ -307,9 +310,7 @@ export class WorkspaceFS {
    * await ws.writeFileBase64('logo.png', b64, { mode: 0o644 });
    */
   async writeFileBase64(path: string, base64: string, options: WriteFileOptions = {}): Promise<void> {
-    const compact = typeof base64 === 'string' ? base64.replace(/\s+/g, '') : undefined;
-    if (compact === undefined || compact.length % 4 !== 0 || !BASE64.test(compact)) throw invalidArgument('data', 'is not valid base64');
-    await this.writeFile(path, Buffer.from(compact, 'base64'), options);
+    await this.writeFile(path, decodeBase64(base64), options);
   }
 
   /**
@@ -321,13 +322,7 @@ export class WorkspaceFS {
    * await ws.copyFromHost('/srv/templates/node-app', 'app');
    */
   async copyFromHost(hostPath: string, dest?: string): Promise<void> {
-    if (typeof hostPath !== 'string' || !isAbsolute(hostPath)) throw invalidArgument('hostPath', 'must be an absolute host path');
-    const stat = await hostStat(hostPath).catch((err: unknown) => {
-      throw new SbxError(errnoOf(err) === 'ENOENT' ? 'not_found' : 'internal', `cannot copy from host ${hostPath}: ${(err as Error).message}`, {
-        cause: err,
-        details: { field: 'hostPath' },
-      });
-    });
+    const stat = await statHostSource(hostPath);
     const destination = dest ?? basename(hostPath);
     if (stat.isDirectory()) {
       const components = parseWorkspacePath(destination);
@@ -486,6 +481,23 @@ export class WorkspaceFS {
       throw toWorkspaceError(err, display, action);
     }
   }
+}
+
+/**
+ * The host side of `copyFromHost`: an absolute path (trusted, followed as given), stat'ed;
+ * `invalid_argument` or `not_found` on field `hostPath`.
+ *
+ * @example
+ * if ((await statHostSource('/srv/app.tar')).isFile()) …
+ */
+export async function statHostSource(hostPath: unknown): Promise<Stats> {
+  if (typeof hostPath !== 'string' || !isAbsolute(hostPath)) throw invalidArgument('hostPath', 'must be an absolute host path');
+  return hostStat(hostPath).catch((err: unknown) => {
+    throw new SbxError(errnoOf(err) === 'ENOENT' ? 'not_found' : 'internal', `cannot copy from host ${hostPath}: ${(err as Error).message}`, {
+      cause: err,
+      details: { field: 'hostPath' },
+    });
+  });
 }
 
 function toFileStat(name: string, stat: Stats): FileStat {

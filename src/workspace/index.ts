@@ -7,7 +7,7 @@
  * const workspaces = new WorkspaceManager({ dataDir: '/var/lib/sbx' });
  */
 export { WorkspaceManager } from './manager.js';
-export { WorkspaceFS, type WorkspaceFSOptions } from './fs.js';
+export { HostWorkspaceFS, type HostWorkspaceFSOptions } from './fs.js';
 export { parseWorkspacePath } from './workspace-path.js';
 export type {
   CreateWorkspaceOptions,
@@ -22,8 +22,10 @@ export type {
   ReadDirOptions,
   UpdateWorkspaceOptions,
   Workspace,
+  WorkspaceFS,
   WorkspaceManagerOptions,
   WorkspaceNode,
+  WorkspaceStorage,
   WorkspaceUsage,
   WriteFileOptions,
 } from './types.js';

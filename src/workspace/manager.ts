@@ -1,15 +1,17 @@
 /**
- * WorkspaceManager: create, find, update and delete workspaces on a node's disk, and hand out
- * their mount path and root-contained file API. The sandbox layer wires itself in through
- * `isMounted` / `setMountChecker`, `nodeForWorkspace` and `mountPath`; nothing here knows boxes.
+ * WorkspaceManager: create, find, update and delete workspaces on a node's disk (or in the
+ * node's own storage, e.g. a Kubernetes claim, with the metadata still here), and hand out
+ * their mount path and file API. The sandbox layer wires itself in through
+ * `isMounted` / `setMountChecker`, `nodeForWorkspace`, `mountPath` and the nodes' `storage`;
+ * nothing here knows boxes or engines.
  */
-import { access, chmod, chown, mkdir, readdir, rename } from 'node:fs/promises';
+import { access, chmod, chown, lstat, mkdir, readdir, rename } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { SbxError, invalidArgument } from '../errors.js';
 import { DirHandle } from './contained-path.js';
 import { errnoOf, storageError } from './fs-errors.js';
-import { WorkspaceFS } from './fs.js';
+import { HostWorkspaceFS } from './fs.js';
 import { KeyedLock } from './keyed-lock.js';
 import { TRASH_PREFIX, WorkspaceLayout } from './layout.js';
 import { readMetadata, writeMetadata } from './metadata.js';
@@ -24,8 +26,10 @@ import type {
   MountChecker,
   UpdateWorkspaceOptions,
   Workspace,
+  WorkspaceFS,
   WorkspaceManagerOptions,
   WorkspaceNode,
+  WorkspaceStorage,
   WorkspaceUsage,
 } from './types.js';
 import { CreateWorkspaceOptionsSchema, DeleteWorkspaceOptionsSchema, UpdateWorkspaceOptionsSchema } from './schemas.js';
@@ -127,9 +131,19 @@ export class WorkspaceManager {
     if (index.has(id) || this.creating.has(id)) throw conflictingId(id);
     this.creating.add(id);
     try {
-      const workspace = await this.createOnDisk(id, nodeName, { name, owner, labels, quotaBytes }).catch((err: unknown) => {
+      const fields = { name, owner, labels, quotaBytes };
+      // A node with storage of its own keeps only the metadata here (no root/ or staging/).
+      const workspace = await this.createOnDisk(id, nodeName, fields, !node.storage).catch((err: unknown) => {
         throw storageError(err, this.layout.node(nodeName), 'create a workspace');
       });
+      if (node.storage) {
+        // After the id is claimed on disk, so a create that lost the id never touches the
+        // winner's storage; a storage that cannot be made takes the metadata with it.
+        await node.storage.create(copyOf(workspace), this.layout.root(nodeName, id)).catch(async (err: unknown) => {
+          await this.discard(nodeName, id).catch(() => undefined);
+          throw err;
+        });
+      }
       index.set(id, workspace);
       return copyOf(workspace);
     } finally {
@@ -189,7 +203,9 @@ export class WorkspaceManager {
 
   /**
    * Deletes a workspace and everything in it. Refused with `conflict` while a running box mounts
-   * it, unless `force` (the box then keeps an empty, deleted directory).
+   * it, unless `force` (the box then keeps an empty, deleted directory). On a node with storage
+   * of its own, the storage goes first (a failure keeps the workspace); when that node no longer
+   * offers storage it is `not_available`, and `force` deletes the metadata alone.
    *
    * @example
    * await workspaces.delete('ws-1');
@@ -201,18 +217,51 @@ export class WorkspaceManager {
       if (!options.force && (await this.mountChecker(id))) {
         throw new SbxError('conflict', `workspace ${id} is mounted by a running box; stop or remove the box first, or delete with force`, { details: { id } });
       }
-      const trash = `${TRASH_PREFIX}${id}-${randomBytes(4).toString('hex')}`;
-      // One rename takes the workspace (metadata and data) out of existence atomically; the
-      // slow removal of its contents happens afterwards, under a name no lookup matches.
-      await rename(this.layout.workspace(workspace.node, id), join(this.layout.node(workspace.node), trash));
-      (await this.loadIndex()).delete(id);
-      this.filesystems.delete(id);
-      await using nodeDir = await DirHandle.openHostDir(this.layout.node(workspace.node));
-      await nodeDir.sync();
-      // Removal is by fds (box-written content may hold symlinks). If a force-deleted box keeps
-      // writing, what is left stays in the trash and is retried when the index is next loaded.
-      await removeTree(nodeDir, trash).catch(() => undefined);
+      const storage = await this.storageOf(workspace).catch((err: unknown) => {
+        if (options.force && err instanceof SbxError && err.code === 'not_available') return undefined;
+        throw err;
+      });
+      if (storage) await storage.remove(copyOf(workspace), this.layout.root(workspace.node, id));
+      await this.discard(workspace.node, id, async () => {
+        (await this.loadIndex()).delete(id);
+        this.filesystems.delete(id);
+      });
     });
+  }
+
+  /**
+   * Takes a workspace's directory out of existence: one rename to a trash name (metadata and
+   * data at once; `gone` runs right after it), then the slow removal of its contents under a name
+   * no lookup matches.
+   */
+  private async discard(node: string, id: string, gone: () => Promise<void> = async () => undefined): Promise<void> {
+    const trash = `${TRASH_PREFIX}${id}-${randomBytes(4).toString('hex')}`;
+    await rename(this.layout.workspace(node, id), join(this.layout.node(node), trash));
+    await gone();
+    await using nodeDir = await DirHandle.openHostDir(this.layout.node(node));
+    await nodeDir.sync();
+    // Removal is by fds (box-written content may hold symlinks). If a force-deleted box keeps
+    // writing, what is left stays in the trash and is retried when the index is next loaded.
+    await removeTree(nodeDir, trash).catch(() => undefined);
+  }
+
+  /**
+   * Where a workspace's files are: here (undefined: its `root/` is on this disk) or in its node's
+   * storage; `not_available` when they are not here and the node offers no storage now.
+   */
+  private async storageOf(workspace: Workspace): Promise<WorkspaceStorage | undefined> {
+    const here = await lstat(this.layout.root(workspace.node, workspace.id)).then(
+      () => true,
+      (err: unknown) => errnoOf(err) !== 'ENOENT',
+    );
+    if (here) return undefined;
+    const storage = this.listNodes().find((n) => n.name === workspace.node)?.storage;
+    if (storage) return storage;
+    throw new SbxError(
+      'not_available',
+      `the files of workspace ${workspace.id} are not on this machine and node ${workspace.node} offers no storage now (its pool was removed or changed?)`,
+      { details: { id: workspace.id, node: workspace.node } },
+    );
   }
 
   /**
@@ -237,8 +286,8 @@ export class WorkspaceManager {
   }
 
   /**
-   * The root-contained file API of a workspace (one shared instance per workspace, so quota
-   * reservations of concurrent writers see each other).
+   * The file API of a workspace (one shared instance per workspace, so quota reservations of
+   * concurrent writers see each other): root-contained host I/O, or the node storage's.
    *
    * @example
    * const files = await workspaces.fs('ws-1');
@@ -256,12 +305,14 @@ export class WorkspaceManager {
   }
 
   private async openFS(workspace: Workspace): Promise<WorkspaceFS> {
+    const storage = await this.storageOf(workspace);
+    if (storage) return storage.open(copyOf(workspace), this.layout.root(workspace.node, workspace.id), this.fileOwner);
     const stagingPath = this.layout.staging(workspace.node, workspace.id);
     // Staged trees a crashed process left would otherwise stay until the next sweepLeftovers;
     // those of live processes (this one included) are left alone.
     await using staging = await DirHandle.openHostDir(stagingPath);
     await sweepTempEntries(staging, new WriterCheck());
-    return new WorkspaceFS({
+    return new HostWorkspaceFS({
       id: workspace.id,
       rootPath: this.layout.root(workspace.node, workspace.id),
       stagingPath,
@@ -298,6 +349,7 @@ export class WorkspaceManager {
     id: string,
     node: string,
     fields: { name: string; owner: string; labels: Record<string, string>; quotaBytes: number | undefined },
+    withRoot: boolean,
   ): Promise<Workspace> {
     const nodeDir = this.layout.node(node);
     await mkdir(this.layout.base, { recursive: true, mode: 0o711 });
@@ -314,11 +366,13 @@ export class WorkspaceManager {
     if (fields.quotaBytes !== undefined) workspace.quotaBytes = fields.quotaBytes;
     await mkdir(dir, { mode: 0o711 });
     try {
-      const root = join(dir, 'root');
-      await mkdir(root, { mode: 0o755 });
-      if (process.getuid?.() === 0) await chown(root, this.fileOwner.uid, this.fileOwner.gid);
-      await chmod(root, 0o755);
-      await mkdir(join(dir, 'staging'), { mode: 0o700 });
+      if (withRoot) {
+        const root = join(dir, 'root');
+        await mkdir(root, { mode: 0o755 });
+        if (process.getuid?.() === 0) await chown(root, this.fileOwner.uid, this.fileOwner.gid);
+        await chmod(root, 0o755);
+        await mkdir(join(dir, 'staging'), { mode: 0o700 });
+      }
       await writeMetadata(dir, workspace);
       try {
         // The atomic claim: rename(2) cannot replace a non-empty directory, so of concurrent

@@ -1,7 +1,9 @@
 /**
  * Plain data types of the workspace module: what a workspace is, the nodes it can live on,
- * and what the file API returns. No behaviour here.
+ * what the file API offers and returns, and what a node with storage of its own provides.
+ * No behaviour here.
  */
+import type { Readable } from 'node:stream';
 
 /**
  * A machine that can hold workspace storage (the seed's Tai node).
@@ -13,6 +15,30 @@ export interface WorkspaceNode {
   name: string;
   addr: string;
   online: boolean;
+  /**
+   * Where the node keeps workspace data when it is not this machine's disk (a Kubernetes pool:
+   * one PersistentVolumeClaim per workspace). Absent: the data is the `root/` directory under the
+   * data directory, which boxes bind-mount.
+   */
+  storage?: WorkspaceStorage;
+}
+
+/**
+ * Storage of a node whose workspace data lives elsewhere (the sandbox layer provides it for
+ * Kubernetes pools). Metadata stays in this machine's data directory either way; `mountPath`,
+ * the workspace's root path there, is only the storage's name for the workspace (what boxes
+ * "bind-mount"), no directory is made for it.
+ *
+ * @example
+ * const node: WorkspaceNode = { name: 'kube', addr: 'k8s://', online: true, storage: claims };
+ */
+export interface WorkspaceStorage {
+  /** Makes the storage of a new workspace (sized by its quota when it has one). */
+  create(workspace: Workspace, mountPath: string): Promise<void>;
+  /** Removes the storage and its data; storage that is already gone is fine. */
+  remove(workspace: Workspace, mountPath: string): Promise<void>;
+  /** The workspace's file API; what it creates belongs to `fileOwner`. */
+  open(workspace: Workspace, mountPath: string, fileOwner: FileOwner): WorkspaceFS;
 }
 
 /**
@@ -197,3 +223,52 @@ export interface ImportResult {
 
 /** Data `WorkspaceFS.writeFile` accepts: whole content, or a stream written with bounded memory. */
 export type FileContent = string | Uint8Array | AsyncIterable<Uint8Array | string>;
+
+/**
+ * The file API of one workspace (`workspaces.fs(id)`, `box.workspace()`). Paths are relative to
+ * the workspace root and use `/`; '' and '.' are the root; the lexical policy of
+ * workspace-path.ts applies to every call. On a host node it is `HostWorkspaceFS` (fs.ts:
+ * contained, no symlink ever followed); on a node with its own storage it is that storage's
+ * (docs/workspaces.md says what each one can do).
+ *
+ * @example
+ * const ws: WorkspaceFS = await workspaces.fs('ws-1');
+ * await ws.writeFile('src/main.ts', 'console.log(1)\n');
+ * console.log(await ws.readFile('src/main.ts', 'utf8'));
+ */
+export interface WorkspaceFS {
+  readonly id: string;
+  /** Whole file content. */
+  readFile(path: string): Promise<Buffer>;
+  readFile(path: string, encoding: BufferEncoding): Promise<string>;
+  /** A stream of a (large) file; errors resolving the path reject the promise. */
+  createReadStream(path: string): Promise<Readable>;
+  /** Writes a file atomically (old content or new, never a mix); streams are written with bounded memory. */
+  writeFile(path: string, data: FileContent | Readable, options?: WriteFileOptions): Promise<void>;
+  /** Directory listing; symlinks listed as themselves. With `recursive`, names are relative paths. */
+  readDir(path: string, options?: ReadDirOptions): Promise<DirEntry[]>;
+  /** Describes a path without following a final symlink (lstat). '' describes the root. */
+  stat(path: string): Promise<FileStat>;
+  /** Whether something (a symlink counts) exists at `path`. */
+  exists(path: string): Promise<boolean>;
+  /** `mkdir -p`; an existing non-directory is a `conflict`. */
+  mkdirAll(path: string, mode?: number): Promise<void>;
+  /** Removes a file, a symlink (not its target) or an empty directory. */
+  remove(path: string): Promise<void>;
+  /** `rm -rf`; a missing path is fine, the root is refused. */
+  removeAll(path: string): Promise<void>;
+  /** rename(2) within the workspace. */
+  rename(from: string, to: string): Promise<void>;
+  /** Copies a file, symlink or directory tree within the workspace. */
+  copy(from: string, to: string): Promise<void>;
+  readFileBase64(path: string): Promise<string>;
+  writeFileBase64(path: string, base64: string, options?: WriteFileOptions): Promise<void>;
+  /** Copies a host file or directory tree into the workspace (`dest` defaults to its basename). */
+  copyFromHost(hostPath: string, dest?: string): Promise<void>;
+  /** A tar stream of directory `path`. */
+  exportTar(path: string): Promise<Readable>;
+  /** Extracts a tar stream into directory `dest`, all or nothing. */
+  importTar(dest: string, tarStream: Readable | NodeJS.ReadableStream | Uint8Array): Promise<ImportResult>;
+  /** Bytes and files in the workspace now (box writes included) and its quota. */
+  usage(): Promise<WorkspaceUsage>;
+}

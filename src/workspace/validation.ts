@@ -37,3 +37,17 @@ export function checkQuota(value: unknown, field = 'quotaBytes'): number | undef
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) throw invalidArgument(field, 'must be a non-negative integer number of bytes');
   return value === 0 ? undefined : value;
 }
+
+const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
+
+/**
+ * Strictly checked base64 (whitespace ignored) as bytes; anything else is `invalid_argument` on `data`.
+ *
+ * @example
+ * decodeBase64('aGk='); // <Buffer 68 69>
+ */
+export function decodeBase64(base64: unknown): Buffer {
+  const compact = typeof base64 === 'string' ? base64.replace(/\s+/g, '') : undefined;
+  if (compact === undefined || compact.length % 4 !== 0 || !BASE64.test(compact)) throw invalidArgument('data', 'is not valid base64');
+  return Buffer.from(compact, 'base64');
+}
