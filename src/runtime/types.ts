@@ -259,6 +259,30 @@ export interface RuntimeOptions {
   storageClass?: string;
 }
 
+/** What `Runtime.createWorkspaceClaim` takes. */
+export interface WorkspaceClaimOptions {
+  /** Requested size in bytes (the runtime's default when absent). */
+  sizeBytes?: number;
+  labels?: Record<string, string>;
+  /** Fail with `conflict` when the claim exists (one being deleted is waited for) instead of using it. */
+  exclusive?: boolean;
+}
+
+/** What `Runtime.startWorkspaceHelper` takes. */
+export interface WorkspaceHelperOptions {
+  labels: Record<string, string>;
+  /** The user file operations run as (what they create belongs to it). */
+  uid: number;
+  gid: number;
+}
+
+/** A running workspace helper: its container id, the file tool's path in it, the workspace's path in it. */
+export interface WorkspaceHelper {
+  id: string;
+  tool: string;
+  root: string;
+}
+
 /** A change of one container's state, as the engine reports it. */
 export interface ContainerEvent {
   /** Container id. */
@@ -341,6 +365,19 @@ export interface Runtime {
    * without it leave it out: the box filesystem is then not_available.
    */
   boxTool?(id: string): Promise<string | null>;
+  /**
+   * Workspaces in the cluster (Kubernetes), for runtimes that cannot mount this machine's
+   * directories: the storage a bind's `hostPath` names (one claim per workspace directory). All
+   * three or none; absent on runtimes with `hostMounts`.
+   */
+  createWorkspaceClaim?(hostPath: string, opts?: WorkspaceClaimOptions): Promise<string>;
+  /** Deletes the storage `hostPath` names, and its data; a missing one is not_found. */
+  removeWorkspaceClaim?(hostPath: string): Promise<void>;
+  /**
+   * Starts a pod holding nothing but sbx's file tool and the workspace's storage, for the
+   * workspace's file I/O (`execStream` with `tool fs …`, paths under `root`); removed with `remove`.
+   */
+  startWorkspaceHelper?(hostPath: string, opts: WorkspaceHelperOptions): Promise<WorkspaceHelper>;
   /** Releases connections; containers are not touched. */
   close(): Promise<void>;
 }

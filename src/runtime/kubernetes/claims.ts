@@ -6,25 +6,34 @@
  */
 import type { V1PersistentVolumeClaim } from '@kubernetes/client-node';
 import { SbxError } from '../../errors.js';
+import type { WorkspaceClaimOptions } from '../types.js';
 import type { KubeConnection } from './connection.js';
 import { toSbxError } from './errors.js';
-import { workspaceClaimName } from './manifest.js';
+import { LABELS_ANNOTATION, kubeLabels, workspaceClaimName } from './manifest.js';
 
-export interface ClaimOptions {
+export interface ClaimOptions extends WorkspaceClaimOptions {
   /** StorageClass; absent: the cluster's default. */
   storageClassName?: string;
   /** Requested size in bytes (default 1 GiB); whether it is enforced is the storage's business. */
   sizeBytes?: number;
-  labels?: Record<string, string>;
 }
 
 const DEFAULT_SIZE = 1024 ** 3;
+/** How long an exclusive create waits for a claim of the same name that is being deleted. */
+const TERMINATING_WAIT_MS = 60_000;
 
 export function claimManifest(hostPath: string, namespace: string, opts: ClaimOptions = {}): V1PersistentVolumeClaim {
+  const labels = opts.labels ?? {};
   return {
     apiVersion: 'v1',
     kind: 'PersistentVolumeClaim',
-    metadata: { name: workspaceClaimName(hostPath), namespace, labels: opts.labels ?? {}, annotations: { 'sbx.dev/workspace-path': hostPath } },
+    metadata: {
+      name: workspaceClaimName(hostPath),
+      namespace,
+      // Only pairs Kubernetes accepts as labels (the rest would fail the create); all of them in the annotation.
+      labels: kubeLabels(labels),
+      annotations: { 'sbx.dev/workspace-path': hostPath, ...(Object.keys(labels).length ? { [LABELS_ANNOTATION]: JSON.stringify(labels) } : {}) },
+    },
     spec: {
       accessModes: ['ReadWriteOnce'],
       resources: { requests: { storage: String(opts.sizeBytes ?? DEFAULT_SIZE) } },
@@ -33,17 +42,48 @@ export function claimManifest(hostPath: string, namespace: string, opts: ClaimOp
   };
 }
 
-/** Creates the workspace's claim unless it exists; returns its name. */
+/**
+ * Creates the workspace's claim unless it exists; returns its name. `exclusive`: an existing claim
+ * is a `conflict` (one being deleted is waited for first), so a new workspace never gets the data
+ * of an old one that happened to have the same directory (another data directory of the same
+ * path on this namespace, a claim left behind).
+ */
 export async function ensureClaim(conn: KubeConnection, hostPath: string, opts: ClaimOptions = {}): Promise<string> {
   const body = claimManifest(hostPath, conn.namespace, opts);
   const name = body.metadata!.name!;
-  try {
-    await conn.core.createNamespacedPersistentVolumeClaim({ namespace: conn.namespace, body });
-  } catch (err) {
-    const e = toSbxError(err, conn.address.raw, `create claim ${name}`);
-    if (e.code !== 'conflict') throw e;
+  const deadline = Date.now() + TERMINATING_WAIT_MS;
+  for (let delay = 50; ; delay = Math.min(delay * 2, 1000)) {
+    try {
+      await conn.core.createNamespacedPersistentVolumeClaim({ namespace: conn.namespace, body });
+      return name;
+    } catch (err) {
+      const e = toSbxError(err, conn.address.raw, `create claim ${name}`);
+      if (e.code !== 'conflict') throw e;
+      if (!opts.exclusive) return name;
+      const existing = await readClaim(conn, name);
+      if (existing && !existing.metadata?.deletionTimestamp) {
+        throw new SbxError(
+          'conflict',
+          `claim ${name} already exists in namespace ${conn.namespace} (for ${existing.metadata?.annotations?.['sbx.dev/workspace-path'] ?? 'an unknown path'}); another sbx data directory of the same path may use this namespace, or it was left behind: delete it or use another workspace id`,
+          { details: { claim: name } },
+        );
+      }
+      if (Date.now() > deadline)
+        throw new SbxError('timeout', `claim ${name} was still being deleted after ${TERMINATING_WAIT_MS} ms`, { details: { claim: name } });
+      await new Promise((r) => setTimeout(r, delay));
+    }
   }
-  return name;
+}
+
+/** The claim of that name, or undefined when there is none. */
+export async function readClaim(conn: KubeConnection, name: string): Promise<V1PersistentVolumeClaim | undefined> {
+  try {
+    return await conn.core.readNamespacedPersistentVolumeClaim({ name, namespace: conn.namespace });
+  } catch (err) {
+    const e = toSbxError(err, conn.address.raw, `read claim ${name}`);
+    if (e.code === 'not_found') return undefined;
+    throw e;
+  }
 }
 
 /** Deletes the workspace's claim (its data goes with it under a Delete reclaim policy); a missing one is not_found. */

@@ -21,6 +21,8 @@ import type {
   RuntimeOptions,
   RuntimeResources,
   RuntimeVersion,
+  WorkspaceHelper,
+  WorkspaceHelperOptions,
 } from '../types.js';
 import { AgentUnreachable, agentExec, agentExecStream, configureAgent, probeAgent } from '../agent-client.js';
 import { parseKubeAddress } from './address.js';
@@ -38,6 +40,7 @@ import { infoOf, isRunning, labelsOf, statusOf, summaryOf } from './pod-state.js
 import { portForward } from './port-forward.js';
 import { untilReady } from './ready.js';
 import { StartGate } from './start-gate.js';
+import { HELPER_ROOT, HELPER_TOOL, createHelperPod } from './workspace-helper.js';
 
 /**
  * The options a Kubernetes runtime reads: `agent` with `agentImage` (the in-box agent),
@@ -479,14 +482,29 @@ export class KubernetesRuntime implements Runtime {
     return portForward(this.conn, id, containerPort, opts.signal);
   }
 
-  /** Creates the claim a workspace directory is on Kubernetes (claims.ts), unless it exists. */
+  /** Creates the claim a workspace directory is on Kubernetes (claims.ts), unless it exists; of the pool's `storageClass` unless `opts` names one. */
   createWorkspaceClaim(hostPath: string, opts: ClaimOptions = {}): Promise<string> {
-    return ensureClaim(this.conn, hostPath, opts);
+    return ensureClaim(this.conn, hostPath, { ...(this.options.storageClass ? { storageClassName: this.options.storageClass } : {}), ...opts });
   }
 
   /** Deletes a workspace's claim, and with it (reclaim policy Delete) its data. */
   removeWorkspaceClaim(hostPath: string): Promise<void> {
     return deleteClaim(this.conn, hostPath);
+  }
+
+  /**
+   * Starts a workspace's helper pod (workspace-helper.ts: the agent image and the claim, nothing
+   * else) and waits until its agent answers; a helper that does not start is removed again.
+   */
+  async startWorkspaceHelper(hostPath: string, opts: WorkspaceHelperOptions): Promise<WorkspaceHelper> {
+    const id = await createHelperPod(this.conn, hostPath, { ...opts, image: this.options.agentImage });
+    try {
+      await this.start(id);
+    } catch (err) {
+      await this.remove(id, { force: true }).catch(() => undefined);
+      throw err;
+    }
+    return { id, tool: HELPER_TOOL, root: HELPER_ROOT };
   }
 
   async close(): Promise<void> {
