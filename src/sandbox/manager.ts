@@ -30,6 +30,7 @@ import { LifetimeStore } from './lifetimes.js';
 import { ClaimStore } from './claims.js';
 import { WARM_LABEL, joinClaims } from './warm.js';
 import { WarmPool } from './warm-pool.js';
+import { WorkspaceClaims, hasWorkspaceClaims } from './workspace-claims.js';
 import type { BoxInfo, CleanupStats, CreateOptions, HeartbeatInput, ListOptions, PoolInfo, WarmInfo } from './types.js';
 
 /** Engine calls in flight at once during cleanup and pool removal. */
@@ -105,6 +106,8 @@ export class Manager {
   private readonly claims: ClaimStore;
   /** Max lifetimes renewed after create (box.renewLifetime), which labels cannot hold. */
   private readonly lifetimes: LifetimeStore;
+  /** The workspace storage of each pool whose runtime keeps workspaces in its cluster (Kubernetes). */
+  private readonly claimStorages = new Map<Pool, WorkspaceClaims>();
 
   /** With no argument, the config comes from `SBX_CONFIG` and `SBX_*` (see loadConfig). */
   constructor(config: ManagerConfig = loadConfig()) {
@@ -141,11 +144,46 @@ export class Manager {
   }
 
   /**
-   * The nodes workspaces can live on: one per pool. Only pools whose runtime can mount this
-   * machine's directories can host workspaces until the node agent serves remote storage.
+   * The nodes workspaces can live on: one per pool. A pool whose runtime mounts this machine's
+   * directories keeps them in the data directory; one whose runtime keeps workspaces in its
+   * cluster (workspace claims: Kubernetes) is online with that storage; any other is offline.
    */
   nodes(): WorkspaceNode[] {
-    return [...this.poolsByName.values()].map((p) => ({ name: p.name, addr: p.def.addr, online: p.runtime().capabilities.hostMounts }));
+    return [...this.poolsByName.values()].map((p) => {
+      if (p.runtime().capabilities.hostMounts) return { name: p.name, addr: p.def.addr, online: true };
+      const storage = this.claimStorage(p);
+      return { name: p.name, addr: p.def.addr, online: storage !== undefined, ...(storage ? { storage } : {}) };
+    });
+  }
+
+  /** The pool's workspace storage in its cluster (one per pool, made at first use); undefined when its runtime has none. */
+  private claimStorage(pool: Pool): WorkspaceClaims | undefined {
+    let storage = this.claimStorages.get(pool);
+    if (!storage && hasWorkspaceClaims(pool.runtime())) {
+      storage = new WorkspaceClaims({ runtime: () => pool.runtime(), manager: this.config.name, node: pool.name, log: this.log });
+      this.claimStorages.set(pool, storage);
+    }
+    return storage;
+  }
+
+  /** Deletes the workspace helper pods a crashed run of this Manager left (docs/workspaces.md). */
+  private async sweepWorkspaceHelpers(): Promise<void> {
+    await Promise.all(
+      [...this.poolsByName.values()].map(async (p) => {
+        try {
+          const removed = (await this.claimStorage(p)?.sweep()) ?? 0;
+          if (removed > 0) this.log.warn({ pool: p.name, removed }, 'removed workspace helper pods left by an earlier run');
+        } catch (err) {
+          this.log.warn({ pool: p.name, err }, 'could not sweep workspace helper pods; the next start tries again');
+        }
+      }),
+    );
+  }
+
+  private async closeClaimStorage(pool: Pool): Promise<void> {
+    const storage = this.claimStorages.get(pool);
+    this.claimStorages.delete(pool);
+    await storage?.close().catch((err: unknown) => this.log.warn({ pool: pool.name, err }, 'could not delete workspace helper pods'));
   }
 
   // --- Bootstrap -----------------------------------------------------------------------
@@ -168,6 +206,7 @@ export class Manager {
     if (unreadable.length > 0) this.log.error({ files: unreadable }, 'unreadable warm claims skipped');
     await Promise.all([...this.poolsByName.values()].map((p) => this.reconcilePool(p, { revive: true }).catch((err: unknown) => this.reconcileFailed(p, err))));
     await this.sweepWorkspaces();
+    await this.sweepWorkspaceHelpers();
     for (const p of this.poolsByName.values()) this.watch(p);
     this.loop.start();
   }
@@ -178,6 +217,7 @@ export class Manager {
     await this.loop.stop();
     // A oneshot removal started in the background must finish before its connection closes.
     await Promise.allSettled([...this.removing.values()]);
+    await Promise.all([...this.claimStorages.keys()].map((p) => this.closeClaimStorage(p)));
     await Promise.all([...this.poolsByName.values()].map((p) => p.close()));
   }
 
@@ -360,6 +400,7 @@ export class Manager {
     }
     this.poolsByName.delete(name);
     await pool.warm?.removeAll();
+    await this.closeClaimStorage(pool);
     await pool.close();
   }
 
