@@ -236,8 +236,8 @@ export class KubernetesRuntime implements Runtime {
   }
 
   async remove(id: string, opts: { force?: boolean } = {}): Promise<void> {
-    const pod = await this.readPod(id);
-    if (!opts.force && isRunning(pod) && !this.unstarted.has(id))
+    // Without force a running pod is refused; with it there is nothing to read first (a missing pod is the delete's not_found).
+    if (!opts.force && !this.unstarted.has(id) && isRunning(await this.readPod(id)))
       throw new SbxError('conflict', `pod ${id} is running; remove it with force`, { details: { id } });
     await this.delete(id, 0);
   }
