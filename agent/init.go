@@ -61,6 +61,33 @@ func runInit(cfg initConfig) int {
 	// Reap what was already there (nothing, normally; a box restarted by the engine is new).
 	a.reap()
 
+	// PID 1 is not dumpable: its memory and initial environment (where the TCP listener's token
+	// was) are then closed to box processes of the same uid, as when the agent is root.
+	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0)
+
+	// Bind before the box's command starts (a command that took the agent's port first would get
+	// the host's hello, token and all, and stand in for the agent), serve after: a host that
+	// connects in between waits in the backlog, and the command's failure to start still comes
+	// before any hello is answered (start reports it).
+	var unixLn, tcpLn net.Listener
+	var token string
+	if cfg.socket != "" {
+		if ln, err := listen(cfg.socket); err != nil {
+			// Still init: the host finds no socket and uses the engine's exec.
+			fmt.Fprintf(os.Stderr, "sbx-agent: no exec socket (%v); init only\n", err)
+		} else {
+			unixLn = ln
+		}
+	}
+	if cfg.listen != "" {
+		ln, tok, err := listenTCP(cfg.listen)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "sbx-agent: no exec listener on %s (%v); init only\n", cfg.listen, err)
+		} else {
+			tcpLn, token = ln, tok
+		}
+	}
+
 	mainDone := make(chan syscall.WaitStatus, 1)
 	if len(cfg.cmd) > 0 {
 		if code, err := a.startMain(mainDone); err != nil {
@@ -68,20 +95,11 @@ func runInit(cfg initConfig) int {
 			return code
 		}
 	}
-	if cfg.socket != "" {
-		if ln, err := listen(cfg.socket); err != nil {
-			// Still init: the host finds no socket and uses the engine's exec.
-			fmt.Fprintf(os.Stderr, "sbx-agent: no exec socket (%v); init only\n", err)
-		} else {
-			go a.serve(ln, "")
-		}
+	if unixLn != nil {
+		go a.serve(unixLn, "")
 	}
-	if cfg.listen != "" {
-		if ln, token, err := listenTCP(cfg.listen); err != nil {
-			fmt.Fprintf(os.Stderr, "sbx-agent: no exec listener on %s (%v); init only\n", cfg.listen, err)
-		} else {
-			go a.serve(ln, token)
-		}
+	if tcpLn != nil {
+		go a.serve(tcpLn, token)
 	}
 	go a.heartbeats()
 

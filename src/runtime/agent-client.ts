@@ -158,7 +158,7 @@ async function openSession(target: AgentTarget, req: StartRequest): Promise<Sess
         // lag (Kubernetes' port-forward closes ~1 s after the agent's half-close).
         for (const side of [stdout, stderr]) if (!side.writableEnded) side.end();
         resolveExited(exitMsg);
-        resolveDrained();
+        void Promise.all([stdout, stderr].map(consumed)).then(resolveDrained);
         return;
       case F.error: {
         let e: ErrorMessage;
@@ -180,6 +180,8 @@ async function openSession(target: AgentTarget, req: StartRequest): Promise<Sess
     reader.once('finish', resolve);
     reader.once('error', () => resolve());
   });
+  // A malformed frame ends the session as a lost connection would (the close handler reports it).
+  reader.on('error', () => socket.destroy());
   socket.pipe(reader);
   socket.on('error', (err: NodeJS.ErrnoException) => {
     if (!helloed) rejectStarted(new AgentUnreachable(`no agent answers on ${target.where}: ${err.code ?? err.message}`, 'connect', { cause: err }));
@@ -226,6 +228,19 @@ async function openSession(target: AgentTarget, req: StartRequest): Promise<Sess
       socket.destroy();
     },
   };
+}
+
+/**
+ * Settles once a reader that is consuming `side` has had all of it (its `end`); at once when
+ * nobody reads it now (the rest stays buffered for a later reader), so an unread side never
+ * holds up the exit.
+ */
+function consumed(side: PassThrough): Promise<void> {
+  if (side.readableEnded || side.readableFlowing !== true) return Promise.resolve();
+  return new Promise((resolve) => {
+    side.once('end', resolve);
+    side.once('close', resolve);
+  });
 }
 
 /** The agent's start failure as the engine path reports it (exec.ts startError): same codes and fields. */

@@ -28,6 +28,8 @@ export const F = {
 } as const;
 
 const HEADER = 5;
+/** The control frames an agent sends (output frames aside). */
+const AGENT_CONTROL_FRAMES: ReadonlySet<number> = new Set([F.helloOk, F.started, F.exit, F.error, F.stdinAck, F.configured]);
 /** Control frames (JSON) larger than this are a broken agent, not something to buffer. */
 const MAX_CONTROL = 1024 * 1024;
 /** Stdin bytes the agent takes before it acknowledges them (agent/proto.go stdinWindow). */
@@ -100,7 +102,10 @@ export class AgentFrameReader extends Writable {
         this.type = this.header[0]!;
         this.remaining = this.header.readUInt32BE(1);
         if (!this.isOutput() && this.remaining > MAX_CONTROL) return done(new Error(`agent sent a control frame of ${this.remaining} bytes`));
-        if (this.remaining === 0) this.endFrame();
+        if (this.remaining === 0) {
+          const bad = this.endFrame();
+          if (bad) return done(bad);
+        }
         continue;
       }
       const n = Math.min(this.remaining, chunk.length - at);
@@ -113,7 +118,10 @@ export class AgentFrameReader extends Writable {
       } else {
         this.control.push(payload);
       }
-      if (this.remaining === 0) this.endFrame();
+      if (this.remaining === 0) {
+        const bad = this.endFrame();
+        if (bad) return done(bad);
+      }
     }
     if (waits.size === 0) return done();
     let left = waits.size;
@@ -137,12 +145,22 @@ export class AgentFrameReader extends Writable {
     return this.type === F.stdout || this.type === F.stderr;
   }
 
-  private endFrame(): void {
+  /**
+   * Ends a frame; a control frame goes to onControl. What the other side sends is not trusted (a
+   * box could stand in for its agent): an unknown type or a payload onControl cannot take is an
+   * error of this reader, never an exception out of a stream callback.
+   */
+  private endFrame(): Error | undefined {
     this.headerFill = 0;
-    if (!this.isOutput()) {
-      const payload = this.control.length === 1 ? this.control[0]! : Buffer.concat(this.control);
-      this.control = [];
+    if (this.isOutput()) return undefined;
+    const payload = this.control.length === 1 ? this.control[0]! : Buffer.concat(this.control);
+    this.control = [];
+    if (!AGENT_CONTROL_FRAMES.has(this.type)) return new Error(`the agent sent a frame of unknown type 0x${this.type.toString(16)}`);
+    try {
       this.onControl(this.type, payload);
+      return undefined;
+    } catch (err) {
+      return new Error(`the agent sent a malformed frame of type 0x${this.type.toString(16)}: ${(err as Error).message}`);
     }
   }
 }

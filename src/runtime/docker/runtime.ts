@@ -187,7 +187,7 @@ export class DockerRuntime implements Runtime {
   /**
    * After a start, waits (a few ms) until the agent answers, so that the first exec finds it
    * and a box command that cannot start fails `start` as it does without the agent: the
-   * agent starts the command before it listens and exits 126/127 when it cannot.
+   * agent starts the command before it answers and exits 126/127 when it cannot.
    */
   private async untilAgentListens(id: string, socketPath: string): Promise<void> {
     const deadline = Date.now() + AGENT_START_WAIT_MS;

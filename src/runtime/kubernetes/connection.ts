@@ -51,6 +51,13 @@ export class KubeConnection {
     const api = createConfiguration({ baseServer: new ServerConfiguration(cluster.server, {}), authMethods: { default: new KeepAliveAuth(kc) } });
     this.core = new CoreV1Api(api);
     this.versionApi = new VersionApi(api);
+    // The watch's requests too are verified whatever NODE_TLS_REJECT_UNAUTHORIZED says.
+    const fetchOptions = kc.applyToFetchOptions.bind(kc);
+    kc.applyToFetchOptions = async (opts) => {
+      const init = await fetchOptions(opts);
+      if (init.agent instanceof https.Agent) init.agent.options.rejectUnauthorized = true;
+      return init;
+    };
     this.watcher = new Watch(kc);
     this.namespace = address.namespace ?? kc.getContextObject(kc.getCurrentContext())?.namespace ?? 'default';
   }
@@ -129,7 +136,8 @@ class KeepAliveAuth implements SecurityAuthentication {
     );
     if (identity !== this.identity || !this.agent) {
       this.agent?.destroy();
-      this.agent = new https.Agent({ ...o, keepAlive: true, maxSockets: 64 });
+      // Verified whatever NODE_TLS_REJECT_UNAUTHORIZED says (client-node leaves it unset).
+      this.agent = new https.Agent({ ...o, rejectUnauthorized: true, keepAlive: true, maxSockets: 64 });
       this.identity = identity;
     }
     made.destroy();

@@ -98,10 +98,39 @@ describe('the in-box agent on Kubernetes', { skip: why ?? false }, () => {
     try {
       await rt.start(id);
       assert.equal((await rt.exec(id, ['id', '-u'])).stdout, '1000\n');
+      // PID 1 runs as the same uid here, but is not dumpable: its initial environment (the token) stays closed.
+      const environ = await rt.exec(id, ['cat', '/proc/1/environ']);
+      assert.notEqual(environ.exitCode, 0);
+      assert.doesNotMatch(environ.stdout, new RegExp(AGENT_TOKEN_ENV));
       // The agent is not root here: switching users is refused with the reason.
       await assert.rejects(rt.exec(id, ['id'], { user: 'root' }), (e) => isSbxError(e, 'not_available') && e.details?.['field'] === 'user');
     } finally {
       await rt.remove(id, { force: true });
+    }
+  });
+
+  test('a box command that tries to take the agent port first gets nothing: the agent binds before it starts', async () => {
+    const id = await rt.create(spec({ user: 'sandbox', cmd: ['sh', '-c', `nc -l -p ${AGENT_PORT} -e /bin/cat; echo nc-failed > /tmp/nc; exec sleep 3600`] }));
+    try {
+      await rt.start(id);
+      assert.equal((await rt.exec(id, ['id', '-un'])).stdout, 'sandbox\n', 'the real agent answers');
+      assert.equal((await rt.exec(id, ['cat', '/tmp/nc'])).stdout, 'nc-failed\n', 'the impostor could not bind');
+    } finally {
+      await rt.remove(id, { force: true });
+    }
+  });
+
+  test('output that looks like the port-forward port prefix arrives intact (5 runs)', async () => {
+    // 32763 bytes and then the port's two bytes: the frame ends where a 32 KiB read would leave exactly them.
+    for (let i = 0; i < 5; i++) {
+      const r = await rt.exec(box, [
+        'sh',
+        '-c',
+        `head -c 32763 /dev/zero | tr '\\0' a; printf '\\${(AGENT_PORT & 0xff).toString(8)}\\${(AGENT_PORT >> 8).toString(8)}'`,
+      ]);
+      assert.equal(r.exitCode, 0, `run ${i}: ${r.stderr}`);
+      assert.equal(r.stdout.slice(0, 32763), 'a'.repeat(32763), `run ${i}`);
+      assert.equal(r.stdout.length, 32765, `run ${i}`);
     }
   });
 

@@ -121,6 +121,10 @@ test('the in-box agent: an init container copies it into an emptyDir, the box co
     (e) => isSbxError(e, 'invalid_argument'),
   );
   assert.throws(
+    () => podManifest({ ...base, cmd, env: { [AGENT_TOKEN_ENV]: 'mine' } }, { ...opts, agent }),
+    (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'env',
+  );
+  assert.throws(
     () => podManifest({ ...base, cmd, ports: [{ containerPort: AGENT_PORT }] }, { ...opts, agent }),
     (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'ports',
   );

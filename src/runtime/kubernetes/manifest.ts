@@ -139,6 +139,7 @@ export function podManifest(spec: ContainerSpec, opts: ManifestOptions): V1Pod {
   if (spec.network !== undefined && spec.network !== 'bridge' && spec.network !== 'default') {
     throw invalidArgument('network', `'${spec.network}' cannot be chosen per pod on Kubernetes: boxes use the pod network (a NetworkPolicy restricts it)`);
   }
+  if (opts.agent && spec.env?.[AGENT_TOKEN_ENV] !== undefined) throw invalidArgument('env', `${AGENT_TOKEN_ENV} is the in-box agent's own variable`);
   if (opts.agent && spec.ports?.some((p) => p.containerPort === AGENT_PORT)) {
     throw invalidArgument('ports', `port ${AGENT_PORT} is the in-box agent's on Kubernetes; choose another`);
   }

@@ -1,7 +1,7 @@
 /**
  * A TCP connection to a port of a pod through the API server's port-forward
  * (`/pods/<name>/portforward?ports=<p>` over WebSocket, protocol `v4.channel.k8s.io`): channel 0
- * carries the data, channel 1 the kubelet's error text; each also carries the port number once
+ * carries the data, channel 1 the kubelet's error text; each may first carry the port number
  * (2 bytes, little-endian, a message of its own). There is no half-close: ending the write side is kept until
  * the connection is closed by either side, and the end of the read side ends both (as a
  * net.Socket without allowHalfOpen), so the Duplex closes.
@@ -16,7 +16,6 @@ export const PORT_FORWARD_PROTOCOLS = ['v4.channel.k8s.io'];
 export async function portForward(conn: KubeConnection, pod: string, port: number, signal?: AbortSignal): Promise<Duplex> {
   const path = `/api/v1/namespaces/${encodeURIComponent(conn.namespace)}/pods/${encodeURIComponent(pod)}/portforward?ports=${port}`;
   const ws = await conn.openWebSocket(path, PORT_FORWARD_PROTOCOLS, `port-forward to port ${port} of pod ${pod}`, signal);
-  const prefixed = [false, false];
   const duplex = new Duplex({
     allowHalfOpen: false,
     read() {
@@ -33,17 +32,12 @@ export async function portForward(conn: KubeConnection, pod: string, port: numbe
       cb(err);
     },
   });
-  const portBytes = Buffer.from([port & 0xff, port >> 8]);
+  const isPrefix = portPrefix(port);
   ws.on('message', (raw: Buffer, isBinary: boolean) => {
     if (!isBinary || raw.length === 0) return;
     const channel = raw[0]!;
     const payload = raw.subarray(1);
-    // The port number (2 bytes, little-endian), once per channel, in a message of its own. Not
-    // always first: on the test cluster (1.36) data sometimes came before it, or without it.
-    if (channel <= 1 && !prefixed[channel] && payload.length === 2 && payload.equals(portBytes)) {
-      prefixed[channel] = true;
-      return;
-    }
+    if (isPrefix(channel, payload)) return;
     if (payload.length === 0) return;
     if (channel === 0 && !duplex.push(payload)) ws.pause();
     // The kubelet could not connect (nothing listens) or lost the connection.
@@ -58,4 +52,20 @@ export async function portForward(conn: KubeConnection, pod: string, port: numbe
   ws.on('close', () => duplex.push(null));
   ws.on('error', (err) => duplex.destroy(err));
   return duplex;
+}
+
+/**
+ * Tells the port number's message from data: the port (2 bytes, little-endian) is the first
+ * message of each channel, a message of its own, when it comes at all (on the test cluster, 1.36,
+ * it sometimes did not). Only the first message of a channel is looked at, so later data from the
+ * box, whatever its bytes, is never taken for it.
+ */
+export function portPrefix(port: number): (channel: number, payload: Buffer) => boolean {
+  const portBytes = Buffer.from([port & 0xff, port >> 8]);
+  const seen = [false, false];
+  return (channel, payload) => {
+    if (channel > 1 || seen[channel]) return false;
+    seen[channel] = true;
+    return payload.length === 2 && payload.equals(portBytes);
+  };
 }
