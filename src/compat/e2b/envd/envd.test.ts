@@ -303,6 +303,16 @@ describe('access and errors', () => {
     await assert.rejects(sbx.commands.run('echo hi'), (err: Error) => err.name === 'NotFoundError' && /\/bin\/bash/.test(err.message));
   });
 
+  test('a box whose /etc/passwd is huge: the server refuses to read it, and stays up', async () => {
+    const box = await srv.manager.create({ image: testEnv.e2bImage });
+    await box.exec(['sh', '-c', 'head -c 2097152 /dev/zero >> /etc/passwd'], { user: 'root' });
+    const big = sdkSandbox(box.id, await envdAccessToken(srv.manager, box.id));
+    await assert.rejects(big.commands.run('echo hi'), (err: Error) => /larger than 1048576 bytes/.test(err.message));
+    await box.remove();
+    const other = await sandboxFor();
+    assert.equal((await other.commands.run('echo still up')).stdout, 'still up\n');
+  });
+
   test('a removed box: requests fail as a sandbox that is not running', async () => {
     const sbx = await sandboxFor();
     await (await srv.manager.get(sbx.sandboxId)).remove();

@@ -7,6 +7,7 @@
  * Box API (exec streams, `box.files()`).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Readable } from 'node:stream';
 import type { DescService } from '@bufbuild/protobuf';
 import { Code, ConnectError, createContextKey, createContextValues } from '@connectrpc/connect';
 import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
@@ -104,6 +105,24 @@ interface Account {
   home: string;
 }
 
+/** An /etc/passwd larger than this is not read: the box controls it, and the server reads it unasked. */
+const PASSWD_MAX_BYTES = 1024 * 1024;
+
+/** A file's text, refused (and its read ended) past `max` bytes. */
+async function readBounded(stream: Readable, max: number, path: string): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of stream) {
+    size += (chunk as Buffer).length;
+    if (size > max) {
+      stream.destroy();
+      throw new SbxError('invalid_argument', `${path} in the sandbox is larger than ${max} bytes; its accounts are not read`, { details: { path } });
+    }
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
 /** The box's accounts from its /etc/passwd (read as root once per box; it changes rarely). */
 class Accounts {
   private readonly byBox = new Map<string, Promise<Account[]>>();
@@ -114,7 +133,7 @@ class Accounts {
     if (!accounts) {
       if (this.byBox.size >= 1024) this.byBox.clear();
       accounts = (async () => {
-        const passwd = await box.files({ user: 'root' }).readFile('/etc/passwd', 'utf8');
+        const passwd = await readBounded(await box.files({ user: 'root' }).createReadStream('/etc/passwd'), PASSWD_MAX_BYTES, '/etc/passwd');
         return passwd
           .split('\n')
           .map((line) => line.split(':'))
