@@ -231,16 +231,19 @@ async function openSession(target: AgentTarget, req: StartRequest): Promise<Sess
 }
 
 /**
- * Settles once a reader that is consuming `side` has had all of it (its `end`); at once when
- * nobody reads it now (the rest stays buffered for a later reader), so an unread side never
- * holds up the exit.
+ * Settles once a reader that is consuming `side` has had all of it (its `end`); when nobody reads
+ * it, at once (the rest stays buffered for a later reader), so an unread side never holds up the
+ * exit. Looked at one event-loop turn later: EXIT often comes in the same read as STARTED, before
+ * the caller of execStream could even attach its reader.
  */
 function consumed(side: PassThrough): Promise<void> {
-  if (side.readableEnded || side.readableFlowing !== true) return Promise.resolve();
-  return new Promise((resolve) => {
-    side.once('end', resolve);
-    side.once('close', resolve);
-  });
+  return new Promise((resolve) =>
+    setImmediate(() => {
+      if (side.readableEnded || side.readableFlowing !== true) return resolve();
+      side.once('end', resolve);
+      side.once('close', resolve);
+    }),
+  );
 }
 
 /** The agent's start failure as the engine path reports it (exec.ts startError): same codes and fields. */
