@@ -40,12 +40,24 @@ export class PoolWatch {
     let backoff = MIN_BACKOFF_MS;
     let broken = false;
     while (!signal.aborted) {
+      if (broken) {
+        // Reconciled before events are followed again: a stream that connects while the
+        // reconcile failed (an engine still starting) would otherwise wait for an event to retry.
+        try {
+          await this.runtime.ping();
+          await this.handlers.onReconnect();
+          broken = false;
+          backoff = MIN_BACKOFF_MS;
+        } catch (err) {
+          this.log.debug({ err }, 'engine still unreachable');
+          await sleep(backoff, signal);
+          backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
+          continue;
+        }
+      }
       try {
         for await (const e of this.runtime.events({ labels: this.labels, signal })) {
-          if (broken) {
-            broken = false;
-            backoff = MIN_BACKOFF_MS;
-          }
+          backoff = MIN_BACKOFF_MS;
           this.handlers.onEvent(e);
         }
         if (signal.aborted) return;
@@ -56,16 +68,6 @@ export class PoolWatch {
       }
       await sleep(backoff, signal);
       backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
-      if (broken && !signal.aborted) {
-        try {
-          await this.runtime.ping();
-          await this.handlers.onReconnect();
-          broken = false;
-          backoff = MIN_BACKOFF_MS;
-        } catch (err) {
-          this.log.debug({ err }, 'engine still unreachable');
-        }
-      }
     }
   }
 }
