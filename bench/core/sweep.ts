@@ -8,7 +8,7 @@ interface Listed {
 }
 
 /** Whether a process with this pid runs (EPERM: it does, as someone else). */
-function alive(pid: number): boolean {
+export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

@@ -10,6 +10,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import { testKubeAddress, testKubeconfig, unavailable } from '../../src/runtime/kubernetes/test-cluster.js';
 import { BENCH_CONTAINER_LABEL } from '../core/identity.js';
 import { forEachLimited } from '../core/pool.js';
+import { alive } from '../core/sweep.js';
 
 /**
  * Beside BENCH_CONTAINER_LABEL (the run's pid) on every bench pod: a cluster may be shared by
@@ -61,16 +62,6 @@ export async function openCluster(): Promise<KubeCluster | { unavailable: string
     return { address: testKubeAddress(testKubeconfig, namespace), namespace, config, core, describe: `${server}, namespace ${namespace}` };
   } catch (err) {
     return { unavailable: `no usable cluster in ${testKubeconfig}: ${(err as Error).message.split('\n')[0]}` };
-  }
-}
-
-/** Whether a process with this pid runs (EPERM: it does, as someone else). */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 
