@@ -121,14 +121,15 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
       },
     },
     async (req) => {
-      const box = await boxFor(ctx, req.caller, req.params.id);
+      const box = (await boxFor(ctx, req.caller, req.params.id)) as ManagedBox;
+      if (box.restartable) {
+        await box.stop();
+        return box.info();
+      }
+      // A stopped box that can never run again (a pod) is removed by the stop: its last state, stopped.
       const before = await box.info();
       await box.stop();
-      // Where a stopped box can never run again (a pod) stop removed it: its last state, stopped.
-      return box.info().catch((err: unknown): BoxInfo => {
-        if (err instanceof SbxError && err.code === 'not_found') return { ...before, status: 'stopped' };
-        throw err;
-      });
+      return { ...before, status: 'stopped' as const };
     },
   );
 
