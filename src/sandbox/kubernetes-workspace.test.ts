@@ -270,7 +270,7 @@ describe('workspaces on a Kubernetes pool, on a real cluster', { skip: why ?? fa
 
     // A box links the workspace to `/` and to the agent's environment: through the link the
     // file API sees the helper pod's own filesystem, which has nothing but the agent binary.
-    const box = await m.create({ image: IMAGE, workspaceId: ws.id });
+    const box = await m.create({ image: IMAGE, owner: 'alice', workspaceId: ws.id });
     const planted = await box.exec(['sh', '-c', 'ln -s / /workspace/up && ln -s /proc/1/environ /workspace/env && ls /workspace/up/bin >/dev/null && echo ok']);
     assert.equal(planted.stdout, 'ok\n', planted.stderr);
     const seen = (await files.readDir('up')).map((e) => e.name);

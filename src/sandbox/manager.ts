@@ -438,8 +438,8 @@ export class Manager {
   }
 
   private async placeAndCreate(id: string, opts: CreateOptions): Promise<ManagedBox> {
-    const pool = await this.placement(opts);
     const owner = opts.owner ?? DEFAULT_OWNER;
+    const pool = await this.placement(opts, owner);
     const release = this.registry.reserve(id, pool.def, owner);
     try {
       return await this.createReserved(id, owner, pool, opts);
@@ -448,10 +448,21 @@ export class Manager {
     }
   }
 
-  /** The pool a box goes on: the one asked for, or the default; storage decides for a workspace. */
-  private async placement(opts: CreateOptions): Promise<Pool> {
+  /**
+   * The pool a box goes on: the one asked for, or the default; storage decides for a workspace.
+   * A box mounts only a workspace of its own owner (docs/architecture.md, Security): every entry
+   * point (library, HTTP, SDK, jsapi, e2b, getOrCreate, warm claims) creates through here. Another
+   * owner's workspace answers exactly as a missing one, so its existence does not leak; an admin
+   * mounts one by creating the box as its owner.
+   */
+  private async placement(opts: CreateOptions, owner: string): Promise<Pool> {
     if (!opts.workspaceId) return opts.pool ? this.pool(opts.pool) : this.defaultPool();
-    const node = await this.workspaces.nodeForWorkspace(opts.workspaceId);
+    const missing = () => new SbxError('not_found', `workspace ${opts.workspaceId} not found for owner '${owner}'`, { details: { id: opts.workspaceId } });
+    const workspace = await this.workspaces.get(opts.workspaceId).catch((err: unknown) => {
+      throw isSbxError(err, 'not_found') ? missing() : err;
+    });
+    if (workspace.owner !== owner) throw missing();
+    const node = workspace.node;
     if (opts.pool && opts.pool !== node) {
       throw new SbxError(
         'conflict',

@@ -68,7 +68,7 @@ describe('workspaces mounted into boxes through the Manager', () => {
   test('a custom mount path, read-only: writes inside the box fail', async () => {
     const ws = await manager.workspaces.create({ name: 'ro', owner: 'carol', node: 'local' });
     await (await manager.workspaces.fs(ws.id)).writeFile('keep.txt', 'original');
-    await using box = await manager.create({ image: IMAGE, workspaceId: ws.id, mountMode: 'ro', mountPath: '/data', workDir: '/tmp' });
+    await using box = await manager.create({ image: IMAGE, owner: 'carol', workspaceId: ws.id, mountMode: 'ro', mountPath: '/data', workDir: '/tmp' });
     assert.equal((await box.exec(['cat', '/data/keep.txt'])).stdout, 'original');
     const w = await box.exec(['sh', '-c', 'echo changed > /data/keep.txt']);
     assert.notEqual(w.exitCode, 0);
@@ -92,6 +92,17 @@ describe('workspaces mounted into boxes through the Manager', () => {
     assert.match(mounts[0]!, new RegExp(`/${mine.id}/root /workspace `));
   });
 
+  test("another owner's workspace is not_found on create and getOrCreate, and creates nothing", async () => {
+    const ws = await manager.workspaces.create({ name: 'alices', owner: 'alice', node: 'local' });
+    const notFound = (e: unknown) => isSbxError(e, 'not_found') && /not found for owner 'bob'/.test((e as Error).message);
+    await assert.rejects(manager.create({ image: IMAGE, owner: 'bob', workspaceId: ws.id }), notFound);
+    await assert.rejects(manager.getOrCreate({ id: 'sb-bob-steals', image: IMAGE, owner: 'bob', workspaceId: ws.id }), notFound);
+    await assert.rejects(manager.create({ image: IMAGE, workspaceId: ws.id }), (e) => isSbxError(e, 'not_found'), 'no owner is the default owner, not alice');
+    assert.equal((await manager.list()).length, 0);
+    assert.deepEqual(await engine.list({ labels: managerSelector(name) }), []);
+    await manager.workspaces.delete(ws.id);
+  });
+
   test('an unknown workspace id is not_found and creates nothing', async () => {
     await assert.rejects(manager.create({ image: IMAGE, workspaceId: 'ws-does-not-exist' }), (e) => isSbxError(e, 'not_found'));
     assert.equal((await manager.list()).length, 0);
@@ -106,7 +117,7 @@ describe('workspaces mounted into boxes through the Manager', () => {
     await manager.workspaces.delete(ws.id);
     await assert.rejects(manager.workspaces.get(ws.id), (e) => isSbxError(e, 'not_found'));
     // A deleted workspace does not come back as an empty directory under a new box.
-    await assert.rejects(manager.create({ image: IMAGE, workspaceId: ws.id }), (e) => isSbxError(e, 'not_found'));
+    await assert.rejects(manager.create({ image: IMAGE, owner: 'frank', workspaceId: ws.id }), (e) => isSbxError(e, 'not_found'));
   });
 
   test('recovery keeps the workspace binding', async () => {

@@ -42,6 +42,33 @@ describe('workspaces over HTTP', () => {
     assert.equal((await t.call('GET', `/v1/workspaces/${id}`, { key: alice })).status, 404);
   });
 
+  test("a box mounts only its owner's workspace, on every create path", async () => {
+    const ws = (await t.call('POST', '/v1/workspaces', { key: alice, body: { name: 'private' } })).json.id;
+    const attempts = [
+      ['bob', bob, '', { image: 'sbx-base:latest', workspaceId: ws, mountPath: '/stolen' }],
+      ['bob, getOrCreate', bob, '?getOrCreate=true', { id: 'sb-steal-ws', image: 'sbx-base:latest', workspaceId: ws, mountPath: '/stolen' }],
+      ['the admin as itself', undefined, '', { image: 'sbx-base:latest', workspaceId: ws }],
+    ] as const;
+    for (const [who, key, query, body] of attempts) {
+      const r = await t.call('POST', `/v1/boxes${query}`, { key, body });
+      assert.equal(r.status, 404, `${who}: ${r.text}`);
+      assert.equal(r.json.error.code, 'not_found');
+      // Exactly what a workspace that does not exist answers: nothing about alice's leaks.
+      const missing = await t.call('POST', `/v1/boxes${query}`, { key, body: { ...body, workspaceId: 'ws-nosuchthing' } });
+      assert.equal(missing.status, 404);
+      assert.equal(r.json.error.message.replace(ws, 'ID'), missing.json.error.message.replace('ws-nosuchthing', 'ID'));
+    }
+    assert.deepEqual((await t.manager.list()).length, 0, 'no box was made');
+    // An admin mounts it by creating the box as its owner; alice herself may.
+    const asAlice = await t.call('POST', '/v1/boxes', { body: { image: 'sbx-base:latest', owner: 'alice', workspaceId: ws } });
+    assert.equal(asAlice.status, 201, asAlice.text);
+    assert.equal(asAlice.json.owner, 'alice');
+    const own = await t.call('POST', '/v1/boxes', { key: alice, body: { image: 'sbx-base:latest', workspaceId: ws } });
+    assert.equal(own.status, 201, own.text);
+    for (const id of [asAlice.json.id, own.json.id]) assert.equal((await t.call('DELETE', `/v1/boxes/${id}`)).status, 204);
+    await t.call('DELETE', `/v1/workspaces/${ws}`);
+  });
+
   test('files: PUT and GET raw bytes streamed, stat, list, mkdir, rename, copy, delete, usage', async () => {
     const id = (await t.call('POST', '/v1/workspaces', { key: alice, body: { name: 'files' } })).json.id;
     const big = Buffer.alloc(8 * 1024 * 1024, 7);
