@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
@@ -102,6 +103,25 @@ describe('workspaces mounted into boxes through the Manager', () => {
     assert.deepEqual(await engine.list({ labels: managerSelector(name) }), []);
     await manager.workspaces.delete(ws.id);
   });
+
+  test(
+    'a setuid-root program a box plants in its workspace is closed to other users of the host',
+    { skip: process.getuid?.() !== 0 && 'needs root to act as another host user' },
+    async () => {
+      chmodSync(dataDir, 0o755); // as an operator's /var/lib/sbx would be: open to walk through
+      const ws = await manager.workspaces.create({ name: 'planted', owner: 'hana', node: 'local' });
+      await using box = await manager.create({ image: IMAGE, owner: 'hana', workspaceId: ws.id });
+      const plant = await box.exec(['sh', '-c', 'cp /bin/busybox /workspace/true && chmod 4755 /workspace/true && ls -l /workspace/true'], { user: '0' });
+      assert.equal(plant.exitCode, 0, plant.stderr);
+      assert.match(plant.stdout, /^-rwsr-xr-x/, 'the box made it setuid root');
+      const planted = join(await manager.workspaces.mountPath(ws.id), 'true'); // busybox runs the applet its name says
+      // As `nobody` on the host: the data directory's modes stop the path before the file.
+      const run = spawnSync('runuser', ['-u', 'nobody', '--', planted]);
+      assert.notEqual(run.status, 0, 'a host user ran the planted program');
+      assert.match(run.stderr.toString(), /Permission denied/);
+      assert.equal(statSync(join(dataDir, 'workspaces')).mode & 0o777, 0o700);
+    },
+  );
 
   test('an unknown workspace id is not_found and creates nothing', async () => {
     await assert.rejects(manager.create({ image: IMAGE, workspaceId: 'ws-does-not-exist' }), (e) => isSbxError(e, 'not_found'));

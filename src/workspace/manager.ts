@@ -352,8 +352,8 @@ export class WorkspaceManager {
     withRoot: boolean,
   ): Promise<Workspace> {
     const nodeDir = this.layout.node(node);
-    await mkdir(this.layout.base, { recursive: true, mode: 0o711 });
-    await mkdir(nodeDir, { recursive: true, mode: 0o711 });
+    await this.makeBase();
+    await mkdir(nodeDir, { recursive: true, mode: 0o700 });
     await using nodeHandle = await DirHandle.openHostDir(nodeDir);
     if (await nodeHandle.lstatIfExists(id)) throw conflictingId(id);
     // The workspace is built complete under a temp name (which names this process) and then
@@ -364,7 +364,7 @@ export class WorkspaceManager {
     const now = new Date().toISOString();
     const workspace: Workspace = { id, name: fields.name, owner: fields.owner, node, labels: fields.labels, createdAt: now, updatedAt: now };
     if (fields.quotaBytes !== undefined) workspace.quotaBytes = fields.quotaBytes;
-    await mkdir(dir, { mode: 0o711 });
+    await mkdir(dir, { mode: 0o700 });
     try {
       if (withRoot) {
         const root = join(dir, 'root');
@@ -470,10 +470,20 @@ export class WorkspaceManager {
     return this.loading;
   }
 
+  /**
+   * The workspaces directory, 0700 and the host's (made so, too, when an older sbx left it 0711):
+   * what boxes write into their workspace — a setuid-root program, a device node — must not be
+   * reachable, let alone runnable, by another user of the host (docs/workspaces.md).
+   */
+  private async makeBase(): Promise<void> {
+    await mkdir(this.layout.base, { recursive: true, mode: 0o700 });
+    await chmod(this.layout.base, 0o700);
+  }
+
   /** Reads every workspace.json once; finishes deletions a crash interrupted. */
   private async scanDisk(): Promise<Map<string, Workspace>> {
     await requireProcFd();
-    await mkdir(this.layout.base, { recursive: true, mode: 0o711 });
+    await this.makeBase();
     const index = new Map<string, Workspace>();
     for (const node of await this.nodesOnDisk()) {
       const entries = await readdir(this.layout.node(node), { withFileTypes: true });
