@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { DEFAULT_WORKDIR, GRACEFUL_CMD, restartPolicyFor } from '../../src/sandbox/box-spec.js';
+import { DEFAULT_WORKDIR, GRACEFUL_CMD } from '../../src/sandbox/box-spec.js';
 import { DEFAULT_BOX_CPUS, DEFAULT_BOX_MEMORY } from '../../src/sandbox/config.js';
 import { DEFAULT_PIDS_LIMIT, securityFor } from '../../src/sandbox/security.js';
 import { BASE_IMAGE, BENCH_CONTAINER_LABEL } from '../core/identity.js';
@@ -26,7 +26,6 @@ export function rawCreateTemplate(manager: string, runId: string): RawCreateTemp
       MemorySwap: DEFAULT_BOX_MEMORY,
       NanoCpus: DEFAULT_BOX_CPUS * 1e9,
       PidsLimit: DEFAULT_PIDS_LIMIT,
-      RestartPolicy: { Name: restartPolicyFor('session') },
       ...(security.noNewPrivileges ? { SecurityOpt: ['no-new-privileges'] } : {}),
       ...(security.capDrop?.length ? { CapDrop: security.capDrop } : {}),
       ...(security.capAdd?.length ? { CapAdd: security.capAdd } : {}),

@@ -45,7 +45,7 @@ export function boxFields(b: BoxInfo): string {
   const labels = Object.entries(b.labels).map(([k, v]) => `${k}=${v}`);
   return fields([
     ['ID', b.id],
-    ['Status', statusText(b.status)],
+    ['Status', statusText(b.status) + (b.oomKilled ? ' (OOM-killed)' : b.exitCode !== null ? ` (exit ${b.exitCode})` : '')],
     ['Image', b.image],
     ['Pool', b.pool],
     ['Owner', b.owner],

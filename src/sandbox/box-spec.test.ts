@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { isSbxError } from '../errors.js';
-import { buildContainerSpec, newBoxRecord, restartPolicyFor } from './box-spec.js';
+import { buildContainerSpec, newBoxRecord } from './box-spec.js';
 import { resolvePool } from './config.js';
 import type { CreateOptions } from './types.js';
 
@@ -16,14 +16,16 @@ function spec(opts: Partial<CreateOptions> = {}, poolExtra: Parameters<typeof re
 }
 
 describe('container spec building (no engine)', () => {
-  test('defaults: the graceful command, /workspace, hardening, pool memory and cpus, restart policy', () => {
+  test('defaults: the graceful command, /workspace, hardening, pool memory and cpus, no engine restart policy', () => {
     const s = spec();
     assert.equal(s.name, 'sbx-m-sb-1');
     assert.equal(s.workDir, '/workspace');
     assert.equal(s.memory, GiB);
     assert.equal(s.cpus, 1);
     assert.equal(s.pidsLimit, 512);
-    assert.equal(s.restartPolicy, 'unless-stopped');
+    // The engine never restarts a box: a command that exits stays exited and says so; the
+    // Manager starts boxes an engine restart stopped (docs/architecture.md, Engine restarts).
+    assert.equal(s.restartPolicy, undefined);
     assert.equal(s.security?.noNewPrivileges, true);
     assert.deepEqual(s.security?.capDrop, ['ALL']);
     assert.equal(s.network, undefined);
@@ -87,14 +89,5 @@ describe('container spec building (no engine)', () => {
         (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'vnc',
       );
     }
-  });
-
-  test('only oneshot boxes stay down when the engine restarts', () => {
-    assert.deepEqual((['oneshot', 'session', 'longrunning', 'persistent'] as const).map(restartPolicyFor), [
-      'no',
-      'unless-stopped',
-      'unless-stopped',
-      'unless-stopped',
-    ]);
   });
 });

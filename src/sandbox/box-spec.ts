@@ -70,15 +70,6 @@ export function boxResources(opts: CreateOptions, pool: ResolvedPool, machine: R
   return { memory: opts.memory ?? cap(pool.memory, maxMemory), cpus: opts.cpus ?? cap(pool.cpus, maxCpus) };
 }
 
-/**
- * Boxes that must survive an engine restart come back with it: the engine restarts them unless
- * they were stopped on purpose (a longrunning box stopped for idleness stays stopped). A oneshot
- * box lives for one exec, which a restart has killed anyway.
- */
-export function restartPolicyFor(policy: LifecyclePolicy): 'no' | 'unless-stopped' {
-  return policy === 'oneshot' ? 'no' : 'unless-stopped';
-}
-
 export interface SpecInput {
   record: BoxRecord;
   opts: CreateOptions;
@@ -110,7 +101,6 @@ export function buildContainerSpec({ record, opts, pool, sbxEnv, mount, machine 
     labels: recordToLabels(record),
     pidsLimit: opts.pidsLimit ?? pool.pidsLimit ?? DEFAULT_PIDS_LIMIT,
     security: profile.security,
-    restartPolicy: restartPolicyFor(record.policy),
     ...(memory ? { memory } : {}),
     ...(cpus ? { cpus } : {}),
     ...(opts.user ? { user: opts.user } : {}),

@@ -480,6 +480,8 @@ export class ManagedBox implements Box {
       stopTimeoutMs: this.record.stopTimeoutMs,
       ports: c.ports,
       execPath: c.execPath ?? 'engine',
+      exitCode: c.running ? null : c.exitCode,
+      oomKilled: !c.running && c.oomKilled,
     };
   }
 

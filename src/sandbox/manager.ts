@@ -330,9 +330,10 @@ export class Manager {
 
   /**
    * Starts the session, longrunning and persistent boxes that are stopped though sbx did not stop
-   * them. The engine's `unless-stopped` does not cover a dockerd that was killed: without
-   * live-restore, the next dockerd stops the boxes its shims kept running as if by hand, and leaves
-   * them stopped. Not use: the idle clock is not touched.
+   * them: at start, when a pool is added and when its engine comes back. The engine restarts no
+   * box (a command that exits must stay exited and say so, not loop), so after an engine restart,
+   * clean or kill -9, this is what brings boxes back; a box whose own command had ended is tried
+   * once more at these moments only. Not use: the idle clock is not touched.
    */
   private async reviveStopped(pool: Pool): Promise<void> {
     const runtime = pool.runtime();

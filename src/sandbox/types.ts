@@ -83,6 +83,13 @@ export interface BoxInfo {
   ports: Array<{ containerPort: number; hostIp: string; hostPort: number; protocol: 'tcp' | 'udp' }>;
   /** What serves exec and stream: the box's in-box agent, or the engine's exec (docs/agent.md). */
   execPath: 'agent' | 'engine';
+  /**
+   * How the box's main process ended, when it is stopped: its exit code (128+N for signal N;
+   * 137 with `oomKilled` is the kernel's OOM killer); null while running or never started. The
+   * engine does not restart a box whose command exits: it stays stopped and says why.
+   */
+  exitCode: number | null;
+  oomKilled: boolean;
 }
 
 /**

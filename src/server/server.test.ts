@@ -7,7 +7,9 @@ import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
+import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { BoxTokenService } from '../sandbox/tokens.js';
+import { testEnv } from '../testing/env.js';
 import { IMAGE, startTestServer } from './test-support.js';
 import type { TestServer } from './test-support.js';
 
@@ -230,6 +232,36 @@ describe('boxes and exec', () => {
     const created = await t.call('POST', '/v1/boxes?getOrCreate=1', { key: alice, body: { id, image: IMAGE } });
     assert.equal(created.status, 201, 'getOrCreate creates when absent');
     await t.call('DELETE', `/v1/boxes/${id}`);
+  });
+
+  test('a box whose command fails is stopped with its exit code, not restarted; an OOM kill says so', async () => {
+    const engine = new DockerRuntime(testEnv.engineAddr);
+    try {
+      const cases = [
+        { cmd: ['sh', '-c', 'echo hi; exit 4'], exitCode: 4, oomKilled: false },
+        // The shell holds 200 MB of output in a variable under a 16 MiB limit: the kernel's OOM killer.
+        { cmd: ['sh', '-c', 'a=$(head -c 200000000 /dev/zero | tr "\\0" a); echo survived'], memory: 16 * 1024 * 1024, exitCode: 137, oomKilled: true },
+      ];
+      for (const { cmd, memory, exitCode, oomKilled } of cases) {
+        const c = await t.call('POST', '/v1/boxes', { key: alice, body: { image: IMAGE, cmd, ...(memory ? { memory } : {}) } });
+        assert.equal(c.status, 201, c.text);
+        // The engine's own view: wait until the main process has ended once (a restart shows as
+        // `restarting`, or as a later StartedAt).
+        let seen = await engine.inspect(c.json.containerId);
+        const firstStart = seen.startedAt;
+        for (let i = 0; i < 600 && seen.status === 'running' && seen.startedAt === firstStart; i++) {
+          await new Promise((r) => setTimeout(r, 100));
+          seen = await engine.inspect(c.json.containerId);
+        }
+        assert.equal(seen.status, 'exited', `the engine does not restart it (${seen.status})`);
+        const got = await t.call('GET', `/v1/boxes/${c.json.id}`, { key: alice });
+        assert.deepEqual([got.json.status, got.json.exitCode, got.json.oomKilled], ['stopped', exitCode, oomKilled], got.text);
+        assert.equal((await engine.inspect(c.json.containerId)).startedAt, firstStart, 'never started again');
+        assert.equal((await t.call('DELETE', `/v1/boxes/${c.json.id}`, { key: alice })).status, 204);
+      }
+    } finally {
+      await engine.close();
+    }
   });
 
   test('getOrCreate racing another owner’s create of the same id: 404 like a missing box, never 409', async () => {
