@@ -237,6 +237,12 @@ describe('boxes and exec', () => {
   test('a box whose command fails is stopped with its exit code, not restarted; an OOM kill says so', async () => {
     const engine = new DockerRuntime(testEnv.engineAddr);
     try {
+      const before = (await t.call('GET', '/v1/boxes', { key: alice })).json.boxes.length;
+      const missing = await t.call('POST', '/v1/boxes', { key: alice, body: { image: IMAGE, cmd: ['no-such-program'] } });
+      assert.equal(missing.status, 400, missing.text);
+      assert.deepEqual([missing.json.error.code, missing.json.error.details?.field], ['invalid_argument', 'cmd']);
+      assert.match(missing.json.error.message, /no-such-program/);
+      assert.equal((await t.call('GET', '/v1/boxes', { key: alice })).json.boxes.length, before, 'nothing is left of it');
       const cases = [
         { cmd: ['sh', '-c', 'echo hi; exit 4'], exitCode: 4, oomKilled: false },
         // The shell holds 200 MB of output in a variable under a 16 MiB limit: the kernel's OOM killer.
