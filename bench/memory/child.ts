@@ -22,7 +22,7 @@ const { Manager } = await import('../../src/sandbox/manager.js');
 const { forEachLimited } = await import('../core/pool.js');
 const { BASE_IMAGE, BENCH_LABEL } = await import('../core/identity.js');
 
-const manager = new Manager({ name: args.managerName, pools: [{ name: 'local', addr: 'local' }], dataDir: args.dataDir, cleanupIntervalMs: 0 });
+const manager = new Manager({ name: args.managerName, pools: [{ name: 'local', addr: 'local', maxPerUser: 0 }], dataDir: args.dataDir, cleanupIntervalMs: 0 });
 await manager.start();
 const withManager = await settle();
 

@@ -27,7 +27,7 @@ export class PoolSubject implements Subject<PoolRef> {
   ): Promise<PoolSubject> {
     const manager = new Manager({
       name: `${opts.managerName}-${name}`,
-      pools: [{ name: 'local', addr: 'local', ...pool }],
+      pools: [{ name: 'local', addr: 'local', maxPerUser: 0, ...pool }], // a benchmark holds more boxes than one owner may by default
       dataDir: join(opts.dataDir, name),
       cleanupIntervalMs: 0,
     });

@@ -46,7 +46,7 @@ describe('config', () => {
     assert.deepEqual(
       c.pools.map((x) => [x.name, x.maxTotal, x.maxPerUser, x.idleTimeoutMs, x.maxLifetimeMs]),
       [
-        ['local', 20, 0, 1_800_000, 0],
+        ['local', 20, 100, 1_800_000, 0], // maxPerUser: the default bound
         ['gpu', 0, 1, 1_800_000, 7_200_000],
       ],
     );

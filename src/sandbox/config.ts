@@ -11,6 +11,7 @@ import { MAX_PIDS, MIN_CPUS, MIN_MEMORY_BYTES, durationMs } from '../runtime/bou
 import { parseDuration } from '../util/duration.js';
 import { parseOrThrow } from '../util/validation.js';
 import { imageRef } from '../runtime/spec.js';
+import { DEFAULT_MAX_WORKSPACES_PER_OWNER } from '../workspace/manager.js';
 
 export const NAME_PATTERN = /^[a-z0-9][a-z0-9_-]{0,31}$/;
 
@@ -19,6 +20,8 @@ const ms = durationMs;
 /** A box's memory and CPU unless it asks otherwise (pool keys `memory`, `cpus`; 0 = no limit). */
 export const DEFAULT_BOX_MEMORY = 1024 * 1024 * 1024;
 export const DEFAULT_BOX_CPUS = 1;
+/** Boxes one owner may hold on a pool unless configured otherwise (`maxPerUser`; 0 = unlimited). */
+export const DEFAULT_MAX_PER_USER = 100;
 
 /** One pool's settings: the config file's `pools` entries, `addPool()` and `POST /v1/pools` alike. */
 /** A warm-pool template: `size` started spares of one image and shape, claimed by matching creates. */
@@ -48,7 +51,7 @@ export const PoolConfigSchema = z
   .object({
     name: z.string().regex(NAME_PATTERN, 'must be 1-32 of [a-z0-9_-], starting with a letter or digit'),
     addr: z.string().min(1, "must not be empty; use 'local' for the local Docker Engine").default('local'),
-    maxPerUser: z.number().int().min(0).default(0),
+    maxPerUser: z.number().int().min(0).default(DEFAULT_MAX_PER_USER),
     maxTotal: z.number().int().min(0).default(0),
     idleTimeoutMs: ms.default(30 * 60_000),
     maxLifetimeMs: ms.default(0),
@@ -93,6 +96,7 @@ const configSchema = z
     apiUrl: z.string().url().optional(),
     tokenSecret: z.string().min(16, 'must be at least 16 characters').optional(),
     tokenTtlMs: ms.default(24 * 3_600_000),
+    maxWorkspacesPerOwner: z.number().int().min(0).default(DEFAULT_MAX_WORKSPACES_PER_OWNER),
     publicUrl: z
       .string()
       .url()
@@ -114,7 +118,7 @@ export interface PoolConfig {
   /** A ready Runtime to use instead of opening `addr` (embedding, tests). */
   runtime?: Runtime;
   runtimeOptions?: RuntimeOptions;
-  /** Boxes per owner on this pool; 0 = unlimited. */
+  /** Boxes per owner on this pool; 0 = unlimited. Default 100: one runaway client cannot fill the machine. */
   maxPerUser?: number;
   /** Boxes on this pool; 0 = unlimited. */
   maxTotal?: number;
@@ -186,6 +190,8 @@ export interface ManagerConfig {
   proxyDomain?: string;
   /** Box token lifetime. Default 24 h. */
   tokenTtlMs?: number;
+  /** Workspaces one owner may hold (`limit_exceeded` beyond); 0 = unlimited. Default 100. */
+  maxWorkspacesPerOwner?: number;
   logger?: Logger;
   /** The Manager's clock (epoch ms); tests inject one. Default `Date.now`. */
   clock?: () => number;
@@ -223,6 +229,7 @@ export interface ResolvedConfig {
   apiUrl: string | undefined;
   tokenSecret: string | undefined;
   tokenTtlMs: number;
+  maxWorkspacesPerOwner: number;
   publicUrl: string | undefined;
   proxyDomain: string | undefined;
 }
@@ -279,6 +286,7 @@ export function resolveConfig(config: ManagerConfig = {}, env: NodeJS.ProcessEnv
     apiUrl: v.apiUrl,
     tokenSecret: v.tokenSecret,
     tokenTtlMs: v.tokenTtlMs,
+    maxWorkspacesPerOwner: v.maxWorkspacesPerOwner,
     publicUrl: v.publicUrl,
     proxyDomain: v.proxyDomain,
   };

@@ -140,6 +140,7 @@ export class Manager {
       dataDir: this.config.dataDir,
       nodes: () => this.nodes(),
       isMounted: (workspaceId) => this.registry.all().some((b) => b.workspaceId === workspaceId),
+      maxPerOwner: this.config.maxWorkspacesPerOwner,
     });
   }
 

@@ -76,6 +76,27 @@ describe('create', () => {
     await rejectsWithCode(manager.create({ ...base, quotaBytes: -1 }), 'invalid_argument');
   });
 
+  test('an owner holds at most maxPerOwner workspaces (default 100), concurrent creates included', async () => {
+    const manager = makeManager(tmp.path, { maxPerOwner: 3 });
+    const results = await Promise.allSettled(Array.from({ length: 8 }, () => manager.create(base)));
+    assert.equal(results.filter((r) => r.status === 'fulfilled').length, 3, 'concurrent creates cannot overshoot');
+    for (const r of results) if (r.status === 'rejected') assert.ok(isSbxError(r.reason, 'limit_exceeded') && /max 3/.test(r.reason.message), String(r.reason));
+    await manager.create({ ...base, owner: 'bob' }); // each owner has its own count
+    const [first] = await manager.list({ owner: 'alice' });
+    await manager.delete(first!.id);
+    await manager.create(base); // a deleted workspace frees its slot
+    await rejectsWithCode(manager.create(base), 'limit_exceeded');
+    const unlimited = makeManager(tmp.path, { maxPerOwner: 0 });
+    await Promise.all(Array.from({ length: 5 }, () => unlimited.create(base)));
+    assert.throws(
+      () => makeManager(tmp.path, { maxPerOwner: -1 }),
+      (e) => isSbxError(e, 'invalid_argument'),
+    );
+    const defaulted = makeManager(tmp.path);
+    await Promise.all(Array.from({ length: 100 }, () => defaulted.create(base)));
+    await rejectsWithCode(defaulted.create(base), 'limit_exceeded', 'the 101st');
+  });
+
   test('concurrent creates of one id in one manager: exactly one wins', async () => {
     const manager = makeManager(tmp.path);
     const results = await Promise.allSettled(Array.from({ length: 20 }, () => manager.create({ ...base, id: 'ws-race-one' })));
@@ -327,7 +348,7 @@ describe('metadata lives outside the mounted root', () => {
 describe('scale: 1,000 workspaces', () => {
   test('get and list stay fast (in-memory index; cold load measured)', async (t) => {
     const dataDir = join(tmp.path, 'scale');
-    const writer = new WorkspaceManager({ dataDir });
+    const writer = new WorkspaceManager({ dataDir, maxPerOwner: 0 }); // 250 per owner, past the default bound
     const owners = ['alice', 'bob', 'carol', 'dave'];
     const started = performance.now();
     const ids: string[] = [];

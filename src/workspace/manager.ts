@@ -36,6 +36,8 @@ import { CreateWorkspaceOptionsSchema, DeleteWorkspaceOptionsSchema, UpdateWorks
 import { checkQuota, checkWorkspaceId, newWorkspaceId } from './validation.js';
 import { parseOrThrow } from '../util/validation.js';
 
+/** Workspaces one owner may hold unless configured otherwise: a runaway client stops long before the disk does. */
+export const DEFAULT_MAX_WORKSPACES_PER_OWNER = 100;
 const DEFAULT_NODES: WorkspaceNode[] = [{ name: 'local', addr: 'local', online: true }];
 const SANDBOX_USER: FileOwner = { uid: 1000, gid: 1000 };
 /** Metadata reads in flight while loading the index. */
@@ -66,7 +68,9 @@ export class WorkspaceManager {
   private mountChecker: MountChecker;
   private index: Map<string, Workspace> | undefined;
   private loading: Promise<Map<string, Workspace>> | undefined;
-  private readonly creating = new Set<string>();
+  private readonly maxPerOwner: number;
+  /** Creates in flight: id → owner (they count against the owner's limit before they land). */
+  private readonly creating = new Map<string, string>();
   private readonly filesystems = new Map<string, Promise<WorkspaceFS>>();
   private readonly locks = new KeyedLock();
 
@@ -77,6 +81,9 @@ export class WorkspaceManager {
     this.mountChecker = options.isMounted ?? (() => false);
     this.fileOwner = options.fileOwner ?? SANDBOX_USER;
     this.defaultQuotaBytes = options.defaultQuotaBytes === undefined ? undefined : checkQuota(options.defaultQuotaBytes, 'defaultQuotaBytes');
+    const max = options.maxPerOwner ?? DEFAULT_MAX_WORKSPACES_PER_OWNER;
+    if (!Number.isInteger(max) || max < 0) throw invalidArgument('maxPerOwner', 'must be a whole number, 0 for no limit');
+    this.maxPerOwner = max;
   }
 
   /**
@@ -129,7 +136,8 @@ export class WorkspaceManager {
     const index = await this.loadIndex();
     const id = requestedId ?? this.unusedId(index);
     if (index.has(id) || this.creating.has(id)) throw conflictingId(id);
-    this.creating.add(id);
+    this.checkOwnerLimit(index, owner);
+    this.creating.set(id, owner);
     try {
       const fields = { name, owner, labels, quotaBytes };
       // A node with storage of its own keeps only the metadata here (no root/ or staging/).
@@ -336,6 +344,19 @@ export class WorkspaceManager {
     const workspace = (await this.loadIndex()).get(id);
     if (!workspace) throw new SbxError('not_found', `workspace ${id} not found`, { details: { id } });
     return workspace;
+  }
+
+  /** Counted with the creates in flight, synchronously with their registration: concurrent creates cannot overshoot. */
+  private checkOwnerLimit(index: Map<string, Workspace>, owner: string): void {
+    if (this.maxPerOwner === 0) return;
+    let held = 0;
+    for (const w of index.values()) if (w.owner === owner) held++;
+    for (const o of this.creating.values()) if (o === owner) held++;
+    if (held >= this.maxPerOwner) {
+      throw new SbxError('limit_exceeded', `owner '${owner}' has ${held} workspace(s) (max ${this.maxPerOwner}); delete one or raise maxWorkspacesPerOwner`, {
+        details: { owner, limit: 'maxWorkspacesPerOwner', max: this.maxPerOwner },
+      });
+    }
   }
 
   private unusedId(index: Map<string, Workspace>): string {

@@ -96,6 +96,8 @@ export interface WorkspaceManagerOptions {
   fileOwner?: FileOwner;
   /** Quota for workspaces created without `quotaBytes`; 0 or absent = none. */
   defaultQuotaBytes?: number;
+  /** Workspaces one owner may hold (`limit_exceeded` beyond); 0 = no limit. Default 100. */
+  maxPerOwner?: number;
 }
 
 /**
