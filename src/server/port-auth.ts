@@ -135,12 +135,10 @@ export async function authorizePortRequest(request: FastifyRequest, boxId: strin
     ctx.metrics.authFailures.inc();
     throw new SbxError('unauthorized', `missing credentials: Authorization: Bearer <key>, ?${PORT_TOKEN_QUERY}= or the ${PORT_TOKEN_COOKIE} cookie`);
   }
-  limiter.check(request.ip);
   try {
-    await ctx.manager.verifyPortToken(token, { boxId, port });
+    await limiter.guard(request.ip, () => ctx.manager.verifyPortToken(token, { boxId, port }));
   } catch (err) {
     ctx.metrics.authFailures.inc();
-    if (err instanceof SbxError && err.code === 'unauthorized') limiter.fail(request.ip);
     throw err;
   }
   const box = await ctx.manager.get(boxId).catch((err: unknown) => {
