@@ -158,6 +158,33 @@ export async function authorizePortRequest(request: FastifyRequest, boxId: strin
 }
 
 /**
+ * Refuses (403 forbidden) a WebSocket upgrade authenticated by the `sbx_token` cookie whose
+ * Origin is not the server's own: a browser sends the cookie with an upgrade from any page, and
+ * with a proxy domain the box pages are same-site with the API, so SameSite does not stop a page
+ * of `3000-attacker.<domain>` from opening the victim's VNC or service socket. Allowed: no Origin
+ * (not a browser), an Origin whose host is the request's Host (the page the cookie belongs to:
+ * the API's own pages, or on a host-based proxy URL the box's own origin for that port), and, when
+ * given, `publicUrl`'s origin. Upgrades authenticated by an API key or by `?sbx_token=` in the
+ * URL are not checked: neither is sent by a browser on its own, so another page cannot ride them.
+ */
+export function requireOwnOrigin(request: FastifyRequest, via: PortAuthorization['via'], publicUrl?: string): void {
+  if (via !== 'cookie') return;
+  const origin = request.headers.origin;
+  if (origin === undefined) return;
+  let from: URL | undefined;
+  try {
+    from = new URL(origin);
+  } catch {
+    from = undefined; // `null` (a sandboxed frame, a file) or garbage: no page of ours
+  }
+  if (from && from.host !== '' && (from.host === request.headers.host?.toLowerCase() || (publicUrl !== undefined && from.origin === new URL(publicUrl).origin)))
+    return;
+  throw new SbxError('forbidden', `a WebSocket with the ${PORT_TOKEN_COOKIE} cookie is accepted from this server's own pages only, not from Origin ${origin}`, {
+    details: { origin },
+  });
+}
+
+/**
  * The box whose `port` this request may reach, or unauthorized (no or bad credentials, expired
  * token), forbidden (a box token, or a token for another box or port), not_found (no such box,
  * or another owner's).

@@ -467,4 +467,36 @@ describe('signed URLs are bound to the box and the key they were signed for', ()
     assert.match(refused.json.error.message, /revoked/);
     assert.deepEqual(await statuses(aliceBox, other), { http: 200, ws: 101, wsQuery: 101 });
   });
+
+  test("a WebSocket with the cookie opens only from the box's own origin (host-based) or the server's (path-based): else 403 before the upgrade", async () => {
+    const token = await signedToken(aliceBox, 3000, alice);
+    const cookie = `sbx_token=${token}`;
+    const port = new URL(ts.url).port;
+    const boxHost = `3000-${aliceBox}.${DOMAIN}:${port}`;
+    const attacker = `http://3000-attacker.${DOMAIN}:${port}`;
+    const wsUrl = ts.url.replace('http', 'ws');
+    // Host-based: the box's page for this port, and nothing else, may use the cookie.
+    assert.equal(await upgradeStatus(`${wsUrl}/`, { host: boxHost, cookie, origin: attacker }), 403);
+    assert.equal(await upgradeStatus(`${wsUrl}/`, { host: boxHost, cookie, origin: `http://3000-${bobBox}.${DOMAIN}:${port}` }), 403);
+    assert.equal(await upgradeStatus(`${wsUrl}/`, { host: boxHost, cookie, origin: `http://3001-${aliceBox}.${DOMAIN}:${port}` }), 403);
+    assert.equal(await upgradeStatus(`${wsUrl}/`, { host: boxHost, cookie, origin: 'null' }), 403);
+    assert.equal(await upgradeStatus(`${wsUrl}/`, { host: boxHost, cookie, origin: `http://${boxHost}` }), 101);
+    // Path-based: the server's own origin.
+    const path = `${wsUrl}${portPath(aliceBox, 3000, '/')}`;
+    assert.equal(await upgradeStatus(path, { cookie, origin: attacker }), 403);
+    const refused = await rawRequest(ts.url, 'GET', portPath(aliceBox, 3000, '/'), {
+      cookie,
+      origin: attacker,
+      connection: 'Upgrade',
+      upgrade: 'websocket',
+      'sec-websocket-version': '13',
+      'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==',
+    });
+    assert.equal(refused.json.error.code, 'forbidden');
+    assert.equal(await upgradeStatus(path, { cookie, origin: ts.url }), 101);
+    // Not a browser (no Origin), or credentials a page cannot send on its own: any Origin.
+    assert.equal(await upgradeStatus(path, { cookie }), 101);
+    assert.equal(await upgradeStatus(path, { authorization: `Bearer ${alice}`, origin: attacker }), 101);
+    assert.equal(await upgradeStatus(`${path}?sbx_token=${token}`, { origin: attacker }), 101);
+  });
 });

@@ -114,6 +114,21 @@ describe('VNC through sbx serve (real authorization, real dial)', () => {
     }
   }
 
+  test("the viewer's WebSocket with the cookie: 403 from a foreign Origin, the RFB banner from the server's own", async () => {
+    const cookie = await vncCookie(await desk.vnc({ ttlMs: 60_000 }));
+    assert.equal((await websockify({ cookie, origin: 'http://3000-attacker.sbx.test' })).status, 403);
+    assert.equal((await websockify({ cookie, origin: 'null' })).status, 403);
+    // The desktop may still be starting: the page retries, and so does this, until the banner.
+    const deadline = Date.now() + 60_000;
+    let got = await websockify({ cookie, origin: t.url });
+    while (!got.banner?.startsWith('RFB ') && got.status !== 403 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 250));
+      got = await websockify({ cookie, origin: t.url });
+    }
+    assert.equal(got.status, 101);
+    assert.match(got.banner ?? '', /^RFB 003\.\d{3}\n$/);
+  });
+
   test('a VNC URL signed for a key that is revoked opens nothing (page, WebSocket)', async () => {
     const second = await new Sbx({ url: t.url, apiKey: t.admin }).keys.create({ name: 'second-admin', role: 'admin' });
     const url = await new Sbx({ url: t.url, apiKey: second.key }).get(desk.id).then((b) => b.vnc({ ttlMs: 60_000 }));
