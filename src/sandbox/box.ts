@@ -10,6 +10,7 @@ import { attachPath, validateAttach } from './attach-options.js';
 import { BoxFS, type BoxFilesOptions } from './box-fs.js';
 import { VNC_PORT } from './box-spec.js';
 import type { BoxRecord } from './labels.js';
+import type { PortTokenClaim } from './port-tokens.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from './types.js';
 
 /**
@@ -150,8 +151,8 @@ export interface BoxHost {
   now(): number;
   /** Where proxy URLs point (sbx serve sets it). */
   proxyBase(): ProxyBase;
-  /** A signed access token for one port of one box. */
-  signPortToken(claim: { boxId: string; port: number; expiresAt: number }): Promise<string>;
+  /** A signed access token for one port of one box (src/sandbox/port-tokens.ts). */
+  signPortToken(claim: PortTokenClaim): Promise<string>;
   /** Persists a max lifetime set after create (labels cannot change); resolves once it is on disk. */
   saveLifetime(box: ManagedBox, maxLifetimeMs: number): Promise<void>;
 }
@@ -334,8 +335,12 @@ export class ManagedBox implements Box {
     return (await this.vncUrl(opts)).url;
   }
 
-  /** box.vnc() with the token's expiry (the HTTP route answers both). */
-  async vncUrl(opts: VncUrlOptions = {}): Promise<{ url: string; expiresAt: number }> {
+  /**
+   * box.vnc() with the token's expiry (the HTTP route answers both). `keyId`: the API key the
+   * URL is for (the server's route), which the server checks is still live on every use; none
+   * when this process asks for itself.
+   */
+  async vncUrl(opts: VncUrlOptions = {}, keyId = ''): Promise<{ url: string; expiresAt: number }> {
     const v = validateProxyArgs(VNC_PORT, '/', { ...opts, signed: true });
     if (!this.record.vnc) {
       throw new SbxError('not_available', `box '${this.id}' was created without vnc; create it with vnc: true (and a desktop image such as sbx-desktop)`, {
@@ -351,7 +356,7 @@ export class ManagedBox implements Box {
     this.touch();
     const pub = new URL(publicUrl);
     const expiresAt = this.host.now() + v.ttlMs;
-    const token = await this.host.signPortToken({ boxId: this.id, port: VNC_PORT, expiresAt });
+    const token = await this.host.signPortToken({ boxId: this.id, nonce: this.record.tokenNonce, port: VNC_PORT, expiresAt, keyId });
     const page = `${pub.origin}${pub.pathname.replace(/\/+$/, '')}/v1/boxes/${encodeURIComponent(this.id)}/vnc/`;
     return { url: `${page}?sbx_token=${token}`, expiresAt };
   }
@@ -383,8 +388,8 @@ export class ManagedBox implements Box {
     return `http://127.0.0.1:${published.hostPort}${path}`;
   }
 
-  /** box.proxy() with the token's expiry (the HTTP route answers both). */
-  async proxyUrl(port: number, path?: string, opts?: ProxyUrlOptions): Promise<{ url: string; expiresAt?: number }> {
+  /** box.proxy() with the token's expiry (the HTTP route answers both); `keyId` as for vncUrl. */
+  async proxyUrl(port: number, path?: string, opts?: ProxyUrlOptions, keyId = ''): Promise<{ url: string; expiresAt?: number }> {
     const v = validateProxyArgs(port, path, opts);
     const base = this.host.proxyBase();
     if (!base.publicUrl && v.signed) {
@@ -403,7 +408,7 @@ export class ManagedBox implements Box {
         : `${pub.origin}${pub.pathname.replace(/\/+$/, '')}/v1/boxes/${encodeURIComponent(this.id)}/ports/${v.port}${v.path}`;
     if (!v.signed) return { url };
     const expiresAt = this.host.now() + v.ttlMs;
-    const token = await this.host.signPortToken({ boxId: this.id, port: v.port, expiresAt });
+    const token = await this.host.signPortToken({ boxId: this.id, nonce: this.record.tokenNonce, port: v.port, expiresAt, keyId });
     const q = url.indexOf('?');
     const sep = q === -1 ? '?' : q === url.length - 1 ? '' : '&';
     return { url: `${url}${sep}sbx_token=${token}`, expiresAt };

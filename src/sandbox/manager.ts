@@ -23,6 +23,7 @@ import { PoolWatch } from './pool-watch.js';
 import { planReconcile } from './reconcile.js';
 import { BoxRegistry } from './registry.js';
 import { portTokenKey, signPortToken, verifyPortToken } from './port-tokens.js';
+import type { PortTokenClaim } from './port-tokens.js';
 import { loadTokenSecret } from './token-secret.js';
 import { BoxTokenService } from './tokens.js';
 import { StopIntents } from './stop-intents.js';
@@ -687,9 +688,17 @@ export class Manager {
       .digest();
   }
 
-  /** Throws unauthorized or forbidden unless `token` is a live port access token for this box and port (on the Manager's clock). */
-  async verifyPortToken(token: string, want: { boxId: string; port: number }): Promise<void> {
-    verifyPortToken(await this.portTokenKey(), token, { ...want, now: this.now() });
+  /**
+   * The claim of a live port access token for this box and port (on the Manager's clock): throws
+   * unauthorized or forbidden otherwise, unauthorized too when the box it was signed for is gone
+   * (a later box under the same id has another nonce). Whether its key is still live is the server's.
+   */
+  async verifyPortToken(token: string, want: { boxId: string; port: number }): Promise<PortTokenClaim> {
+    const claim = verifyPortToken(await this.portTokenKey(), token, { ...want, now: this.now() });
+    const box = this.registry.get(claim.boxId);
+    if (!box || box.record.tokenNonce !== claim.nonce)
+      throw new SbxError('unauthorized', 'this port access token is for a box that was removed; ask for a new URL');
+    return claim;
   }
 
   /** The box a token speaks for; unauthorized if forged, expired, or its box is gone. */

@@ -5,12 +5,14 @@ import { isSbxError } from '../errors.js';
 import { portTokenKey, signPortToken, verifyPortToken } from './port-tokens.js';
 
 const key = portTokenKey(randomBytes(32));
-const claim = { boxId: 'sb-a.1', port: 3000, expiresAt: 2_000 };
+const claim = { boxId: 'sb-a.1', nonce: 'n0nce-A_1', port: 3000, expiresAt: 2_000, keyId: '0123456789abcdef' };
 
-test('a port token verifies for its box and port until it expires', () => {
+test('a port token verifies for its box and port until it expires, and names the box nonce and the key', () => {
   const t = signPortToken(key, claim);
-  assert.match(t, /^sbxp1\./);
-  verifyPortToken(key, t, { boxId: 'sb-a.1', port: 3000, now: 1_999 });
+  assert.match(t, /^sbxp2\./);
+  assert.deepEqual(verifyPortToken(key, t, { boxId: 'sb-a.1', port: 3000, now: 1_999 }), claim);
+  const keyless = signPortToken(key, { ...claim, keyId: '' });
+  assert.equal(verifyPortToken(key, keyless, { boxId: 'sb-a.1', port: 3000, now: 0 }).keyId, '');
   assert.throws(
     () => verifyPortToken(key, t, { boxId: 'sb-a.1', port: 3000, now: 2_000 }),
     (e) => isSbxError(e, 'unauthorized') && /expired/.test(e.message),
@@ -31,17 +33,22 @@ test('a valid port token for another port or box is forbidden', () => {
 
 test('forged, altered, malformed tokens and other keys are unauthorized', () => {
   const t = signPortToken(key, claim);
-  const [p, id, port, exp, mac] = t.split('.');
+  const [p, id, nonce, port, exp, keyId, mac] = t.split('.');
   const altered = [
-    `${p}.${id}.3001.${exp}.${mac}`,
-    `${p}.${id}.${port}.9999999.${mac}`,
-    `${p}.${Buffer.from('sb-b').toString('base64url')}.${port}.${exp}.${mac}`,
-    `${p}.${id}.${port}.${exp}.${mac!.slice(0, -2)}AA`,
-    'sbxp1.x.1.2',
+    `${p}.${id}.${nonce}.3001.${exp}.${keyId}.${mac}`,
+    `${p}.${id}.${nonce}.${port}.9999999.${keyId}.${mac}`,
+    `${p}.${Buffer.from('sb-b').toString('base64url')}.${nonce}.${port}.${exp}.${keyId}.${mac}`,
+    `${p}.${id}.other.${port}.${exp}.${keyId}.${mac}`,
+    `${p}.${id}.${nonce}.${port}.${exp}.fedcba9876543210.${mac}`,
+    `${p}.${id}.${nonce}.${port}.${exp}..${mac}`,
+    `${p}.${id}.${nonce}.${port}.${exp}.${keyId}.${mac!.slice(0, -2)}AA`,
+    // The format before tokens were bound to the box's life and the key.
+    `sbxp1.${id}.${port}.${exp}.${mac}`,
+    'sbxp2.x.1.2',
     '',
     'Bearer x',
     t + '.x',
-    `sbxb1.${id}.${port}.${exp}.${mac}`,
+    `sbxb1.${id}.${nonce}.${port}.${exp}.${keyId}.${mac}`,
   ];
   for (const bad of altered)
     assert.throws(

@@ -1,21 +1,32 @@
 /**
- * Signed access tokens for one port of one box (the authenticated proxy): a browser that cannot
- * send an API key gets a short-lived URL instead. `sbxp1.<base64url box id>.<port>.<expiresAt>.<mac>`,
- * the MAC an HMAC-SHA256 of everything before it under a key derived from the Manager's
- * box-token secret with its own label (portTokenKey), so a box token and a port token can never
- * stand for each other.
+ * Signed access tokens for one port of one box (the authenticated proxy, VNC): a browser that
+ * cannot send an API key gets a short-lived URL instead.
+ * `sbxp2.<base64url box id>.<box nonce>.<port>.<expiresAt>.<key id>.<mac>`, the MAC an
+ * HMAC-SHA256 of everything before it under a key derived from the Manager's box-token secret
+ * with its own label (portTokenKey), so a box token and a port token can never stand for each
+ * other.
+ *
+ * A token is bound to one box's life, not just its id: the nonce is the box's own random
+ * `sbx.token-nonce`, so a later box under the same id (anyone's) refuses it (Manager.verifyPortToken).
+ * It also names the API key that asked for it, so revoking that key ends every URL it signed
+ * (the server checks; src/server/port-auth.ts). An empty key id is a token the Manager signed for
+ * its own process (the library's box.proxy()/box.vnc(), no key involved).
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { SbxError } from '../errors.js';
 
-export const PORT_TOKEN_PREFIX = 'sbxp1.';
+export const PORT_TOKEN_PREFIX = 'sbxp2.';
 const LABEL = 'sbx port token v1';
 
 export interface PortTokenClaim {
   boxId: string;
+  /** The box's token nonce (`sbx.token-nonce`): a later box under the same id has another. */
+  nonce: string;
   port: number;
   /** Epoch ms. */
   expiresAt: number;
+  /** The id of the API key the token was signed for; '' when the Manager signed it for its own process. */
+  keyId: string;
 }
 
 /** The port-token key: HMAC(secret, label), never the raw secret. */
@@ -27,24 +38,48 @@ function mac(key: Buffer, body: string): Buffer {
   return createHmac('sha256', key).update(body).digest();
 }
 
+const NONCE = /^[A-Za-z0-9_-]{1,64}$/;
+const KEY_ID = /^([0-9a-f]{16})?$/;
+
 export function signPortToken(key: Buffer, claim: PortTokenClaim): string {
-  const body = `${PORT_TOKEN_PREFIX}${Buffer.from(claim.boxId, 'utf8').toString('base64url')}.${claim.port}.${claim.expiresAt}`;
+  if (!NONCE.test(claim.nonce) || !KEY_ID.test(claim.keyId))
+    throw new SbxError('internal', 'a port token needs the box nonce and a key id of 16 hex digits (or none)');
+  const body = `${PORT_TOKEN_PREFIX}${Buffer.from(claim.boxId, 'utf8').toString('base64url')}.${claim.nonce}.${claim.port}.${claim.expiresAt}.${claim.keyId}`;
   return `${body}.${mac(key, body).toString('base64url')}`;
 }
 
-/** Throws unauthorized (malformed, forged, expired) or forbidden (a valid token for another box or port). */
-export function verifyPortToken(key: Buffer, token: string, want: { boxId: string; port: number; now: number }): void {
+/**
+ * The token's claim once its MAC, expiry, box id and port check out. Throws unauthorized
+ * (malformed, forged, expired, or a token of an older sbx) or forbidden (a valid token for another
+ * box or port). Whether its box is still the one it was signed for, and its key still live, is
+ * for the caller (Manager.verifyPortToken, the server).
+ */
+export function verifyPortToken(key: Buffer, token: string, want: { boxId: string; port: number; now: number }): PortTokenClaim {
   const parts = token.length <= 512 && token.startsWith(PORT_TOKEN_PREFIX) ? token.slice(PORT_TOKEN_PREFIX.length).split('.') : [];
-  if (parts.length !== 4 || !/^\d{1,5}$/.test(parts[1]!) || !/^\d{1,15}$/.test(parts[2]!) || !/^[A-Za-z0-9_-]{43}$/.test(parts[3]!)) {
-    throw new SbxError('unauthorized', 'port access token is malformed');
+  if (
+    parts.length !== 6 ||
+    !NONCE.test(parts[1]!) ||
+    !/^\d{1,5}$/.test(parts[2]!) ||
+    !/^\d{1,15}$/.test(parts[3]!) ||
+    !KEY_ID.test(parts[4]!) ||
+    !/^[A-Za-z0-9_-]{43}$/.test(parts[5]!)
+  ) {
+    throw new SbxError('unauthorized', 'port access token is malformed (or from an older sbx); ask for a new URL');
   }
-  const body = `${PORT_TOKEN_PREFIX}${parts[0]}.${parts[1]}.${parts[2]}`;
-  const given = Buffer.from(parts[3]!, 'base64url');
+  const body = `${PORT_TOKEN_PREFIX}${parts.slice(0, 5).join('.')}`;
+  const given = Buffer.from(parts[5]!, 'base64url');
   const expected = mac(key, body);
   if (given.length !== expected.length || !timingSafeEqual(given, expected)) throw new SbxError('unauthorized', 'port access token is not valid');
-  if (Number(parts[2]) <= want.now) throw new SbxError('unauthorized', 'port access token has expired; ask for a new URL');
-  const boxId = Buffer.from(parts[0]!, 'base64url').toString('utf8');
-  if (boxId !== want.boxId || Number(parts[1]) !== want.port) {
+  const claim: PortTokenClaim = {
+    boxId: Buffer.from(parts[0]!, 'base64url').toString('utf8'),
+    nonce: parts[1]!,
+    port: Number(parts[2]),
+    expiresAt: Number(parts[3]),
+    keyId: parts[4]!,
+  };
+  if (claim.expiresAt <= want.now) throw new SbxError('unauthorized', 'port access token has expired; ask for a new URL');
+  if (claim.boxId !== want.boxId || claim.port !== want.port) {
     throw new SbxError('forbidden', 'this port access token is for another box or port');
   }
+  return claim;
 }

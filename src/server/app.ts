@@ -190,6 +190,7 @@ function boxVncDeps(ctx: ServerContext): VncDeps {
     },
     dial: async (id, port) => ((await ctx.manager.get(id)) as ManagedBox).dial(port),
     hasVnc: async (id) => ((await ctx.manager.get(id)) as ManagedBox).record.vnc,
+    publicUrl: () => ctx.manager.publicUrl,
     streams: ctx.streams,
   };
 }

@@ -1,7 +1,7 @@
 /**
  * Who is calling: an API key (admin or user, acting as an owner) or a box token (speaking for
  * one box, accepted on that box's heartbeat route only). Failed attempts are rate-limited per
- * client address.
+ * client address (FailureLimiter); valid credentials never are.
  */
 import { SbxError } from '../errors.js';
 import type { KeyStore, Principal } from './keys.js';
@@ -38,30 +38,27 @@ export interface AuthDeps {
   limiter: FailureLimiter;
 }
 
-/** Reads `Authorization: Bearer …` and resolves the caller; throws unauthorized or limit_exceeded. */
+/**
+ * Reads `Authorization: Bearer …` and resolves the caller; throws unauthorized, or limit_exceeded
+ * for a failing attempt from an address over the failure limit (a valid credential always passes).
+ */
 export async function authenticate(header: string | undefined, address: string, deps: AuthDeps): Promise<Caller> {
-  deps.limiter.check(address);
-  const m = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
-  if (!m) {
-    deps.limiter.fail(address);
-    throw new SbxError('unauthorized', header ? 'Authorization must be "Bearer <key>"' : 'missing Authorization: Bearer <key>');
-  }
-  const credential = m[1]!;
-  if (credential.startsWith(BOX_TOKEN_PREFIX)) {
-    try {
-      return { kind: 'box', boxId: await deps.verifyBoxToken(credential) };
-    } catch (err) {
-      deps.limiter.fail(address);
-      if (err instanceof SbxError && err.code === 'unauthorized') throw err;
-      throw new SbxError('unauthorized', 'box token rejected', { cause: err });
+  return deps.limiter.guard(address, async () => {
+    const m = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
+    if (!m) throw new SbxError('unauthorized', header ? 'Authorization must be "Bearer <key>"' : 'missing Authorization: Bearer <key>');
+    const credential = m[1]!;
+    if (credential.startsWith(BOX_TOKEN_PREFIX)) {
+      try {
+        return { kind: 'box', boxId: await deps.verifyBoxToken(credential) };
+      } catch (err) {
+        if (err instanceof SbxError && err.code === 'unauthorized') throw err;
+        throw new SbxError('unauthorized', 'box token rejected', { cause: err });
+      }
     }
-  }
-  const principal = deps.keys.verify(credential);
-  if (!principal) {
-    deps.limiter.fail(address);
-    throw new SbxError('unauthorized', 'API key is not valid (unknown, revoked or mistyped)');
-  }
-  return principal;
+    const principal = deps.keys.verify(credential);
+    if (!principal) throw new SbxError('unauthorized', 'API key is not valid (unknown, revoked or mistyped)');
+    return principal;
+  });
 }
 
 /** The API key behind a call; a box token here is forbidden (it may only send heartbeats). */
@@ -95,8 +92,13 @@ export function mayAccess(p: Principal, owner: string): boolean {
 }
 
 /**
- * Failed authentications per client address in a sliding window. Over the limit, the address
- * gets limit_exceeded (429) until old failures age out, even with a good key.
+ * Failed authentications per client address in a sliding window, for every credential sbx
+ * checks (API keys, box tokens, port access tokens, envd access tokens), through guard().
+ * A valid credential always passes, from any address: a flood of bad keys from one address
+ * (a NAT, a CI runner) must not lock the good key out. A failing attempt from an address with
+ * `max` failures in the window is answered limit_exceeded (429, Retry-After) instead of
+ * unauthorized, until its failures age out; it still counts, so an address that keeps guessing
+ * stays limited.
  */
 export class FailureLimiter {
   private readonly failures = new Map<string, number[]>();
@@ -115,22 +117,36 @@ export class FailureLimiter {
     return list;
   }
 
-  check(address: string): void {
-    if (this.max <= 0) return;
-    const list = this.recent(address);
-    if (list.length >= this.max) {
-      const retryMs = list[0]! + this.windowMs - this.now();
-      throw new SbxError('limit_exceeded', `too many failed authentications from ${address}; retry in ${Math.ceil(retryMs / 1000)} s`, {
-        details: { limit: 'authFailures', retryAfterMs: retryMs },
-      });
+  /**
+   * Runs one authentication attempt for `address`. Its result passes through; an unauthorized
+   * failure is counted, and becomes limit_exceeded when the address was already over the limit.
+   * Other errors (not_found, forbidden, an engine down) are not authentication failures.
+   */
+  async guard<T>(address: string, attempt: () => T | Promise<T>): Promise<T> {
+    try {
+      return await attempt();
+    } catch (err) {
+      if (err instanceof SbxError && err.code === 'unauthorized') this.failed(address, err);
+      throw err;
     }
   }
 
-  fail(address: string): void {
+  /** Counts a failed attempt; throws limit_exceeded (with `cause`) when the address was already over the limit. */
+  failed(address: string, cause?: unknown): void {
     if (this.max <= 0) return;
     const list = this.recent(address);
+    const over = list.length >= this.max;
     list.push(this.now());
+    // Only the latest `max` failures matter: the oldest of them says when the address is let in.
+    if (list.length > this.max) list.splice(0, list.length - this.max);
     this.failures.set(address, list);
     if (this.failures.size > 10_000) this.failures.delete(this.failures.keys().next().value!);
+    if (over) {
+      const retryMs = list[0]! + this.windowMs - this.now();
+      throw new SbxError('limit_exceeded', `too many failed authentications from ${address}; retry in ${Math.ceil(retryMs / 1000)} s`, {
+        cause,
+        details: { limit: 'authFailures', retryAfterMs: retryMs },
+      });
+    }
   }
 }

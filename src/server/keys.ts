@@ -54,6 +54,10 @@ function parseKey(presented: string): { id: string; secret: string } | undefined
 }
 export const KEY_FILE = 'api-keys.json';
 
+function principalOf(record: ApiKeyRecord): Principal {
+  return { kind: 'key', keyId: record.id, name: record.name, role: record.role, owner: record.owner };
+}
+
 function sha256(s: string): Buffer {
   return createHash('sha256').update(s).digest();
 }
@@ -124,6 +128,15 @@ export class KeyStore {
     }
   }
 
+  /**
+   * The principal of the live key with this id, or undefined once it is revoked: what a signed URL
+   * or an envd access token minted for that key checks on every use.
+   */
+  principal(id: string): Principal | undefined {
+    const record = this.keys.get(id);
+    return record ? principalOf(record) : undefined;
+  }
+
   /** The principal a presented key (either spelling) stands for, or undefined. Constant-time in the secret. */
   verify(presented: string): Principal | undefined {
     const m = parseKey(presented);
@@ -133,7 +146,7 @@ export class KeyStore {
     const want = record ? Buffer.from(record.hash, 'hex') : Buffer.alloc(32);
     const same = timingSafeEqual(got, want);
     if (!record || !same) return undefined;
-    return { kind: 'key', keyId: record.id, name: record.name, role: record.role, owner: record.owner };
+    return principalOf(record);
   }
 
   private persist(): Promise<void> {

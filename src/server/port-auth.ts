@@ -1,16 +1,18 @@
 /**
  * Who may reach a port of a box through the proxy (and VNC): the API key of the box's owner or
  * an admin (Authorization: Bearer), or a signed port access token (src/sandbox/port-tokens.ts)
- * for exactly that box and port, given once as `?sbx_token=` and then as the `sbx_token` cookie
- * the proxy sets. Another owner's box answers as a missing one (404).
+ * for exactly that box (that box's life: id and nonce) and port, signed for an API key that is
+ * still live, given once as `?sbx_token=` and then as the `sbx_token` cookie the proxy sets.
+ * Another owner's box answers as a missing one (404). Failed tokens count toward the address's
+ * auth-failure limit (FailureLimiter) like failed keys.
  */
 import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { SbxError } from '../errors.js';
 import type { ManagedBox } from '../sandbox/box.js';
-import { authenticate, requireKey } from './auth.js';
+import { authenticate, mayAccess, requireKey } from './auth.js';
 import type { FailureLimiter } from './auth.js';
-import { boxFor, boxNotFound } from './context.js';
+import { boxFor } from './context.js';
 import type { ServerContext } from './context.js';
 
 export const PORT_TOKEN_QUERY = 'sbx_token';
@@ -108,10 +110,6 @@ export function swapTokenForCookie(req: FastifyRequest, reply: FastifyReply, opt
     .send();
 }
 
-function tokenExpiry(token: string): number {
-  return Number(token.split('.')[3]);
-}
-
 /** authorizePort, also saying where the credential came from. */
 export async function authorizePortRequest(request: FastifyRequest, boxId: string, port: number): Promise<PortAuthorization> {
   const { ctx, limiter } = request.server.sbxPortAuth;
@@ -135,19 +133,55 @@ export async function authorizePortRequest(request: FastifyRequest, boxId: strin
     ctx.metrics.authFailures.inc();
     throw new SbxError('unauthorized', `missing credentials: Authorization: Bearer <key>, ?${PORT_TOKEN_QUERY}= or the ${PORT_TOKEN_COOKIE} cookie`);
   }
-  limiter.check(request.ip);
   try {
-    await ctx.manager.verifyPortToken(token, { boxId, port });
+    return await limiter.guard(request.ip, async () => {
+      // Signed for this box's life (its nonce), not just its id: a removed box's URL opens nothing.
+      const claim = await ctx.manager.verifyPortToken(token, { boxId, port });
+      const box = (await ctx.manager.get(boxId).catch((err: unknown) => {
+        if (err instanceof SbxError && err.code === 'not_found')
+          throw new SbxError('unauthorized', 'this port access token is for a box that was removed; ask for a new URL');
+        throw err;
+      })) as ManagedBox;
+      // A URL signed for a key lives only as long as that key does (and that key may still see the box).
+      if (claim.keyId !== '') {
+        const signer = ctx.keys.principal(claim.keyId);
+        if (!signer || !mayAccess(signer, box.owner)) {
+          throw new SbxError('unauthorized', 'the API key this URL was signed for has been revoked; ask for a new URL with a live key');
+        }
+      }
+      return { box, via: fromQuery[0] !== undefined ? 'query' : 'cookie', expiresAt: claim.expiresAt } satisfies PortAuthorization;
+    });
   } catch (err) {
     ctx.metrics.authFailures.inc();
-    if (err instanceof SbxError && err.code === 'unauthorized') limiter.fail(request.ip);
     throw err;
   }
-  const box = await ctx.manager.get(boxId).catch((err: unknown) => {
-    if (err instanceof SbxError && err.code === 'not_found') throw boxNotFound(boxId);
-    throw err;
+}
+
+/**
+ * Refuses (403 forbidden) a WebSocket upgrade authenticated by the `sbx_token` cookie whose
+ * Origin is not the server's own: a browser sends the cookie with an upgrade from any page, and
+ * with a proxy domain the box pages are same-site with the API, so SameSite does not stop a page
+ * of `3000-attacker.<domain>` from opening the victim's VNC or service socket. Allowed: no Origin
+ * (not a browser), an Origin whose host is the request's Host (the page the cookie belongs to:
+ * the API's own pages, or on a host-based proxy URL the box's own origin for that port), and, when
+ * given, `publicUrl`'s origin. Upgrades authenticated by an API key or by `?sbx_token=` in the
+ * URL are not checked: neither is sent by a browser on its own, so another page cannot ride them.
+ */
+export function requireOwnOrigin(request: FastifyRequest, via: PortAuthorization['via'], publicUrl?: string): void {
+  if (via !== 'cookie') return;
+  const origin = request.headers.origin;
+  if (origin === undefined) return;
+  let from: URL | undefined;
+  try {
+    from = new URL(origin);
+  } catch {
+    from = undefined; // `null` (a sandboxed frame, a file) or garbage: no page of ours
+  }
+  if (from && from.host !== '' && (from.host === request.headers.host?.toLowerCase() || (publicUrl !== undefined && from.origin === new URL(publicUrl).origin)))
+    return;
+  throw new SbxError('forbidden', `a WebSocket with the ${PORT_TOKEN_COOKIE} cookie is accepted from this server's own pages only, not from Origin ${origin}`, {
+    details: { origin },
   });
-  return { box: box as ManagedBox, via: fromQuery[0] !== undefined ? 'query' : 'cookie', expiresAt: tokenExpiry(token) };
 }
 
 /**

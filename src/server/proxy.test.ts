@@ -39,8 +39,27 @@ async function startService(id: string): Promise<void> {
 
 const portPath = (id: string, port: number, rest = '/') => `/v1/boxes/${id}/ports/${port}${rest}`;
 
+/** A port token signed as the server signs them, for box `id` as it is now (its nonce), for no key. */
+async function tokenFor(id: string, port: number, expiresAt: number): Promise<string> {
+  const box = (await ts.manager.get(id)) as ManagedBox;
+  return signPortToken(await ts.manager.portTokenKey(), { boxId: id, nonce: box.record.tokenNonce, port, expiresAt, keyId: '' });
+}
+
+/** The status of a WebSocket upgrade to `url`: 101 when it opened, else the HTTP status of the refusal. */
+async function upgradeStatus(url: string, headers: Record<string, string>): Promise<number> {
+  const ws = new WebSocket(url, { headers });
+  const status = await new Promise<number>((resolve) => {
+    ws.once('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+    ws.once('open', () => resolve(101));
+    ws.once('error', () => resolve(-1));
+  });
+  ws.terminate();
+  return status;
+}
+
 before(async () => {
-  ts = await startTestServer('proxy', { serve: { proxyDomain: DOMAIN } });
+  // Refusals here must stay 401/403: the failure limiter has its own tests (server.test.ts).
+  ts = await startTestServer('proxy', { serve: { proxyDomain: DOMAIN, authFailures: { max: 1000, windowMs: 60_000 } } });
   alice = (await ts.server.keys.create({ name: 'alice', role: 'user', owner: 'alice' })).key;
   const ports = [{ containerPort: 3000 }, { containerPort: 3001 }, { containerPort: 3002 }];
   const suffix = `${process.pid}`;
@@ -225,12 +244,11 @@ describe('who may reach a port', () => {
   });
 
   test('a signed token for one port used on another: 403 forbidden; an expired token: 401', async () => {
-    const key = await ts.manager.portTokenKey();
-    const for3000 = signPortToken(key, { boxId: aliceBox, port: 3000, expiresAt: Date.now() + 60_000 });
+    const for3000 = await tokenFor(aliceBox, 3000, Date.now() + 60_000);
     const wrong = await ts.call('GET', portPath(aliceBox, 3002, `/h?sbx_token=${for3000}`), { key: null });
     assert.equal(wrong.status, 403);
     assert.equal(wrong.json.error.code, 'forbidden');
-    const expired = signPortToken(key, { boxId: aliceBox, port: 3002, expiresAt: Date.now() - 1 });
+    const expired = await tokenFor(aliceBox, 3002, Date.now() - 1);
     const old = await ts.call('GET', portPath(aliceBox, 3002, '/h'), { key: null, headers: { cookie: `sbx_token=${expired}` } });
     assert.equal(old.status, 401);
     assert.equal(old.json.error.code, 'unauthorized');
@@ -257,7 +275,7 @@ describe('who may reach a port', () => {
     assert.equal(first.status, 303);
     assert.equal(first.headers.get('location'), portPath(aliceBox, 3002, '/h?q=1'));
     const cookie = first.headers.get('set-cookie')!;
-    assert.match(cookie, new RegExp(`^sbx_token=sbxp1\\.[^;]+; Path=/v1/boxes/${aliceBox}/ports/3002/; Max-Age=(59|60); HttpOnly; SameSite=Lax$`));
+    assert.match(cookie, new RegExp(`^sbx_token=sbxp2\\.[^;]+; Path=/v1/boxes/${aliceBox}/ports/3002/; Max-Age=(59|60); HttpOnly; SameSite=Lax$`));
     const second = await fetch(ts.url + first.headers.get('location'), { headers: { cookie: cookie.split(';')[0]! } });
     assert.equal(second.status, 200);
     const seen = (await second.json()) as { url: string; headers: Record<string, string> };
@@ -269,9 +287,8 @@ describe('who may reach a port', () => {
   });
 
   test('another box is unreachable by construction: ../ in the path and Host tricks stay in the box of the route', async () => {
-    const key = await ts.manager.portTokenKey();
-    const tokenA = signPortToken(key, { boxId: aliceBox, port: 3002, expiresAt: Date.now() + 60_000 });
-    const tokenB = signPortToken(key, { boxId: bobBox, port: 3002, expiresAt: Date.now() + 60_000 });
+    const tokenA = await tokenFor(aliceBox, 3002, Date.now() + 60_000);
+    const tokenB = await tokenFor(bobBox, 3002, Date.now() + 60_000);
     const dots = `/v1/boxes/${aliceBox}/ports/3002/../../${bobBox}/ports/3002/h`;
     const viaA = await rawRequest(ts.url, 'GET', dots, { cookie: `sbx_token=${tokenA}` });
     assert.equal(viaA.status, 200);
@@ -325,7 +342,7 @@ describe('host-based proxy (proxyDomain)', () => {
   });
 
   test('a token in the query on a box host sets a host-only cookie at Path=/', async () => {
-    const token = signPortToken(await ts.manager.portTokenKey(), { boxId: aliceBox, port: 3002, expiresAt: Date.now() + 30_000 });
+    const token = await tokenFor(aliceBox, 3002, Date.now() + 30_000);
     const res = await rawRequest(ts.url, 'GET', `/app?sbx_token=${token}`, { host: `3002-${aliceBox}.${DOMAIN}` });
     assert.equal(res.status, 303);
     assert.equal(res.headers.get('location'), '/app');
@@ -344,7 +361,7 @@ describe('box.proxy()', () => {
       ts.manager.proxyDomain = undefined;
       assert.equal(await box.proxy(3002, 'x?y=1'), `${ts.url}/v1/boxes/${aliceBox}/ports/3002/x?y=1`);
       const signed = await box.proxy(3002, '/h', { signed: true, ttlMs: 5_000 });
-      assert.match(signed, new RegExp(`^${ts.url}/v1/boxes/${aliceBox}/ports/3002/h\\?sbx_token=sbxp1\\.`));
+      assert.match(signed, new RegExp(`^${ts.url}/v1/boxes/${aliceBox}/ports/3002/h\\?sbx_token=sbxp2\\.`));
       const res = await fetch(signed, { redirect: 'manual' });
       assert.equal(res.status, 303);
       await assert.rejects(box.proxy(4000), (e) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'port_not_exposed');
@@ -371,7 +388,7 @@ describe('box.proxy()', () => {
     const port = new URL(ts.url).port;
     assert.equal(await box.proxy(3002, '/x'), `http://3002-${aliceBox}.${DOMAIN}:${port}/x`);
     const signed = await box.proxy(3002, '/x', { signed: true });
-    assert.match(signed, /\?sbx_token=sbxp1\./);
+    assert.match(signed, /\?sbx_token=sbxp2\./);
     const res = await rawRequest(ts.url, 'GET', signed.slice(signed.indexOf('/x')), { host: `3002-${aliceBox}.${DOMAIN}` });
     assert.equal(res.status, 303);
     await assert.rejects(box.proxy(4000), (e) => isSbxError(e, 'not_available'));
@@ -383,5 +400,103 @@ describe('box.proxy()', () => {
     assert.equal(bad.json.error.code, 'invalid_argument');
     const openapi = await ts.call('GET', '/openapi.json', { key: null });
     assert.ok(openapi.json.paths['/v1/boxes/{id}/proxy-url']?.post, 'proxy-url is in the OpenAPI document');
+  });
+});
+
+describe('signed URLs are bound to the box and the key they were signed for', () => {
+  /** The token of a signed URL for `port` of box `id`, as the proxy-url route gives it to `key`. */
+  async function signedToken(id: string, port: number, key: string): Promise<string> {
+    const made = await ts.call('POST', `/v1/boxes/${id}/proxy-url`, { key, body: { port, signed: true, ttlMs: 3_600_000 } });
+    assert.equal(made.status, 200, made.text);
+    return new URL(made.json.url as string).searchParams.get('sbx_token')!;
+  }
+
+  /** The status of an HTTP request and of a WebSocket upgrade to port 3000 of `id` with `token` as the cookie, then in the query. */
+  async function statuses(id: string, token: string): Promise<{ http: number; ws: number; wsQuery: number }> {
+    const cookie = { cookie: `sbx_token=${token}` };
+    const http = (await rawRequest(ts.url, 'GET', portPath(id, 3000, '/'), cookie)).status;
+    const base = ts.url.replace('http', 'ws') + portPath(id, 3000, '/');
+    return { http, ws: await upgradeStatus(base, cookie), wsQuery: await upgradeStatus(`${base}?sbx_token=${token}`, {}) };
+  }
+
+  /** Waits for the test image's WebSocket echo service on port 3000 of `id` to answer through the proxy. */
+  async function listening(id: string): Promise<void> {
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const res = await ts.call('GET', portPath(id, 3000, '/'));
+      if (res.status === 200) return;
+      if (Date.now() > deadline) assert.fail(`port 3000 of ${id} never answered: ${res.status} ${res.text}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  test("a removed box's URL opens nothing under its reused id: another owner's box, then the same owner's (HTTP, WebSocket)", async () => {
+    const id = `reuse-${process.pid}`;
+    const create = async (owner: string) => {
+      const c = await ts.call('POST', '/v1/boxes', { body: { id, owner, image: testEnv.testImage, ports: [{ containerPort: 3000 }] } });
+      assert.equal(c.status, 201, c.text);
+      await listening(id);
+    };
+    const remove = async () => assert.equal((await ts.call('DELETE', `/v1/boxes/${id}`)).status, 204);
+    try {
+      await create('alice');
+      const token = await signedToken(id, 3000, alice);
+      assert.deepEqual(await statuses(id, token), { http: 200, ws: 101, wsQuery: 101 }, 'the URL opens the box it was signed for');
+      await remove();
+      await create('bob');
+      assert.deepEqual(await statuses(id, token), { http: 401, ws: 401, wsQuery: 401 }, "alice's old URL does not open bob's box under the same id");
+      const refused = await rawRequest(ts.url, 'GET', portPath(id, 3000, '/'), { cookie: `sbx_token=${token}` });
+      assert.equal(refused.json.error.code, 'unauthorized');
+      assert.match(refused.json.error.message, /removed/);
+      await remove();
+      await create('alice');
+      assert.deepEqual(await statuses(id, token), { http: 401, ws: 401, wsQuery: 401 }, "nor alice's own new box under the same id");
+    } finally {
+      await ts.call('DELETE', `/v1/boxes/${id}`);
+    }
+  });
+
+  test("revoking the key a URL was signed for ends the URL (HTTP, WebSocket); URLs of the owner's other keys live on", async () => {
+    const second = await ts.server.keys.create({ name: 'alice-2', role: 'user', owner: 'alice' });
+    const token = await signedToken(aliceBox, 3000, second.key);
+    const other = await signedToken(aliceBox, 3000, alice);
+    assert.deepEqual(await statuses(aliceBox, token), { http: 200, ws: 101, wsQuery: 101 });
+    assert.equal((await ts.call('DELETE', `/v1/keys/${second.id}`)).status, 204);
+    assert.deepEqual(await statuses(aliceBox, token), { http: 401, ws: 401, wsQuery: 401 });
+    const refused = await rawRequest(ts.url, 'GET', portPath(aliceBox, 3000, '/'), { cookie: `sbx_token=${token}` });
+    assert.match(refused.json.error.message, /revoked/);
+    assert.deepEqual(await statuses(aliceBox, other), { http: 200, ws: 101, wsQuery: 101 });
+  });
+
+  test("a WebSocket with the cookie opens only from the box's own origin (host-based) or the server's (path-based): else 403 before the upgrade", async () => {
+    const token = await signedToken(aliceBox, 3000, alice);
+    const cookie = `sbx_token=${token}`;
+    const port = new URL(ts.url).port;
+    const boxHost = `3000-${aliceBox}.${DOMAIN}:${port}`;
+    const attacker = `http://3000-attacker.${DOMAIN}:${port}`;
+    const wsUrl = ts.url.replace('http', 'ws');
+    // Host-based: the box's page for this port, and nothing else, may use the cookie.
+    assert.equal(await upgradeStatus(`${wsUrl}/`, { host: boxHost, cookie, origin: attacker }), 403);
+    assert.equal(await upgradeStatus(`${wsUrl}/`, { host: boxHost, cookie, origin: `http://3000-${bobBox}.${DOMAIN}:${port}` }), 403);
+    assert.equal(await upgradeStatus(`${wsUrl}/`, { host: boxHost, cookie, origin: `http://3001-${aliceBox}.${DOMAIN}:${port}` }), 403);
+    assert.equal(await upgradeStatus(`${wsUrl}/`, { host: boxHost, cookie, origin: 'null' }), 403);
+    assert.equal(await upgradeStatus(`${wsUrl}/`, { host: boxHost, cookie, origin: `http://${boxHost}` }), 101);
+    // Path-based: the server's own origin.
+    const path = `${wsUrl}${portPath(aliceBox, 3000, '/')}`;
+    assert.equal(await upgradeStatus(path, { cookie, origin: attacker }), 403);
+    const refused = await rawRequest(ts.url, 'GET', portPath(aliceBox, 3000, '/'), {
+      cookie,
+      origin: attacker,
+      connection: 'Upgrade',
+      upgrade: 'websocket',
+      'sec-websocket-version': '13',
+      'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==',
+    });
+    assert.equal(refused.json.error.code, 'forbidden');
+    assert.equal(await upgradeStatus(path, { cookie, origin: ts.url }), 101);
+    // Not a browser (no Origin), or credentials a page cannot send on its own: any Origin.
+    assert.equal(await upgradeStatus(path, { cookie }), 101);
+    assert.equal(await upgradeStatus(path, { authorization: `Bearer ${alice}`, origin: attacker }), 101);
+    assert.equal(await upgradeStatus(`${path}?sbx_token=${token}`, { origin: attacker }), 101);
   });
 });

@@ -198,7 +198,8 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
     async (req) => {
       const box = (await boxFor(ctx, req.caller, req.params.id)) as ManagedBox;
       const { port, path, ...opts } = req.body;
-      const res = await box.proxyUrl(port, path, opts);
+      // Signed for this key: revoking it ends the URL (src/server/port-auth.ts).
+      const res = await box.proxyUrl(port, path, opts, requireKey(req.caller).keyId);
       return res.expiresAt !== undefined ? { url: res.url, expiresAt: new Date(res.expiresAt).toISOString() } : { url: res.url };
     },
   );
@@ -215,7 +216,7 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
     },
     async (req) => {
       const box = (await boxFor(ctx, req.caller, req.params.id)) as ManagedBox;
-      const res = await box.vncUrl(req.body ?? {});
+      const res = await box.vncUrl(req.body ?? {}, requireKey(req.caller).keyId);
       return { url: res.url, expiresAt: new Date(res.expiresAt).toISOString() };
     },
   );

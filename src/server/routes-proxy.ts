@@ -17,7 +17,16 @@ import type { ManagedBox } from '../sandbox/box.js';
 import { BOX_ID_PATTERN } from '../sandbox/create-options.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
-import { PORT_TOKEN_COOKIE, PORT_TOKEN_QUERY, authorizePortRequest, cookieWithout, isHttps, swapTokenForCookie, withoutQuery } from './port-auth.js';
+import {
+  PORT_TOKEN_COOKIE,
+  PORT_TOKEN_QUERY,
+  authorizePortRequest,
+  cookieWithout,
+  isHttps,
+  requireOwnOrigin,
+  swapTokenForCookie,
+  withoutQuery,
+} from './port-auth.js';
 
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'trailers', 'upgrade', 'expect']);
@@ -99,9 +108,14 @@ function setCookieAndRedirect(req: FastifyRequest, reply: FastifyReply, id: stri
   });
 }
 
-async function authorize(req: FastifyRequest, reply: FastifyReply): Promise<{ box: ManagedBox; port: number } | undefined> {
+async function authorize(req: FastifyRequest, reply: FastifyReply, ctx: ServerContext): Promise<{ box: ManagedBox; port: number } | undefined> {
   const { id, port } = target(req);
   const auth = await authorizePortRequest(req, id, port);
+  if (req.headers.upgrade) {
+    // On a host-based URL only the box's own origin for this port; path-based, the server's own.
+    const hostBased = (req.raw as IncomingMessage & { [HOST_BASED]?: HostBased })[HOST_BASED] !== undefined;
+    requireOwnOrigin(req, auth.via, hostBased ? undefined : ctx.manager.publicUrl);
+  }
   if (auth.via === 'query' && (req.method === 'GET' || req.method === 'HEAD') && !req.headers.upgrade) {
     setCookieAndRedirect(req, reply, id, port, auth.expiresAt!);
     return undefined;
@@ -267,12 +281,12 @@ export function proxyRoutes(app: FastifyInstance, ctx: ServerContext): void {
       preHandler: async (req, reply) => {
         if (!(req as FastifyRequest & { ws?: boolean }).ws) return;
         // An Upgrade request: fastify-websocket would complete the handshake itself; take it first.
-        const ok = await authorize(req, reply);
+        const ok = await authorize(req, reply, ctx);
         if (!ok) return;
         await proxyUpgrade(ctx, req, reply, ok.box, ok.port);
       },
       handler: async (req, reply) => {
-        const ok = await authorize(req, reply);
+        const ok = await authorize(req, reply, ctx);
         if (!ok) return reply;
         await proxyHttp(ctx, req, reply, ok.box, ok.port);
         return reply;

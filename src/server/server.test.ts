@@ -10,7 +10,7 @@ import pino from 'pino';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { BoxTokenService } from '../sandbox/tokens.js';
 import { testEnv } from '../testing/env.js';
-import { IMAGE, startTestServer } from './test-support.js';
+import { IMAGE, rawRequest, startTestServer } from './test-support.js';
 import type { TestServer } from './test-support.js';
 
 const TOKEN_SECRET = 'server-test-secret-0123456789abcdef';
@@ -174,15 +174,29 @@ describe('auth and scoping', () => {
     await t.call('DELETE', `/v1/boxes/${b}`);
   });
 
-  test('failed authentications are rate-limited per address', async () => {
-    const s = await startTestServer('ratelimit', { serve: { authFailures: { max: 3, windowMs: 60_000 } } });
+  test('failed authentications are rate-limited per address; a valid credential is never locked out', async () => {
+    const s = await startTestServer('ratelimit'); // the default: 20 failures a minute per address
     try {
-      for (let i = 0; i < 3; i++) assert.equal((await s.call('GET', '/v1/boxes', { key: 'wrong' })).status, 401);
+      const made = await s.call('POST', '/v1/boxes', { body: { image: IMAGE, ports: [{ containerPort: 3000 }] } });
+      assert.equal(made.status, 201, made.text);
+      const signed = await s.call('POST', `/v1/boxes/${made.json.id}/proxy-url`, { body: { port: 3000, signed: true } });
+      const goodUrl = new URL(signed.json.url as string);
+      for (let i = 0; i < 20; i++) assert.equal((await s.call('GET', '/v1/boxes', { key: 'wrong' })).status, 401);
       const limited = await s.call('GET', '/v1/boxes', { key: 'wrong' });
       assert.equal(limited.status, 429);
       assert.equal(limited.json.error.code, 'limit_exceeded');
       assert.ok(Number(limited.headers.get('retry-after')) > 0);
-      assert.equal((await s.call('GET', '/v1/boxes')).status, 429, 'even a good key waits out the window');
+      // Twenty bad keys from this address, and the good key still works from it.
+      assert.equal((await s.call('GET', '/v1/boxes')).status, 200, 'the admin key is not locked out');
+      assert.equal((await s.call('GET', '/v1/boxes', { key: 'wrong' })).status, 429, 'a bad key still is');
+      // The same for the e2b control plane's X-API-KEY and the proxy's signed URLs: one limiter.
+      const e2b = (key: string) => fetch(`${s.url}/e2b/api/sandboxes`, { headers: { 'x-api-key': key } });
+      assert.equal((await e2b('wrong')).status, 429);
+      assert.equal((await e2b(s.admin)).status, 200);
+      const forged = `${goodUrl.pathname}?sbx_token=${goodUrl.searchParams.get('sbx_token')!.slice(0, -4)}AAAA`;
+      assert.equal((await s.call('GET', forged, { key: null })).status, 429);
+      const good = await rawRequest(s.url, 'GET', `${goodUrl.pathname}${goodUrl.search}`, {});
+      assert.equal(good.status, 303, `a good signed URL is not locked out: ${good.text}`);
       assert.equal((await s.call('GET', '/healthz', { key: null })).status, 200);
     } finally {
       await s.dispose();

@@ -6,6 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import WebSocket from 'ws';
 import { Sbx } from '../client/index.js';
 import type { Box } from '../client/index.js';
 import { isSbxError } from '../errors.js';
@@ -38,7 +39,7 @@ describe('VNC through sbx serve (real authorization, real dial)', () => {
     const url = new URL(await desk.vnc({ ttlMs: 60_000 }));
     assert.equal(url.origin, t.url);
     assert.equal(url.pathname, `/v1/boxes/${desk.id}/vnc/`);
-    assert.match(url.searchParams.get('sbx_token') ?? '', /^sbxp1\./);
+    assert.match(url.searchParams.get('sbx_token') ?? '', /^sbxp2\./);
     const res = await fetch(url, { redirect: 'manual' });
     assert.equal(res.status, 303);
     assert.equal(res.headers.get('location'), `/v1/boxes/${desk.id}/vnc/`, 'the token leaves the address');
@@ -90,5 +91,52 @@ describe('VNC through sbx serve (real authorization, real dial)', () => {
     assert.ok(run.result.root / run.result.total > 0.5, 'most of the screen is the root colour');
     assert.ok(!run.result.url.includes('sbx_token'), `the token left the address bar (${run.result.url})`);
     assert.deepEqual(run.consoleErrors, []);
+  });
+  /** The cookie the viewer page sets for a box.vnc() URL (its `name=value`). */
+  async function vncCookie(url: string): Promise<string> {
+    const res = await fetch(url, { redirect: 'manual' });
+    assert.equal(res.status, 303);
+    return (res.headers.get('set-cookie') ?? '').split(';')[0]!;
+  }
+
+  /** An upgrade of the viewer's WebSocket: 101 and the first bytes of the VNC server, or the refusal's status. */
+  async function websockify(headers: Record<string, string>): Promise<{ status: number; banner?: string }> {
+    const ws = new WebSocket(`${t.url.replace('http', 'ws')}/v1/boxes/${desk.id}/vnc/websockify`, { headers });
+    try {
+      return await new Promise((resolve) => {
+        ws.once('unexpected-response', (_req, res) => resolve({ status: res.statusCode ?? 0 }));
+        ws.once('message', (data: Buffer) => resolve({ status: 101, banner: data.toString('latin1') }));
+        ws.once('close', () => resolve({ status: 101 }));
+        ws.once('error', () => resolve({ status: -1 }));
+      });
+    } finally {
+      ws.terminate();
+    }
+  }
+
+  test("the viewer's WebSocket with the cookie: 403 from a foreign Origin, the RFB banner from the server's own", async () => {
+    const cookie = await vncCookie(await desk.vnc({ ttlMs: 60_000 }));
+    assert.equal((await websockify({ cookie, origin: 'http://3000-attacker.sbx.test' })).status, 403);
+    assert.equal((await websockify({ cookie, origin: 'null' })).status, 403);
+    // The desktop may still be starting: the page retries, and so does this, until the banner.
+    const deadline = Date.now() + 60_000;
+    let got = await websockify({ cookie, origin: t.url });
+    while (!got.banner?.startsWith('RFB ') && got.status !== 403 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 250));
+      got = await websockify({ cookie, origin: t.url });
+    }
+    assert.equal(got.status, 101);
+    assert.match(got.banner ?? '', /^RFB 003\.\d{3}\n$/);
+  });
+
+  test('a VNC URL signed for a key that is revoked opens nothing (page, WebSocket)', async () => {
+    const second = await new Sbx({ url: t.url, apiKey: t.admin }).keys.create({ name: 'second-admin', role: 'admin' });
+    const url = await new Sbx({ url: t.url, apiKey: second.key }).get(desk.id).then((b) => b.vnc({ ttlMs: 60_000 }));
+    const cookie = await vncCookie(url);
+    assert.equal((await fetch(`${t.url}/v1/boxes/${desk.id}/vnc/`, { headers: { cookie } })).status, 200);
+    assert.equal((await t.call('DELETE', `/v1/keys/${second.id}`)).status, 204);
+    assert.equal((await fetch(url, { redirect: 'manual' })).status, 401);
+    assert.equal((await fetch(`${t.url}/v1/boxes/${desk.id}/vnc/`, { headers: { cookie } })).status, 401);
+    assert.equal((await websockify({ cookie, origin: t.url })).status, 401);
   });
 });

@@ -23,7 +23,7 @@ import { SbxError, invalidArgument } from '../errors.js';
 import { VNC_PORT } from '../sandbox/box-spec.js';
 import type { StreamRegistry } from './context.js';
 import { mapError } from './errors.js';
-import { swapTokenForCookie } from './port-auth.js';
+import { requireOwnOrigin, swapTokenForCookie } from './port-auth.js';
 import { boxIdParam } from './schemas.js';
 
 /** How a request was let in: a token that came as `?sbx_token=` is swapped for a cookie by the page. */
@@ -45,6 +45,8 @@ export interface VncDeps {
   hasVnc(boxId: string): Promise<boolean>;
   /** Open bridges join it, so graceful shutdown waits for them and then ends them (code 1001). */
   streams?: StreamRegistry;
+  /** The server's public URL: its origin may open the bridge with the cookie, beside the request's own Host. */
+  publicUrl?(): string | undefined;
   /** The `@novnc/novnc` package directory; default: resolved from node_modules. */
   novncDir?: string;
 }
@@ -135,7 +137,9 @@ export function vncRoutes(app: FastifyInstance, deps: VncDeps): void {
       // plain HTTP error with its code, never a socket that opens and closes.
       preHandler: async (req) => {
         const { id } = req.params as { id: string };
-        await allowVnc(deps, req, id);
+        const grant = await allowVnc(deps, req, id);
+        // The cookie rides along with an upgrade from any page: only the server's own may use it.
+        requireOwnOrigin(req, grant.via, deps.publicUrl?.());
         const tcp = await dialWithin(deps, id, DIAL_TIMEOUT_MS);
         dialed.set(req, tcp);
         // An upgrade that never completes must not leave the stream open.

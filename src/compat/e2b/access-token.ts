@@ -1,26 +1,46 @@
 /**
  * The envd access token of an e2b sandbox (`envdAccessToken` in the control plane's answers,
- * `X-Access-Token` on every envd request): `Manager.boxSecret`, an HMAC of the box id and the
- * box's own nonce under a key derived for this purpose. It is bound to one box (a later box under
- * the same id gets another), needs no storage, survives a server restart, and lives as long as
- * the box does. An unknown box is not_found.
+ * `X-Access-Token` on every envd request): `<key id>.<mac>`, the MAC an HMAC of the id of the API
+ * key the control plane gave it to, under `Manager.boxSecret` (an HMAC of the box id and the
+ * box's own nonce under a key derived for this purpose).
+ *
+ * So it is bound to one box's life (a later box under the same id gets another) and to the key
+ * that asked for it: each key that creates, connects to or reads a sandbox gets a token of its
+ * own, and revoking (deleting) a key ends every token handed to it, at once, while the tokens
+ * of the owner's other keys keep working. It needs no storage and survives a server restart. An
+ * unknown box is not_found.
  */
-import { timingSafeEqual } from 'node:crypto';
+import { createHmac, timingSafeEqual } from 'node:crypto';
 import { SbxError } from '../../errors.js';
 import type { Manager } from '../../sandbox/manager.js';
+import { mayAccess } from '../../server/auth.js';
+import type { KeyStore } from '../../server/keys.js';
 
 export const ENVD_TOKEN_LABEL = 'e2b envd access token v1';
+const TOKEN = /^([0-9a-f]{16})\.[A-Za-z0-9_-]{43}$/;
 
-export async function envdAccessToken(manager: Manager, boxId: string): Promise<string> {
-  return (await manager.boxSecret(ENVD_TOKEN_LABEL, boxId)).toString('base64url');
+/** The envd access token of box `boxId` for the API key `keyId`. */
+export async function envdAccessToken(manager: Manager, boxId: string, keyId: string): Promise<string> {
+  const mac = createHmac('sha256', await manager.boxSecret(ENVD_TOKEN_LABEL, boxId))
+    .update(keyId)
+    .digest('base64url');
+  return `${keyId}.${mac}`;
 }
 
-/** Throws unauthorized unless `token` is the envd access token of `boxId`. */
-export async function verifyEnvdAccessToken(manager: Manager, boxId: string, token: string | undefined): Promise<void> {
+/**
+ * Throws unauthorized unless `token` is an envd access token of `boxId` for a key that is still
+ * live and may still see the box; not_found for an unknown box.
+ */
+export async function verifyEnvdAccessToken(manager: Manager, keys: KeyStore, boxId: string, token: string | undefined): Promise<void> {
   if (!token) throw new SbxError('unauthorized', 'X-Access-Token is required');
+  const m = TOKEN.exec(token);
   const given = Buffer.from(token);
-  const expected = Buffer.from(await envdAccessToken(manager, boxId));
-  if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+  const expected = Buffer.from(await envdAccessToken(manager, boxId, m ? m[1]! : '0'.repeat(16)));
+  if (!m || given.length !== expected.length || !timingSafeEqual(given, expected)) {
     throw new SbxError('unauthorized', 'X-Access-Token is not the access token of this sandbox');
+  }
+  const key = keys.principal(m[1]!);
+  if (!key || !mayAccess(key, (await manager.get(boxId)).owner)) {
+    throw new SbxError('unauthorized', 'X-Access-Token was issued to an API key that has been revoked; connect to the sandbox again with a live key');
   }
 }

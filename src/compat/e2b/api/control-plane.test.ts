@@ -79,7 +79,7 @@ for (const { name, mod } of SDKS) {
         assert.equal(c.labels['sbx.idle-timeout-ms'], '0');
         assert.equal(c.labels['sbx.max-lifetime-ms'], '120000');
         assert.equal((await box.exec(['sh', '-c', 'printf %s "$GREETING"'])).stdout, 'hello e2b');
-        assert.equal(tokenOf(sbx), await envdAccessToken(t.manager, sbx.sandboxId));
+        assert.equal(tokenOf(sbx), await envdAccessToken(t.manager, sbx.sandboxId, alice.slice(4, 20)), 'the token of the key that created it');
       } finally {
         assert.equal(await sbx.kill(), true);
       }

@@ -34,19 +34,20 @@ function send(reply: FastifyReply, status: number, message: string): FastifyRepl
 }
 
 async function authenticate(req: FastifyRequest, ctx: ServerContext): Promise<void> {
-  const { limiter } = req.server.sbxPortAuth;
-  limiter.check(req.ip);
   const key = req.headers['x-api-key'];
-  const principal = typeof key === 'string' ? ctx.keys.verify(key) : undefined;
-  if (!principal) {
-    limiter.fail(req.ip);
+  try {
+    req.caller = await req.server.sbxPortAuth.limiter.guard(req.ip, () => {
+      const principal = typeof key === 'string' ? ctx.keys.verify(key) : undefined;
+      if (principal) return principal;
+      throw new SbxError(
+        'unauthorized',
+        typeof key === 'string' ? 'X-API-KEY is not a valid key (unknown, revoked or mistyped)' : 'missing X-API-KEY: give an sbx API key (e2b_… or sbxk_…)',
+      );
+    });
+  } catch (err) {
     ctx.metrics.authFailures.inc();
-    throw new SbxError(
-      'unauthorized',
-      typeof key === 'string' ? 'X-API-KEY is not a valid key (unknown, revoked or mistyped)' : 'missing X-API-KEY: give an sbx API key (e2b_… or sbxk_…)',
-    );
+    throw err;
   }
-  req.caller = principal;
 }
 
 /**

@@ -71,7 +71,8 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
     return box;
   }
 
-  async function answer(box: Box): Promise<SandboxAnswer> {
+  /** What create and connect answer; the envd access token is the calling key's own (revoked with it). */
+  async function answer(box: Box, keyId: string): Promise<SandboxAnswer> {
     const templateID = templateOf(box)!;
     return {
       templateID,
@@ -79,7 +80,7 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
       alias: templateID,
       clientID: CLIENT_ID,
       envdVersion: ENVD_VERSION,
-      envdAccessToken: await envdAccessToken(ctx.manager, box.id),
+      envdAccessToken: await envdAccessToken(ctx.manager, box.id, keyId),
       trafficAccessToken: null,
       domain: domain(),
     };
@@ -132,7 +133,7 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
       ...(s.internet ? { proxyAllPorts: true } : { network: 'none' }),
     });
     ctx.metrics.creates.inc({ pool: box.pool });
-    return reply.code(201).send(await answer(box));
+    return reply.code(201).send(await answer(box, p.keyId));
   };
   api.post('/v2/sandboxes', create);
   api.post('/sandboxes', create);
@@ -143,7 +144,7 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
     if (box.status === 'stopped') await box.start();
     // As e2b does on connect: the deadline only ever moves later (setTimeout may shorten it).
     if (Date.now() + timeoutMs > endAt(box)) await box.renewLifetime(timeoutMs);
-    return answer(box);
+    return answer(box, requireKey(req.caller).keyId);
   };
   api.post('/v2/sandboxes/:id/connect', connect);
   api.post('/sandboxes/:id/connect', connect);
@@ -167,7 +168,7 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
 
   api.get('/sandboxes/:id', async (req: FastifyRequest<{ Params: { id: string } }>) => {
     const box = await sandboxFor(req, req.params.id);
-    return { ...listed(box, await poolsByName()), envdAccessToken: await envdAccessToken(ctx.manager, box.id), domain: domain() };
+    return { ...listed(box, await poolsByName()), envdAccessToken: await envdAccessToken(ctx.manager, box.id, requireKey(req.caller).keyId), domain: domain() };
   });
 
   /** The caller's e2b sandboxes (all owners' for an admin key) matching the metadata filter. */

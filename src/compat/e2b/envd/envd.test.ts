@@ -22,7 +22,7 @@ let srv: TestServer;
 /** An SDK Sandbox for a new box of `image`, as the SDK builds one after create/connect. */
 async function sandboxFor(image = testEnv.e2bImage, token?: string): Promise<Sandbox> {
   const box = await srv.manager.create({ image });
-  return sdkSandbox(box.id, token ?? (await envdAccessToken(srv.manager, box.id)));
+  return sdkSandbox(box.id, token ?? (await envdAccessToken(srv.manager, box.id, keyIdOf(srv.admin))));
 }
 
 function sdkSandbox(sandboxId: string, envdAccessToken: string): Sandbox {
@@ -35,6 +35,11 @@ function sdkSandbox(sandboxId: string, envdAccessToken: string): Sandbox {
     apiUrl: srv.url + '/e2b/api',
     apiKey: 'e2b_' + '0'.repeat(80),
   });
+}
+
+/** The id in an API key (`sbxk_<id>_<secret>`): envd access tokens are per key. */
+function keyIdOf(key: string): string {
+  return /^sbxk_([0-9a-f]{16})_/.exec(key)![1]!;
 }
 
 before(async () => {
@@ -123,7 +128,7 @@ describe('commands', () => {
   test('a background process outlives its client; a second client connects by pid and sees its later output and exit', async () => {
     const h = await sbx.commands.run('sleep 1; echo late; exit 4', { background: true });
     await h.disconnect();
-    const other = sdkSandbox(sbx.sandboxId, await envdAccessToken(srv.manager, sbx.sandboxId));
+    const other = sdkSandbox(sbx.sandboxId, await envdAccessToken(srv.manager, sbx.sandboxId, keyIdOf(srv.admin)));
     const seen: string[] = [];
     const again = await other.commands.connect(h.pid, { onStdout: (d) => void seen.push(d) });
     await assert.rejects(again.wait(), (err: unknown) => err instanceof CommandExitError && err.exitCode === 4);
@@ -150,7 +155,7 @@ describe('pty', () => {
   test('a second client connects to a running terminal; kill ends it', async () => {
     const sbx = await sandboxFor();
     const pty = await sbx.pty.create({ cols: 80, rows: 24, onData: () => undefined });
-    const other = sdkSandbox(sbx.sandboxId, await envdAccessToken(srv.manager, sbx.sandboxId));
+    const other = sdkSandbox(sbx.sandboxId, await envdAccessToken(srv.manager, sbx.sandboxId, keyIdOf(srv.admin)));
     const chunks: Buffer[] = [];
     const again = await other.pty.connect(pty.pid, { onData: (d) => void chunks.push(Buffer.from(d)) });
     await other.pty.sendInput(pty.pid, new TextEncoder().encode('echo seen-$((6*7))\n'));
@@ -283,19 +288,56 @@ describe('access and errors', () => {
     const forged = sdkSandbox(a.id, 'x'.repeat(43));
     await assert.rejects(forged.commands.run('true'), (err: Error) => err.name === 'AuthenticationError');
     await assert.rejects(forged.files.read('/etc/passwd'), (err: Error) => err.name === 'AuthenticationError');
-    const crossed = sdkSandbox(a.id, await envdAccessToken(srv.manager, b.id));
+    const crossed = sdkSandbox(a.id, await envdAccessToken(srv.manager, b.id, keyIdOf(srv.admin)));
     await assert.rejects(crossed.commands.run('true'), (err: Error) => err.name === 'AuthenticationError');
   });
 
   test('the token of a removed box does not open a new box under the same id', async () => {
     const id = `reused-${process.pid}`;
     const first = await srv.manager.create({ id, image: testEnv.e2bImage });
-    const oldToken = await envdAccessToken(srv.manager, id);
+    const oldToken = await envdAccessToken(srv.manager, id, keyIdOf(srv.admin));
     await first.remove();
     await srv.manager.create({ id, image: testEnv.e2bImage });
-    assert.notEqual(await envdAccessToken(srv.manager, id), oldToken);
+    assert.notEqual(await envdAccessToken(srv.manager, id, keyIdOf(srv.admin)), oldToken);
     await assert.rejects(sdkSandbox(id, oldToken).commands.run('true'), (err: Error) => err.name === 'AuthenticationError');
-    assert.equal((await sdkSandbox(id, await envdAccessToken(srv.manager, id)).commands.run('echo ok')).stdout, 'ok\n');
+    assert.equal((await sdkSandbox(id, await envdAccessToken(srv.manager, id, keyIdOf(srv.admin))).commands.run('echo ok')).stdout, 'ok\n');
+  });
+
+  test("a token is its key's: revoking that key ends it, while another key's token for the box still works", async () => {
+    const carol = await srv.server.keys.create({ name: 'carol', role: 'user', owner: 'carol' });
+    const box = await srv.manager.create({ image: testEnv.e2bImage, owner: 'carol' });
+    const carols = sdkSandbox(box.id, await envdAccessToken(srv.manager, box.id, carol.id));
+    const admins = sdkSandbox(box.id, await envdAccessToken(srv.manager, box.id, keyIdOf(srv.admin)));
+    assert.equal((await carols.commands.run('echo ok')).stdout, 'ok\n');
+    assert.equal((await srv.call('DELETE', `/v1/keys/${carol.id}`)).status, 204);
+    await assert.rejects(carols.commands.run('true'), (err: Error) => err.name === 'AuthenticationError');
+    const health = await fetch(`${srv.url}${ENVD_PREFIX}/health`, {
+      headers: { 'e2b-sandbox-id': box.id, 'x-access-token': await envdAccessToken(srv.manager, box.id, carol.id) },
+    });
+    assert.equal(health.status, 401);
+    assert.match(((await health.json()) as { message: string }).message, /revoked/);
+    await assert.rejects(carols.files.read('/etc/hostname'), (err: Error) => err.name === 'AuthenticationError');
+    assert.equal((await admins.commands.run('echo still')).stdout, 'still\n');
+  });
+
+  test('wrong tokens count toward the address limit (429, Retry-After); a right token still works from that address', async () => {
+    const s = await startTestServer('envd-limit', { serve: { authFailures: { max: 3, windowMs: 60_000 } } });
+    try {
+      const box = await s.manager.create({ image: testEnv.baseImage });
+      const health = (token: string) => fetch(`${s.url}${ENVD_PREFIX}/health`, { headers: { 'e2b-sandbox-id': box.id, 'x-access-token': token } });
+      const good = await envdAccessToken(s.manager, box.id, keyIdOf(s.admin));
+      const wrong = `${keyIdOf(s.admin)}.${'x'.repeat(43)}`;
+      for (let i = 0; i < 3; i++) assert.equal((await health(wrong)).status, 401);
+      const limited = await health(wrong);
+      assert.equal(limited.status, 429);
+      assert.ok(Number(limited.headers.get('retry-after')) > 0);
+      assert.equal((await health(good)).status, 204, 'a right token is never locked out');
+      // One limiter for every credential: the address is over it for API keys too, not for a good one.
+      assert.equal((await s.call('GET', '/v1/boxes', { key: 'wrong' })).status, 429);
+      assert.equal((await s.call('GET', '/v1/boxes')).status, 200);
+    } finally {
+      await s.dispose();
+    }
   });
 
   test('an image without bash: commands fail with a NotFoundError naming /bin/bash', async () => {
@@ -306,7 +348,7 @@ describe('access and errors', () => {
   test('a box whose /etc/passwd is huge: the server refuses to read it, and stays up', async () => {
     const box = await srv.manager.create({ image: testEnv.e2bImage });
     await box.exec(['sh', '-c', 'head -c 2097152 /dev/zero >> /etc/passwd'], { user: 'root' });
-    const big = sdkSandbox(box.id, await envdAccessToken(srv.manager, box.id));
+    const big = sdkSandbox(box.id, await envdAccessToken(srv.manager, box.id, keyIdOf(srv.admin)));
     await assert.rejects(big.commands.run('echo hi'), (err: Error) => /larger than 1048576 bytes/.test(err.message));
     await box.remove();
     const other = await sandboxFor();
@@ -335,7 +377,7 @@ describe('the older SDK (e2b 2.31)', () => {
     const Ctor = Sandbox231 as unknown as new (opts: Record<string, unknown>) => Sandbox231;
     const sbx = new Ctor({
       sandboxId: box.id,
-      envdAccessToken: await envdAccessToken(srv.manager, box.id),
+      envdAccessToken: await envdAccessToken(srv.manager, box.id, keyIdOf(srv.admin)),
       envdVersion: ENVD_VERSION,
       sandboxUrl: srv.url + ENVD_PREFIX,
       apiUrl: srv.url + '/e2b/api',

@@ -165,6 +165,7 @@ class Accounts {
 export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
   const table = new ProcessTable();
   const accounts = new Accounts();
+  const { limiter } = app.sbxPortAuth;
   const callerKey = createContextKey<Promise<EnvdCaller> | undefined>(undefined);
   const callers = new WeakMap<IncomingMessage, Promise<EnvdCaller>>();
 
@@ -174,10 +175,14 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
     if (typeof id !== 'string' || id === '') throw new SbxError('invalid_argument', 'E2b-Sandbox-Id: the sandbox id header is required');
     const token = req.headers['x-access-token'];
     try {
-      await verifyEnvdAccessToken(ctx.manager, id, typeof token === 'string' ? token : undefined);
+      // Wrong tokens count toward the address's auth-failure limit; a right one always passes.
+      await limiter.guard(req.socket.remoteAddress ?? '', () =>
+        verifyEnvdAccessToken(ctx.manager, ctx.keys, id, typeof token === 'string' ? token : undefined),
+      );
       return await ctx.manager.get(id);
     } catch (err) {
       if (isSbxError(err) && err.code === 'not_found') throw new SbxError('runtime_unavailable', `sandbox ${id} is not running`, { cause: err });
+      if (isSbxError(err) && (err.code === 'unauthorized' || err.code === 'limit_exceeded')) ctx.metrics.authFailures.inc();
       throw err;
     }
   };
@@ -267,6 +272,7 @@ const HTTP_STATUS: Partial<Record<ErrorCode, number>> = {
   unauthorized: 401,
   forbidden: 403,
   not_found: 404,
+  limit_exceeded: 429,
   runtime_unavailable: 502,
 };
 
@@ -277,6 +283,10 @@ function sendEnvdError(res: ServerResponse, err: unknown): void {
     return;
   }
   const status = isSbxError(err) ? (HTTP_STATUS[err.code] ?? 500) : 500;
-  res.writeHead(status, { 'content-type': 'application/json' });
+  const retryAfterMs = isSbxError(err) ? err.details?.['retryAfterMs'] : undefined;
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    ...(typeof retryAfterMs === 'number' ? { 'retry-after': String(Math.ceil(retryAfterMs / 1000)) } : {}),
+  });
   res.end(JSON.stringify({ code: status, message: err instanceof Error ? err.message : String(err) }));
 }
