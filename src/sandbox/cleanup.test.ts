@@ -157,12 +157,21 @@ describe('cleanup loop (in-memory runtime, manual clock)', () => {
     await manager.close();
   });
 
-  test('after an engine restart the box status follows the engine, and boxes with a restart policy are running again', async () => {
-    const { rt, manager } = setup();
+  test('after an engine restart the box status follows the engine, and the Manager starts the restartable boxes again', async () => {
+    const { clock, rt, manager } = setup();
     await manager.start();
     const session = await manager.create({ image: IMAGE });
     const oneshot = await manager.create({ image: IMAGE, policy: 'oneshot' });
+    clock.advance(1000); // a later start reads as one
+    const firstStart = (await rt.inspect(session.containerId)).startedAt;
     rt.simulateEngineRestart();
+    // The engine restarts no box; the pool watch sees its stream break, finds the engine back and
+    // starts the session box again (never the oneshot one). Waited for, not timed.
+    const restarted = async () => {
+      const c = await rt.inspect(session.containerId);
+      return c.running && c.startedAt !== firstStart;
+    };
+    for (let i = 0; i < 400 && !(await restarted()); i++) await new Promise((r) => setTimeout(r, 25));
     await manager.cleanup();
     assert.equal(session.status, 'running');
     assert.equal(oneshot.status, 'stopped');
