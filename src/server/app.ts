@@ -9,8 +9,8 @@ import Fastify, { LogController } from 'fastify';
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply } from 'fastify';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import { SbxError } from '../errors.js';
-import { FailureLimiter, WS_PROTOCOL, authenticate, bearerFromProtocols } from './auth.js';
-import type { Caller } from './auth.js';
+import { WS_PROTOCOL, authenticate, bearerFromProtocols } from './auth.js';
+import type { Caller, FailureLimiter } from './auth.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
 import { adminRoutes } from './routes-admin.js';
@@ -29,7 +29,8 @@ import { envdRoutes } from '../compat/e2b/envd/routes.js';
 
 export interface AppOptions {
   bodyLimitBytes: number;
-  authFailures: { max: number; windowMs: number };
+  /** The server's one auth-failure limiter (serve() gives the same to the gRPC heartbeat). */
+  limiter: FailureLimiter;
   https?: { cert: string | Buffer; key: string | Buffer } | undefined;
   /**
    * What the VNC routes use; default the real ones (port authorization, the box's own dial).
@@ -52,7 +53,7 @@ function subjectOf(caller: Caller | undefined): string | undefined {
 }
 
 export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<FastifyInstance> {
-  const limiter = new FailureLimiter(opts.authFailures.max, opts.authFailures.windowMs);
+  const { limiter } = opts;
   const app = Fastify({
     loggerInstance: ctx.log as unknown as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),

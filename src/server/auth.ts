@@ -47,17 +47,32 @@ export async function authenticate(header: string | undefined, address: string, 
     const m = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
     if (!m) throw new SbxError('unauthorized', header ? 'Authorization must be "Bearer <key>"' : 'missing Authorization: Bearer <key>');
     const credential = m[1]!;
-    if (credential.startsWith(BOX_TOKEN_PREFIX)) {
-      try {
-        return { kind: 'box', boxId: await deps.verifyBoxToken(credential) };
-      } catch (err) {
-        if (err instanceof SbxError && err.code === 'unauthorized') throw err;
-        throw new SbxError('unauthorized', 'box token rejected', { cause: err });
-      }
-    }
+    if (credential.startsWith(BOX_TOKEN_PREFIX)) return { kind: 'box', boxId: await verifyBox(credential, deps.verifyBoxToken) };
     const principal = deps.keys.verify(credential);
     if (!principal) throw new SbxError('unauthorized', 'API key is not valid (unknown, revoked or mistyped)');
     return principal;
+  });
+}
+
+/** The box a box token speaks for; any failure to verify it is unauthorized. */
+async function verifyBox(token: string, verifyBoxToken: AuthDeps['verifyBoxToken']): Promise<string> {
+  try {
+    return await verifyBoxToken(token);
+  } catch (err) {
+    if (err instanceof SbxError && err.code === 'unauthorized') throw err;
+    throw new SbxError('unauthorized', 'box token rejected', { cause: err });
+  }
+}
+
+/**
+ * `Bearer <box token>` (the gRPC heartbeat, which takes nothing else) → the box it speaks for;
+ * unauthorized, or limit_exceeded like authenticate(), through the same limiter.
+ */
+export async function authenticateBox(header: string | undefined, address: string, deps: Pick<AuthDeps, 'verifyBoxToken' | 'limiter'>): Promise<string> {
+  return deps.limiter.guard(address, async () => {
+    const m = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
+    if (!m) throw new SbxError('unauthorized', 'missing authorization: Bearer <box token>');
+    return verifyBox(m[1]!, deps.verifyBoxToken);
   });
 }
 
@@ -93,7 +108,8 @@ export function mayAccess(p: Principal, owner: string): boolean {
 
 /**
  * Failed authentications per client address in a sliding window, for every credential sbx
- * checks (API keys, box tokens, port access tokens, envd access tokens), through guard().
+ * checks (API keys, box tokens over HTTP and gRPC, port access tokens, envd access tokens),
+ * through guard(); serve() makes one for the whole server.
  * A valid credential always passes, from any address: a flood of bad keys from one address
  * (a NAT, a CI runner) must not lock the good key out. A failing attempt from an address with
  * `max` failures in the window is answered limit_exceeded (429, Retry-After) instead of

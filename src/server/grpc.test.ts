@@ -10,7 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { testEnv } from '../testing/env.js';
-import { decodeHeartbeatRequest, encodeHeartbeatRequest } from './grpc.js';
+import { decodeHeartbeatRequest, encodeHeartbeatRequest, peerAddress } from './grpc.js';
 import { IMAGE, startTestServer } from './test-support.js';
 import type { TestServer } from './test-support.js';
 
@@ -55,6 +55,20 @@ function call(token, sid) {
 
 let t: TestServer;
 let gateway: string;
+
+/** A grpc-js client built from heartbeat.proto: call(token, request) resolves to the call's error, or null when OK. */
+function protoClient(address: string) {
+  const def = protoLoader.loadSync(fileURLToPath(new URL('./heartbeat.proto', import.meta.url)), { keepCase: false });
+  const pkg = grpc.loadPackageDefinition(def) as unknown as { sbx: { v1: { Sandbox: grpc.ServiceClientConstructor } } };
+  const client = new pkg.sbx.v1.Sandbox(address, grpc.credentials.createInsecure());
+  const call = (tok: string, req: Record<string, unknown>) =>
+    new Promise<grpc.ServiceError | null>((resolve) => {
+      const md = new grpc.Metadata();
+      if (tok) md.set('authorization', `Bearer ${tok}`);
+      (client['heartbeat'] as (r: unknown, m: grpc.Metadata, cb: (e: grpc.ServiceError | null) => void) => void).call(client, req, md, (e) => resolve(e));
+    });
+  return { call, close: () => client.close() };
+}
 
 before(async () => {
   // Which address does a box reach the host on? Ask a box: its default route's gateway.
@@ -104,17 +118,10 @@ describe('gRPC heartbeat', () => {
   test('the codec round-trips and matches heartbeat.proto (a grpc-js client built from the .proto)', async () => {
     const msg = { sandboxId: 'sb-1.a', active: true, processCount: 300 };
     assert.deepEqual(decodeHeartbeatRequest(encodeHeartbeatRequest(msg)), msg);
-    const def = protoLoader.loadSync(fileURLToPath(new URL('./heartbeat.proto', import.meta.url)), { keepCase: false });
-    const pkg = grpc.loadPackageDefinition(def) as unknown as { sbx: { v1: { Sandbox: grpc.ServiceClientConstructor } } };
-    const client = new pkg.sbx.v1.Sandbox(t.server.grpc!.address, grpc.credentials.createInsecure());
+    const client = protoClient(t.server.grpc!.address);
+    const call = client.call;
     const box = (await t.call('POST', '/v1/boxes', { body: { image: IMAGE } })).json.id;
     const token = (await t.call('POST', `/v1/boxes/${box}/exec`, { body: { cmd: ['sh', '-c', 'echo $SBX_TOKEN'] } })).json.stdout.trim();
-    const call = (tok: string, req: Record<string, unknown>) =>
-      new Promise<grpc.ServiceError | null>((resolve) => {
-        const md = new grpc.Metadata();
-        if (tok) md.set('authorization', `Bearer ${tok}`);
-        (client['heartbeat'] as (r: unknown, m: grpc.Metadata, cb: (e: grpc.ServiceError | null) => void) => void).call(client, req, md, (e) => resolve(e));
-      });
     assert.equal(await call(token, { sandboxId: box, active: true, processCount: 4 }), null);
     assert.equal((await (await t.call('GET', `/v1/boxes/${box}`)).json).processCount, 4, 'process_count arrived through the .proto encoding');
     assert.equal((await call('', { sandboxId: box, active: true }))?.code, grpc.status.UNAUTHENTICATED);
@@ -153,5 +160,38 @@ describe('gRPC heartbeat', () => {
     console.log(`# boxes reached the gRPC heartbeat at their SBX_GRPC_ADDR ${t.server.boxGrpcAddr} (the bridge gateway)`);
     await t.call('DELETE', `/v1/boxes/${alive.json.id}`);
     await t.call('DELETE', `/v1/boxes/${other}`);
+  });
+
+  test('bad box tokens count toward the one per-address failure limit, HTTP and gRPC together: over it RESOURCE_EXHAUSTED; a valid token still passes', async () => {
+    // Failures are per address as fastify spells req.ip; grpc-js's getPeer() has the port on.
+    assert.equal(peerAddress('127.0.0.1:5123'), '127.0.0.1');
+    assert.equal(peerAddress('::ffff:10.0.0.1:5123'), '::ffff:10.0.0.1');
+    assert.equal(peerAddress('[::1]:5123'), '::1');
+    assert.equal(peerAddress('::1'), '::1');
+    const limited = await startTestServer('grpclimit', { serve: { grpc: { host: '127.0.0.1', port: 0 }, authFailures: { max: 3, windowMs: 600_000 } } });
+    const client = protoClient(limited.server.grpc!.address);
+    try {
+      const box = (await limited.call('POST', '/v1/boxes', { body: { image: IMAGE } })).json.id;
+      const token = (await limited.call('POST', `/v1/boxes/${box}/exec`, { body: { cmd: ['sh', '-c', 'echo $SBX_TOKEN'] } })).json.stdout.trim();
+      const bad = `${token.slice(0, -4)}AAAA`;
+      const heartbeat = { sandboxId: box, active: true, processCount: 7 };
+      // One failure over HTTP, two over gRPC: the limit (3) of this address is reached.
+      assert.equal((await limited.call('POST', `/v1/boxes/${box}/heartbeat`, { key: bad, body: { active: true } })).status, 401);
+      assert.equal((await client.call(bad, heartbeat))?.code, grpc.status.UNAUTHENTICATED);
+      assert.equal((await client.call(bad, heartbeat))?.code, grpc.status.UNAUTHENTICATED);
+      const over = await client.call(bad, heartbeat);
+      assert.equal(over?.code, grpc.status.RESOURCE_EXHAUSTED, `a bad token over the limit: ${over?.code} ${over?.details}`);
+      assert.match(over!.details, /too many failed authentications/);
+      assert.equal((await client.call('', heartbeat))?.code, grpc.status.RESOURCE_EXHAUSTED, 'no token is a failure too');
+      // The same limiter answers HTTP: the gRPC failures counted there.
+      assert.equal((await limited.call('POST', `/v1/boxes/${box}/heartbeat`, { key: bad, body: { active: true } })).status, 429);
+      // A valid box token is never refused for its address's failures.
+      assert.equal(await client.call(token, heartbeat), null);
+      assert.equal((await limited.call('GET', `/v1/boxes/${box}`)).json.processCount, 7, 'the heartbeat arrived');
+      assert.match((await limited.call('GET', '/metrics', { key: null })).text, /sbx_auth_failures_total 6/);
+    } finally {
+      client.close();
+      await limited.dispose();
+    }
   });
 });

@@ -3,9 +3,12 @@
  * boxes that speak gRPC. Off unless configured. The three-field messages are encoded by hand,
  * so nothing is loaded from disk at run time; the test checks the codec against the .proto.
  */
+import { isIP } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import { SbxError } from '../errors.js';
 import type { Manager } from '../sandbox/index.js';
+import { authenticateBox } from './auth.js';
+import type { FailureLimiter } from './auth.js';
 import type { ServerMetrics } from './metrics.js';
 
 export interface HeartbeatRequest {
@@ -104,18 +107,39 @@ function status(code: grpc.status, details: string): grpc.ServiceError {
   return Object.assign(new Error(details), { code, details, metadata: new grpc.Metadata() }) as grpc.ServiceError;
 }
 
-export async function startGrpc(opts: { host: string; port: number; manager: Manager; metrics: ServerMetrics }): Promise<GrpcServerHandle> {
+/**
+ * The client address of a call as fastify's `req.ip` spells it (the socket's remoteAddress), so
+ * one address has one failure count over HTTP and gRPC: grpc-js's getPeer() is `<address>:<port>`,
+ * an IPv6 address without brackets.
+ */
+export function peerAddress(peer: string): string {
+  if (isIP(peer)) return peer;
+  return peer.replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1');
+}
+
+export async function startGrpc(opts: {
+  host: string;
+  port: number;
+  manager: Manager;
+  metrics: ServerMetrics;
+  /** The server's one auth-failure limiter (the HTTP routes use the same). */
+  limiter: FailureLimiter;
+}): Promise<GrpcServerHandle> {
   const server = new grpc.Server({ 'grpc.max_receive_message_length': 64 * 1024 });
   server.addService(heartbeatService, {
     Heartbeat: (call: grpc.ServerUnaryCall<HeartbeatRequest, unknown>, callback: grpc.sendUnaryData<Record<string, never>>) => {
       void (async () => {
         const header = call.metadata.get('authorization')[0];
-        const m = typeof header === 'string' ? /^Bearer\s+(\S+)$/i.exec(header) : null;
-        if (!m) return callback(status(grpc.status.UNAUTHENTICATED, 'missing authorization: Bearer <box token>'));
         let boxId: string;
         try {
-          boxId = await opts.manager.verifyBoxToken(m[1]!);
+          boxId = await authenticateBox(typeof header === 'string' ? header : undefined, peerAddress(call.getPeer()), {
+            verifyBoxToken: (t) => opts.manager.verifyBoxToken(t),
+            limiter: opts.limiter,
+          });
         } catch (err) {
+          opts.metrics.authFailures.inc();
+          // Over the address's failure limit: gRPC's "resource exhausted" is HTTP's 429.
+          if (err instanceof SbxError && err.code === 'limit_exceeded') return callback(status(grpc.status.RESOURCE_EXHAUSTED, err.message));
           return callback(status(grpc.status.UNAUTHENTICATED, err instanceof SbxError ? err.message : 'box token rejected'));
         }
         const req = call.request;

@@ -17,6 +17,7 @@ import { Manager } from '../sandbox/index.js';
 import type { ManagerConfig } from '../sandbox/index.js';
 import { resolveConfig } from '../sandbox/config.js';
 import { buildApp } from './app.js';
+import { FailureLimiter } from './auth.js';
 import { StreamRegistry } from './context.js';
 import type { ServerContext } from './context.js';
 import { startGrpc } from './grpc.js';
@@ -163,9 +164,12 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
   const proxyDomain = proxy.proxyDomain ?? manager.proxyDomain;
   const observeEngineCall: EngineCallObserver = (c) => metrics.engineCalls.observe({ op: c.op, outcome: c.outcome }, c.ms / 1000);
   const ctx: ServerContext = { manager, keys, metrics, streams, log, shuttingDown: () => closing };
+  // One failure count per address for every credential the server checks, HTTP and gRPC.
+  const authFailures = options.authFailures ?? { max: 20, windowMs: 60_000 };
+  const limiter = new FailureLimiter(authFailures.max, authFailures.windowMs);
   const app = await buildApp(ctx, {
     bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,
-    authFailures: options.authFailures ?? { max: 20, windowMs: 60_000 },
+    limiter,
     https,
     proxyDomain,
     e2b: options.e2b,
@@ -175,7 +179,7 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
   manager.engineCallObservers.add(observeEngineCall);
   try {
     await app.listen({ host, port });
-    if (options.grpc) grpcHandle = await startGrpc({ host: options.grpc.host ?? host, port: options.grpc.port, manager, metrics });
+    if (options.grpc) grpcHandle = await startGrpc({ host: options.grpc.host ?? host, port: options.grpc.port, manager, metrics, limiter });
     if (grpcHandle) {
       const { addr, why } = grpcAdvertised({ host: options.grpc?.host ?? host, port: grpcHandle.port }, options.grpc?.advertise);
       if (addr) manager.boxEnv['SBX_GRPC_ADDR'] = grpcAddr = addr;

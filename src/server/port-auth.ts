@@ -158,30 +158,46 @@ export async function authorizePortRequest(request: FastifyRequest, boxId: strin
 }
 
 /**
- * Refuses (403 forbidden) a WebSocket upgrade authenticated by the `sbx_token` cookie whose
- * Origin is not the server's own: a browser sends the cookie with an upgrade from any page, and
- * with a proxy domain the box pages are same-site with the API, so SameSite does not stop a page
- * of `3000-attacker.<domain>` from opening the victim's VNC or service socket. Allowed: no Origin
- * (not a browser), an Origin whose host is the request's Host (the page the cookie belongs to:
- * the API's own pages, or on a host-based proxy URL the box's own origin for that port), and, when
- * given, `publicUrl`'s origin. Upgrades authenticated by an API key or by `?sbx_token=` in the
- * URL are not checked: neither is sent by a browser on its own, so another page cannot ride them.
+ * Refuses (403 forbidden) a request authenticated by the `sbx_token` cookie that a page of
+ * another origin made: callers apply it to WebSocket upgrades and to requests with side effects
+ * (POST, PUT, PATCH, DELETE). A browser sends the cookie with such a request from any page of the
+ * same site, and with a proxy domain every box host is same-site with the API and with every
+ * other box host, so SameSite=Lax does not stop a page of `3000-attacker.<domain>` from opening
+ * the victim's VNC socket or posting a form to the victim's service. Allowed: an Origin whose host
+ * is the request's Host (the page the cookie belongs to: the API's own pages, or on a host-based
+ * proxy URL the box's own origin for that port), and, when given, `publicUrl`'s origin; without
+ * Origin, a request whose Sec-Fetch-Site is not `cross-site` or `same-site` (no browser, or a
+ * browser that says it came from the same origin). Requests authenticated by an API key or by
+ * `?sbx_token=` in the URL are not checked: neither is sent by a browser on its own, so another
+ * page cannot ride them.
  */
 export function requireOwnOrigin(request: FastifyRequest, via: PortAuthorization['via'], publicUrl?: string): void {
   if (via !== 'cookie') return;
   const origin = request.headers.origin;
-  if (origin === undefined) return;
-  let from: URL | undefined;
-  try {
-    from = new URL(origin);
-  } catch {
-    from = undefined; // `null` (a sandboxed frame, a file) or garbage: no page of ours
+  if (origin === undefined) {
+    const site = request.headers['sec-fetch-site'];
+    if (site !== 'cross-site' && site !== 'same-site') return;
+  } else {
+    let from: URL | undefined;
+    try {
+      from = new URL(origin);
+    } catch {
+      from = undefined; // `null` (a sandboxed frame, a file) or garbage: no page of ours
+    }
+    if (
+      from &&
+      from.host !== '' &&
+      (from.host === request.headers.host?.toLowerCase() || (publicUrl !== undefined && from.origin === new URL(publicUrl).origin))
+    )
+      return;
   }
-  if (from && from.host !== '' && (from.host === request.headers.host?.toLowerCase() || (publicUrl !== undefined && from.origin === new URL(publicUrl).origin)))
-    return;
-  throw new SbxError('forbidden', `a WebSocket with the ${PORT_TOKEN_COOKIE} cookie is accepted from this server's own pages only, not from Origin ${origin}`, {
-    details: { origin },
-  });
+  const what = request.headers.upgrade ? 'a WebSocket' : `a ${request.method}`;
+  const seen = origin === undefined ? `Sec-Fetch-Site ${String(request.headers['sec-fetch-site'])}` : `Origin ${origin}`;
+  throw new SbxError(
+    'forbidden',
+    `${what} with the ${PORT_TOKEN_COOKIE} cookie is accepted from the page's own origin only (Origin with this request's Host, or this server's), not from ${seen}`,
+    { details: origin === undefined ? { secFetchSite: request.headers['sec-fetch-site'] } : { origin } },
+  );
 }
 
 /**

@@ -3,6 +3,7 @@
  * node:http, ws, the SDK): streaming both ways, SSE per event, WebSocket, and who may reach what.
  */
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { after, before, describe, test } from 'node:test';
 import WebSocket from 'ws';
@@ -16,7 +17,9 @@ import type { TestServer } from './test-support.js';
 
 const DOMAIN = 'sbx.test';
 // A service on :3002 started inside the box: /chunks (5 chunks 150 ms apart), /echo (the body back as it arrives), anything else: what it was asked.
+// Every request it gets is appended to /tmp/seen.log (method and URL), so a test can prove one never arrived.
 const SERVICE = `require('http').createServer((req, res) => {
+  require('fs').appendFileSync('/tmp/seen.log', req.method + ' ' + req.url + '\\n');
   if (req.url.startsWith('/chunks')) { res.writeHead(200, { 'content-type': 'text/plain' }); let i = 0; const t = setInterval(() => { res.write('chunk-' + i + '\\n'); if (++i === 5) { clearInterval(t); res.end(); } }, 150); return; }
   if (req.url.startsWith('/echo')) { res.writeHead(200, { 'content-type': 'application/octet-stream' }); res.flushHeaders(); req.on('data', (d) => res.write(d)); req.on('end', () => res.end()); return; }
   res.writeHead(200, { 'content-type': 'application/json' }); res.end(JSON.stringify({ url: req.url, method: req.method, headers: req.headers }));
@@ -498,5 +501,97 @@ describe('signed URLs are bound to the box and the key they were signed for', ()
     assert.equal(await upgradeStatus(path, { cookie }), 101);
     assert.equal(await upgradeStatus(path, { authorization: `Bearer ${alice}`, origin: attacker }), 101);
     assert.equal(await upgradeStatus(`${path}?sbx_token=${token}`, { origin: attacker }), 101);
+  });
+});
+
+describe('requests with side effects and the cookie come from the box page itself (CSRF)', () => {
+  const port = () => new URL(ts.url).port;
+  const boxHost = (p: number, id: string) => `${p}-${id}.${DOMAIN}:${port()}`;
+
+  /** The requests the service on 3002 of `id` received whose URL holds `mark`, as `METHOD url`. */
+  async function seen(id: string, mark: string): Promise<string[]> {
+    const { stdout } = await (await ts.manager.get(id)).exec(['cat', '/tmp/seen.log']);
+    return stdout.split('\n').filter((l) => l.includes(mark));
+  }
+
+  /** A request to port 3002 of alice's box on its box host with `headers` (a small form body unless GET/HEAD). */
+  function toBoxHost(method: string, path: string, headers: Record<string, string>) {
+    const body = method === 'GET' || method === 'HEAD' || method === 'OPTIONS' ? undefined : 'a=1';
+    // Content-Length by hand: node's client sends a DELETE body with neither it nor chunked encoding.
+    const type: Record<string, string> =
+      body === undefined ? {} : { 'content-type': 'application/x-www-form-urlencoded', 'content-length': String(body.length) };
+    return rawRequest(ts.url, method, path, { host: boxHost(3002, aliceBox), ...type, ...headers }, body);
+  }
+
+  test('host-based: POST/PUT/PATCH/DELETE with the cookie from another box, another port of the same box or null: 403 forbidden, the service never sees it', async () => {
+    const cookie = `sbx_token=${await tokenFor(aliceBox, 3002, Date.now() + 60_000)}`;
+    const mark = `csrf-${randomUUID()}`;
+    const foreign: Record<string, Record<string, string>> = {
+      otherBox: { origin: `http://${boxHost(3002, bobBox)}` },
+      otherPort: { origin: `http://${boxHost(3001, aliceBox)}` },
+      null: { origin: 'null' },
+      // No Origin, but the browser says where the request came from.
+      crossSite: { 'sec-fetch-site': 'cross-site' },
+      sameSite: { 'sec-fetch-site': 'same-site' },
+    };
+    for (const method of ['POST', 'PUT', 'PATCH', 'DELETE'])
+      for (const [from, headers] of Object.entries(foreign)) {
+        const res = await toBoxHost(method, `/${mark}/${from}`, { cookie, ...headers });
+        assert.equal(res.status, 403, `${method} from ${from}: ${res.text}`);
+        assert.equal(res.json.error.code, 'forbidden');
+        assert.match(res.json.error.message, /sbx_token cookie .* own origin/);
+      }
+    // The box's own page, and clients that are no browser, reach it.
+    const own = await toBoxHost('POST', `/${mark}/own`, { cookie, origin: `http://${boxHost(3002, aliceBox)}` });
+    assert.equal(own.status, 200, own.text);
+    assert.equal(own.json.method, 'POST');
+    const sameOrigin = await toBoxHost('DELETE', `/${mark}/same-origin`, { cookie, 'sec-fetch-site': 'same-origin' });
+    assert.equal(sameOrigin.status, 200, sameOrigin.text);
+    const noBrowser = await toBoxHost('PUT', `/${mark}/no-browser`, { cookie });
+    assert.equal(noBrowser.status, 200, noBrowser.text);
+    // The service logs each request as it arrives: the refused ones would be in the log before these.
+    assert.deepEqual(await seen(aliceBox, mark), [`POST /${mark}/own`, `DELETE /${mark}/same-origin`, `PUT /${mark}/no-browser`]);
+  });
+
+  test("path-based: a POST with the cookie from a box page is 403; from the server's own origin it reaches the service", async () => {
+    const cookie = `sbx_token=${await tokenFor(aliceBox, 3002, Date.now() + 60_000)}`;
+    const mark = `csrf-${randomUUID()}`;
+    const refused = await rawRequest(
+      ts.url,
+      'POST',
+      portPath(aliceBox, 3002, `/${mark}/foreign`),
+      { cookie, origin: `http://${boxHost(3002, bobBox)}` },
+      'a=1',
+    );
+    assert.equal(refused.status, 403, refused.text);
+    assert.equal(refused.json.error.code, 'forbidden');
+    const own = await rawRequest(ts.url, 'POST', portPath(aliceBox, 3002, `/${mark}/own`), { cookie, origin: ts.url }, 'a=1');
+    assert.equal(own.status, 200, own.text);
+    assert.deepEqual(await seen(aliceBox, mark), [`POST /${mark}/own`]);
+  });
+
+  test('GET, HEAD and OPTIONS with the cookie from a foreign Origin reach the service (no side effects by contract)', async () => {
+    const cookie = `sbx_token=${await tokenFor(aliceBox, 3002, Date.now() + 60_000)}`;
+    const mark = `csrf-${randomUUID()}`;
+    const origin = `http://${boxHost(3002, bobBox)}`;
+    for (const method of ['GET', 'HEAD', 'OPTIONS']) {
+      const res = await toBoxHost(method, `/${mark}/${method}`, { cookie, origin });
+      assert.equal(res.status, 200, `${method}: ${res.text}`);
+    }
+    assert.deepEqual(await seen(aliceBox, mark), [`GET /${mark}/GET`, `HEAD /${mark}/HEAD`, `OPTIONS /${mark}/OPTIONS`]);
+  });
+
+  test('a POST from a foreign Origin with Authorization or ?sbx_token= reaches the service: no page can send those on its own', async () => {
+    const token = await tokenFor(aliceBox, 3002, Date.now() + 60_000);
+    const mark = `csrf-${randomUUID()}`;
+    const origin = `http://${boxHost(3002, bobBox)}`;
+    const withKey = await toBoxHost('POST', `/${mark}/key`, { authorization: `Bearer ${alice}`, origin });
+    assert.equal(withKey.status, 200, withKey.text);
+    // The cookie beside the key changes nothing: the key is the credential.
+    const keyAndCookie = await toBoxHost('POST', `/${mark}/key-cookie`, { authorization: `Bearer ${alice}`, cookie: `sbx_token=${token}`, origin });
+    assert.equal(keyAndCookie.status, 200, keyAndCookie.text);
+    const withQuery = await toBoxHost('POST', `/${mark}/query?sbx_token=${token}`, { origin });
+    assert.equal(withQuery.status, 200, withQuery.text);
+    assert.deepEqual(await seen(aliceBox, mark), [`POST /${mark}/key`, `POST /${mark}/key-cookie`, `POST /${mark}/query`]);
   });
 });

@@ -5,7 +5,8 @@
  * buffered, SSE arrives per event); a WebSocket (any Upgrade) is the upgrade request forwarded
  * on the dialed socket and then the two sockets piped, so frames pass unchanged. The proxied
  * request loses the sbx credentials (Authorization, the sbx_token cookie and query) and gains
- * X-Forwarded-For/Proto/Host.
+ * X-Forwarded-For/Proto/Host. With the cookie as its credential, a WebSocket or a request with
+ * side effects comes only from the page's own origin (requireOwnOrigin: no CSRF from other boxes).
  */
 import { request as httpRequest } from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
@@ -29,6 +30,8 @@ import {
 } from './port-auth.js';
 
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
+/** Methods without side effects by contract (RFC 9110 safe methods): any page may send them with the cookie. */
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'trailers', 'upgrade', 'expect']);
 const PREFIX = /^\/v1\/boxes\/[^/?]*\/ports\/[^/?]*(\/[^?]*)?(\?.*)?$/;
 /** Set by the host-based rewrite: the URL as the client sent it. */
@@ -111,7 +114,8 @@ function setCookieAndRedirect(req: FastifyRequest, reply: FastifyReply, id: stri
 async function authorize(req: FastifyRequest, reply: FastifyReply, ctx: ServerContext): Promise<{ box: ManagedBox; port: number } | undefined> {
   const { id, port } = target(req);
   const auth = await authorizePortRequest(req, id, port);
-  if (req.headers.upgrade) {
+  // A WebSocket, or a request with side effects (CSRF): with the cookie only from the page it belongs to.
+  if (req.headers.upgrade || !SAFE_METHODS.has(req.method)) {
     // On a host-based URL only the box's own origin for this port; path-based, the server's own.
     const hostBased = (req.raw as IncomingMessage & { [HOST_BASED]?: HostBased })[HOST_BASED] !== undefined;
     requireOwnOrigin(req, auth.via, hostBased ? undefined : ctx.manager.publicUrl);

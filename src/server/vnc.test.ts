@@ -29,6 +29,7 @@ import { openTestRuntime, waitForImage } from '../testing/boxes.js';
 import { browserMissing, openPage } from '../testing/browser.js';
 import { testEnv } from '../testing/env.js';
 import { buildApp } from './app.js';
+import { FailureLimiter } from './auth.js';
 import { StreamRegistry } from './context.js';
 import type { ServerContext } from './context.js';
 import { KeyStore } from './keys.js';
@@ -173,7 +174,7 @@ before(async () => {
   await keys.load();
   const metrics = new ServerMetrics({ boxes: async () => [], pools: async () => [], cleanupStats: () => undefined, warm: async () => [] });
   ctx = { manager, keys, metrics, streams: new StreamRegistry(), log: pino({ level: 'silent' }), shuttingDown: () => false };
-  app = await buildApp(ctx, { bodyLimitBytes: MiB, authFailures: { max: 1000, windowMs: 60_000 }, vnc: { ...vncDeps, streams: ctx.streams } });
+  app = await buildApp(ctx, { bodyLimitBytes: MiB, limiter: new FailureLimiter(1000, 60_000), vnc: { ...vncDeps, streams: ctx.streams } });
   await app.listen({ host: '127.0.0.1', port: 0 });
   base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
 
