@@ -569,7 +569,11 @@ export class DockerRuntime implements Runtime {
   }
 
   async allowHostPorts(ports: number[]): Promise<void> {
-    await this.isolation.allowHostPorts(ports);
+    try {
+      await this.isolation.allowHostPorts(ports);
+    } catch (err) {
+      this.fail(err, `the boxes' network`);
+    }
   }
 
   async close(): Promise<void> {
