@@ -5,8 +5,8 @@
  * port of a box (dialPort) and its published ports; the rules are constant and survive a flush.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { readdirSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
 import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
@@ -191,6 +191,51 @@ describe('box isolation (Docker)', () => {
     } finally {
       await rt.remove(again, { force: true });
     }
+  });
+
+  test('port rules of sbx processes that are gone are swept at the next declaration; a live one’s are kept', async () => {
+    const startOf = (pid: number) => {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+    };
+    const child = spawn('sleep', ['60']);
+    const dead = `${child.pid}:${startOf(child.pid!)}:1`;
+    child.kill('SIGKILL');
+    await new Promise((r) => child.once('exit', r));
+    const live = `1:${startOf(1)}:1`;
+    const rule = (owner: string, port: number) => [
+      '-p',
+      'tcp',
+      '-m',
+      'tcp',
+      '--dport',
+      String(port),
+      '-m',
+      'comment',
+      '--comment',
+      `sbx-owner ${owner}`,
+      '-j',
+      'ACCEPT',
+    ];
+    const listed = () => execFileSync('iptables', ['-w', '-S', PORTS_CHAIN], { encoding: 'utf8' });
+    // As a crashed sbx process and a running one would have left them.
+    execFileSync('iptables', ['-w', '-A', PORTS_CHAIN, ...rule(dead, 1)]);
+    execFileSync('iptables', ['-w', '-A', PORTS_CHAIN, ...rule(live, 2)]);
+    try {
+      await rt.allowHostPorts([3]);
+      assert.doesNotMatch(listed(), new RegExp(`sbx-owner ${dead}`), 'the dead process’s rule is swept');
+      assert.match(listed(), new RegExp(`sbx-owner ${live}"`), 'a live process’s rule is kept');
+      assert.match(listed(), /--dport 3 /, 'this one’s is added');
+    } finally {
+      await rt.allowHostPorts([]);
+      execFileSync('iptables', ['-w', '-D', PORTS_CHAIN, ...rule(live, 2)]);
+      try {
+        execFileSync('iptables', ['-w', '-D', PORTS_CHAIN, ...rule(dead, 1)], { stdio: 'ignore' });
+      } catch {
+        // Swept, as it should be.
+      }
+    }
+    assert.doesNotMatch(listed(), /--dport 3 /, 'and deleted once no longer declared');
   });
 
   test('a full bridge (1023 ports) sends the next box to the next box network, isolated as well', async () => {
