@@ -47,7 +47,11 @@ export interface ContainerSpec {
   pidsLimit?: number;
   ports?: PortSpec[];
   binds?: BindMount[];
-  /** Engine network mode: 'bridge' (default), 'none', 'host', or a network name. */
+  /**
+   * Engine network mode: 'none', 'bridge', 'host', or a network name. Absent: the runtime's
+   * isolated network (Docker: `sbx-boxes`, where boxes reach neither each other nor the host's
+   * services; docs/network.md). A named network is the caller's, with that network's isolation.
+   */
   network?: string;
   security?: SecuritySpec;
   /** OCI runtime name, e.g. 'runsc' for gVisor. */
@@ -257,6 +261,12 @@ export interface RuntimeOptions {
   readyTimeoutMs?: number;
   /** Kubernetes: the StorageClass of workspace claims; absent: the cluster's default. */
   storageClass?: string;
+  /**
+   * Docker on this machine: close the host's own services to boxes with firewall rules (iptables;
+   * needs root or CAP_NET_ADMIN, else creates fail `not_available`). Default true unless
+   * `SBX_HOST_FIREWALL=off`; false leaves them reachable (boxes stay closed to each other).
+   */
+  hostFirewall?: boolean;
 }
 
 /** What `Runtime.createWorkspaceClaim` takes. */
@@ -378,7 +388,14 @@ export interface Runtime {
    * workspace's file I/O (`execStream` with `tool fs …`, paths under `root`); removed with `remove`.
    */
   startWorkspaceHelper?(hostPath: string, opts: WorkspaceHelperOptions): Promise<WorkspaceHelper>;
-  /** Releases connections; containers are not touched. */
+  /**
+   * Declares the TCP ports of the engine's machine boxes may reach: sbx's own endpoints (the API
+   * that takes heartbeats, the gRPC heartbeat), replacing this runtime's earlier declaration.
+   * Every other service of the host is closed to boxes. Runtimes that do not close the host (or
+   * cannot reach its firewall) leave it out. Docker: allowed for every box of the isolated network.
+   */
+  allowHostPorts?(ports: number[]): Promise<void>;
+  /** Releases connections (and what `allowHostPorts` declared); containers are not touched. */
   close(): Promise<void>;
 }
 

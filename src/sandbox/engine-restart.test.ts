@@ -51,7 +51,8 @@ async function engine2(...args: string[]): Promise<{ out: string; ms: number }> 
 
 function newManager(name = `e2r${++seq}-${process.pid}`): Manager {
   const logger = pino({ level: 'info', base: { m: name } }, { write: (line: string) => void logs.push(line.trim()) });
-  const m = new Manager({ name, pools: [{ name: POOL, addr }], dataDir, cleanupIntervalMs: 0, logger });
+  // engine2's bridges are in its own network namespace, not this machine's to firewall (docs/network.md).
+  const m = new Manager({ name, pools: [{ name: POOL, addr, runtimeOptions: { hostFirewall: false } }], dataDir, cleanupIntervalMs: 0, logger });
   managers.push(m);
   return m;
 }

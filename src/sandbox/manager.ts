@@ -18,7 +18,7 @@ import type { ManagerConfig, PoolConfig, ResolvedConfig, ResolvedPool } from './
 import { validateCreateOptions } from './create-options.js';
 import { managerSelector, recordToLabels } from './labels.js';
 import type { BoxRecord } from './labels.js';
-import { Pool } from './pool.js';
+import { Pool, endpointPorts } from './pool.js';
 import { PoolWatch } from './pool-watch.js';
 import { planReconcile } from './reconcile.js';
 import { BoxRegistry } from './registry.js';
@@ -268,6 +268,11 @@ export class Manager {
    * `revive` (at start and when the engine comes back), also starts the boxes the engine stopped
    * behind sbx.
    */
+  /** The ports of this machine boxes are told to reach (SBX_API_URL, SBX_GRPC_ADDR): the only ones open to them. */
+  private endpointPorts(): number[] {
+    return endpointPorts(this.config.apiUrl, this.boxEnv['SBX_GRPC_ADDR']);
+  }
+
   private async reconcilePool(pool: Pool, opts: { revive?: boolean } = {}): Promise<ManagedBox[]> {
     const runtime = pool.runtime();
     const listedAt = this.now();
@@ -283,6 +288,8 @@ export class Manager {
       this.log.warn({ pool: pool.name, err }, 'pool unreachable');
       throw err;
     }
+    // Adopted boxes heartbeat too: after a restart sbx's endpoints are open to them before any create.
+    await pool.allowHostPorts(this.endpointPorts()).catch((err: unknown) => this.log.warn({ pool: pool.name, err }, "could not open sbx's endpoints to boxes"));
     const { boxes, spares } = joinClaims(list, (id) => this.claims.get(id));
     const plan = planReconcile({
       manager: this.config.name,
@@ -487,6 +494,8 @@ export class Manager {
       SBX_TOKEN: tokens.issue(id, record.tokenNonce, this.config.tokenTtlMs),
       ...(this.config.apiUrl ? { SBX_API_URL: this.config.apiUrl } : {}),
     };
+    // The box (a claimed spare too) must reach sbx's endpoints it is told of, and only those of the host.
+    await pool.allowHostPorts(this.endpointPorts());
     const key = pool.warm?.match(opts);
     if (key !== undefined) {
       const claimed = await this.claimSpare(pool, key, record, { ...(opts.env ?? {}), ...sbxEnv });

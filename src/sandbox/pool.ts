@@ -19,6 +19,8 @@ export class Pool {
   watch: PoolWatch | undefined;
   /** The pool's warm spares; set by the Manager. */
   warm: WarmPool | undefined;
+  /** The host ports last declared to the runtime, so that an unchanged set costs nothing. */
+  private hostPorts: { key: string; done: Promise<void> } | undefined;
 
   /** `observe` is told of every engine call this pool makes (duration, outcome): sbx serve's metrics. */
   constructor(
@@ -76,7 +78,26 @@ export class Pool {
     };
   }
 
+  /**
+   * Tells the runtime which ports of its machine boxes may reach (Runtime.allowHostPorts), when
+   * the set changed since the last time; concurrent creates share one declaration.
+   */
+  async allowHostPorts(ports: number[]): Promise<void> {
+    const rt = this.runtime();
+    if (!rt.allowHostPorts) return;
+    const key = ports.join(',');
+    if (this.hostPorts?.key !== key) {
+      const done = rt.allowHostPorts(ports).catch((err: unknown) => {
+        if (this.hostPorts?.done === done) this.hostPorts = undefined;
+        throw err;
+      });
+      this.hostPorts = { key, done };
+    }
+    await this.hostPorts.done;
+  }
+
   async close(): Promise<void> {
+    this.hostPorts = undefined;
     await this.warm?.close();
     await this.watch?.stop();
     this.watch = undefined;
@@ -85,4 +106,23 @@ export class Pool {
     this.rt = undefined;
     this.connected = false;
   }
+}
+
+/**
+ * The ports of sbx's own endpoints a box is told to reach: the API of `SBX_API_URL` (heartbeats)
+ * and the gRPC heartbeat of `SBX_GRPC_ADDR` (`host:port`, `[v6]:port`), sorted, without repeats.
+ */
+export function endpointPorts(apiUrl: string | undefined, grpcAddr: string | undefined): number[] {
+  const ports = new Set<number>();
+  if (apiUrl) {
+    try {
+      const u = new URL(apiUrl);
+      ports.add(Number(u.port || (u.protocol === 'https:' ? 443 : 80)));
+    } catch {
+      // The config schema checked it is a URL; nothing to declare otherwise.
+    }
+  }
+  const grpcPort = Number(/:(\d{1,5})$/.exec(grpcAddr ?? '')?.[1]);
+  if (grpcPort > 0 && grpcPort < 65536) ports.add(grpcPort);
+  return [...ports].sort((a, b) => a - b);
 }

@@ -54,7 +54,19 @@ function shapeOf(
 /** A stable key of a template's shape within its pool: the spare's label, so a changed config is seen. */
 export function templateKey(t: WarmTemplate, pool: ResolvedPool, machine: RuntimeResources | undefined): string {
   const s = shapeOf(t, pool, machine);
-  const text = JSON.stringify([pool.name, s.image, s.security, s.memory, s.cpus, s.network ?? '', pool.ociRuntime ?? '', pool.pidsLimit ?? 0, pool.agent]);
+  // 'isolated': spares made before boxes without a network joined the runtime's isolated one
+  // (docs/network.md) have another key, so they are removed, never handed out.
+  const text = JSON.stringify([
+    pool.name,
+    s.image,
+    s.security,
+    s.memory,
+    s.cpus,
+    s.network ?? 'isolated',
+    pool.ociRuntime ?? '',
+    pool.pidsLimit ?? 0,
+    pool.agent,
+  ]);
   return createHash('sha256').update(text).digest('hex').slice(0, 16);
 }
 

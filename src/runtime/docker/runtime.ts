@@ -36,6 +36,7 @@ import { canCopyTool, copyTool, mountedTool } from './box-tool.js';
 import { AGENT_BIN, agentBoxOf, defaultAgentDir, defaultStateDir, imageConfigOf, injectAgent, removeAgentDir } from './agent-inject.js';
 import type { AgentBox, ImageConfig } from './agent-inject.js';
 import { DockerImages } from './images.js';
+import { BoxIsolation, hostFirewallDefault } from './box-network.js';
 import { jsonLines } from './json-lines.js';
 
 /**
@@ -63,6 +64,8 @@ export class DockerRuntime implements Runtime {
   private readonly tools = new Map<string, string | null>();
   /** Image fields the injection needs, by reference; checked again beside every create. */
   private readonly imageConfigs = new Map<string, ImageConfig>();
+  /** The boxes' network and the host firewall (box-network.ts). */
+  private readonly isolation: BoxIsolation;
 
   constructor(addr: string | RuntimeAddress, options: RuntimeOptions = {}) {
     const parsed = typeof addr === 'string' ? parseRuntimeAddress(addr) : addr;
@@ -76,6 +79,7 @@ export class DockerRuntime implements Runtime {
     this.agentEnabled = (options.agent ?? true) && parsed.transport === 'unix';
     this.agentDir = options.agentDir ?? defaultAgentDir();
     this.stateDir = options.stateDir ?? defaultStateDir();
+    this.isolation = new BoxIsolation(() => this.docker, parsed.transport === 'unix', options.hostFirewall ?? hostFirewallDefault());
   }
 
   private get docker(): Docker {
@@ -159,7 +163,7 @@ export class DockerRuntime implements Runtime {
 
   private async createContainer(valid: ContainerSpec): Promise<string> {
     try {
-      const container = await this.docker.createContainer(toCreateOptions(valid));
+      const container = await this.isolation.create(valid, (spec) => this.docker.createContainer(toCreateOptions(spec)));
       return container.id;
     } catch (err) {
       const e = toSbxError(err, this.address, `create from image ${valid.image}`);
@@ -175,7 +179,7 @@ export class DockerRuntime implements Runtime {
 
   async start(id: string): Promise<void> {
     try {
-      await this.docker.getContainer(id).start();
+      await this.isolation.start(id, () => this.docker.getContainer(id).start());
     } catch (err) {
       if (statusOf(err) === 304) return;
       this.fail(err, `container ${id}`);
@@ -564,7 +568,16 @@ export class DockerRuntime implements Runtime {
     return hostIp.startsWith('127.') || hostIp === '::1' ? undefined : hostIp;
   }
 
+  async allowHostPorts(ports: number[]): Promise<void> {
+    try {
+      await this.isolation.allowHostPorts(ports);
+    } catch (err) {
+      this.fail(err, `the boxes' network`);
+    }
+  }
+
   async close(): Promise<void> {
+    await this.isolation.close();
     this.conn.close();
   }
 }
