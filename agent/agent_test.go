@@ -82,6 +82,14 @@ func TestParseInit(t *testing.T) {
 	if _, err := parseInit([]string{"--nope"}); err == nil {
 		t.Fatal("unknown option accepted")
 	}
+	// No unix socket any more: pods created before say --socket '' (none), a path is refused.
+	cfg, err = parseInit([]string{"--socket", "", "--listen", "0.0.0.0:43011", "--", "true"})
+	if err != nil || cfg.listen != "0.0.0.0:43011" {
+		t.Fatalf("%+v %v", cfg, err)
+	}
+	if _, err := parseInit([]string{"--socket", "/run/sbx-agent/agent.sock"}); err == nil {
+		t.Fatal("a socket path accepted")
+	}
 }
 
 // testAgent runs a reaper like init does.
@@ -246,6 +254,21 @@ func TestTCPListenerWantsTheToken(t *testing.T) {
 	}
 	if f := hello(token); f.typ != fHelloOK {
 		t.Fatalf("right token: got %#x %s", f.typ, f.payload)
+	}
+	// A listener without a token serves nobody.
+	open, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	go a.serve(open, "")
+	c, err := net.Dial("tcp", open.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if f, err := readFrame(c, make([]byte, 5)); err != nil || f.typ != fError || !strings.Contains(string(f.payload), `"forbidden"`) {
+		t.Fatalf("no token: got %v %v", f, err)
 	}
 }
 

@@ -25,15 +25,14 @@ const (
 	helloWait = 10 * time.Second
 )
 
-// hostConn is a connection from the host: a unix socket (Docker) or TCP through the
-// orchestrator's port-forward (Kubernetes); both can half-close.
+// hostConn is a connection from the host: TCP, straight from the host to the box's address
+// (Docker) or through the orchestrator's port-forward (Kubernetes); it can half-close.
 type hostConn interface {
 	net.Conn
 	CloseWrite() error
 }
 
-// serve accepts the host's connections. token is empty for the unix socket (its peers are
-// checked by SO_PEERCRED) and the per-box secret for the TCP listener.
+// serve accepts the host's connections; each must present token (the per-box secret).
 func (a *agent) serve(ln net.Listener, token string) {
 	for {
 		c, err := ln.Accept()
@@ -57,38 +56,15 @@ func (a *agent) serve(ln net.Listener, token string) {
 	}
 }
 
-// peerCred is the connecting process's credentials as the kernel saw them at connect.
-func peerCred(c *net.UnixConn) (*syscall.Ucred, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *syscall.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return nil, err
-	}
-	return cred, cerr
-}
-
 func (a *agent) handle(c hostConn, token string) {
 	defer c.Close()
 	fw := &frameWriter{w: c}
 	fail := func(code, field, msg string) {
 		_ = fw.writeJSON(fError, errorResp{Code: code, Field: field, Message: msg})
 	}
-	// Only the host. On the unix socket: a process of this box has a pid in the agent's pid
-	// namespace; the host's connection comes from outside it, which the kernel reports as pid 0.
-	// On TCP (reachable from the box's own network namespace): the HELLO must carry the token.
-	if uc, ok := c.(*net.UnixConn); ok {
-		cred, err := peerCred(uc)
-		if err != nil || cred.Pid != 0 {
-			fail("forbidden", "", "the sbx agent serves the host only")
-			return
-		}
-	} else if token == "" {
+	// Only the host: any process of the box can connect (it shares the box's network
+	// namespace), so the HELLO must carry the token, which no box process can read.
+	if token == "" {
 		fail("forbidden", "", "the sbx agent serves the host only")
 		return
 	}
@@ -107,7 +83,7 @@ func (a *agent) handle(c hostConn, token string) {
 		fail("protocol", "", "bad HELLO: "+err.Error())
 		return
 	}
-	if token != "" && subtle.ConstantTimeCompare([]byte(hello.Token), []byte(token)) != 1 {
+	if subtle.ConstantTimeCompare([]byte(hello.Token), []byte(token)) != 1 {
 		fail("forbidden", "", "the sbx agent serves the host only: wrong or missing token")
 		return
 	}
