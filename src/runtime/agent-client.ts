@@ -60,10 +60,13 @@ export function tcpTarget(containerId: string, host: string, port: number, token
     token,
     connect: () => {
       const socket = net.createConnection({ host, port });
-      socket.setTimeout(CONNECT_TIMEOUT_MS, () =>
-        socket.destroy(Object.assign(new Error(`connect timed out after ${CONNECT_TIMEOUT_MS} ms`), { code: 'ETIMEDOUT' })),
+      // A plain timer, not socket.setTimeout (whose idle timer every read and write touches).
+      const timer = setTimeout(
+        () => socket.destroy(Object.assign(new Error(`connect timed out after ${CONNECT_TIMEOUT_MS} ms`), { code: 'ETIMEDOUT' })),
+        CONNECT_TIMEOUT_MS,
       );
-      socket.once('connect', () => socket.setTimeout(0));
+      const settled = () => clearTimeout(timer);
+      socket.once('connect', settled).once('close', settled);
       return socket;
     },
   };
