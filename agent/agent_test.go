@@ -231,14 +231,15 @@ func TestTCPListenerWantsTheToken(t *testing.T) {
 	a := newAgent(initConfig{})
 	token := strings.Repeat("k", 40)
 	go a.serve(ln, token)
-	hello := func(tok string) frame {
+	send := func(req helloReq) frame {
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
 		fw := &frameWriter{w: c}
-		if err := fw.writeJSON(fHello, helloReq{Versions: []int{ProtocolVersion}, Token: tok}); err != nil {
+		req.Versions = []int{ProtocolVersion}
+		if err := fw.writeJSON(fHello, req); err != nil {
 			t.Fatal(err)
 		}
 		f, err := readFrame(c, make([]byte, 5))
@@ -247,6 +248,7 @@ func TestTCPListenerWantsTheToken(t *testing.T) {
 		}
 		return f
 	}
+	hello := func(tok string) frame { return send(helloReq{Token: tok}) }
 	for _, bad := range []string{"", "wrong", strings.Repeat("k", 39), token + "k"} {
 		if f := hello(bad); f.typ != fError || !strings.Contains(string(f.payload), `"forbidden"`) {
 			t.Fatalf("token %q: got %#x %s, want forbidden", bad, f.typ, f.payload)
@@ -254,6 +256,16 @@ func TestTCPListenerWantsTheToken(t *testing.T) {
 	}
 	if f := hello(token); f.typ != fHelloOK {
 		t.Fatalf("right token: got %#x %s", f.typ, f.payload)
+	}
+	// The proof in place of the token: bound to the address the connection reached.
+	proof := func(p string) frame { return send(helloReq{Proof: p}) }
+	if f := proof(helloProof(token, ln.Addr().String())); f.typ != fHelloOK {
+		t.Fatalf("proof for this address: got %#x %s", f.typ, f.payload)
+	}
+	for _, bad := range []string{helloProof(token, "127.0.0.2:43011"), helloProof("wrong", ln.Addr().String()), token} {
+		if f := proof(bad); f.typ != fError || !strings.Contains(string(f.payload), `"forbidden"`) {
+			t.Fatalf("proof %q: got %#x %s, want forbidden", bad, f.typ, f.payload)
+		}
 	}
 	// A listener without a token serves nobody.
 	open, err := net.Listen("tcp", "127.0.0.1:0")

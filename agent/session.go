@@ -1,8 +1,11 @@
 package main
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,7 +86,7 @@ func (a *agent) handle(c hostConn, token string) {
 		fail("protocol", "", "bad HELLO: "+err.Error())
 		return
 	}
-	if subtle.ConstantTimeCompare([]byte(hello.Token), []byte(token)) != 1 {
+	if !hello.presents(token, c.LocalAddr().String()) {
 		fail("forbidden", "", "the sbx agent serves the host only: wrong or missing token")
 		return
 	}
@@ -444,4 +447,22 @@ func signalName(s syscall.Signal) string {
 		return n
 	}
 	return fmt.Sprintf("SIG%d", int(s))
+}
+
+// helloProof is what a HELLO presents instead of the token: HMAC-SHA256 keyed with the token
+// over the address the connection reached (host:port, as the agent's end of it sees it, which
+// is the address the host dialled: nothing rewrites the destination on the way in).
+func helloProof(token, addr string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("sbx-agent-hello " + addr))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// presents says whether the HELLO carries the token, or a proof of it for this connection's
+// address; both compared in constant time.
+func (h helloReq) presents(token, localAddr string) bool {
+	if h.Proof != "" {
+		return subtle.ConstantTimeCompare([]byte(h.Proof), []byte(helloProof(token, localAddr))) == 1
+	}
+	return subtle.ConstantTimeCompare([]byte(h.Token), []byte(token)) == 1
 }

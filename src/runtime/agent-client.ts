@@ -4,6 +4,7 @@
  * token. Same results and stream semantics as the engine path, which stays the fallback on
  * Docker: `AgentUnreachable` before anything ran tells the runtime.
  */
+import { createHmac } from 'node:crypto';
 import net from 'node:net';
 import { PassThrough, Writable } from 'node:stream';
 import type { Duplex } from 'node:stream';
@@ -42,8 +43,10 @@ export interface AgentTarget {
   where: string;
   /** Opens one connection; a rejection or an `error` before the hello means nothing ran. */
   connect(): Duplex | Promise<Duplex>;
-  /** The box's secret, which the agent requires in every HELLO. */
+  /** The box's secret, which the agent requires in every HELLO: as it is (Kubernetes' port-forward) … */
   token?: string;
+  /** … or, in its place, helloProof(token, the address dialled) (Docker: the token never goes on the wire). */
+  proof?: string;
 }
 
 /**
@@ -52,12 +55,22 @@ export interface AgentTarget {
  */
 const CONNECT_TIMEOUT_MS = 1000;
 
-/** The agent's TCP listener at `host:port` (Docker: the box's bridge address). */
+/**
+ * What a HELLO presents in place of the token (agent/session.go helloProof): HMAC-SHA256 keyed
+ * with the token over the address dialled, which the agent sees as its end of the connection.
+ * A container that holds an address the host still thinks is the box's (the box restarted behind
+ * its back) gets a proof that the box's agent, at its own address, refuses.
+ */
+export function helloProof(token: string, address: string): string {
+  return createHmac('sha256', token).update(`sbx-agent-hello ${address}`).digest('hex');
+}
+
+/** The agent's TCP listener at `host:port` (Docker: the box's bridge address, an IPv4 address). */
 export function tcpTarget(containerId: string, host: string, port: number, token: string): AgentTarget {
   return {
     containerId,
     where: `${host}:${port}`,
-    token,
+    proof: helloProof(token, `${host}:${port}`),
     connect: () => {
       const socket = net.createConnection({ host, port });
       // A plain timer, not socket.setTimeout (whose idle timer every read and write touches).
@@ -73,7 +86,11 @@ export function tcpTarget(containerId: string, host: string, port: number, token
 }
 
 function helloFrame(target: AgentTarget, client: string): Buffer {
-  return frame(F.hello, { versions: HOST_PROTOCOL_VERSIONS, client, ...(target.token ? { token: target.token } : {}) });
+  return frame(F.hello, {
+    versions: HOST_PROTOCOL_VERSIONS,
+    client,
+    ...(target.proof ? { proof: target.proof } : target.token ? { token: target.token } : {}),
+  });
 }
 
 /** Connects, or says why not as AgentUnreachable (nothing ran). */

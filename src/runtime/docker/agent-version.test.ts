@@ -6,10 +6,12 @@
  * version and keeps each hello it got.
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { after, test } from 'node:test';
 import { assertNoContainersLeft } from '../../testing/cleanup.js';
 import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
 import { AGENT_PORT, AGENT_TOKEN_ENV, F, HOST_PROTOCOL_VERSIONS, frame } from '../agent-protocol.js';
+import { helloProof } from '../agent-client.js';
 import { AGENT_LABEL, AGENT_USER_LABEL } from './agent-inject.js';
 import { DockerRuntime } from './runtime.js';
 
@@ -51,7 +53,14 @@ test('an agent that refuses the host’s protocol versions: execs go through the
     for (const deadline = Date.now() + 10_000; !got && Date.now() < deadline; got = await hellos());
     const first = Buffer.from(got, 'latin1');
     assert.equal(first[0], F.hello, 'one hello, refused');
-    assert.deepEqual(JSON.parse(first.subarray(5, 5 + first.readUInt32BE(1)).toString('utf8')), { versions: HOST_PROTOCOL_VERSIONS, client: 'sbx', token });
+    // The token itself never goes on the wire: a proof of it for the address the host dialled.
+    const address = execFileSync('docker', ['inspect', '-f', '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}', id], { encoding: 'utf8' }).trim();
+    assert.deepEqual(JSON.parse(first.subarray(5, 5 + first.readUInt32BE(1)).toString('utf8')), {
+      versions: HOST_PROTOCOL_VERSIONS,
+      client: 'sbx',
+      proof: helloProof(token, `${address}:${AGENT_PORT}`),
+    });
+    assert.ok(!got.includes(token), 'no token in what the host sent');
 
     const s = await fresh.execStream(id, ['cat']);
     s.stdin.end('streamed\n');
