@@ -3,7 +3,8 @@
  * for the image's architecture is bind-mounted read-only at /.sbx/sbx-agent and made the
  * entrypoint (PID 1) with the box's command as its child, running as the box's user. The agent
  * serves exec on TCP port AGENT_PORT of every address of the box; the host dials the box's bridge
- * address and presents the per-box token the container's env hands the agent. No host directory
+ * address and proves the per-box token the container's env hands the agent (a proof bound to that
+ * address, agent-client.ts helloProof; the token itself never goes on the wire). No host directory
  * is mounted writable: a box cannot write on the host through its agent. A restarted runtime reads
  * the token and the address back from the container's inspect: nothing is stored on the host.
  */
