@@ -82,6 +82,14 @@ func TestParseInit(t *testing.T) {
 	if _, err := parseInit([]string{"--nope"}); err == nil {
 		t.Fatal("unknown option accepted")
 	}
+	// No unix socket any more: pods created before say --socket '' (none), a path is refused.
+	cfg, err = parseInit([]string{"--socket", "", "--listen", "0.0.0.0:43011", "--", "true"})
+	if err != nil || cfg.listen != "0.0.0.0:43011" {
+		t.Fatalf("%+v %v", cfg, err)
+	}
+	if _, err := parseInit([]string{"--socket", "/run/sbx-agent/agent.sock"}); err == nil {
+		t.Fatal("a socket path accepted")
+	}
 }
 
 // testAgent runs a reaper like init does.
@@ -223,14 +231,15 @@ func TestTCPListenerWantsTheToken(t *testing.T) {
 	a := newAgent(initConfig{})
 	token := strings.Repeat("k", 40)
 	go a.serve(ln, token)
-	hello := func(tok string) frame {
+	send := func(req helloReq) frame {
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
 		fw := &frameWriter{w: c}
-		if err := fw.writeJSON(fHello, helloReq{Versions: []int{ProtocolVersion}, Token: tok}); err != nil {
+		req.Versions = []int{ProtocolVersion}
+		if err := fw.writeJSON(fHello, req); err != nil {
 			t.Fatal(err)
 		}
 		f, err := readFrame(c, make([]byte, 5))
@@ -239,6 +248,7 @@ func TestTCPListenerWantsTheToken(t *testing.T) {
 		}
 		return f
 	}
+	hello := func(tok string) frame { return send(helloReq{Token: tok}) }
 	for _, bad := range []string{"", "wrong", strings.Repeat("k", 39), token + "k"} {
 		if f := hello(bad); f.typ != fError || !strings.Contains(string(f.payload), `"forbidden"`) {
 			t.Fatalf("token %q: got %#x %s, want forbidden", bad, f.typ, f.payload)
@@ -246,6 +256,31 @@ func TestTCPListenerWantsTheToken(t *testing.T) {
 	}
 	if f := hello(token); f.typ != fHelloOK {
 		t.Fatalf("right token: got %#x %s", f.typ, f.payload)
+	}
+	// The proof in place of the token: bound to the address the connection reached.
+	proof := func(p string) frame { return send(helloReq{Proof: p}) }
+	if f := proof(helloProof(token, ln.Addr().String())); f.typ != fHelloOK {
+		t.Fatalf("proof for this address: got %#x %s", f.typ, f.payload)
+	}
+	for _, bad := range []string{helloProof(token, "127.0.0.2:43011"), helloProof("wrong", ln.Addr().String()), token} {
+		if f := proof(bad); f.typ != fError || !strings.Contains(string(f.payload), `"forbidden"`) {
+			t.Fatalf("proof %q: got %#x %s, want forbidden", bad, f.typ, f.payload)
+		}
+	}
+	// A listener without a token serves nobody.
+	open, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	go a.serve(open, "")
+	c, err := net.Dial("tcp", open.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if f, err := readFrame(c, make([]byte, 5)); err != nil || f.typ != fError || !strings.Contains(string(f.payload), `"forbidden"`) {
+		t.Fatalf("no token: got %v %v", f, err)
 	}
 }
 

@@ -7,14 +7,10 @@ import (
 	"strings"
 )
 
-// runHello speaks to an agent as the host would. target is a socket path, or tcp:HOST:PORT
-// for the TCP listener, with the token (if any) taken from $SBX_AGENT_TOKEN.
+// runHello speaks to an agent as the host would. target is tcp:HOST:PORT (or HOST:PORT), the
+// token taken from $SBX_AGENT_TOKEN.
 func runHello(target string, cmd []string) int {
-	network, addr := "unix", target
-	if rest, ok := strings.CutPrefix(target, "tcp:"); ok {
-		network, addr = "tcp", rest
-	}
-	c, err := net.Dial(network, addr)
+	c, err := net.Dial("tcp", strings.TrimPrefix(target, "tcp:"))
 	if err != nil {
 		fmt.Printf("connect: %v\n", err)
 		return 1

@@ -69,19 +69,12 @@ func runInit(cfg initConfig) int {
 	// the host's hello, token and all, and stand in for the agent), serve after: a host that
 	// connects in between waits in the backlog, and the command's failure to start still comes
 	// before any hello is answered (start reports it).
-	var unixLn, tcpLn net.Listener
+	var tcpLn net.Listener
 	var token string
-	if cfg.socket != "" {
-		if ln, err := listen(cfg.socket); err != nil {
-			// Still init: the host finds no socket and uses the engine's exec.
-			fmt.Fprintf(os.Stderr, "sbx-agent: no exec socket (%v); init only\n", err)
-		} else {
-			unixLn = ln
-		}
-	}
 	if cfg.listen != "" {
 		ln, tok, err := listenTCP(cfg.listen)
 		if err != nil {
+			// Still init: the host finds nothing listening and uses the engine's exec.
 			fmt.Fprintf(os.Stderr, "sbx-agent: no exec listener on %s (%v); init only\n", cfg.listen, err)
 		} else {
 			tcpLn, token = ln, tok
@@ -94,9 +87,6 @@ func runInit(cfg initConfig) int {
 			fmt.Fprintf(os.Stderr, "sbx-agent: cannot start %q: %v\n", cfg.cmd[0], err)
 			return code
 		}
-	}
-	if unixLn != nil {
-		go a.serve(unixLn, "")
 	}
 	if tcpLn != nil {
 		go a.serve(tcpLn, token)
@@ -263,12 +253,15 @@ func lookPath(name, path, dir string) (string, error) {
 	return "", notFoundError{name}
 }
 
-// tokenEnv holds the secret a TCP peer must present in its HELLO (Kubernetes: set in the pod
-// spec by the runtime, so only who may read the pod, or is root in the box, knows it).
+// tokenEnv holds the secret a peer must present in its HELLO: set in the container's or pod's
+// spec by the runtime, so only who may read the box's spec on the host knows it; the agent drops
+// it from every environment it gives and is not dumpable (its /proc/1/environ is closed).
 const tokenEnv = "SBX_AGENT_TOKEN"
 
-// listenTCP listens where the host's port-forward connects (the pod's loopback: the API
-// server's port-forward dials localhost inside the pod's network namespace).
+// listenTCP listens where the host connects: the box's every address on Docker (the host dials
+// its bridge address; the wildcard also keeps any box process from binding the port on one
+// address), the pod's loopback on Kubernetes (the API server's port-forward dials localhost
+// inside the pod). Go sets SO_REUSEADDR, not SO_REUSEPORT: no other socket can share the port.
 func listenTCP(addr string) (net.Listener, string, error) {
 	token := os.Getenv(tokenEnv)
 	if len(token) < 32 {
@@ -280,22 +273,6 @@ func listenTCP(addr string) (net.Listener, string, error) {
 		return nil, "", err
 	}
 	return ln, token, nil
-}
-
-func listen(path string) (*net.UnixListener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, err
-	}
-	_ = os.Remove(path) // a socket left by the box's previous run
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	ln.SetUnlinkOnClose(false)
-	// The directory (0700, the host's) keeps box processes out; the socket itself must be
-	// usable by the host's user whoever that is, and every peer is checked (SO_PEERCRED).
-	_ = os.Chmod(path, 0o666)
-	return ln, nil
 }
 
 // env is the box's environment as it stands (a copy).

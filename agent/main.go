@@ -1,12 +1,12 @@
 // Command sbx-agent is the in-box agent of sbx: injected by the Docker runtime as the box's
 // PID 1, it reaps zombies, forwards SIGTERM/SIGINT to the box's command and exits with it,
-// serves the exec API on a unix socket that only the host can use, and sends heartbeats.
+// serves the exec API on a TCP port to the host alone (a per-box token), and sends heartbeats.
 // Standard library only, built static (CGO_ENABLED=0): it runs in any image, FROM scratch
 // included. See docs/agent.md.
 //
-//	sbx-agent init [--user U] [--home] [--drop-caps N,N] [--socket PATH] [--listen ADDR] [-- CMD ARGS...]
+//	sbx-agent init [--user U] [--home] [--drop-caps N,N] [--listen ADDR] [-- CMD ARGS...]
 //	sbx-agent install DEST            (copies this binary to DEST, mode 0755: the Kubernetes init container)
-//	sbx-agent hello SOCKET|tcp:HOST:PORT [CMD...]   (speaks to an agent as the host would; prints its frames)
+//	sbx-agent hello tcp:HOST:PORT [CMD...]   (speaks to an agent as the host would; prints its frames)
 //	sbx-agent version
 //	sbx-agent fs OP PATH [ARG] [--recursive]   (one file operation as the calling user; fs.go)
 package main
@@ -18,30 +18,28 @@ import (
 	"strings"
 )
 
-const defaultSocket = "/run/sbx-agent/agent.sock"
-
 type initConfig struct {
 	user     string
 	home     bool
 	dropCaps []int
-	socket   string
-	// listen: a TCP address served besides (or, with --socket '', instead of) the socket, for
-	// hosts that reach the box through a port-forward; peers must present $SBX_AGENT_TOKEN.
+	// listen: the TCP address the exec API is served on (Docker: every address of the box, the
+	// host dials its bridge address; Kubernetes: the loopback, where the port-forward connects);
+	// peers must present $SBX_AGENT_TOKEN. Empty: init only.
 	listen string
 	cmd    []string
 }
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: sbx-agent init [--user U] [--home] [--drop-caps N,...] [--socket PATH] [--listen ADDR] [-- CMD...] | install DEST | version")
+		fmt.Fprintln(os.Stderr, "usage: sbx-agent init [--user U] [--home] [--drop-caps N,...] [--listen ADDR] [-- CMD...] | install DEST | version")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
 	case "hello":
-		// sbx-agent hello SOCKET [CMD...]: speaks to an agent as the host would and prints its
-		// frames (debugging, and the test that a box process is refused).
+		// sbx-agent hello tcp:HOST:PORT [CMD...]: speaks to an agent as the host would and prints
+		// its frames (debugging, and the test that a box process is refused).
 		if len(os.Args) < 3 {
-			fmt.Fprintln(os.Stderr, "usage: sbx-agent hello SOCKET [CMD...]")
+			fmt.Fprintln(os.Stderr, "usage: sbx-agent hello tcp:HOST:PORT [CMD...]")
 			os.Exit(2)
 		}
 		os.Exit(runHello(os.Args[2], os.Args[3:]))
@@ -72,7 +70,7 @@ func main() {
 }
 
 func parseInit(args []string) (initConfig, error) {
-	cfg := initConfig{socket: defaultSocket}
+	var cfg initConfig
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		next := func() (string, error) {
@@ -95,11 +93,15 @@ func parseInit(args []string) (initConfig, error) {
 		case "--home":
 			cfg.home = true
 		case "--socket":
+			// The unix socket in a host directory is gone (a box could write there); pods
+			// created before still say --socket '' (none), which stays accepted.
 			v, err := next()
 			if err != nil {
 				return cfg, err
 			}
-			cfg.socket = v
+			if v != "" {
+				return cfg, fmt.Errorf("--socket: the agent serves TCP only (--listen)")
+			}
 		case "--listen":
 			v, err := next()
 			if err != nil {

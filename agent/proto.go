@@ -1,7 +1,8 @@
 package main
 
 // The wire protocol between the host (src/runtime/agent-client.ts) and the agent, over one
-// connection per exec: the unix socket (Docker) or the TCP listener (Kubernetes). See docs/agent.md.
+// connection per exec to the TCP listener (Docker: the box's bridge address; Kubernetes: through
+// the port-forward). See docs/agent.md.
 //
 // Every frame: 1 byte type, 4 bytes big-endian payload length, payload (at most maxFrame).
 
@@ -55,8 +56,14 @@ const stdinWindow = 256 * 1024
 type helloReq struct {
 	Versions []int  `json:"versions"`
 	Client   string `json:"client,omitempty"`
-	// Token: the box's secret, required on the TCP listener (Kubernetes), ignored on the unix socket.
+	// Token: the box's secret ($SBX_AGENT_TOKEN), which every connection must present, as it is
+	// (Kubernetes, through the port-forward) or as Proof.
 	Token string `json:"token,omitempty"`
+	// Proof: helloProof(token, the address the host dialled) in place of the token (Docker), so
+	// that the token itself never goes on the wire: whoever holds an address the host still
+	// thinks is the box's (another container, after a restart behind the host's back) learns
+	// nothing it can use at the box's own address.
+	Proof string `json:"proof,omitempty"`
 }
 
 type helloResp struct {

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,15 +28,14 @@ const (
 	helloWait = 10 * time.Second
 )
 
-// hostConn is a connection from the host: a unix socket (Docker) or TCP through the
-// orchestrator's port-forward (Kubernetes); both can half-close.
+// hostConn is a connection from the host: TCP, straight from the host to the box's address
+// (Docker) or through the orchestrator's port-forward (Kubernetes); it can half-close.
 type hostConn interface {
 	net.Conn
 	CloseWrite() error
 }
 
-// serve accepts the host's connections. token is empty for the unix socket (its peers are
-// checked by SO_PEERCRED) and the per-box secret for the TCP listener.
+// serve accepts the host's connections; each must present token (the per-box secret).
 func (a *agent) serve(ln net.Listener, token string) {
 	for {
 		c, err := ln.Accept()
@@ -57,38 +59,15 @@ func (a *agent) serve(ln net.Listener, token string) {
 	}
 }
 
-// peerCred is the connecting process's credentials as the kernel saw them at connect.
-func peerCred(c *net.UnixConn) (*syscall.Ucred, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *syscall.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return nil, err
-	}
-	return cred, cerr
-}
-
 func (a *agent) handle(c hostConn, token string) {
 	defer c.Close()
 	fw := &frameWriter{w: c}
 	fail := func(code, field, msg string) {
 		_ = fw.writeJSON(fError, errorResp{Code: code, Field: field, Message: msg})
 	}
-	// Only the host. On the unix socket: a process of this box has a pid in the agent's pid
-	// namespace; the host's connection comes from outside it, which the kernel reports as pid 0.
-	// On TCP (reachable from the box's own network namespace): the HELLO must carry the token.
-	if uc, ok := c.(*net.UnixConn); ok {
-		cred, err := peerCred(uc)
-		if err != nil || cred.Pid != 0 {
-			fail("forbidden", "", "the sbx agent serves the host only")
-			return
-		}
-	} else if token == "" {
+	// Only the host: any process of the box can connect (it shares the box's network
+	// namespace), so the HELLO must carry the token, which no box process can read.
+	if token == "" {
 		fail("forbidden", "", "the sbx agent serves the host only")
 		return
 	}
@@ -107,7 +86,7 @@ func (a *agent) handle(c hostConn, token string) {
 		fail("protocol", "", "bad HELLO: "+err.Error())
 		return
 	}
-	if token != "" && subtle.ConstantTimeCompare([]byte(hello.Token), []byte(token)) != 1 {
+	if !hello.presents(token, c.LocalAddr().String()) {
 		fail("forbidden", "", "the sbx agent serves the host only: wrong or missing token")
 		return
 	}
@@ -468,4 +447,22 @@ func signalName(s syscall.Signal) string {
 		return n
 	}
 	return fmt.Sprintf("SIG%d", int(s))
+}
+
+// helloProof is what a HELLO presents instead of the token: HMAC-SHA256 keyed with the token
+// over the address the connection reached (host:port, as the agent's end of it sees it, which
+// is the address the host dialled: nothing rewrites the destination on the way in).
+func helloProof(token, addr string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("sbx-agent-hello " + addr))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// presents says whether the HELLO carries the token, or a proof of it for this connection's
+// address; both compared in constant time.
+func (h helloReq) presents(token, localAddr string) bool {
+	if h.Proof != "" {
+		return subtle.ConstantTimeCompare([]byte(h.Proof), []byte(helloProof(token, localAddr))) == 1
+	}
+	return subtle.ConstantTimeCompare([]byte(h.Token), []byte(token)) == 1
 }

@@ -1,9 +1,10 @@
 /**
- * Exec through the in-box agent (docs/agent.md): one connection per exec, to the unix socket the
- * agent serves in the box's host directory (Docker) or to its TCP listener through the API
- * server's port-forward (Kubernetes). Same results and stream semantics as the engine path,
- * which stays the fallback on Docker: `AgentUnreachable` before anything ran tells the runtime.
+ * Exec through the in-box agent (docs/agent.md): one TCP connection per exec, to the box's bridge
+ * address (Docker) or through the API server's port-forward (Kubernetes), presenting the box's
+ * token. Same results and stream semantics as the engine path, which stays the fallback on
+ * Docker: `AgentUnreachable` before anything ran tells the runtime.
  */
+import { createHmac } from 'node:crypto';
 import net from 'node:net';
 import { PassThrough, Writable } from 'node:stream';
 import type { Duplex } from 'node:stream';
@@ -19,12 +20,15 @@ const DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024;
 /** After a kill, how long the agent may take to say the exec ended before the connection is cut (the agent kills on disconnect too). */
 const KILL_GRACE_MS = 3000;
 
-/** The agent cannot be reached (no socket, nothing listening, a protocol it does not speak): nothing ran. */
+/**
+ * The agent cannot be reached (nothing listening, a protocol it does not speak, a refusal of the
+ * token: another box's agent now holds the address): nothing ran.
+ */
 export class AgentUnreachable extends Error {
   override readonly name = 'AgentUnreachable';
   constructor(
     message: string,
-    readonly reason: 'connect' | 'version' | 'closed',
+    readonly reason: 'connect' | 'version' | 'closed' | 'forbidden',
     options?: { cause?: unknown },
   ) {
     super(message, options);
@@ -35,21 +39,58 @@ export class AgentUnreachable extends Error {
 export interface AgentTarget {
   /** The box, for messages. */
   containerId: string;
-  /** Where the agent listens, for messages (a socket path, `port 43011 of pod x`). */
+  /** Where the agent listens, for messages (`172.17.0.2:43011`, `port 43011 of pod x`). */
   where: string;
   /** Opens one connection; a rejection or an `error` before the hello means nothing ran. */
   connect(): Duplex | Promise<Duplex>;
-  /** The box's secret, required by the agent's TCP listener (Kubernetes). */
+  /** The box's secret, which the agent requires in every HELLO: as it is (Kubernetes' port-forward) … */
   token?: string;
+  /** … or, in its place, helloProof(token, the address dialled) (Docker: the token never goes on the wire). */
+  proof?: string;
 }
 
-/** The agent's unix socket in the box's host directory (Docker). */
-export function socketTarget(containerId: string, socketPath: string): AgentTarget {
-  return { containerId, where: socketPath, connect: () => net.createConnection({ path: socketPath }) };
+/**
+ * How long a connection to an agent on a local bridge may take to open: it takes well under a
+ * millisecond; an address nobody holds any more would otherwise hang for seconds (ARP).
+ */
+const CONNECT_TIMEOUT_MS = 1000;
+
+/**
+ * What a HELLO presents in place of the token (agent/session.go helloProof): HMAC-SHA256 keyed
+ * with the token over the address dialled, which the agent sees as its end of the connection.
+ * A container that holds an address the host still thinks is the box's (the box restarted behind
+ * its back) gets a proof that the box's agent, at its own address, refuses.
+ */
+export function helloProof(token: string, address: string): string {
+  return createHmac('sha256', token).update(`sbx-agent-hello ${address}`).digest('hex');
+}
+
+/** The agent's TCP listener at `host:port` (Docker: the box's bridge address, an IPv4 address). */
+export function tcpTarget(containerId: string, host: string, port: number, token: string): AgentTarget {
+  return {
+    containerId,
+    where: `${host}:${port}`,
+    proof: helloProof(token, `${host}:${port}`),
+    connect: () => {
+      const socket = net.createConnection({ host, port });
+      // A plain timer, not socket.setTimeout (whose idle timer every read and write touches).
+      const timer = setTimeout(
+        () => socket.destroy(Object.assign(new Error(`connect timed out after ${CONNECT_TIMEOUT_MS} ms`), { code: 'ETIMEDOUT' })),
+        CONNECT_TIMEOUT_MS,
+      );
+      const settled = () => clearTimeout(timer);
+      socket.once('connect', settled).once('close', settled);
+      return socket;
+    },
+  };
 }
 
 function helloFrame(target: AgentTarget, client: string): Buffer {
-  return frame(F.hello, { versions: HOST_PROTOCOL_VERSIONS, client, ...(target.token ? { token: target.token } : {}) });
+  return frame(F.hello, {
+    versions: HOST_PROTOCOL_VERSIONS,
+    client,
+    ...(target.proof ? { proof: target.proof } : target.token ? { token: target.token } : {}),
+  });
 }
 
 /** Connects, or says why not as AgentUnreachable (nothing ran). */
@@ -167,8 +208,8 @@ async function openSession(target: AgentTarget, req: StartRequest): Promise<Sess
         } catch {
           e = { code: 'internal', message: payload.toString('utf8') };
         }
-        if (e.code === 'version')
-          rejectStarted(new AgentUnreachable(`the agent in container ${target.containerId} refused this host: ${e.message}`, 'version'));
+        if (e.code === 'version' || (e.code === 'forbidden' && !helloed))
+          rejectStarted(new AgentUnreachable(`the agent on ${target.where} refused this host: ${e.message}`, e.code));
         else rejectStarted(startError(e, req, target.containerId));
         return;
       }
@@ -411,7 +452,9 @@ export async function configureAgent(target: AgentTarget, env: Record<string, st
       else if (type === F.error) {
         const e = JSON.parse(payload.toString('utf8')) as ErrorMessage;
         done(
-          e.code === 'version' ? new AgentUnreachable(`the agent refused this host: ${e.message}`, 'version') : new SbxError('internal', `agent: ${e.message}`),
+          e.code === 'version' || e.code === 'forbidden'
+            ? new AgentUnreachable(`the agent on ${target.where} refused this host: ${e.message}`, e.code)
+            : new SbxError('internal', `agent: ${e.message}`),
         );
       }
     });

@@ -1,9 +1,18 @@
 /**
- * The host side of the in-box agent's wire protocol (agent/proto.go; docs/agent.md): one
- * connection per exec (unix socket or TCP), frames of 1 byte type + 4 bytes big-endian length + payload.
+ * The host side of the in-box agent's wire protocol (agent/proto.go; docs/agent.md): one TCP
+ * connection per exec, frames of 1 byte type + 4 bytes big-endian length + payload.
  */
 import { Writable } from 'node:stream';
 import type { PassThrough } from 'node:stream';
+
+/**
+ * The agent's TCP port in every box that has one (Docker: on each of the box's addresses, the host
+ * dials its bridge address; Kubernetes: the pod's loopback, behind the port-forward). Taken from
+ * the box's ports: a box can neither publish it nor have it dialled for its owner.
+ */
+export const AGENT_PORT = 43011;
+/** The variable holding the per-box secret every connection to the agent presents (agent/init.go). */
+export const AGENT_TOKEN_ENV = 'SBX_AGENT_TOKEN';
 
 /** The protocol versions this host speaks, newest first. */
 export const HOST_PROTOCOL_VERSIONS = [1];

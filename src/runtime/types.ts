@@ -253,8 +253,6 @@ export interface RuntimeOptions {
   agent?: boolean;
   /** Where the agent binaries are (sbx-agent-linux-<arch>); default `$SBX_AGENT_DIR`, else `.build/agent` of the package. */
   agentDir?: string;
-  /** Host directory of the boxes' agent sockets (one directory per box); default `$SBX_DATA_DIR/agent` or `~/.sbx/agent`. */
-  stateDir?: string;
   /** Kubernetes: the image an init container copies the agent binary from; absent: no agent there. */
   agentImage?: string;
   /** Kubernetes: how long `start` waits for the pod to be ready (default 120 s: a first pull of a large image). */

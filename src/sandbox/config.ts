@@ -276,8 +276,6 @@ export function resolveConfig(config: ManagerConfig = {}, env: NodeJS.ProcessEnv
     names.add(p.name);
   }
   const dataDir = v.dataDir ?? env['SBX_DATA_DIR'] ?? join(homedir(), '.sbx');
-  // The boxes' agent sockets live in the data directory unless a pool says otherwise.
-  for (const p of resolvedPools) p.runtimeOptions = { stateDir: join(dataDir, 'agent'), ...p.runtimeOptions };
   return {
     name: v.name,
     pools: resolvedPools,

@@ -9,6 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import WebSocket from 'ws';
 import { Sbx } from '../client/index.js';
 import { isSbxError } from '../errors.js';
+import { AGENT_PORT } from '../runtime/agent-protocol.js';
 import type { ManagedBox } from '../sandbox/box.js';
 import { signPortToken } from '../sandbox/port-tokens.js';
 import { testEnv } from '../testing/env.js';
@@ -313,6 +314,15 @@ describe('who may reach a port', () => {
     assert.equal(res.json.error.code, 'not_available');
     assert.equal(res.json.error.details.reason, 'port_not_exposed');
     assert.ok(performance.now() - t0 < 2_000);
+  });
+
+  test("the in-box agent's port: 400 invalid_argument, for the owner and an admin alike", async () => {
+    for (const auth of [{ key: alice }, {}]) {
+      const res = await ts.call('GET', portPath(aliceBox, AGENT_PORT, '/'), auth);
+      assert.equal(res.status, 400, res.text);
+      assert.equal(res.json.error.code, 'invalid_argument');
+      assert.equal(res.json.error.details.field, 'port');
+    }
   });
 
   test('a published port nothing listens on: 503 not_available port_not_listening', async () => {

@@ -1,31 +1,34 @@
 /**
  * Injection of the in-box agent into Docker boxes (docs/agent.md): at create, the agent binary
  * for the image's architecture is bind-mounted read-only at /.sbx/sbx-agent and made the
- * entrypoint (PID 1) with the box's command as its child, running as the box's user; a per-box
- * host directory under the runtime's state directory is mounted at /run/sbx-agent, where the
- * agent serves its socket. Later, exec finds the socket from the container's mounts, so a
- * restarted runtime reconnects to boxes created before.
+ * entrypoint (PID 1) with the box's command as its child, running as the box's user. The agent
+ * serves exec on TCP port AGENT_PORT of every address of the box; the host dials the box's bridge
+ * address and proves the per-box token the container's env hands the agent (a proof bound to that
+ * address, agent-client.ts helloProof; the token itself never goes on the wire). No host directory
+ * is mounted writable: a box cannot write on the host through its agent. A restarted runtime reads
+ * the token and the address back from the container's inspect: nothing is stored on the host.
  */
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, rm } from 'node:fs/promises';
-import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type Docker from 'dockerode';
+import { invalidArgument } from '../../errors.js';
+import { AGENT_PORT, AGENT_TOKEN_ENV } from '../agent-protocol.js';
 import type { ContainerSpec } from '../types.js';
 
-/** Where the agent's binary and socket directory are mounted inside every box. */
+/** Where the agent's binary is mounted inside every box. */
 export const AGENT_BIN = '/.sbx/sbx-agent';
-export const AGENT_DIR = '/run/sbx-agent';
-export const AGENT_SOCKET = 'agent.sock';
 /** Labels the runtime puts on a box with the agent: the protocol version and the box's user. */
 export const AGENT_LABEL = 'sbx.agent';
 export const AGENT_USER_LABEL = 'sbx.agent.user';
 /** Capabilities the agent needs as PID 1 (switch users, kill any process of the box). */
 const AGENT_CAPS = ['KILL', 'SETUID', 'SETGID'];
-/** sun_path is 108 bytes with its NUL. */
-const MAX_SOCKET_PATH = 107;
+/**
+ * Network modes the host cannot dial the agent in: none (no address), host (the agent would
+ * listen on the host's own addresses), another container's namespace (its port is that one's).
+ */
+const NO_AGENT_NETWORK = /^(none|host|container:.*)$/;
 
 /** The image fields the injection needs: what the agent must run, as whom, on which CPU. */
 export interface ImageConfig {
@@ -60,11 +63,6 @@ export function defaultAgentDir(env: NodeJS.ProcessEnv = process.env): string {
   return resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', '.build', 'agent');
 }
 
-/** The Manager's data directory's default, with the agent's per-box directories below it. */
-export function defaultStateDir(env: NodeJS.ProcessEnv = process.env): string {
-  return join(env['SBX_DATA_DIR'] ?? join(homedir(), '.sbx'), 'agent');
-}
-
 const ARCHES: Record<string, string> = { amd64: 'amd64', x86_64: 'amd64', arm64: 'arm64', aarch64: 'arm64' };
 
 /** The agent binary for an image's architecture, or undefined (then the box has no agent). */
@@ -77,17 +75,17 @@ export function agentBinaryFor(agentDir: string, architecture: string): string |
 
 export interface Injection {
   spec: ContainerSpec;
-  /** The per-box host directory (created; to remove if the create fails). */
-  dir: string;
-  socketPath: string;
+  /** The agent's secret (in the container's env; the host presents it in every HELLO). */
+  token: string;
   user: string;
 }
 
 /**
- * The spec with the agent injected, or a reason why the box gets none (no binary for the
- * image's architecture, a state directory too deep for a unix socket path).
+ * The spec with the agent injected, or a reason why the box gets none (no binary for the image's
+ * architecture, capabilities the agent needs are dropped, a network the host cannot dial it in).
+ * A box that gets the agent cannot publish its port or set its token (invalid_argument).
  */
-export async function injectAgent(spec: ContainerSpec, image: ImageConfig, agentDir: string, stateDir: string): Promise<Injection | { skip: string }> {
+export function injectAgent(spec: ContainerSpec, image: ImageConfig, agentDir: string): Injection | { skip: string } {
   const binary = agentBinaryFor(agentDir, image.architecture);
   if (!binary) return { skip: `no agent binary for architecture '${image.architecture}' in ${agentDir} (scripts/agent.sh builds them)` };
   // The agent switches users and kills any process of the box: a box whose capabilities lack
@@ -97,14 +95,12 @@ export async function injectAgent(spec: ContainerSpec, image: ImageConfig, agent
   const dropsAll = sec.capDrop?.includes('ALL') ?? false;
   const missing = AGENT_CAPS.filter((c) => (dropsAll || sec.capDrop?.includes(c)) && !sec.capAdd?.includes(c));
   if (missing.length) return { skip: `the box's capabilities lack ${missing.join(', ')}, which the agent needs` };
-  const key = randomBytes(8).toString('hex');
-  const dir = join(stateDir, key);
-  const socketPath = join(dir, AGENT_SOCKET);
-  if (Buffer.byteLength(socketPath) > MAX_SOCKET_PATH) return { skip: `socket path ${socketPath} is longer than a unix socket allows` };
-  await mkdir(stateDir, { recursive: true, mode: 0o700 });
-  // 0700 and the host's: no process of the box (root included, without the host's uid) gets in;
-  // the agent is checked by SO_PEERCRED on top (docs/agent.md).
-  await mkdir(dir, { mode: 0o700 });
+  if (spec.network && NO_AGENT_NETWORK.test(spec.network)) return { skip: `network '${spec.network}': the host cannot dial the agent there` };
+  if (spec.env?.[AGENT_TOKEN_ENV] !== undefined) throw invalidArgument('env', `${AGENT_TOKEN_ENV} is the in-box agent's own variable`);
+  if (spec.ports?.some((p) => p.containerPort === AGENT_PORT)) {
+    throw invalidArgument('ports', `port ${AGENT_PORT} is the in-box agent's; choose another`);
+  }
+  const token = randomBytes(32).toString('hex');
 
   const user = spec.user ?? image.user;
   const entrypoint = spec.entrypoint ?? image.entrypoint;
@@ -113,6 +109,10 @@ export async function injectAgent(spec: ContainerSpec, image: ImageConfig, agent
   const args = [
     AGENT_BIN,
     'init',
+    // Every address: the host dials the bridge address, whichever the engine gave at this start,
+    // and no box process can bind the port on any single address before or beside the agent.
+    '--listen',
+    `0.0.0.0:${AGENT_PORT}`,
     ...(user ? ['--user', user] : []),
     ...(spec.env?.['HOME'] !== undefined || image.envHasHome ? [] : ['--home']),
     '--',
@@ -125,20 +125,25 @@ export async function injectAgent(spec: ContainerSpec, image: ImageConfig, agent
       ...rest,
       entrypoint: args,
       user: '0:0',
+      env: { ...(spec.env ?? {}), [AGENT_TOKEN_ENV]: token },
       labels: { ...(spec.labels ?? {}), [AGENT_LABEL]: '1', [AGENT_USER_LABEL]: user },
-      binds: [...(spec.binds ?? []), { hostPath: binary, containerPath: AGENT_BIN, readOnly: true }, { hostPath: dir, containerPath: AGENT_DIR }],
+      // Read-only: the one host path of the agent's; nothing of the box's can be written through it.
+      binds: [...(spec.binds ?? []), { hostPath: binary, containerPath: AGENT_BIN, readOnly: true }],
     },
-    dir,
-    socketPath,
+    token,
     user,
   };
 }
 
 /** What the runtime knows about one box's agent. */
 export interface AgentBox {
-  /** Host path of the agent's socket; undefined: the box has no agent. */
-  socketPath: string | undefined;
-  dir: string | undefined;
+  /** The agent's secret; undefined: the box has no agent this host can dial. */
+  token: string | undefined;
+  /**
+   * The box's bridge address where the agent listens, as of the last start this runtime saw or
+   * inspect it made (a box that restarts may get another): undefined until then.
+   */
+  address?: string;
   /** The box's user (the container runs as root with the agent: the engine path must say it). */
   user: string | undefined;
   /** Set when the agent refused this host (protocol version): the engine path serves the box. */
@@ -147,17 +152,22 @@ export interface AgentBox {
   verifiedStart?: string;
 }
 
-/** The agent of a container, from its inspect: the socket directory is the mount at AGENT_DIR. */
+/**
+ * The agent of a container, from its inspect: the token from its env, the address from its
+ * networks. A box created by an earlier sbx with the agent's socket in a host directory has no
+ * token: the engine's exec serves it (docs/agent.md, "Boxes from before").
+ */
 export function agentBoxOf(c: Docker.ContainerInspectInfo): AgentBox {
   const labels = c.Config?.Labels ?? {};
-  if (labels[AGENT_LABEL] === undefined) return { socketPath: undefined, dir: undefined, user: undefined };
-  const mount = (c.Mounts ?? []).find((m) => m.Destination === AGENT_DIR && m.Type === 'bind');
-  if (!mount) return { socketPath: undefined, dir: undefined, user: labels[AGENT_USER_LABEL] };
-  return { socketPath: join(mount.Source, AGENT_SOCKET), dir: mount.Source, user: labels[AGENT_USER_LABEL] ?? '' };
+  if (labels[AGENT_LABEL] === undefined) return { token: undefined, user: undefined };
+  const prefix = `${AGENT_TOKEN_ENV}=`;
+  const token = (c.Config?.Env ?? []).find((e) => e.startsWith(prefix))?.slice(prefix.length);
+  const address = c.State?.Running ? bridgeAddressOf(c) : undefined;
+  return { token: token || undefined, user: labels[AGENT_USER_LABEL] ?? '', ...(address ? { address } : {}) };
 }
 
-/** Removes a box's socket directory (only ever one directly below the state directory). */
-export async function removeAgentDir(dir: string | undefined, stateDir: string): Promise<void> {
-  if (!dir || resolve(dirname(dir)) !== resolve(stateDir)) return;
-  await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+/** The container's address on its network, which a local engine's host can dial (its bridge). */
+export function bridgeAddressOf(c: Docker.ContainerInspectInfo): string | undefined {
+  const networks = Object.values(c.NetworkSettings?.Networks ?? {});
+  return networks.map((n) => n.IPAddress).find((ip) => !!ip);
 }

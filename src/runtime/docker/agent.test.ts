@@ -1,13 +1,14 @@
 /**
  * The in-box agent on a real engine: kills that leave nothing (env -i, setsid, double fork, a
  * FROM scratch image with one static binary and no shell), a real terminal, zombies, SIGTERM
- * with the agent as PID 1, the socket refusing box processes, heartbeats, recovery by a new
- * runtime, and the engine fallback.
+ * with the agent as PID 1, heartbeats, recovery by a new runtime (and of an address that changed
+ * behind its back), and the engine fallback. What a box cannot do to the host or its agent:
+ * agent-host.test.ts.
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -17,12 +18,11 @@ import { after, before, describe, test } from 'node:test';
 import { assertNoContainersLeft } from '../../testing/cleanup.js';
 import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
 import type { ContainerSpec } from '../types.js';
-import { AGENT_BIN, AGENT_DIR, agentBinaryFor } from './agent-inject.js';
+import { AGENT_BIN, agentBinaryFor } from './agent-inject.js';
 import { DockerRuntime } from './runtime.js';
 
 const runId = testRunId('agent');
-const stateDir = mkdtempSync(join(tmpdir(), 'sbx-agent-'));
-const rt = new DockerRuntime(testEnv.engineAddr, { stateDir });
+const rt = new DockerRuntime(testEnv.engineAddr);
 const spec = (extra: Partial<ContainerSpec> = {}): ContainerSpec => ({
   image: testEnv.baseImage,
   // sbx's own box settings (src/sandbox/security.ts 'standard'), so the agent is tested as boxes run it.
@@ -83,8 +83,6 @@ after(async () => {
   await rt.remove(box, { force: true });
   await assertNoContainersLeft(rt, runId);
   await rt.close();
-  assert.deepEqual(readdirSync(stateDir), [], 'every removed box took its socket directory with it');
-  rmSync(stateDir, { recursive: true, force: true });
 });
 
 describe('the agent as PID 1', () => {
@@ -194,7 +192,7 @@ describe('kills leave no process of the exec', () => {
     writeFileSync(
       file,
       `import { DockerRuntime } from ${JSON.stringify(resolve('src/runtime/docker/runtime.ts'))};
-const rt = new DockerRuntime(${JSON.stringify(testEnv.engineAddr)}, { stateDir: ${JSON.stringify(stateDir)} });
+const rt = new DockerRuntime(${JSON.stringify(testEnv.engineAddr)});
 await rt.execStream(${JSON.stringify(box)}, ['sh', '-c', 'setsid sleep 407 & sleep 408']);
 console.log('started');
 setInterval(() => undefined, 1000);
@@ -223,10 +221,12 @@ setInterval(() => undefined, 1000);
 });
 
 describe('boxes the agent serves or not', () => {
-  test('network none: the socket needs no network', async () => {
+  test('network none: no agent (the host could not dial it), the engine serves the box as its user', async () => {
     const id = await started({ network: 'none' });
-    assert.equal((await rt.inspect(id)).execPath, 'agent');
+    assert.equal((await rt.inspect(id)).execPath, 'engine');
     assert.equal((await rt.exec(id, ['cat', '/proc/net/dev'])).stdout.match(/^\s*[a-z0-9]+:/gm)?.length, 1, 'loopback only');
+    assert.equal((await rt.exec(id, ['id', '-u'])).stdout, '1000\n');
+    assert.doesNotMatch((await rt.processes(id))[0]?.command ?? '', /sbx-agent/);
     await rt.remove(id, { force: true });
   });
 
@@ -288,27 +288,9 @@ describe('pid and signals', () => {
   });
 });
 
-describe('the socket is the host only', () => {
-  test('a box process as the box user cannot reach it; as root in the box it is refused and runs nothing', async () => {
-    const sock = `${AGENT_DIR}/agent.sock`;
-    const asUser = await rt.exec(box, [AGENT_BIN, 'hello', sock, 'touch', '/tmp/pwned-user']);
-    assert.notEqual(asUser.exitCode, 0);
-    assert.match(asUser.stdout, /permission denied/i);
-    const asRoot = await rt.exec(box, [AGENT_BIN, 'hello', sock, 'touch', '/tmp/pwned-root'], { user: '0' });
-    assert.equal(asRoot.exitCode, 3, asRoot.stdout);
-    assert.match(asRoot.stdout, /"forbidden"/);
-    const ls = await rt.exec(box, ['ls', '/tmp']);
-    assert.doesNotMatch(ls.stdout, /pwned/);
-    // The host directory: the host's, 0700.
-    const dirs = readdirSync(stateDir);
-    assert.ok(dirs.length > 0);
-    for (const d of dirs) assert.equal(statSync(join(stateDir, d)).mode & 0o777, 0o700);
-  });
-});
-
 describe('recovery and fallback', () => {
   test('a new runtime (a restarted Manager) reaches the agent of a box created before', async () => {
-    const again = new DockerRuntime(testEnv.engineAddr, { stateDir });
+    const again = new DockerRuntime(testEnv.engineAddr);
     try {
       assert.equal((await again.inspect(box)).execPath, 'agent');
       const r = await again.exec(box, ['sh', '-c', 'id -u; cut -d" " -f4 /proc/self/stat']);
@@ -320,7 +302,7 @@ describe('recovery and fallback', () => {
   });
 
   test('the agent turned off: the engine path, as the box user; boxes created without it say engine', async () => {
-    const off = new DockerRuntime(testEnv.engineAddr, { agent: false, stateDir });
+    const off = new DockerRuntime(testEnv.engineAddr, { agent: false });
     try {
       assert.equal((await off.inspect(box)).execPath, 'engine');
       const r = await off.exec(box, ['sh', '-c', 'id -u; cut -d" " -f4 /proc/self/stat']);
@@ -340,7 +322,7 @@ describe('recovery and fallback', () => {
     assert.equal(agentBinaryFor(resolve('.build/agent'), 's390x'), undefined);
     assert.ok(agentBinaryFor(resolve('.build/agent'), 'amd64'));
     const empty = mkdtempSync(join(tmpdir(), 'sbx-no-agent-'));
-    const noBin = new DockerRuntime(testEnv.engineAddr, { agentDir: empty, stateDir });
+    const noBin = new DockerRuntime(testEnv.engineAddr, { agentDir: empty });
     try {
       const id = await noBin.create(spec());
       await noBin.start(id);
@@ -353,13 +335,46 @@ describe('recovery and fallback', () => {
     }
   });
 
-  test('a box that restarts gets its agent back at the same socket', async () => {
+  test('a box that restarts gets its agent back, at the address of its new start', async () => {
     const id = await started();
     await rt.stop(id, { timeoutMs: 2000 });
     await rt.start(id);
     assert.equal((await rt.exec(id, ['echo', 'back'])).stdout, 'back\n');
     assert.equal((await rt.inspect(id)).execPath, 'agent');
     await rt.remove(id, { force: true });
+  });
+
+  test("a box whose address changed behind the runtime's back, another box's agent now at the old one: the exec reaches the right box", async () => {
+    // A bridge network of the test's own, where addresses can be chosen.
+    const net = `sbx-test-${runId}`;
+    const subnet = `10.231.${Math.floor(Math.random() * 250)}`;
+    execFileSync('docker', ['network', 'create', '--label', `${TEST_LABEL}=${runId}`, '--subnet', `${subnet}.0/24`, net], { stdio: 'ignore' });
+    const move = (id: string, ip: string) => {
+      execFileSync('docker', ['network', 'disconnect', net, id], { stdio: 'ignore' });
+      execFileSync('docker', ['network', 'connect', '--ip', ip, net, id], { stdio: 'ignore' });
+    };
+    const ids: string[] = [];
+    try {
+      ids.push(await started({ network: net }));
+      const [a] = ids as [string];
+      assert.equal((await rt.exec(a, ['hostname'])).stdout, `${a.slice(0, 12)}\n`);
+      const old = JSON.parse(execFileSync('docker', ['inspect', '-f', `{{json .NetworkSettings.Networks}}`, a], { encoding: 'utf8' })) as Record<
+        string,
+        { IPAddress: string }
+      >;
+      move(a, `${subnet}.200`);
+      ids.push(await started({ network: net }));
+      const b = ids[1]!;
+      move(b, old[net]!.IPAddress);
+      assert.equal((await rt.exec(b, ['hostname'])).stdout, `${b.slice(0, 12)}\n`);
+      // The runtime still knows a's old address, where b's agent answers now and refuses a's token.
+      const r = await rt.exec(a, ['sh', '-c', 'hostname; cut -d" " -f4 /proc/self/stat']);
+      assert.equal(r.stdout, `${a.slice(0, 12)}\n1\n`, "a's exec ran in a, through its agent (parent pid 1)");
+      assert.equal((await rt.inspect(a)).execPath, 'agent');
+    } finally {
+      for (const id of ids) await rt.remove(id, { force: true });
+      execFileSync('docker', ['network', 'rm', net], { stdio: 'ignore' });
+    }
   });
 });
 
@@ -430,7 +445,7 @@ describe('heartbeats', () => {
     assert.equal((await rt.exec(id, ['sh', '-c', 'echo $SBX_TOKEN'], { env: { SBX_TOKEN: 'own' } })).stdout, 'own\n', 'an exec’s own env still wins');
     await assert.rejects(rt.setBoxEnv(id, { 'A=B': 'x' }), 'a name with = is refused by the agent');
     await rt.remove(id, { force: true });
-    const engineOnly = new DockerRuntime(testEnv.engineAddr, { stateDir, agent: false });
+    const engineOnly = new DockerRuntime(testEnv.engineAddr, { agent: false });
     const plain = await engineOnly.create(spec());
     await engineOnly.start(plain);
     assert.equal(await engineOnly.setBoxEnv(plain, identity), false, 'no agent: false, the caller passes the env itself');

@@ -10,6 +10,7 @@ import type { DockerConnection } from './connection.js';
 import { StdStreamDemuxer } from './demux.js';
 import { toSbxError } from './errors.js';
 import { EXEC_MARKER_ENV, KILLER_DONE, KILL_SCRIPT } from '../exec-killer.js';
+import { AGENT_TOKEN_ENV } from '../agent-protocol.js';
 import { abortError, watchForKill } from '../kill-watch.js';
 import { collectText } from '../collect-text.js';
 import type { KillWatch } from '../kill-watch.js';
@@ -72,6 +73,9 @@ async function startExec(conn: DockerConnection, containerId: string, cmd: strin
   const env = Object.entries(opts.env ?? {}).map(([k, v]) => `${k}=${v}`);
   // Last, so a caller's own SBX_EXEC_ID cannot replace it.
   env.push(`${EXEC_MARKER_ENV}=${marker}`);
+  // A name without '=' unsets it: every engine exec inherits the container's env, where a box
+  // with the agent keeps its agent's token; no process of the box may see it (docs/agent.md).
+  env.push(AGENT_TOKEN_ENV);
   const what = `exec in container ${containerId}`;
   let execId: string;
   try {

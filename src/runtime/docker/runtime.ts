@@ -30,10 +30,11 @@ import { DockerConnection } from './connection.js';
 import { DIAL_ANY_PORT_LABEL, toCreateOptions } from './container-config.js';
 import { toSbxError } from './errors.js';
 import { runBuffered, runStreaming } from './exec.js';
-import { AgentUnreachable, agentExec, agentExecStream, configureAgent, probeAgent, socketTarget } from '../agent-client.js';
+import { AgentUnreachable, agentExec, agentExecStream, configureAgent, probeAgent, tcpTarget } from '../agent-client.js';
 import type { AgentTarget } from '../agent-client.js';
 import { canCopyTool, copyTool, mountedTool } from './box-tool.js';
-import { AGENT_BIN, agentBoxOf, defaultAgentDir, defaultStateDir, imageConfigOf, injectAgent, removeAgentDir } from './agent-inject.js';
+import { AGENT_PORT } from '../agent-protocol.js';
+import { AGENT_BIN, AGENT_LABEL, agentBoxOf, bridgeAddressOf, defaultAgentDir, imageConfigOf, injectAgent } from './agent-inject.js';
 import type { AgentBox, ImageConfig } from './agent-inject.js';
 import { DockerImages } from './images.js';
 import { BoxIsolation, hostFirewallDefault } from './box-network.js';
@@ -57,7 +58,6 @@ export class DockerRuntime implements Runtime {
   /** Whether new boxes get the in-box agent: asked for (default) and the engine is on this machine. */
   readonly agentEnabled: boolean;
   private readonly agentDir: string;
-  private readonly stateDir: string;
   /** What is known of each box's agent, by the id the caller uses (learned at create or from one inspect). */
   private readonly agentBoxes = new Map<string, AgentBox>();
   /** Where each box's file tool is (null: it cannot have one), by container id; see boxTool. */
@@ -66,6 +66,8 @@ export class DockerRuntime implements Runtime {
   private readonly imageConfigs = new Map<string, ImageConfig>();
   /** The boxes' network and the host firewall (box-network.ts). */
   private readonly isolation: BoxIsolation;
+  /** The driver of each named network a box was created on (only a bridge's boxes get the agent). */
+  private readonly networkDrivers = new Map<string, string>();
 
   constructor(addr: string | RuntimeAddress, options: RuntimeOptions = {}) {
     const parsed = typeof addr === 'string' ? parseRuntimeAddress(addr) : addr;
@@ -75,10 +77,10 @@ export class DockerRuntime implements Runtime {
     this.capabilities = { hostMounts: parsed.transport === 'unix' };
     this.conn = new DockerConnection(parsed, options);
     this.images = new DockerImages(this.conn);
-    // The agent's binary and socket are host paths: tcp and ssh engines keep the engine's exec.
+    // The agent's binary is a host path and its address a local bridge's: tcp and ssh engines
+    // keep the engine's exec.
     this.agentEnabled = (options.agent ?? true) && parsed.transport === 'unix';
     this.agentDir = options.agentDir ?? defaultAgentDir();
-    this.stateDir = options.stateDir ?? defaultStateDir();
     this.isolation = new BoxIsolation(() => this.docker, parsed.transport === 'unix', options.hostFirewall ?? hostFirewallDefault());
   }
 
@@ -109,7 +111,7 @@ export class DockerRuntime implements Runtime {
 
   async create(spec: ContainerSpec): Promise<string> {
     const valid = validateSpec(spec);
-    if (!this.agentEnabled) return this.remember(await this.createContainer(valid), { socketPath: undefined, dir: undefined, user: undefined });
+    if (!this.agentEnabled) return this.remember(await this.createContainer(valid), { token: undefined, user: undefined });
     return this.createWithAgent(valid, true);
   }
 
@@ -139,26 +141,45 @@ export class DockerRuntime implements Runtime {
   private async createWithAgent(valid: ContainerSpec, retry: boolean): Promise<string> {
     const known = this.imageConfigs.get(valid.image);
     const image = known ?? (await this.imageConfig(valid.image));
-    const injected = image ? await injectAgent(valid, image, this.agentDir, this.stateDir) : undefined;
-    if (!injected || 'skip' in injected) return this.remember(await this.createContainer(valid), { socketPath: undefined, dir: undefined, user: undefined });
-    const check = known ? this.imageConfig(valid.image) : undefined;
-    let id: string;
-    try {
-      id = await this.createContainer(injected.spec);
-    } catch (err) {
-      await removeAgentDir(injected.dir, this.stateDir);
-      throw err;
+    let injected = image ? injectAgent(valid, image, this.agentDir) : undefined;
+    if (injected && !('skip' in injected)) {
+      const skip = await this.agentNetworkSkip(valid.network);
+      if (skip) injected = { skip };
     }
+    if (!injected || 'skip' in injected) return this.remember(await this.createContainer(valid), { token: undefined, user: undefined });
+    const check = known ? this.imageConfig(valid.image) : undefined;
+    const id = await this.createContainer(injected.spec);
     const fresh = check ? await check : image;
     if (retry && fresh && fresh.id !== image!.id) {
       await this.docker
         .getContainer(id)
         .remove({ force: true })
         .catch(() => undefined);
-      await removeAgentDir(injected.dir, this.stateDir);
       return this.createWithAgent(valid, false);
     }
-    return this.remember(id, { socketPath: injected.socketPath, dir: injected.dir, user: injected.user });
+    return this.remember(id, { token: injected.token, user: injected.user });
+  }
+
+  /**
+   * Why a box on a named network gets no agent: the host dials the agent at the box's address,
+   * which only a bridge network (a host interface on it) lets it reach. A driver is asked once per
+   * network name; the default network is a bridge.
+   */
+  private async agentNetworkSkip(network: string | undefined): Promise<string | undefined> {
+    if (!network || network === 'bridge' || network === 'default') return undefined;
+    let driver = this.networkDrivers.get(network);
+    if (driver === undefined) {
+      // A network that is not there: the create says so, in its own words.
+      const info = (await this.docker
+        .getNetwork(network)
+        .inspect()
+        .catch(() => undefined)) as { Driver?: string } | undefined;
+      if (!info) return undefined;
+      driver = info.Driver ?? '';
+      if (this.networkDrivers.size > 1000) this.networkDrivers.clear();
+      this.networkDrivers.set(network, driver);
+    }
+    return driver === 'bridge' ? undefined : `network '${network}' (driver '${driver}'): the host cannot dial the agent there`;
   }
 
   private async createContainer(valid: ContainerSpec): Promise<string> {
@@ -185,7 +206,7 @@ export class DockerRuntime implements Runtime {
       this.fail(err, `container ${id}`);
     }
     const box = this.agentBoxes.get(id);
-    if (this.agentEnabled && box?.socketPath && !box.refused) await this.untilAgentListens(id, box.socketPath);
+    if (this.agentEnabled && box?.token && !box.refused) await this.untilAgentListens(id, box);
   }
 
   /**
@@ -193,15 +214,18 @@ export class DockerRuntime implements Runtime {
    * and a box command that cannot start fails `start` as it does without the agent: the
    * agent starts the command before it answers and exits 126/127 when it cannot.
    */
-  private async untilAgentListens(id: string, socketPath: string): Promise<void> {
+  private async untilAgentListens(id: string, box: AgentBox): Promise<void> {
     const deadline = Date.now() + AGENT_START_WAIT_MS;
+    // The engine gives the address at each start: the one known from before may be another box's now.
+    box.address = undefined;
     for (let attempt = 0; Date.now() < deadline; attempt++) {
-      if ((await probeAgent(socketTarget(id, socketPath), 500)).ok) return;
-      if (attempt % 5 === 4) {
+      if (box.address && (await probeAgent(tcpTarget(id, box.address, AGENT_PORT, box.token!), 500)).ok) return;
+      if (!box.address || attempt % 5 === 4) {
         const c = await this.docker
           .getContainer(id)
           .inspect()
           .catch(() => undefined);
+        if (c?.State.Running) box.address = bridgeAddressOf(c);
         // With a restart policy the engine starts it again and again: Restarting, with the last exit code.
         if (c && (!c.State.Running || c.State.Restarting)) {
           // A command that ran and ended is not a failure to start; only the agent's own refusal is.
@@ -211,6 +235,8 @@ export class DockerRuntime implements Runtime {
             details: { field: 'cmd', exitCode: c.State.ExitCode, agent: why },
           });
         }
+        // Running with no IPv4 address (an IPv6-only network): nothing to dial; execs use the engine's.
+        if (!box.address) return;
       }
       await new Promise((r) => setTimeout(r, 2));
     }
@@ -244,13 +270,6 @@ export class DockerRuntime implements Runtime {
   }
 
   async remove(id: string, opts: { force?: boolean } = {}): Promise<void> {
-    // A box this runtime did not create or exec in: its agent directory is in its mounts.
-    const box =
-      this.agentBoxes.get(id) ??
-      (await this.docker
-        .getContainer(id)
-        .inspect()
-        .then(agentBoxOf, () => undefined));
     try {
       await this.docker.getContainer(id).remove({ force: opts.force ?? false, v: true });
     } catch (err) {
@@ -258,7 +277,6 @@ export class DockerRuntime implements Runtime {
     }
     this.agentBoxes.delete(id);
     this.tools.delete(id);
-    await removeAgentDir(box?.dir, this.stateDir);
   }
 
   /** The engine's own inspect of a container; its errors as SbxErrors. */
@@ -300,14 +318,16 @@ export class DockerRuntime implements Runtime {
   private async execPathOf(id: string, c: Docker.ContainerInspectInfo): Promise<'agent' | 'engine'> {
     const box = { ...agentBoxOf(c), ...pickVerdict(this.agentBoxes.get(id)) };
     this.remember(id, box);
-    if (!this.agentEnabled || !box.socketPath || box.refused) return 'engine';
+    if (!this.agentEnabled || !box.token || box.refused) return 'engine';
     if (!c.State.Running || box.verifiedStart === c.State.StartedAt) return 'agent';
+    if (!box.address) return 'engine';
     // Right after a start the agent may not listen yet (a few ms): wait for it as exec does.
+    const target = tcpTarget(id, box.address, AGENT_PORT, box.token);
     const deadline = Math.min(Date.now(), Date.parse(c.State.StartedAt) || 0) + AGENT_START_WAIT_MS;
-    let probe = await probeAgent(socketTarget(id, box.socketPath));
+    let probe = await probeAgent(target);
     while (!probe.ok && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, 10));
-      probe = await probeAgent(socketTarget(id, box.socketPath));
+      probe = await probeAgent(target);
     }
     if (!probe.ok) return 'engine';
     box.verifiedStart = c.State.StartedAt;
@@ -325,9 +345,12 @@ export class DockerRuntime implements Runtime {
   }
 
   /**
-   * Runs `run` on the agent when the box has one that answers; otherwise (the agent off, not
-   * there, refusing this host, not up yet after several tries, the box stopped) on the engine's
-   * exec, as the box's user (the container itself runs as root when it has an agent).
+   * Runs `agent` on the box's agent when it has one that answers; otherwise (the agent off, not
+   * there, refusing this host, not up yet after several tries, the box stopped) `engine` on the
+   * engine's exec, as the box's user (the container itself runs as root when it has an agent).
+   * The address known for a box is its last start's: when nothing answers there, or an agent
+   * that does not know the box's token does (the box restarted behind this runtime's back and
+   * another box has its old address), the box is inspected again for its current one.
    */
   private async viaAgent<T>(
     id: string,
@@ -337,30 +360,46 @@ export class DockerRuntime implements Runtime {
   ): Promise<T> {
     const box = await this.agentBoxFor(id);
     const engineUser = opts.user ?? (box.user ? box.user : undefined);
-    if (!this.agentEnabled || !box.socketPath || box.refused) return engine(engineUser);
-    const target = socketTarget(id, box.socketPath);
+    if (!this.agentEnabled || !box.token || box.refused) return engine(engineUser);
+    let inspected = !box.address;
+    if (!box.address && !(await this.refreshAddress(id, box))) return engine(engineUser);
     const deadline = Date.now() + AGENT_START_WAIT_MS;
-    for (let attempt = 0; ; attempt++) {
+    for (;;) {
       try {
-        return await agent(target);
+        return await agent(tcpTarget(id, box.address!, AGENT_PORT, box.token));
       } catch (err) {
         if (!(err instanceof AgentUnreachable)) throw err;
         if (err.reason === 'version') {
           box.refused = err.message;
           return engine(engineUser);
         }
-        // Not listening: a box that just started (the agent takes a few ms), or one that is down.
-        if (attempt === 0) {
-          const c = await this.docker
-            .getContainer(id)
-            .inspect()
-            .catch(() => undefined);
-          if (!c?.State.Running) return engine(engineUser);
+        // Not listening (a box that just started: the agent takes a few ms; one that is down), or
+        // the address is another box's now: once, the box's own state and address.
+        if (!inspected) {
+          inspected = true;
+          const before = box.address;
+          if (!(await this.refreshAddress(id, box))) return engine(engineUser);
+          if (box.address !== before) continue;
+        }
+        if (err.reason === 'forbidden') {
+          // The box's own address and still refused: this agent does not take this host's token.
+          box.refused = err.message;
+          return engine(engineUser);
         }
         if (Date.now() > deadline) return engine(engineUser);
         await new Promise((r) => setTimeout(r, 10));
       }
     }
+  }
+
+  /** Inspects the box for its address now; false when it does not run (or has none). */
+  private async refreshAddress(id: string, box: AgentBox): Promise<boolean> {
+    const c = await this.docker
+      .getContainer(id)
+      .inspect()
+      .catch(() => undefined);
+    box.address = c?.State.Running ? bridgeAddressOf(c) : undefined;
+    return !!box.address;
   }
 
   async list(opts: ContainerListOptions = {}): Promise<ContainerSummary[]> {
@@ -485,15 +524,15 @@ export class DockerRuntime implements Runtime {
   }
 
   async setBoxEnv(id: string, env: Record<string, string>): Promise<boolean> {
-    const box = await this.agentBoxFor(id);
-    if (!this.agentEnabled || !box.socketPath || box.refused) return false;
-    try {
-      await configureAgent(socketTarget(id, box.socketPath), env);
-      return true;
-    } catch (err) {
-      if (err instanceof AgentUnreachable) return false;
-      throw err;
-    }
+    return this.viaAgent(
+      id,
+      {},
+      async (t) => {
+        await configureAgent(t, env);
+        return true;
+      },
+      async () => false,
+    );
   }
 
   /**
@@ -527,6 +566,10 @@ export class DockerRuntime implements Runtime {
       throw invalidArgument('port', `must be an integer in 1..65535, got ${String(containerPort)}`);
     }
     const info = await this.inspect(id);
+    // The agent's port is the host's: not the owner's to reach, through the proxy or otherwise.
+    if (containerPort === AGENT_PORT && info.labels[AGENT_LABEL] !== undefined) {
+      throw invalidArgument('port', `port ${AGENT_PORT} of container ${id} is its in-box agent's, which serves sbx only`);
+    }
     if (!info.running) throw new SbxError('conflict', `container ${id} is not running`, { details: { id, status: info.status } });
     const published = info.ports.find((p) => p.containerPort === containerPort && p.protocol === 'tcp');
     if (!published && info.labels[DIAL_ANY_PORT_LABEL] === 'true') {
@@ -554,9 +597,7 @@ export class DockerRuntime implements Runtime {
   /** The container's address on its network, when this machine can reach it (a local engine's bridge). */
   private async containerAddress(id: string): Promise<string | undefined> {
     if (this.parsedAddress.transport !== 'unix') return undefined;
-    const c = await this.rawInspect(id);
-    const networks = Object.values(c.NetworkSettings?.Networks ?? {});
-    return networks.map((n) => n.IPAddress).find((ip) => !!ip);
+    return bridgeAddressOf(await this.rawInspect(id));
   }
 
   /** Where a published port is reached from here: the engine's own loopback only when it runs on this machine. */

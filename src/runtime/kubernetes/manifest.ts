@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import type { V1Container, V1Pod, V1SecurityContext, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
 import { invalidArgument } from '../../errors.js';
 import type { ContainerSpec } from '../types.js';
+import { AGENT_PORT, AGENT_TOKEN_ENV } from '../agent-protocol.js';
 
 /** The box's container in its pod; exec, logs and port-forward name it. */
 export const MAIN_CONTAINER = 'main';
@@ -30,14 +31,9 @@ export const AGENT_BIN = '/.sbx/sbx-agent';
 const AGENT_VOLUME = 'sbx-agent';
 /** The binary's path in the agent image (images/sbx-agent: FROM scratch, the binary alone). */
 const AGENT_IMAGE_BIN = '/sbx-agent';
-/**
- * The agent's TCP port on the pod's loopback, where the API server's port-forward connects (it
- * dials localhost inside the pod's network namespace). Taken from the box's ports: a box cannot
- * listen on it itself.
- */
-export const AGENT_PORT = 43011;
-/** The variable holding the secret every connection to the agent must present (agent/init.go). */
-export const AGENT_TOKEN_ENV = 'SBX_AGENT_TOKEN';
+// The agent's port on the pod's loopback, where the API server's port-forward connects (it dials
+// localhost inside the pod's network namespace), and its secret's variable: the same as on Docker.
+export { AGENT_PORT, AGENT_TOKEN_ENV };
 /** What the agent needs to start processes as the box user and kill any process of the box. */
 const AGENT_CAPS = ['KILL', 'SETUID', 'SETGID'];
 
