@@ -1,10 +1,32 @@
 import type { Readable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
+import { DEFAULT_MAX_OUTPUT_BYTES } from './bounds.js';
+import type { ExecOptions, ExecResult, OutputBudget } from './types.js';
 
 /** Output is decoded to text in batches of this many bytes. */
 const DECODE_BATCH = 1024 * 1024;
 /** How much of the output is kept whatever the limit (a start failure's message is read from it). */
 const HEAD_BYTES = 4096;
+/** Kept bytes go into slabs: the first this small (most output is a few lines), each next one as large as all before. */
+const FIRST_SLAB = 16 * 1024;
+const MAX_SLAB = 1024 * 1024;
+
+/** One stream's output as a buffered exec keeps it. */
+export interface CollectedOutput {
+  readonly truncated: boolean;
+  /** The first bytes as text, whatever the limit (a start failure's message). */
+  readonly head: string;
+  /** The kept output as text; decoded once. */
+  text(): string;
+  /** The kept bytes in order (slices of the slabs, no copy); only for output collected against a budget. */
+  pieces?(): Generator<Buffer>;
+}
+
+/** A stream's output collected for a buffered exec: as text, or as bytes drawn from `opts.outputBudget`. */
+export function collectOutput(stream: Readable, opts: Pick<ExecOptions, 'maxOutputBytes' | 'outputBudget'>): CollectedOutput {
+  const limit = opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+  return opts.outputBudget ? collectBytes(stream, limit, opts.outputBudget) : collectText(stream, limit);
+}
 
 /**
  * Decodes a stream to text as it arrives and keeps at most `limit` bytes of it; past that it
@@ -14,7 +36,7 @@ const HEAD_BYTES = 4096;
  * its chunks are freed, and the text is a rope of those strings, never copied whole. `head`
  * keeps the first bytes whatever the limit, for a start failure's message.
  */
-export function collectText(stream: Readable, limit: number) {
+export function collectText(stream: Readable, limit: number): CollectedOutput {
   const decoder = new StringDecoder('utf8');
   const state = { text: '', size: 0, truncated: false, head: undefined as Buffer | undefined, batch: [] as Buffer[], batchSize: 0 };
   const flush = () => {
@@ -52,4 +74,89 @@ export function collectText(stream: Readable, limit: number) {
       return state.truncated ? state.text : state.text + decoder.end();
     },
   };
+}
+
+/**
+ * Keeps at most `limit` bytes of a stream as bytes, copied into slabs whose memory is taken from
+ * `budget` as they are made (no chunk of the socket is held, nothing is copied twice). When the
+ * limit is reached or the budget grants nothing more, the rest is read and dropped and the
+ * output is truncated. The holder of the budget gives the memory back once it let go of the
+ * output (sbx serve: after the response is written).
+ */
+export function collectBytes(stream: Readable, limit: number, budget: OutputBudget): CollectedOutput {
+  const slabs: Buffer[] = [];
+  let fill = 0;
+  let allocated = 0;
+  let truncated = false;
+  let head: Buffer | undefined;
+  let decoded: string | undefined;
+  stream.on('data', (chunk: Buffer) => {
+    head ??= Buffer.from(chunk.subarray(0, HEAD_BYTES));
+    while (chunk.length > 0 && !truncated) {
+      let slab = slabs.at(-1);
+      if (!slab || fill === slab.length) {
+        const want = Math.min(limit - allocated, Math.max(FIRST_SLAB, Math.min(MAX_SLAB, Math.max(chunk.length, allocated))));
+        const granted = want > 0 ? budget.take(want) : 0;
+        if (granted <= 0) {
+          truncated = true;
+          break;
+        }
+        slab = Buffer.allocUnsafeSlow(granted);
+        slabs.push(slab);
+        allocated += granted;
+        fill = 0;
+      }
+      const n = chunk.copy(slab, fill, 0, Math.min(chunk.length, slab.length - fill));
+      fill += n;
+      chunk = chunk.subarray(n);
+    }
+  });
+  function* pieces(): Generator<Buffer> {
+    for (let i = 0; i < slabs.length; i++) yield i === slabs.length - 1 ? slabs[i]!.subarray(0, fill) : slabs[i]!;
+  }
+  return {
+    get truncated() {
+      return truncated;
+    },
+    get head() {
+      return head?.toString('utf8') ?? '';
+    },
+    text: () => {
+      if (decoded !== undefined) return decoded;
+      const decoder = new StringDecoder('utf8');
+      let text = '';
+      for (const p of pieces()) text += decoder.write(p);
+      decoded = truncated ? text : text + decoder.end();
+      return decoded;
+    },
+    pieces,
+  };
+}
+
+const OUTPUT = Symbol('sbx.execOutput');
+
+type Fields = Omit<ExecResult, 'stdout' | 'stderr' | 'truncated'>;
+
+/**
+ * A buffered exec's result. Output collected as text gives plain strings. Output collected
+ * against a budget stays bytes: `stdout` and `stderr` decode on first read, and
+ * `execOutputBytes` hands the bytes to a writer that never makes one string of them (sbx
+ * serve's JSON answer).
+ */
+export function execResult(fields: Fields, stdout: CollectedOutput, stderr: CollectedOutput): ExecResult {
+  const truncated = stdout.truncated || stderr.truncated;
+  if (!stdout.pieces || !stderr.pieces) {
+    return { exitCode: fields.exitCode, stdout: stdout.text(), stderr: stderr.text(), truncated, timedOut: fields.timedOut, durationMs: fields.durationMs };
+  }
+  const r = { exitCode: fields.exitCode } as ExecResult;
+  Object.defineProperty(r, 'stdout', { enumerable: true, get: () => stdout.text() });
+  Object.defineProperty(r, 'stderr', { enumerable: true, get: () => stderr.text() });
+  Object.assign(r, { truncated, timedOut: fields.timedOut, durationMs: fields.durationMs });
+  Object.defineProperty(r, OUTPUT, { value: { stdout, stderr } });
+  return r;
+}
+
+/** The output of a result collected against a budget, as bytes; undefined for one collected as text. */
+export function execOutputBytes(r: ExecResult): { stdout: CollectedOutput; stderr: CollectedOutput } | undefined {
+  return (r as ExecResult & { [OUTPUT]?: { stdout: CollectedOutput; stderr: CollectedOutput } })[OUTPUT];
 }
