@@ -10,7 +10,7 @@ import type { CollectedOutput } from '../runtime/collect-text.js';
 import { execOutputBytes } from '../runtime/collect-text.js';
 import type { ExecResult } from '../runtime/types.js';
 
-/** Bytes (or characters) escaped at a time. */
+/** Characters escaped at a time (bytes come 64 KiB at a time from CollectedOutput.pieces). */
 const SLICE = 64 * 1024;
 
 /** The result as JSON text, in pieces of at most a few hundred KiB: the fields of ExecResult in their usual order. */
@@ -27,10 +27,8 @@ export function* execResultJson(r: ExecResult): Generator<string> {
 function* escapedBytes(out: CollectedOutput): Generator<string> {
   const decoder = new StringDecoder('utf8');
   for (const piece of out.pieces!()) {
-    for (let i = 0; i < piece.length; i += SLICE) {
-      const text = decoder.write(piece.subarray(i, i + SLICE));
-      if (text) yield escape(text);
-    }
+    const text = decoder.write(piece);
+    if (text) yield escape(text);
   }
   const rest = out.truncated ? '' : decoder.end();
   if (rest) yield escape(rest);

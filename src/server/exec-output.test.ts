@@ -14,7 +14,8 @@ import { IMAGE, startTestServer } from './test-support.js';
 import type { TestServer } from './test-support.js';
 
 const MiB = 1024 * 1024;
-const BUDGET = 128 * MiB;
+/** The default cap: not reserved up front, so the probe below never holds the budget itself. */
+const BUDGET = 64 * MiB;
 
 let t: TestServer;
 let box: string;
@@ -40,7 +41,7 @@ after(async () => {
 
 const exec = (body: Record<string, unknown>) => t.call('POST', `/v1/boxes/${box}/exec`, { body });
 
-/** An exec that needs the whole budget: admitted only while no other exec holds output. */
+/** An exec whose cap is the whole budget: admitted only while no other exec holds output; it takes none itself. */
 const whole = () => exec({ cmd: ['true'], maxOutputBytes: BUDGET });
 
 /** Calls `probe` until it says yes; gives up after a minute (the event it waits for takes milliseconds). */
@@ -70,16 +71,19 @@ async function untilHeld(running: Promise<unknown>): Promise<void> {
   });
 }
 
+/** The answer is written before the server lets go of its output: a whole-budget exec may have to wait for that. */
+const untilFree = () => until('the budget is free again', async () => (await whole()).status === 200);
+
 /** A raw POST of an exec, so the test can leave at any moment. */
-function rawExec(body: Record<string, unknown>): { req: ClientRequest; response: Promise<IncomingMessage> } {
-  const u = new URL(t.url);
+function rawExec(body: Record<string, unknown>, server = t, id = box): { req: ClientRequest; response: Promise<IncomingMessage> } {
+  const u = new URL(server.url);
   const data = JSON.stringify(body);
   const req = httpRequest({
     host: u.hostname,
     port: u.port,
     method: 'POST',
-    path: `/v1/boxes/${box}/exec`,
-    headers: { authorization: `Bearer ${t.admin}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(data)) },
+    path: `/v1/boxes/${id}/exec`,
+    headers: { authorization: `Bearer ${server.admin}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(data)) },
   });
   const response = new Promise<IncomingMessage>((resolve, reject) => {
     req.on('response', resolve);
@@ -112,14 +116,17 @@ describe('the server-wide budget for buffered output', () => {
     assert.equal(engineBox.status, 201, engineBox.text);
     const { req, response } = rawExec({ cmd: printThenHang(1 * MiB), maxOutputBytes: 4 * MiB });
     response.catch(() => undefined);
-    await untilHeld(response);
-    const failed = await t.call('POST', `/v1/boxes/${engineBox.json.id}/exec`, { body: { cmd: ['no-such-program-here'], maxOutputBytes: 64 * MiB } });
-    assert.equal(failed.status, 404, failed.text);
-    // While the first exec holds output, an exec asking for more than is free is refused.
-    const refused = await exec({ cmd: ['true'], maxOutputBytes: BUDGET - 1024 });
-    assert.equal(refused.status, 429, refused.text);
-    req.destroy();
-    await until('the budget is free again', async () => (await whole()).status === 200);
+    try {
+      await untilHeld(response);
+      const failed = await t.call('POST', `/v1/boxes/${engineBox.json.id}/exec`, { body: { cmd: ['no-such-program-here'], maxOutputBytes: 4 * MiB } });
+      assert.equal(failed.status, 404, failed.text);
+      // While the first exec holds output, an exec asking for more than is free is refused.
+      const refused = await exec({ cmd: ['true'], maxOutputBytes: BUDGET - 1024 });
+      assert.equal(refused.status, 429, refused.text);
+    } finally {
+      req.destroy();
+    }
+    await untilFree();
   });
 
   test('an exec that times out gives its share back', async () => {
@@ -130,16 +137,18 @@ describe('the server-wide budget for buffered output', () => {
     assert.equal(r.json.timedOut, true);
     assert.equal(r.json.exitCode, 137);
     assert.equal(r.json.stdout.length, MiB);
-    const after = await whole();
-    assert.equal(after.status, 200, after.text);
+    await untilFree();
   });
 
   test('a client that leaves during the exec gives its share back (the exec is killed)', async () => {
     const { req, response } = rawExec({ cmd: printThenHang(1 * MiB), maxOutputBytes: 4 * MiB });
     response.catch(() => undefined);
-    await untilHeld(response);
-    req.destroy();
-    await until('the budget is free again', async () => (await whole()).status === 200);
+    try {
+      await untilHeld(response);
+    } finally {
+      req.destroy();
+    }
+    await untilFree();
   });
 
   test('a client that leaves while the answer is written gives its share back', async () => {
@@ -151,15 +160,23 @@ describe('the server-wide budget for buffered output', () => {
     res.pause();
     await untilHeld(new Promise(() => undefined));
     res.destroy();
-    await until('the budget is free again', async () => (await whole()).status === 200);
+    await untilFree();
   });
 });
 
 describe('output JSON cannot carry as one string', () => {
+  let big: TestServer;
+  before(async () => {
+    big = await startTestServer('execout-big');
+  });
+  after(async () => {
+    await big.dispose();
+  });
+
   test('100 MB of NUL bytes: the full output through the SDK and on the wire, never a 500; the server stays up', async () => {
     const size = 100_000_000;
-    const sdk = new Sbx({ url: t.url, apiKey: t.admin });
-    const remote = await sdk.get(box);
+    const sdk = new Sbx({ url: big.url, apiKey: big.admin });
+    const remote = await sdk.create({ image: IMAGE });
     const r = await remote.exec(['head', '-c', String(size), '/dev/zero'], { maxOutputBytes: size });
     assert.equal(r.exitCode, 0);
     assert.equal(r.truncated, false);
@@ -168,7 +185,7 @@ describe('output JSON cannot carry as one string', () => {
     assert.equal(r.stderr, '');
 
     // On the wire: six bytes per NUL, counted as it streams past (never held).
-    const { response } = rawExec({ cmd: ['head', '-c', String(size), '/dev/zero'], maxOutputBytes: size });
+    const { response } = rawExec({ cmd: ['head', '-c', String(size), '/dev/zero'], maxOutputBytes: size }, big, remote.id);
     const res = await response;
     assert.equal(res.statusCode, 200);
     let bytes = 0;
@@ -184,7 +201,34 @@ describe('output JSON cannot carry as one string', () => {
     const end = tail.slice(tail.lastIndexOf('\\u0000') + 6);
     assert.match(end, /^","stderr":"","truncated":false,"timedOut":false,"durationMs":\d+\}$/);
     assert.equal(bytes, head.length + size * 6 + end.length);
-    assert.equal((await t.call('GET', '/healthz', { key: null })).status, 200);
+    assert.equal((await big.call('GET', '/healthz', { key: null })).status, 200);
+  });
+});
+
+describe('large caps', () => {
+  test('a cap above 64 MiB is reserved whole while its exec runs: another large one is refused before the first printed a byte', async () => {
+    const big = await startTestServer('execout-reserve');
+    try {
+      const b = await big.call('POST', '/v1/boxes', { body: { image: IMAGE } });
+      assert.equal(b.status, 201, b.text);
+      const second = () => big.call('POST', `/v1/boxes/${b.json.id}/exec`, { body: { cmd: ['true'], maxOutputBytes: 100_000_000 } });
+      const { req, response } = rawExec({ cmd: ['sleep', '600'], maxOutputBytes: 200_000_000 }, big, b.json.id);
+      response.catch(() => undefined);
+      try {
+        await until('the second large exec is refused', async () => {
+          const r = await second();
+          if (r.status === 200) return false;
+          assert.equal(r.status, 429, r.text);
+          assert.equal(r.json.error.details.reason, 'exec_output_budget');
+          return true;
+        });
+      } finally {
+        req.destroy();
+      }
+      await until('the reservation is given back', async () => (await second()).status === 200);
+    } finally {
+      await big.dispose();
+    }
   });
 });
 

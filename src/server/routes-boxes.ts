@@ -6,7 +6,8 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { SbxError } from '../errors.js';
 import { DEFAULT_MAX_OUTPUT_BYTES } from '../runtime/bounds.js';
-import type { ExecStream } from '../runtime/types.js';
+import { dropExecOutput } from '../runtime/collect-text.js';
+import type { ExecResult, ExecStream } from '../runtime/types.js';
 import { CreateOptionsSchema } from '../sandbox/create-options.js';
 import type { ManagedBox } from '../sandbox/box.js';
 import type { Box, BoxInfo, CreateOptions } from '../sandbox/index.js';
@@ -177,16 +178,21 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
       const controller = new AbortController();
       // The output's memory goes back to the budget on every path: the exec failed, or the
       // answer was written, or the client left (during the exec or while the answer was sent).
+      let result: ExecResult | undefined;
       let answering = false;
       let gone = false;
+      const done = () => {
+        lease.release();
+        if (result) dropExecOutput(result);
+      };
       const onClose = () => {
         gone = true;
-        if (answering) lease.release();
+        if (answering) done();
         else if (!reply.raw.writableFinished) controller.abort();
       };
       reply.raw.once('close', onClose);
       try {
-        const result = await box.exec(cmd, {
+        result = await box.exec(cmd, {
           ...rest,
           maxOutputBytes: cap,
           outputBudget: lease,
@@ -195,14 +201,16 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
         });
         ctx.metrics.execs.inc({ transport: 'http', outcome: 'exited' });
         answering = true;
-        if (gone) lease.release();
+        if (gone) done();
+        // truncated alone cannot say whether the exec's own cap or the server's budget cut it.
+        if (lease.starved) reply.header('x-sbx-output-cut', 'budget');
         return reply.type('application/json; charset=utf-8').send(Readable.from(execResultJson(result), { objectMode: false }));
       } catch (err) {
         ctx.metrics.execs.inc({ transport: 'http', outcome: 'error' });
         throw err;
       } finally {
         if (!answering) {
-          lease.release();
+          done();
           reply.raw.off('close', onClose);
         }
         ctx.metrics.execDuration.observe({ transport: 'http' }, (performance.now() - started) / 1000);
