@@ -107,6 +107,8 @@ describe('the server-wide budget for buffered output', () => {
     const small = await exec({ cmd: ['sh', '-c', 'cat /tmp/over-budget 2>/dev/null; echo small'] });
     assert.equal(small.status, 200, small.text);
     assert.equal(small.json.stdout, 'small\n', 'the refused exec never ran');
+    const metrics = await t.call('GET', '/metrics', { key: null });
+    assert.match(metrics.text, new RegExp(`^sbx_exec_output_bytes\\{kind="budget"\\} ${BUDGET}$`, 'm'));
   });
 
   test('an exec that fails gives its share back', async () => {

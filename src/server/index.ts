@@ -165,15 +165,16 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
 
   let closing = false;
   const streams = new StreamRegistry();
+  const execOutput = new ExecOutputBudget(options.execOutputBudgetBytes ?? DEFAULT_EXEC_OUTPUT_BUDGET_BYTES);
   const metrics = new ServerMetrics({
     boxes: async () => (await manager.list()).map((b) => ({ pool: b.pool, status: b.status })),
     pools: async () => manager.pools(),
     cleanupStats: () => ({ ...manager.cleanupStats }),
     warm: () => manager.warm(),
+    execOutput: () => execOutput,
   });
   const proxyDomain = proxy.proxyDomain ?? manager.proxyDomain;
   const observeEngineCall: EngineCallObserver = (c) => metrics.engineCalls.observe({ op: c.op, outcome: c.outcome }, c.ms / 1000);
-  const execOutput = new ExecOutputBudget(options.execOutputBudgetBytes ?? DEFAULT_EXEC_OUTPUT_BUDGET_BYTES);
   const ctx: ServerContext = { manager, keys, metrics, streams, log, shuttingDown: () => closing, execOutput };
   const app = await buildApp(ctx, {
     bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,
