@@ -27,6 +27,7 @@ interface ServeFlags {
   grpcAdvertise?: string;
   shutdownGrace?: number;
   bodyLimit?: number;
+  execOutputBudget?: number;
   publicUrl?: string;
   proxyDomain?: string;
 }
@@ -68,6 +69,7 @@ export function serveOptions(flags: ServeFlags, env: NodeJS.ProcessEnv = process
   const dataDir = flags.dataDir ?? config.dataDir;
   const grace = flags.shutdownGrace ?? fromEnv('SBX_SHUTDOWN_GRACE', duration) ?? fromFile.shutdownGraceMs;
   const bodyLimit = flags.bodyLimit ?? fromEnv('SBX_BODY_LIMIT', bytes) ?? fromFile.bodyLimitBytes;
+  const execOutputBudget = flags.execOutputBudget ?? fromEnv('SBX_EXEC_OUTPUT_BUDGET', bytes) ?? fromFile.execOutputBudgetBytes;
   const grpcHost = flags.grpcHost ?? env['SBX_GRPC_HOST'] ?? fromFile.grpc?.host;
   const publicUrl = flags.publicUrl ?? (env['SBX_PUBLIC_URL'] || undefined) ?? fromFile.publicUrl;
   const proxyDomain = flags.proxyDomain ?? (env['SBX_PROXY_DOMAIN'] || undefined) ?? fromFile.proxyDomain;
@@ -84,6 +86,7 @@ export function serveOptions(flags: ServeFlags, env: NodeJS.ProcessEnv = process
       : {}),
     ...(grace !== undefined ? { shutdownGraceMs: grace } : {}),
     ...(bodyLimit !== undefined ? { bodyLimitBytes: bodyLimit } : {}),
+    ...(execOutputBudget !== undefined ? { execOutputBudgetBytes: execOutputBudget } : {}),
     ...(publicUrl !== undefined ? { publicUrl } : {}),
     ...(proxyDomain !== undefined ? { proxyDomain } : {}),
     ...(fromFile.e2b ? { e2b: fromFile.e2b } : {}),
@@ -107,6 +110,7 @@ export function serveCommand(): Command {
     .option('--grpc-advertise <host:port>', 'what boxes get as SBX_GRPC_ADDR (or $SBX_GRPC_ADVERTISE; default the gRPC address when a box can dial it)')
     .option('--shutdown-grace <duration>', 'grace for in-flight work on shutdown, e.g. 10s (or $SBX_SHUTDOWN_GRACE)', duration)
     .option('--body-limit <bytes>', 'largest JSON body (or $SBX_BODY_LIMIT; default 1048576)', bytes)
+    .option('--exec-output-budget <bytes>', 'buffered exec output held at once, all requests together (or $SBX_EXEC_OUTPUT_BUDGET; default 268435456)', bytes)
     .option('--public-url <url>', 'base URL clients reach this server at, for box.proxy() URLs (or $SBX_PUBLIC_URL; default the listening URL)')
     .option('--proxy-domain <domain>', 'host-based proxy: <port>-<id>.<domain> reaches that port of that box at / (or $SBX_PROXY_DOMAIN; needs wildcard DNS)')
     .action(async (flags: ServeFlags, cmd: Command) => {

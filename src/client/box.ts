@@ -79,7 +79,8 @@ export class RemoteBox implements Box {
    * An aborted `signal` drops the request, which makes the server kill the process.
    */
   async exec(cmd: string[], opts: ExecOptions = {}): Promise<ExecResult> {
-    const { signal, stdin, ...rest } = opts;
+    // outputBudget stays here: the server's own budget holds the output there.
+    const { signal, stdin, outputBudget: _local, ...rest } = opts;
     const body: Record<string, unknown> = { cmd, ...rest };
     if (typeof stdin === 'string') body['stdin'] = stdin;
     else if (stdin !== undefined) body['stdin'] = { base64: Buffer.from(stdin.buffer, stdin.byteOffset, stdin.byteLength).toString('base64') };

@@ -7,6 +7,7 @@ import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { ERROR_CODES, SbxError } from '../errors.js';
 import type { ErrorCode } from '../errors.js';
+import { JsonReader } from './json-reader.js';
 
 /** Connection-level failures worth another try: nothing reached the server's handler, or the answer never came. */
 const RETRYABLE = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'UND_ERR_CLOSED']);
@@ -124,7 +125,8 @@ export class Transport {
     const target = new URL(this.url(path));
     const body = Buffer.from(JSON.stringify(opts.json));
     const send = target.protocol === 'https:' ? httpsRequest : httpRequest;
-    const { status, text } = await new Promise<{ status: number; text: string }>((resolve, reject) => {
+    // A success is parsed as it arrives (JsonReader): its text can be longer than a string can be.
+    const answer = await new Promise<{ status: number; text: string; value?: unknown }>((resolve, reject) => {
       const req = send(
         target,
         {
@@ -133,21 +135,37 @@ export class Transport {
           ...(opts.signal ? { signal: opts.signal } : {}),
         },
         (res) => {
+          const status = res.statusCode ?? 0;
+          const reader = status < 400 ? new JsonReader() : undefined;
           const chunks: Buffer[] = [];
-          res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
+          const fail = (err: unknown) => {
+            res.destroy();
+            reject(this.readFailed(err, method, path));
+          };
+          res.on('data', (c: Buffer) => {
+            if (!reader) return void chunks.push(c);
+            try {
+              reader.write(c);
+            } catch (err) {
+              fail(err);
+            }
+          });
+          res.on('end', () => {
+            if (!reader) return resolve({ status, text: Buffer.concat(chunks).toString('utf8') });
+            try {
+              resolve({ status, text: '', value: reader.end() });
+            } catch (err) {
+              fail(err);
+            }
+          });
           res.on('error', (err) => reject(opts.signal?.aborted ? abortError(opts.signal, method, path) : this.readFailed(err, method, path)));
         },
       );
       req.on('error', (err) => reject(opts.signal?.aborted ? abortError(opts.signal, method, path) : this.unreachable(err, method, path)));
       req.end(body);
     });
-    if (status >= 400) throw errorFromBody(status, text, method, path);
-    try {
-      return JSON.parse(text) as T;
-    } catch (err) {
-      throw this.readFailed(err, method, path);
-    }
+    if (answer.status >= 400) throw errorFromBody(answer.status, answer.text, method, path);
+    return answer.value as T;
   }
 
   unreachable(err: unknown, method: string, path: string, attempts = 1): SbxError {

@@ -14,9 +14,8 @@ import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from './t
 import { AgentFrameReader, F, HOST_PROTOCOL_VERSIONS, STDIN_CHUNK, STDIN_WINDOW, frame } from './agent-protocol.js';
 import type { ErrorMessage, ExitMessage, StartRequest } from './agent-protocol.js';
 import { abortError, watchForKill } from './kill-watch.js';
-import { collectText } from './collect-text.js';
+import { collectOutput, execResult } from './collect-text.js';
 
-const DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024;
 /** After a kill, how long the agent may take to say the exec ended before the connection is cut (the agent kills on disconnect too). */
 const KILL_GRACE_MS = 3000;
 
@@ -326,10 +325,9 @@ function request(cmd: string[], opts: { workDir?: string; env?: Record<string, s
 /** Runs `cmd` to completion through the agent (the Runtime's `exec`). */
 export async function agentExec(target: AgentTarget, cmd: string[], opts: ExecOptions = {}): Promise<ExecResult> {
   const t0 = performance.now();
-  const limit = opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT;
   const session = await openSession(target, { ...request(cmd, opts, undefined), stdin: opts.stdin !== undefined });
-  const stdout = collectText(session.stdout, limit);
-  const stderr = collectText(session.stderr, limit);
+  const stdout = collectOutput(session.stdout, opts);
+  const stderr = collectOutput(session.stderr, opts);
   try {
     await session.started;
   } catch (err) {
@@ -343,14 +341,15 @@ export async function agentExec(target: AgentTarget, cmd: string[], opts: ExecOp
   await session.drained;
   session.destroy();
   if (killed.reason === 'aborted') throw abortError(opts.signal);
-  return {
-    exitCode: killed.reason ? KILLED_EXIT_CODE : exit.exitCode,
-    stdout: stdout.text(),
-    stderr: stderr.text(),
-    truncated: stdout.truncated || stderr.truncated,
-    timedOut: killed.reason === 'timeout',
-    durationMs: Math.round(performance.now() - t0),
-  };
+  return execResult(
+    {
+      exitCode: killed.reason ? KILLED_EXIT_CODE : exit.exitCode,
+      timedOut: killed.reason === 'timeout',
+      durationMs: Math.round(performance.now() - t0),
+    },
+    stdout,
+    stderr,
+  );
 }
 
 /** Starts `cmd` with live stdio through the agent (the Runtime's `execStream`); returns once it runs. */

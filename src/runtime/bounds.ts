@@ -12,7 +12,12 @@ export const MIN_CPUS = 0.01;
 export const MAX_DURATION_MS = 365 * 86_400_000;
 /** Default and ceiling of the output a buffered exec keeps per stream. */
 export const DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024;
-export const MAX_OUTPUT_BYTES = 1024 * 1024 * 1024;
+/**
+ * V8's longest string (2^29 - 24 characters on 64-bit, 24 bytes short of 512 MiB): the kept
+ * output becomes a string, and UTF-8 never decodes to more characters than it has bytes, so any
+ * output up to this fits. sbx serve bounds it further by its buffered-output budget.
+ */
+export const MAX_OUTPUT_BYTES = 2 ** 29 - 24;
 export const MAX_PIDS = 1_000_000;
 export const MAX_LABELS = 64;
 export const MAX_LABEL_VALUE = 1024;

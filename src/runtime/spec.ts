@@ -15,7 +15,7 @@ import {
   userSpec,
 } from './bounds.js';
 import { parseImageRef } from './image-ref.js';
-import type { ContainerSpec, ExecOptions, ExecStreamOptions } from './types.js';
+import type { ContainerSpec, ExecOptions, ExecStreamOptions, OutputBudget } from './types.js';
 
 const port = z.number().int().min(1).max(65535);
 const labelKey = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/;
@@ -109,6 +109,9 @@ export const ExecOptionsSchema = z
     ...execCommon,
     stdin: z.union([z.string(), z.instanceof(Uint8Array)], { error: 'must be a string or bytes' }).optional(),
     maxOutputBytes: z.number().int().min(1).max(MAX_OUTPUT_BYTES, `must be at most ${MAX_OUTPUT_BYTES} bytes`).optional(),
+    outputBudget: z
+      .custom<OutputBudget>((v) => typeof v === 'object' && v !== null && typeof (v as OutputBudget).take === 'function', 'must have take(bytes)')
+      .optional(),
   })
   .strict();
 

@@ -140,10 +140,23 @@ export interface ExecOptions {
   timeoutMs?: number;
   /** For `exec`: bytes written to the process's stdin, then stdin is closed. */
   stdin?: string | Uint8Array;
-  /** For `exec`: keep at most this many bytes of stdout and of stderr each (default 64 MiB). */
+  /** For `exec`: keep at most this many bytes of stdout and of stderr each (default 64 MiB, at most MAX_OUTPUT_BYTES). */
   maxOutputBytes?: number;
+  /**
+   * For `exec`: where the memory of the kept output comes from (sbx serve's buffered-output
+   * budget). With it the output is kept as bytes, taken from the budget as it arrives; when the
+   * budget grants nothing more the rest is dropped (`truncated`); `stdout` and `stderr` decode
+   * on first read. The caller gives the memory back once it let go of the result.
+   */
+  outputBudget?: OutputBudget;
   /** Abort = kill the process inside the box. */
   signal?: AbortSignal;
+}
+
+/** Memory for a buffered exec's output, handed out in pieces. */
+export interface OutputBudget {
+  /** Takes up to `bytes`; returns how many it got (0: none left). */
+  take(bytes: number): number;
 }
 
 export interface ExecResult {

@@ -12,6 +12,7 @@
  * //   grpc: { port: 7071, host: 172.17.0.1 }
  * //   shutdownGrace: 30s
  * //   bodyLimit: 4m
+ * //   execOutputBudget: 256m      # buffered exec output held at once
  * const section = readServerSection('/etc/sbx/config.yaml');
  */
 import { dirname, resolve } from 'node:path';
@@ -32,6 +33,7 @@ export interface ServerFileSection {
   grpc?: { port: number; host?: string; advertise?: string };
   shutdownGraceMs?: number;
   bodyLimitBytes?: number;
+  execOutputBudgetBytes?: number;
   publicUrl?: string;
   proxyDomain?: string;
   /** The e2b-compatible API (docs/e2b.md): template name → image. */
@@ -48,15 +50,16 @@ const duration = z.union([z.string(), z.number()]).transform((v, ctx) => {
     return z.NEVER;
   }
 });
-const size = z.union([z.string(), z.number().int().min(1)]).transform((v, ctx) => {
-  if (typeof v === 'number') return v;
-  try {
-    return parseBytes(v, 'bodyLimit');
-  } catch (e) {
-    ctx.addIssue({ code: 'custom', message: (e as Error).message.replace(/^bodyLimit: /, '') });
-    return z.NEVER;
-  }
-});
+const size = (key: string) =>
+  z.union([z.string(), z.number().int().min(1)]).transform((v, ctx) => {
+    if (typeof v === 'number') return v;
+    try {
+      return parseBytes(v, key);
+    } catch (e) {
+      ctx.addIssue({ code: 'custom', message: (e as Error).message.replace(`${key}: `, '') });
+      return z.NEVER;
+    }
+  });
 
 const sectionSchema = z
   .object({
@@ -72,7 +75,8 @@ const sectionSchema = z
       .strict()
       .optional(),
     shutdownGrace: duration.optional(),
-    bodyLimit: size.optional(),
+    bodyLimit: size('bodyLimit').optional(),
+    execOutputBudget: size('execOutputBudget').optional(),
     publicUrl: z.string().url().optional(),
     proxyDomain: z.string().min(1).optional(),
     e2b: z
@@ -83,7 +87,11 @@ const sectionSchema = z
   .strict();
 
 /** Keys a file must not use, with the spelling it should. */
-const FILE_SPELLING: Record<string, string> = { shutdownGraceMs: 'shutdownGrace: 10s', bodyLimitBytes: 'bodyLimit: 1m' };
+const FILE_SPELLING: Record<string, string> = {
+  shutdownGraceMs: 'shutdownGrace: 10s',
+  bodyLimitBytes: 'bodyLimit: 1m',
+  execOutputBudgetBytes: 'execOutputBudget: 256m',
+};
 
 /** The file's `server:` section, validated; `{}` when it has none. Errors name the key and line. */
 export function readServerSection(file: string): ServerFileSection {
@@ -119,6 +127,7 @@ export function readServerSection(file: string): ServerFileSection {
       : {}),
     ...(v.shutdownGrace !== undefined ? { shutdownGraceMs: v.shutdownGrace } : {}),
     ...(v.bodyLimit !== undefined ? { bodyLimitBytes: v.bodyLimit } : {}),
+    ...(v.execOutputBudget !== undefined ? { execOutputBudgetBytes: v.execOutputBudget } : {}),
     ...(v.publicUrl !== undefined ? { publicUrl: v.publicUrl } : {}),
     ...(v.proxyDomain !== undefined ? { proxyDomain: v.proxyDomain } : {}),
     ...(v.e2b !== undefined ? { e2b: { templates: v.e2b.templates } } : {}),

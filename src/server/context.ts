@@ -10,6 +10,7 @@ import type { Caller } from './auth.js';
 import { mayAccess, requireKey } from './auth.js';
 import type { KeyStore, Principal } from './keys.js';
 import type { ServerMetrics } from './metrics.js';
+import type { ExecOutputBudget } from './output-budget.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -57,6 +58,8 @@ export interface ServerContext {
   log: Logger;
   /** True once close() began: new work is refused with not_available. */
   shuttingDown(): boolean;
+  /** The budget for buffered exec output held at once; absent: one of the default size per app. */
+  execOutput?: ExecOutputBudget;
 }
 
 export { WORKSPACE_ID_PATTERN } from '../workspace/schemas.js';

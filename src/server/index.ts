@@ -23,6 +23,7 @@ import type { ServerContext } from './context.js';
 import { startGrpc } from './grpc.js';
 import type { GrpcServerHandle } from './grpc.js';
 import { KeyStore } from './keys.js';
+import { DEFAULT_EXEC_OUTPUT_BUDGET_BYTES, ExecOutputBudget } from './output-budget.js';
 import { ServerMetrics } from './metrics.js';
 import type { E2bApiOptions } from '../compat/e2b/api/index.js';
 
@@ -55,6 +56,11 @@ export interface ServeOptions {
   allowInsecure?: boolean;
   /** Largest JSON body; default 1 MiB. File uploads are streamed and bounded by the workspace quota instead. */
   bodyLimitBytes?: number;
+  /**
+   * Buffered exec output held at once, across all requests (POST /v1/boxes/:id/exec); default
+   * 256 MiB. An exec whose maxOutputBytes is more than is free is refused (429 limit_exceeded).
+   */
+  execOutputBudgetBytes?: number;
   /** How long close() waits for in-flight requests and streams before ending them; default 10 s. */
   shutdownGraceMs?: number;
   /** Failed authentications per client address in `windowMs` before 429; default 20 per minute. */
@@ -130,6 +136,11 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
   });
 
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new SbxError('invalid_argument', 'port: must be 0-65535', { details: { field: 'port' } });
+  const budget = options.execOutputBudgetBytes;
+  if (budget !== undefined && (!Number.isSafeInteger(budget) || budget < 1))
+    throw new SbxError('invalid_argument', 'execOutputBudgetBytes: must be a whole number of bytes, at least 1', {
+      details: { field: 'execOutputBudgetBytes' },
+    });
   const https = options.tls ? { cert: pem(options.tls.cert, options.tls.certFile, 'cert'), key: pem(options.tls.key, options.tls.keyFile, 'key') } : undefined;
   if (!https && !isLoopback(host) && !options.allowInsecure) {
     throw new SbxError('invalid_argument', `host: ${host} is not a loopback address; give tls (cert and key) or allowInsecure behind a TLS proxy`, {
@@ -155,15 +166,17 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
 
   let closing = false;
   const streams = new StreamRegistry();
+  const execOutput = new ExecOutputBudget(options.execOutputBudgetBytes ?? DEFAULT_EXEC_OUTPUT_BUDGET_BYTES);
   const metrics = new ServerMetrics({
     boxes: async () => (await manager.list()).map((b) => ({ pool: b.pool, status: b.status })),
     pools: async () => manager.pools(),
     cleanupStats: () => ({ ...manager.cleanupStats }),
     warm: () => manager.warm(),
+    execOutput: () => execOutput,
   });
   const proxyDomain = proxy.proxyDomain ?? manager.proxyDomain;
   const observeEngineCall: EngineCallObserver = (c) => metrics.engineCalls.observe({ op: c.op, outcome: c.outcome }, c.ms / 1000);
-  const ctx: ServerContext = { manager, keys, metrics, streams, log, shuttingDown: () => closing };
+  const ctx: ServerContext = { manager, keys, metrics, streams, log, shuttingDown: () => closing, execOutput };
   // One failure count per address for every credential the server checks, HTTP and gRPC.
   const authFailures = options.authFailures ?? { max: 20, windowMs: 60_000 };
   const limiter = new FailureLimiter(authFailures.max, authFailures.windowMs);

@@ -15,6 +15,8 @@ export interface MetricsSource {
   cleanupStats(): Record<string, number> | undefined;
   /** The warm pools' templates as they stand (Manager.warm()). */
   warm(): Promise<WarmInfo[]>;
+  /** The budget for buffered exec output: what open execs hold or reserve, and its size. */
+  execOutput?(): { usedBytes: number; totalBytes: number };
 }
 
 const BOX_STATUSES = ['running', 'stopped', 'creating'];
@@ -129,6 +131,18 @@ export class ServerMetrics {
         },
       });
     }
+    new Gauge({
+      name: 'sbx_exec_output_bytes',
+      help: 'Buffered exec output the server holds or has reserved now, and its budget (execOutputBudget)',
+      labelNames: ['kind'],
+      registers,
+      collect() {
+        const b = source.execOutput?.();
+        if (!b) return;
+        this.set({ kind: 'used' }, b.usedBytes);
+        this.set({ kind: 'budget' }, b.totalBytes);
+      },
+    });
     new Gauge({
       name: 'sbx_cleanup_actions',
       help: "The Manager's cleanup counters since it started, by reason",

@@ -1,10 +1,13 @@
 /** Boxes, buffered and SSE exec, and the heartbeat route. */
+import { Readable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { SbxError } from '../errors.js';
-import type { ExecStream } from '../runtime/types.js';
+import { DEFAULT_MAX_OUTPUT_BYTES } from '../runtime/bounds.js';
+import { dropExecOutput } from '../runtime/collect-text.js';
+import type { ExecResult, ExecStream } from '../runtime/types.js';
 import { CreateOptionsSchema } from '../sandbox/create-options.js';
 import type { ManagedBox } from '../sandbox/box.js';
 import type { Box, BoxInfo, CreateOptions } from '../sandbox/index.js';
@@ -13,6 +16,8 @@ import { actingOwner, mayAccess, requireKey } from './auth.js';
 import { boxFor, boxNotFound } from './context.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
+import { execResultJson } from './exec-json.js';
+import { DEFAULT_EXEC_OUTPUT_BUDGET_BYTES, ExecOutputBudget } from './output-budget.js';
 import {
   ExecBodySchema,
   HeartbeatBodySchema,
@@ -33,6 +38,7 @@ const LIST_PARALLELISM = 8;
 
 export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
   const r = app.withTypeProvider<ZodTypeProvider>();
+  const execOutput = ctx.execOutput ?? new ExecOutputBudget(DEFAULT_EXEC_OUTPUT_BUDGET_BYTES);
 
   r.post(
     '/v1/boxes',
@@ -166,20 +172,47 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
       const started = performance.now();
       if ((req.headers.accept ?? '').includes('text/event-stream')) return execSse(ctx, box, req.body, req, reply, started);
       const { cmd, stdin, ...rest } = req.body;
+      // A request without a cap gets the default, or the whole budget when that is smaller.
+      const cap = rest.maxOutputBytes ?? Math.min(DEFAULT_MAX_OUTPUT_BYTES, execOutput.totalBytes);
+      const lease = execOutput.lease(cap);
       const controller = new AbortController();
+      // The output's memory goes back to the budget on every path: the exec failed, or the
+      // answer was written, or the client left (during the exec or while the answer was sent).
+      let result: ExecResult | undefined;
+      let answering = false;
+      let gone = false;
+      const done = () => {
+        lease.release();
+        if (result) dropExecOutput(result);
+      };
       const onClose = () => {
-        if (!reply.raw.writableFinished) controller.abort();
+        gone = true;
+        if (answering) done();
+        else if (!reply.raw.writableFinished) controller.abort();
       };
       reply.raw.once('close', onClose);
       try {
-        const result = await box.exec(cmd, { ...rest, ...(stdin !== undefined ? { stdin: decodeStdin(stdin)! } : {}), signal: controller.signal });
+        result = await box.exec(cmd, {
+          ...rest,
+          maxOutputBytes: cap,
+          outputBudget: lease,
+          ...(stdin !== undefined ? { stdin: decodeStdin(stdin)! } : {}),
+          signal: controller.signal,
+        });
         ctx.metrics.execs.inc({ transport: 'http', outcome: 'exited' });
-        return result;
+        answering = true;
+        if (gone) done();
+        // truncated alone cannot say whether the exec's own cap or the server's budget cut it.
+        if (lease.starved) reply.header('x-sbx-output-cut', 'budget');
+        return reply.type('application/json; charset=utf-8').send(Readable.from(execResultJson(result), { objectMode: false }));
       } catch (err) {
         ctx.metrics.execs.inc({ transport: 'http', outcome: 'error' });
         throw err;
       } finally {
-        reply.raw.off('close', onClose);
+        if (!answering) {
+          done();
+          reply.raw.off('close', onClose);
+        }
         ctx.metrics.execDuration.observe({ transport: 'http' }, (performance.now() - started) / 1000);
       }
     },

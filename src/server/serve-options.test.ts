@@ -61,6 +61,7 @@ describe('serve options', () => {
         '  grpc: { port: 7999, host: 127.0.0.4, advertise: 172.17.0.1:7999 }',
         '  shutdownGrace: 1m30s',
         '  bodyLimit: 2m',
+        '  execOutputBudget: 512m',
         '',
       ].join('\n'),
     );
@@ -71,6 +72,7 @@ describe('serve options', () => {
     assert.deepEqual(o.grpc, { port: 7999, host: '127.0.0.4', advertise: '172.17.0.1:7999' });
     assert.equal(o.shutdownGraceMs, 90_000);
     assert.equal(o.bodyLimitBytes, 2 * 1024 * 1024);
+    assert.equal(o.execOutputBudgetBytes, 512 * 1024 * 1024);
     assert.equal(o.config?.name, 'opts-file', 'the Manager’s part of the same file is read, the server: section left to serve');
     assert.equal(o.config?.pools?.[0]?.idleTimeoutMs, 300_000);
     // SBX_CONFIG finds the same file; SBX_* beats it; flags beat both.
@@ -80,7 +82,9 @@ describe('serve options', () => {
     assert.equal(e.shutdownGraceMs, 3000);
     assert.equal(e.bodyLimitBytes, 2 * 1024 * 1024, 'what env does not set still comes from the file');
     assert.deepEqual(e.grpc, { port: 7999, host: '127.0.0.4', advertise: 'h:1' });
-    const f = serveOptions({ port: 9001, shutdownGrace: 5000, grpcPort: 7000, bodyLimit: 10 }, env);
+    assert.equal(serveOptions({}, { ...env, SBX_EXEC_OUTPUT_BUDGET: '1048576' }).execOutputBudgetBytes, 1024 * 1024);
+    const f = serveOptions({ port: 9001, shutdownGrace: 5000, grpcPort: 7000, bodyLimit: 10, execOutputBudget: 4096 }, env);
+    assert.equal(f.execOutputBudgetBytes, 4096);
     assert.equal(f.port, 9001);
     assert.equal(f.shutdownGraceMs, 5000);
     assert.equal(f.bodyLimitBytes, 10);

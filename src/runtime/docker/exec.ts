@@ -12,10 +12,9 @@ import { toSbxError } from './errors.js';
 import { EXEC_MARKER_ENV, KILLER_DONE, KILL_SCRIPT } from '../exec-killer.js';
 import { AGENT_TOKEN_ENV } from '../agent-protocol.js';
 import { abortError, watchForKill } from '../kill-watch.js';
-import { collectText } from '../collect-text.js';
+import { collectOutput, execResult } from '../collect-text.js';
 import type { KillWatch } from '../kill-watch.js';
 
-const DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024;
 /**
  * After the killer ran, how long the output may take to close before the socket is cut: a
  * process the killer could not find may hold it open, and the engine then keeps the stream
@@ -326,13 +325,12 @@ async function failureText(session: ExecSession): Promise<string> {
 /** Runs `cmd` to completion and collects its output (the Runtime's `exec`). */
 export async function runBuffered(conn: DockerConnection, containerId: string, cmd: string[], opts: ExecOptions = {}): Promise<ExecResult> {
   const started = performance.now();
-  const limit = opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT;
   const session = await startExec(conn, containerId, cmd, {
     ...pick(opts),
     attachStdin: opts.stdin !== undefined,
   });
-  const stdout = collectText(session.stdout, limit);
-  const stderr = collectText(session.stderr, limit);
+  const stdout = collectOutput(session.stdout, opts);
+  const stderr = collectOutput(session.stderr, opts);
   if (opts.stdin !== undefined) session.stdin.end(Buffer.from(opts.stdin));
 
   const killed = watchForKill(session, opts);
@@ -340,14 +338,15 @@ export async function runBuffered(conn: DockerConnection, containerId: string, c
   const exit = await untilExit(session, killed);
   if (exit.failed) throw startError(stdout.head, cmd, opts, containerId);
   if (killed.reason === 'aborted') throw abortError(opts.signal);
-  return {
-    exitCode: exit.code,
-    stdout: stdout.text(),
-    stderr: stderr.text(),
-    truncated: stdout.truncated || stderr.truncated,
-    timedOut: killed.reason === 'timeout',
-    durationMs: Math.round(performance.now() - started),
-  };
+  return execResult(
+    {
+      exitCode: exit.code,
+      timedOut: killed.reason === 'timeout',
+      durationMs: Math.round(performance.now() - started),
+    },
+    stdout,
+    stderr,
+  );
 }
 
 /**

@@ -20,7 +20,7 @@ import { SbxError } from '../../errors.js';
 import { KILLED_EXIT_CODE } from '../types.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from '../types.js';
 // Engine-neutral helpers that still live beside the Docker runtime (to move to src/runtime/).
-import { collectText } from '../collect-text.js';
+import { collectOutput, execResult } from '../collect-text.js';
 import { EXEC_MARKER_ENV, KILLER_DONE, KILL_SCRIPT } from '../exec-killer.js';
 import { abortError, watchForKill } from '../kill-watch.js';
 import type { KillWatch } from '../kill-watch.js';
@@ -45,7 +45,6 @@ case $1 in
 esac
 exec "$@"`;
 
-const DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024;
 /** The killer is not waited for longer than this (a frozen or overloaded box). */
 const KILLER_MAX_MS = 5000;
 /** After the killer ran, how long the exec's status may take before its connection is cut. */
@@ -167,14 +166,13 @@ async function untilEnd(session: ChannelSession, killed: KillWatch): Promise<Exe
 export async function kubeExec(t: Target, cmd: string[], opts: ExecOptions = {}): Promise<ExecResult> {
   const started = performance.now();
   const marker = randomUUID();
-  const limit = opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT;
   const session = await open(t, wrapperArgv(cmd, opts, marker), {
     stdin: opts.stdin !== undefined,
     tty: false,
     ...(opts.signal ? { signal: opts.signal } : {}),
   });
-  const stdout = collectText(session.stdout, limit);
-  const stderr = collectText(session.stderr, limit);
+  const stdout = collectOutput(session.stdout, opts);
+  const stderr = collectOutput(session.stderr, opts);
   if (opts.stdin !== undefined) session.stdin.end(Buffer.from(opts.stdin));
   const killed = watchForKill({ kill: () => runKiller(t, marker) }, opts);
   const end = await untilEnd(session, killed).catch((err: unknown) => {
@@ -188,14 +186,11 @@ export async function kubeExec(t: Target, cmd: string[], opts: ExecOptions = {})
     const failed = wrapperFailure(stderr.head, marker);
     if (failed) throw startError(failed, cmd, opts, t.pod);
   }
-  return {
-    exitCode,
-    stdout: stdout.text(),
-    stderr: stderr.text(),
-    truncated: stdout.truncated || stderr.truncated,
-    timedOut: end === 'killed' && killed.reason === 'timeout',
-    durationMs: Math.round(performance.now() - started),
-  };
+  return execResult(
+    { exitCode, timedOut: end === 'killed' && killed.reason === 'timeout', durationMs: Math.round(performance.now() - started) },
+    stdout,
+    stderr,
+  );
 }
 
 /**
