@@ -68,6 +68,8 @@ export function serveOptions(flags: ServeFlags, env: NodeJS.ProcessEnv = process
   const dataDir = flags.dataDir ?? config.dataDir;
   const grace = flags.shutdownGrace ?? fromEnv('SBX_SHUTDOWN_GRACE', duration) ?? fromFile.shutdownGraceMs;
   const bodyLimit = flags.bodyLimit ?? fromEnv('SBX_BODY_LIMIT', bytes) ?? fromFile.bodyLimitBytes;
+  const bodyTimeout = fromEnv('SBX_BODY_TIMEOUT', duration) ?? fromFile.bodyTimeoutMs;
+  const wsMaxPayload = fromEnv('SBX_WS_MAX_PAYLOAD', bytes) ?? fromFile.wsMaxPayloadBytes;
   const grpcHost = flags.grpcHost ?? env['SBX_GRPC_HOST'] ?? fromFile.grpc?.host;
   const publicUrl = flags.publicUrl ?? (env['SBX_PUBLIC_URL'] || undefined) ?? fromFile.publicUrl;
   const proxyDomain = flags.proxyDomain ?? (env['SBX_PROXY_DOMAIN'] || undefined) ?? fromFile.proxyDomain;
@@ -84,6 +86,8 @@ export function serveOptions(flags: ServeFlags, env: NodeJS.ProcessEnv = process
       : {}),
     ...(grace !== undefined ? { shutdownGraceMs: grace } : {}),
     ...(bodyLimit !== undefined ? { bodyLimitBytes: bodyLimit } : {}),
+    ...(bodyTimeout !== undefined ? { bodyTimeoutMs: bodyTimeout } : {}),
+    ...(wsMaxPayload !== undefined ? { wsMaxPayloadBytes: wsMaxPayload } : {}),
     ...(publicUrl !== undefined ? { publicUrl } : {}),
     ...(proxyDomain !== undefined ? { proxyDomain } : {}),
     ...(fromFile.e2b ? { e2b: fromFile.e2b } : {}),

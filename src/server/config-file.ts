@@ -12,6 +12,8 @@
  * //   grpc: { port: 7071, host: 172.17.0.1 }
  * //   shutdownGrace: 30s
  * //   bodyLimit: 4m
+//   bodyTimeout: 30s     # a request body idle this long: 408 (0 = never)
+//   wsMaxPayload: 16m    # larger WebSocket messages close with 1009
  * const section = readServerSection('/etc/sbx/config.yaml');
  */
 import { dirname, resolve } from 'node:path';
@@ -32,6 +34,8 @@ export interface ServerFileSection {
   grpc?: { port: number; host?: string; advertise?: string };
   shutdownGraceMs?: number;
   bodyLimitBytes?: number;
+  bodyTimeoutMs?: number;
+  wsMaxPayloadBytes?: number;
   publicUrl?: string;
   proxyDomain?: string;
   /** The e2b-compatible API (docs/e2b.md): template name → image. */
@@ -73,6 +77,8 @@ const sectionSchema = z
       .optional(),
     shutdownGrace: duration.optional(),
     bodyLimit: size.optional(),
+    bodyTimeout: duration.optional(),
+    wsMaxPayload: size.optional(),
     publicUrl: z.string().url().optional(),
     proxyDomain: z.string().min(1).optional(),
     e2b: z
@@ -83,7 +89,12 @@ const sectionSchema = z
   .strict();
 
 /** Keys a file must not use, with the spelling it should. */
-const FILE_SPELLING: Record<string, string> = { shutdownGraceMs: 'shutdownGrace: 10s', bodyLimitBytes: 'bodyLimit: 1m' };
+const FILE_SPELLING: Record<string, string> = {
+  shutdownGraceMs: 'shutdownGrace: 10s',
+  bodyLimitBytes: 'bodyLimit: 1m',
+  bodyTimeoutMs: 'bodyTimeout: 30s',
+  wsMaxPayloadBytes: 'wsMaxPayload: 16m',
+};
 
 /** The file's `server:` section, validated; `{}` when it has none. Errors name the key and line. */
 export function readServerSection(file: string): ServerFileSection {
@@ -119,6 +130,8 @@ export function readServerSection(file: string): ServerFileSection {
       : {}),
     ...(v.shutdownGrace !== undefined ? { shutdownGraceMs: v.shutdownGrace } : {}),
     ...(v.bodyLimit !== undefined ? { bodyLimitBytes: v.bodyLimit } : {}),
+    ...(v.bodyTimeout !== undefined ? { bodyTimeoutMs: v.bodyTimeout } : {}),
+    ...(v.wsMaxPayload !== undefined ? { wsMaxPayloadBytes: v.wsMaxPayload } : {}),
     ...(v.publicUrl !== undefined ? { publicUrl: v.publicUrl } : {}),
     ...(v.proxyDomain !== undefined ? { proxyDomain: v.proxyDomain } : {}),
     ...(v.e2b !== undefined ? { e2b: { templates: v.e2b.templates } } : {}),

@@ -54,6 +54,13 @@ export interface ServeOptions {
   allowInsecure?: boolean;
   /** Largest JSON body; default 1 MiB. File uploads are streamed and bounded by the workspace quota instead. */
   bodyLimitBytes?: number;
+  /**
+   * A request body with no byte for this long is answered 408 (code `timeout`) and its connection
+   * closed; default 30 s, 0 = never. Idle time, not total: a long upload that keeps sending is fine.
+   */
+  bodyTimeoutMs?: number;
+  /** Largest WebSocket message a client may send (exec, VNC); a larger one closes with 1009. Default 16 MiB. */
+  wsMaxPayloadBytes?: number;
   /** How long close() waits for in-flight requests and streams before ending them; default 10 s. */
   shutdownGraceMs?: number;
   /** Failed authentications per client address in `windowMs` before 429; default 20 per minute. */
@@ -165,6 +172,8 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
   const ctx: ServerContext = { manager, keys, metrics, streams, log, shuttingDown: () => closing };
   const app = await buildApp(ctx, {
     bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,
+    ...(options.bodyTimeoutMs !== undefined ? { bodyTimeoutMs: options.bodyTimeoutMs } : {}),
+    ...(options.wsMaxPayloadBytes !== undefined ? { wsMaxPayloadBytes: options.wsMaxPayloadBytes } : {}),
     authFailures: options.authFailures ?? { max: 20, windowMs: 60_000 },
     https,
     proxyDomain,
