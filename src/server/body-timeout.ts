@@ -37,15 +37,16 @@ export function boundBodyReads(server: Server, timeoutMs: number, log: Logger): 
         stop();
         log.info({ method: req.method, url: req.url?.split('?')[0], ip: socket.remoteAddress, timeoutMs }, 'request body timed out');
         const message = `the request body stopped arriving: no byte for ${timeoutMs} ms (server.bodyTimeout)`;
+        const cause = Object.assign(new Error(message), { code: 'SBX_BODY_TIMEOUT' });
         if (res.headersSent) {
-          req.destroy();
+          req.destroy(cause);
           return;
         }
         // The envd and e2b API routes answer in envd's shape, everything else in sbx's.
         const body = req.url?.startsWith('/e2b/')
           ? { code: 408, message }
           : { error: { code: 'timeout', message, details: { limit: 'bodyTimeoutMs', timeoutMs } } };
-        res.once('finish', () => req.destroy());
+        res.once('finish', () => req.destroy(cause));
         res.writeHead(408, { 'content-type': 'application/json', connection: 'close' });
         res.end(JSON.stringify(body));
       },

@@ -85,6 +85,11 @@ function headers(method: string, path: string, h: Record<string, string>): strin
   return [`${method} ${path} HTTP/1.1`, `host: 127.0.0.1`, 'connection: close', ...Object.entries(h).map(([k, v]) => `${k}: ${v}`), ''].join('\n');
 }
 
+/** Checks `done` until it holds; the test's own timeout bounds the wait. */
+async function until(done: () => Promise<boolean>): Promise<void> {
+  while (!(await done())) await new Promise((r) => setTimeout(r, 50));
+}
+
 const auth = () => ({ authorization: `Bearer ${t.admin}` });
 
 describe('envd /files', () => {
@@ -154,14 +159,24 @@ describe('box and workspace file uploads', () => {
     await assertAlive();
   });
 
-  test('clients that go away mid-upload (box file, workspace file, workspace tar) leave the server serving', async () => {
-    for (const path of [`/v1/boxes/${boxId}/files/tmp/gone.bin`, `/v1/workspaces/${wsId}/files/gone.bin`, `/v1/workspaces/${wsId}/tar/gone`]) {
-      await raw(headers('PUT', path, { ...auth(), 'content-type': 'application/octet-stream', 'content-length': '1000000' }), Buffer.alloc(70_000, 1), {
-        destroyAfterWrite: true,
+  test(
+    'clients that go away mid-upload (box file, workspace file, workspace tar) leave the server serving, and the write ends',
+    { timeout: 60_000 },
+    async () => {
+      for (const path of [`/v1/boxes/${boxId}/files/tmp/gone.bin`, `/v1/workspaces/${wsId}/files/gone.bin`, `/v1/workspaces/${wsId}/tar/gone`]) {
+        await raw(headers('PUT', path, { ...auth(), 'content-type': 'application/octet-stream', 'content-length': '1000000' }), Buffer.alloc(70_000, 1), {
+          destroyAfterWrite: true,
+        });
+      }
+      await assertAlive();
+      // The workspace write gave up: its temp file is removed (a write left waiting would hold it,
+      // its file handle and its quota reservation for ever).
+      await until(async () => {
+        const list = await t.call('GET', `/v1/workspaces/${wsId}/files?list=true`);
+        return !list.json.entries.some((e: { name: string }) => e.name.startsWith('.sbx-tmp-'));
       });
-    }
-    await assertAlive();
-  });
+    },
+  );
 });
 
 describe('reading what is not a regular file', () => {

@@ -7,7 +7,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { posix } from 'node:path';
-import { PassThrough, type Readable } from 'node:stream';
+import { PassThrough, finished, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip, createGzip } from 'node:zlib';
 import busboy from 'busboy';
@@ -68,7 +68,10 @@ function decoded(req: IncomingMessage): Readable {
   const out = new PassThrough();
   out.on('error', () => undefined);
   gunzip.on('error', (err) => out.destroy(badBody('not valid gzip', err)));
-  req.on('error', (err) => out.destroy(err));
+  // A client gone mid-body: the request closes without 'end' (and without 'error' when nothing else listens).
+  finished(req, (err) => {
+    if (err) out.destroy(err);
+  });
   out.on('close', () => {
     req.unpipe(gunzip);
     gunzip.destroy();
@@ -131,7 +134,9 @@ async function uploadMultipart(req: IncomingMessage, uf: UserFS, pathParam: stri
       writes.push(written);
     });
     parser.on('error', (err) => failed!(badBody('multipart form', err)));
-    req.on('error', (err) => failed!(err));
+    finished(req, (err) => {
+      if (err) failed!(err);
+    });
     parser.on('close', resolve);
   });
   req.pipe(parser);
