@@ -12,6 +12,8 @@ import { SbxError } from '../errors.js';
 import { parseDuration } from '../util/duration.js';
 import { readServerSection } from '../server/config-file.js';
 import { serve } from '../server/index.js';
+import { logUncaughtErrors } from '../server/process-errors.js';
+import pino from 'pino';
 import type { ServeOptions } from '../server/index.js';
 
 interface ServeFlags {
@@ -116,7 +118,10 @@ export function serveCommand(): Command {
     .action(async (flags: ServeFlags, cmd: Command) => {
       const parentConfig = cmd.parent?.opts<{ config?: string }>().config;
       const opts = serveOptions({ ...flags, ...(flags.config === undefined && parentConfig ? { config: parentConfig } : {}) });
-      const server = await serve(opts);
+      const log = pino({ name: 'sbx-server', level: process.env['SBX_LOG_LEVEL'] ?? 'info' });
+      // Logged, never fatal: one request that reaches a bug must not take every box's API down.
+      const restore = logUncaughtErrors(log);
+      const server = await serve({ ...opts, logger: log });
       const dial = server.boxGrpcAddr ? `, boxes dial ${server.boxGrpcAddr}` : '';
       process.stderr.write(`sbx: serving ${server.url}${server.grpc ? ` (gRPC heartbeat on ${server.grpc.address}${dial})` : ''}\n`);
       await new Promise<void>((resolve) => {
@@ -128,5 +133,6 @@ export function serveCommand(): Command {
         process.once('SIGTERM', stop);
       });
       await server.close();
+      restore();
     });
 }
