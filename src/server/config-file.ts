@@ -52,15 +52,16 @@ const duration = z.union([z.string(), z.number()]).transform((v, ctx) => {
     return z.NEVER;
   }
 });
-const size = z.union([z.string(), z.number().int().min(1)]).transform((v, ctx) => {
-  if (typeof v === 'number') return v;
-  try {
-    return parseBytes(v, 'bodyLimit');
-  } catch (e) {
-    ctx.addIssue({ code: 'custom', message: (e as Error).message.replace(/^bodyLimit: /, '') });
-    return z.NEVER;
-  }
-});
+const size = (key: string) =>
+  z.union([z.string(), z.number().int().min(1)]).transform((v, ctx) => {
+    if (typeof v === 'number') return v;
+    try {
+      return parseBytes(v, key);
+    } catch (e) {
+      ctx.addIssue({ code: 'custom', message: (e as Error).message.replace(new RegExp(`^${key}: `), '') });
+      return z.NEVER;
+    }
+  });
 
 const sectionSchema = z
   .object({
@@ -76,9 +77,9 @@ const sectionSchema = z
       .strict()
       .optional(),
     shutdownGrace: duration.optional(),
-    bodyLimit: size.optional(),
+    bodyLimit: size('bodyLimit').optional(),
     bodyTimeout: duration.optional(),
-    wsMaxPayload: size.optional(),
+    wsMaxPayload: size('wsMaxPayload').optional(),
     publicUrl: z.string().url().optional(),
     proxyDomain: z.string().min(1).optional(),
     e2b: z

@@ -61,6 +61,8 @@ describe('serve options', () => {
         '  grpc: { port: 7999, host: 127.0.0.4, advertise: 172.17.0.1:7999 }',
         '  shutdownGrace: 1m30s',
         '  bodyLimit: 2m',
+        '  bodyTimeout: 45s',
+        '  wsMaxPayload: 4m',
         '',
       ].join('\n'),
     );
@@ -71,6 +73,14 @@ describe('serve options', () => {
     assert.deepEqual(o.grpc, { port: 7999, host: '127.0.0.4', advertise: '172.17.0.1:7999' });
     assert.equal(o.shutdownGraceMs, 90_000);
     assert.equal(o.bodyLimitBytes, 2 * 1024 * 1024);
+    assert.equal(o.bodyTimeoutMs, 45_000);
+    assert.equal(o.wsMaxPayloadBytes, 4 * 1024 * 1024);
+    assert.equal(
+      serveOptions({ config: file }, { SBX_DATA_DIR: dir, SBX_BODY_TIMEOUT: '0', SBX_WS_MAX_PAYLOAD: '1024' }).bodyTimeoutMs,
+      0,
+      'env beats the file; 0 = never',
+    );
+    assert.equal(serveOptions({ config: file }, { SBX_DATA_DIR: dir, SBX_WS_MAX_PAYLOAD: '1024' }).wsMaxPayloadBytes, 1024);
     assert.equal(o.config?.name, 'opts-file', 'the Manager’s part of the same file is read, the server: section left to serve');
     assert.equal(o.config?.pools?.[0]?.idleTimeoutMs, 300_000);
     // SBX_CONFIG finds the same file; SBX_* beats it; flags beat both.
