@@ -134,6 +134,29 @@ describe('envd /files', () => {
   });
 });
 
+describe('envd Connect RPCs', () => {
+  test('a garbage body to a unary RPC is a 4xx, a cut stream envelope an invalid_argument end message, and the server lives', async () => {
+    const unary = await t.call('POST', `${ENVD_PREFIX}/filesystem.Filesystem/Stat`, {
+      key: null,
+      headers: { ...envdHeaders, 'content-type': 'application/json' },
+      raw: '{"path": ',
+    });
+    assert.ok(unary.status >= 400 && unary.status < 500, `${unary.status} ${unary.text}`);
+    assert.equal(unary.json.code, 'invalid_argument', unary.text);
+    // A Connect stream whose envelope says 1 MiB and then ends: the stream's end message carries the error.
+    const envelope = Buffer.alloc(5);
+    envelope.writeUInt32BE(1024 * 1024, 1);
+    const stream = await t.call('POST', `${ENVD_PREFIX}/process.Process/Start`, {
+      key: null,
+      headers: { ...envdHeaders, 'content-type': 'application/connect+json' },
+      raw: Buffer.concat([envelope, Buffer.from('{"proc')]),
+    });
+    assert.equal(stream.status, 200, 'a Connect stream answers its error in the end-stream message');
+    assert.match(stream.text, /"code":"invalid_argument".*incomplete envelope/);
+    await assertAlive();
+  });
+});
+
 describe('box and workspace file uploads', () => {
   test('a truncated tar into a workspace: 400 invalid_argument (field tar)', async () => {
     // A valid 512-byte header for a 1000-byte file, then 10 bytes of it and the end.
@@ -239,6 +262,16 @@ describe('WebSocket routes', () => {
     const { ws, closed } = await opened();
     ws.send(Buffer.alloc(17 * 1024 * 1024, 0x61));
     assert.equal(await closed, 1009);
+    await assertAlive();
+  });
+
+  test('a first control frame that is not JSON closes with 1008 and invalid_argument', async () => {
+    const ws = new WebSocket(wsUrl().replace('?cmd=cat', ''), { headers: auth() });
+    ws.on('error', () => undefined);
+    const closed = new Promise<{ code: number; reason: string }>((resolve) => ws.once('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+    await once(ws, 'open');
+    ws.send(Buffer.concat([Buffer.from([3]), Buffer.from('{"exec": {{{')]));
+    assert.deepEqual(await closed, { code: 1008, reason: 'invalid_argument' });
     await assertAlive();
   });
 
