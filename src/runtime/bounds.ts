@@ -61,7 +61,8 @@ export const absolutePath = (what: string) =>
   z
     .string()
     .max(4096)
-    .refine((p) => p.startsWith('/') && !NUL.test(p) && !p.split('/').includes('..'), `${what} must be an absolute path without '..'`);
+    .refine((p) => p.startsWith('/') && !NUL.test(p) && !p.split('/').includes('..'), `${what} must be an absolute path without '..'`)
+    .refine(wellFormed, NOT_WELL_FORMED);
 
 export const envName = z.string().regex(ENV_NAME, 'env names must match [A-Za-z_][A-Za-z0-9_]* (no =)').max(256);
 

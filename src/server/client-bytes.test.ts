@@ -217,13 +217,17 @@ describe('reading what is not a regular file', () => {
 });
 
 describe('JSON bodies', () => {
-  test('a lone surrogate in a label value or key: 400 invalid_argument naming the field', async () => {
+  test('a lone surrogate in a label value or the mount path: 400 invalid_argument naming the field', async () => {
     for (const labels of ['{"a":"\\ud800"}', '{"a":"x\\udc00y"}']) {
       const r = await t.call('POST', '/v1/boxes', { body: `{"image":${JSON.stringify(testEnv.baseImage)},"labels":${labels}}` });
       assert.equal(r.status, 400, r.text);
       assert.equal(r.json.error.code, 'invalid_argument');
       assert.match(r.json.error.details?.field ?? '', /labels/);
     }
+    // mountPath becomes a label too (sbx.mount-path).
+    const m = await t.call('POST', '/v1/boxes', { body: `{"image":${JSON.stringify(testEnv.baseImage)},"mountPath":"/w\\udfff"}` });
+    assert.equal(m.status, 400, m.text);
+    assert.match(m.json.error.details?.field ?? '', /mountPath/);
   });
 
   test('a body shorter than its Content-Length is answered 408 and closed after the body timeout', { timeout: 60_000 }, async () => {
