@@ -22,13 +22,24 @@ const BODY_TIMEOUT_MS = 1500;
 let t: TestServer;
 let boxId: string;
 let envdHeaders: Record<string, string>;
+/** A box served by the engine's exec (no agent): its slower start let a bad gzip body fail before anyone listened. */
+let engineExecHeaders: Record<string, string>;
 let wsId: string;
 
 before(async () => {
-  t = await startTestServer('bytes', { serve: { bodyTimeoutMs: BODY_TIMEOUT_MS } });
-  const box = await t.manager.create({ image: testEnv.e2bImage });
+  t = await startTestServer('bytes', {
+    serve: { bodyTimeoutMs: BODY_TIMEOUT_MS },
+    config: {
+      pools: [
+        { name: 'local', addr: testEnv.engineAddr },
+        { name: 'engine-exec', addr: testEnv.engineAddr, agent: false },
+      ],
+    },
+  });
+  const [box, plain] = await Promise.all([t.manager.create({ image: testEnv.e2bImage }), t.manager.create({ image: testEnv.e2bImage, pool: 'engine-exec' })]);
   boxId = box.id;
   envdHeaders = { 'e2b-sandbox-id': boxId, 'x-access-token': await envdAccessToken(t.manager, boxId) };
+  engineExecHeaders = { 'e2b-sandbox-id': plain.id, 'x-access-token': await envdAccessToken(t.manager, plain.id) };
   const ws = await t.call('POST', '/v1/workspaces', { body: { name: 'bytes' } });
   assert.equal(ws.status, 201, ws.text);
   wsId = ws.json.id;
@@ -93,16 +104,18 @@ async function until(done: () => Promise<boolean>): Promise<void> {
 const auth = () => ({ authorization: `Bearer ${t.admin}` });
 
 describe('envd /files', () => {
-  test('a body that claims gzip but is not: 400, and the server lives', async () => {
-    const r = await t.call('POST', `${ENVD_PREFIX}/files?path=/tmp/x`, {
-      key: null,
-      headers: { ...envdHeaders, 'content-type': 'application/octet-stream', 'content-encoding': 'gzip' },
-      raw: 'this is not gzip at all, not even close',
-    });
-    assert.equal(r.status, 400, r.text);
-    assert.equal(r.json.code, 400);
-    assert.match(r.json.message, /gzip/);
-    await assertAlive();
+  test('a body that claims gzip but is not: 400, and the server lives (engine exec and agent boxes)', async () => {
+    for (const h of [engineExecHeaders, envdHeaders]) {
+      const r = await t.call('POST', `${ENVD_PREFIX}/files?path=/tmp/x`, {
+        key: null,
+        headers: { ...h, 'content-type': 'application/octet-stream', 'content-encoding': 'gzip' },
+        raw: 'this is not gzip at all, not even close',
+      });
+      assert.equal(r.status, 400, r.text);
+      assert.equal(r.json.code, 400);
+      assert.match(r.json.message, /gzip/);
+      await assertAlive();
+    }
   });
 
   test('a truncated multipart body: 400, not 500 "Unexpected end of form"', async () => {
