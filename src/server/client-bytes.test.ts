@@ -7,8 +7,10 @@
  */
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import { existsSync, readdirSync } from 'node:fs';
 import { connect } from 'node:net';
 import type { Socket } from 'node:net';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import WebSocket from 'ws';
 import { envdAccessToken } from '../compat/e2b/access-token.js';
@@ -25,6 +27,7 @@ let envdHeaders: Record<string, string>;
 /** A box served by the engine's exec (no agent): its slower start let a bad gzip body fail before anyone listened. */
 let engineExecHeaders: Record<string, string>;
 let wsId: string;
+let wsNode: string;
 
 before(async () => {
   t = await startTestServer('bytes', {
@@ -43,6 +46,7 @@ before(async () => {
   const ws = await t.call('POST', '/v1/workspaces', { body: { name: 'bytes' } });
   assert.equal(ws.status, 201, ws.text);
   wsId = ws.json.id;
+  wsNode = ws.json.node;
 });
 after(async () => {
   await t.dispose();
@@ -211,6 +215,9 @@ describe('box and workspace file uploads', () => {
         const list = await t.call('GET', `/v1/workspaces/${wsId}/files?list=true`);
         return !list.json.entries.some((e: { name: string }) => e.name.startsWith('.sbx-tmp-'));
       });
+      // So did the tar import: its staging tree is removed (one left waiting held it and three file handles).
+      const staging = join(t.dataDir, 'workspaces', wsNode, wsId, 'staging');
+      await until(async () => !existsSync(staging) || readdirSync(staging).length === 0);
     },
   );
 });
