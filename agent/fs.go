@@ -66,6 +66,7 @@ var errnoNames = map[syscall.Errno]string{
 	syscall.ENOTEMPTY: "ENOTEMPTY", syscall.ENOTDIR: "ENOTDIR", syscall.EISDIR: "EISDIR", syscall.EINVAL: "EINVAL",
 	syscall.ENOSPC: "ENOSPC", syscall.EDQUOT: "EDQUOT", syscall.EROFS: "EROFS", syscall.ELOOP: "ELOOP",
 	syscall.ENAMETOOLONG: "ENAMETOOLONG", syscall.EXDEV: "EXDEV", syscall.EBUSY: "EBUSY", syscall.ETXTBSY: "ETXTBSY",
+	syscall.ENXIO: "ENXIO",
 }
 
 // codeOfErrno is the stable code of an errno: what the caller can do about it, not how it happened.
@@ -77,7 +78,7 @@ func codeOfErrno(e syscall.Errno) string {
 		return "forbidden"
 	case syscall.EEXIST, syscall.ENOTEMPTY, syscall.EBUSY:
 		return "conflict"
-	case syscall.ENOTDIR, syscall.EISDIR, syscall.EINVAL, syscall.ELOOP, syscall.ENAMETOOLONG, syscall.EXDEV:
+	case syscall.ENOTDIR, syscall.EISDIR, syscall.EINVAL, syscall.ELOOP, syscall.ENAMETOOLONG, syscall.EXDEV, syscall.ENXIO:
 		return "invalid_argument"
 	case syscall.ENOSPC, syscall.EDQUOT:
 		return "quota_exceeded"
@@ -261,6 +262,10 @@ func statEntry(path, name string) (dirEntry, error) {
 func fsRead(path string, stdout io.Writer) error {
 	// O_NONBLOCK: a FIFO must not hang the open; only regular files are read (as the workspace API).
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC|syscall.O_NOCTTY, 0)
+	if errors.Is(err, syscall.ENXIO) {
+		// open(2) of a unix socket (or a device without its driver) fails before fstat can tell.
+		return &fsError{Code: "invalid_argument", Errno: "ENXIO", Message: fmt.Sprintf("cannot read %s: not a regular file (a socket or device)", path), Path: path}
+	}
 	if err != nil {
 		return toFsError(err, "read", path)
 	}

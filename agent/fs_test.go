@@ -6,9 +6,11 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -233,5 +235,27 @@ func TestFsWatch(t *testing.T) {
 	os.Remove(filepath.Join(dir, "v.txt"))
 	if e := next(); e != (watchEvent{Type: "remove", Name: "v.txt"}) {
 		t.Fatalf("%+v", e)
+	}
+}
+
+// A unix socket cannot be opened (ENXIO) and a FIFO must not block the open: both are refused as
+// "not a regular file", never internal.
+func TestFsReadSocketAndFifoRefused(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "s.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{sock, fifo} {
+		r := runFsT(nil, "read", p)
+		if code := errCode(t, r); code != "invalid_argument" || !strings.Contains(r.stderr, "not a regular file") {
+			t.Fatalf("%s: %s %q", p, code, r.stderr)
+		}
 	}
 }

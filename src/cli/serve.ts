@@ -12,6 +12,8 @@ import { SbxError } from '../errors.js';
 import { parseDuration } from '../util/duration.js';
 import { readServerSection } from '../server/config-file.js';
 import { serve } from '../server/index.js';
+import { logUncaughtErrors } from '../server/process-errors.js';
+import pino from 'pino';
 import type { ServeOptions } from '../server/index.js';
 
 interface ServeFlags {
@@ -70,6 +72,8 @@ export function serveOptions(flags: ServeFlags, env: NodeJS.ProcessEnv = process
   const grace = flags.shutdownGrace ?? fromEnv('SBX_SHUTDOWN_GRACE', duration) ?? fromFile.shutdownGraceMs;
   const bodyLimit = flags.bodyLimit ?? fromEnv('SBX_BODY_LIMIT', bytes) ?? fromFile.bodyLimitBytes;
   const execOutputBudget = flags.execOutputBudget ?? fromEnv('SBX_EXEC_OUTPUT_BUDGET', bytes) ?? fromFile.execOutputBudgetBytes;
+  const bodyTimeout = fromEnv('SBX_BODY_TIMEOUT', duration) ?? fromFile.bodyTimeoutMs;
+  const wsMaxPayload = fromEnv('SBX_WS_MAX_PAYLOAD', bytes) ?? fromFile.wsMaxPayloadBytes;
   const grpcHost = flags.grpcHost ?? env['SBX_GRPC_HOST'] ?? fromFile.grpc?.host;
   const publicUrl = flags.publicUrl ?? (env['SBX_PUBLIC_URL'] || undefined) ?? fromFile.publicUrl;
   const proxyDomain = flags.proxyDomain ?? (env['SBX_PROXY_DOMAIN'] || undefined) ?? fromFile.proxyDomain;
@@ -87,6 +91,8 @@ export function serveOptions(flags: ServeFlags, env: NodeJS.ProcessEnv = process
     ...(grace !== undefined ? { shutdownGraceMs: grace } : {}),
     ...(bodyLimit !== undefined ? { bodyLimitBytes: bodyLimit } : {}),
     ...(execOutputBudget !== undefined ? { execOutputBudgetBytes: execOutputBudget } : {}),
+    ...(bodyTimeout !== undefined ? { bodyTimeoutMs: bodyTimeout } : {}),
+    ...(wsMaxPayload !== undefined ? { wsMaxPayloadBytes: wsMaxPayload } : {}),
     ...(publicUrl !== undefined ? { publicUrl } : {}),
     ...(proxyDomain !== undefined ? { proxyDomain } : {}),
     ...(fromFile.e2b ? { e2b: fromFile.e2b } : {}),
@@ -116,7 +122,10 @@ export function serveCommand(): Command {
     .action(async (flags: ServeFlags, cmd: Command) => {
       const parentConfig = cmd.parent?.opts<{ config?: string }>().config;
       const opts = serveOptions({ ...flags, ...(flags.config === undefined && parentConfig ? { config: parentConfig } : {}) });
-      const server = await serve(opts);
+      const log = pino({ name: 'sbx-server', level: process.env['SBX_LOG_LEVEL'] ?? 'info' });
+      // Logged, never fatal: one request that reaches a bug must not take every box's API down.
+      const restore = logUncaughtErrors(log);
+      const server = await serve({ ...opts, logger: log });
       const dial = server.boxGrpcAddr ? `, boxes dial ${server.boxGrpcAddr}` : '';
       process.stderr.write(`sbx: serving ${server.url}${server.grpc ? ` (gRPC heartbeat on ${server.grpc.address}${dial})` : ''}\n`);
       await new Promise<void>((resolve) => {
@@ -128,5 +137,6 @@ export function serveCommand(): Command {
         process.once('SIGTERM', stop);
       });
       await server.close();
+      restore();
     });
 }

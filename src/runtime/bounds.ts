@@ -33,20 +33,28 @@ export const USER_PATTERN = /^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?$/;
 const CONTROL = /[\x00-\x1f\x7f]/;
 // eslint-disable-next-line no-control-regex
 const NUL = /\x00/;
+/** A UTF-16 surrogate without its pair: JSON can carry one (`"\\ud800"`), UTF-8 cannot, so the engine would get U+FFFD instead. */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/** Whether a string survives UTF-8 unchanged (no lone surrogate). */
+export const wellFormed = (s: string): boolean => !LONE_SURROGATE.test(s);
+export const NOT_WELL_FORMED = 'must be valid Unicode (no lone surrogate such as \\ud800)';
 
 /** Text that becomes a label or a name: printable, no NUL, no control characters. */
 export const plainText = (max: number) =>
   z
     .string()
     .max(max, `must be at most ${max} characters`)
-    .refine((s) => !CONTROL.test(s), 'must not contain NUL or control characters');
+    .refine((s) => !CONTROL.test(s), 'must not contain NUL or control characters')
+    .refine(wellFormed, NOT_WELL_FORMED);
 
 /** Text that becomes an env value or an argument: anything but NUL, which C strings cannot carry. */
 export const cString = (max: number) =>
   z
     .string()
     .max(max, `must be at most ${max} characters`)
-    .refine((s) => !NUL.test(s), 'must not contain NUL bytes');
+    .refine((s) => !NUL.test(s), 'must not contain NUL bytes')
+    .refine(wellFormed, NOT_WELL_FORMED);
 
 export const durationMs = z
   .number({ error: 'must be a number of milliseconds' })
@@ -58,7 +66,8 @@ export const absolutePath = (what: string) =>
   z
     .string()
     .max(4096)
-    .refine((p) => p.startsWith('/') && !NUL.test(p) && !p.split('/').includes('..'), `${what} must be an absolute path without '..'`);
+    .refine((p) => p.startsWith('/') && !NUL.test(p) && !p.split('/').includes('..'), `${what} must be an absolute path without '..'`)
+    .refine(wellFormed, NOT_WELL_FORMED);
 
 export const envName = z.string().regex(ENV_NAME, 'env names must match [A-Za-z_][A-Za-z0-9_]* (no =)').max(256);
 

@@ -12,6 +12,7 @@ import { SbxError } from '../errors.js';
 import { WS_PROTOCOL, authenticate, bearerFromProtocols } from './auth.js';
 import type { Caller, FailureLimiter } from './auth.js';
 import type { ServerContext } from './context.js';
+import { boundBodyReads } from './body-timeout.js';
 import { mapError } from './errors.js';
 import { adminRoutes } from './routes-admin.js';
 import { proxyRoutes, rewriteHostBased } from './routes-proxy.js';
@@ -31,19 +32,25 @@ export interface AppOptions {
   bodyLimitBytes: number;
   /** The server's one auth-failure limiter (serve() gives the same to the gRPC heartbeat). */
   limiter: FailureLimiter;
+  /** A request body with no byte for this long is answered 408 and its connection closed; 0 = never (body-timeout.ts). */
+  bodyTimeoutMs?: number;
   https?: { cert: string | Buffer; key: string | Buffer } | undefined;
   /**
    * What the VNC routes use; default the real ones (port authorization, the box's own dial).
    * Tests give stand-ins to drive the bridge against a local TCP server.
    */
   vnc?: VncDeps;
-  /** Largest WebSocket message accepted from a client. */
+  /** Largest WebSocket message accepted from a client; a larger one closes the socket with 1009. Default 16 MiB. */
   wsMaxPayloadBytes?: number;
   /** Host-based proxy: `<port>-<id>.<proxyDomain>` reaches that port of that box at `/`. */
   proxyDomain?: string | undefined;
   /** The e2b-compatible control plane under /e2b/api (docs/e2b.md). */
   e2b?: E2bApiOptions | undefined;
 }
+
+/** Defaults of the server's own client-facing bounds (docs/api.md, "Limits"). */
+export const DEFAULT_BODY_TIMEOUT_MS = 30_000;
+export const DEFAULT_WS_MAX_PAYLOAD_BYTES = 16 * 1024 * 1024;
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,64}$/;
 
@@ -75,6 +82,7 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
     ...(opts.proxyDomain ? { rewriteUrl: rewriteHostBased(opts.proxyDomain)! } : {}),
     ...(opts.https ? { https: { cert: opts.https.cert, key: opts.https.key } } : {}),
   }) as unknown as FastifyInstance;
+  boundBodyReads(app.server, opts.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS, ctx.log);
   // JSON only: a text/plain body is refused (415) rather than parsed as a string.
   app.removeContentTypeParser('text/plain');
   app.decorate('sbxPortAuth', { ctx, limiter });
@@ -91,7 +99,7 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   });
   await app.register(websocket, {
     options: {
-      maxPayload: opts.wsMaxPayloadBytes ?? 16 * 1024 * 1024,
+      maxPayload: opts.wsMaxPayloadBytes ?? DEFAULT_WS_MAX_PAYLOAD_BYTES,
       // Only ever sbx.v1: selecting the offered sbx.bearer.<credential> would send it back.
       handleProtocols: (protocols: Set<string>) => (protocols.has(WS_PROTOCOL) ? WS_PROTOCOL : false),
     },

@@ -13,6 +13,8 @@
  * //   shutdownGrace: 30s
  * //   bodyLimit: 4m
  * //   execOutputBudget: 256m      # buffered exec output held at once
+ * //   bodyTimeout: 30s            # a request body idle this long: 408 (0 = never)
+ * //   wsMaxPayload: 16m           # larger WebSocket messages close with 1009
  * const section = readServerSection('/etc/sbx/config.yaml');
  */
 import { dirname, resolve } from 'node:path';
@@ -34,6 +36,8 @@ export interface ServerFileSection {
   shutdownGraceMs?: number;
   bodyLimitBytes?: number;
   execOutputBudgetBytes?: number;
+  bodyTimeoutMs?: number;
+  wsMaxPayloadBytes?: number;
   publicUrl?: string;
   proxyDomain?: string;
   /** The e2b-compatible API (docs/e2b.md): template name → image. */
@@ -56,7 +60,7 @@ const size = (key: string) =>
     try {
       return parseBytes(v, key);
     } catch (e) {
-      ctx.addIssue({ code: 'custom', message: (e as Error).message.replace(`${key}: `, '') });
+      ctx.addIssue({ code: 'custom', message: (e as Error).message.replace(new RegExp(`^${key}: `), '') });
       return z.NEVER;
     }
   });
@@ -77,6 +81,8 @@ const sectionSchema = z
     shutdownGrace: duration.optional(),
     bodyLimit: size('bodyLimit').optional(),
     execOutputBudget: size('execOutputBudget').optional(),
+    bodyTimeout: duration.optional(),
+    wsMaxPayload: size('wsMaxPayload').optional(),
     publicUrl: z.string().url().optional(),
     proxyDomain: z.string().min(1).optional(),
     e2b: z
@@ -91,6 +97,8 @@ const FILE_SPELLING: Record<string, string> = {
   shutdownGraceMs: 'shutdownGrace: 10s',
   bodyLimitBytes: 'bodyLimit: 1m',
   execOutputBudgetBytes: 'execOutputBudget: 256m',
+  bodyTimeoutMs: 'bodyTimeout: 30s',
+  wsMaxPayloadBytes: 'wsMaxPayload: 16m',
 };
 
 /** The file's `server:` section, validated; `{}` when it has none. Errors name the key and line. */
@@ -128,6 +136,8 @@ export function readServerSection(file: string): ServerFileSection {
     ...(v.shutdownGrace !== undefined ? { shutdownGraceMs: v.shutdownGrace } : {}),
     ...(v.bodyLimit !== undefined ? { bodyLimitBytes: v.bodyLimit } : {}),
     ...(v.execOutputBudget !== undefined ? { execOutputBudgetBytes: v.execOutputBudget } : {}),
+    ...(v.bodyTimeout !== undefined ? { bodyTimeoutMs: v.bodyTimeout } : {}),
+    ...(v.wsMaxPayload !== undefined ? { wsMaxPayloadBytes: v.wsMaxPayload } : {}),
     ...(v.publicUrl !== undefined ? { publicUrl: v.publicUrl } : {}),
     ...(v.proxyDomain !== undefined ? { proxyDomain: v.proxyDomain } : {}),
     ...(v.e2b !== undefined ? { e2b: { templates: v.e2b.templates } } : {}),

@@ -61,6 +61,13 @@ export interface ServeOptions {
    * 256 MiB. An exec whose maxOutputBytes is more than is free is refused (429 limit_exceeded).
    */
   execOutputBudgetBytes?: number;
+  /**
+   * A request body with no byte for this long is answered 408 (code `timeout`) and its connection
+   * closed; default 30 s, 0 = never. Idle time, not total: a long upload that keeps sending is fine.
+   */
+  bodyTimeoutMs?: number;
+  /** Largest WebSocket message a client may send (exec, VNC); a larger one closes with 1009. Default 16 MiB. */
+  wsMaxPayloadBytes?: number;
   /** How long close() waits for in-flight requests and streams before ending them; default 10 s. */
   shutdownGraceMs?: number;
   /** Failed authentications per client address in `windowMs` before 429; default 20 per minute. */
@@ -183,6 +190,8 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
   const app = await buildApp(ctx, {
     bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,
     limiter,
+    ...(options.bodyTimeoutMs !== undefined ? { bodyTimeoutMs: options.bodyTimeoutMs } : {}),
+    ...(options.wsMaxPayloadBytes !== undefined ? { wsMaxPayloadBytes: options.wsMaxPayloadBytes } : {}),
     https,
     proxyDomain,
     e2b: options.e2b,

@@ -1,5 +1,5 @@
 /** Workspaces: CRUD, usage, and file I/O streamed both ways (raw bytes, tar). */
-import { Transform } from 'node:stream';
+import { Transform, finished } from 'node:stream';
 import type { Readable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
@@ -51,8 +51,12 @@ export function counting(ctx: ServerContext, direction: 'read' | 'written', sour
   // A client gone mid-body fails the source and so the meter. Whoever still reads the meter hears
   // it; a write that already ended does not, and an unheard error would end the process. (Not
   // pipeline: it would destroy the request, and with it the socket the refusal is sent on.)
+  // A source that closes without ending (a client gone, a request cut by the body timeout) fails
+  // the meter too: the write reading it would otherwise wait forever, holding its file and quota.
   meter.on('error', () => undefined);
-  source.on('error', (err) => meter.destroy(err));
+  finished(source, (err) => {
+    if (err) meter.destroy(err);
+  });
   return source.pipe(meter);
 }
 

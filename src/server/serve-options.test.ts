@@ -62,6 +62,8 @@ describe('serve options', () => {
         '  shutdownGrace: 1m30s',
         '  bodyLimit: 2m',
         '  execOutputBudget: 512m',
+        '  bodyTimeout: 45s',
+        '  wsMaxPayload: 4m',
         '',
       ].join('\n'),
     );
@@ -73,6 +75,14 @@ describe('serve options', () => {
     assert.equal(o.shutdownGraceMs, 90_000);
     assert.equal(o.bodyLimitBytes, 2 * 1024 * 1024);
     assert.equal(o.execOutputBudgetBytes, 512 * 1024 * 1024);
+    assert.equal(o.bodyTimeoutMs, 45_000);
+    assert.equal(o.wsMaxPayloadBytes, 4 * 1024 * 1024);
+    assert.equal(
+      serveOptions({ config: file }, { SBX_DATA_DIR: dir, SBX_BODY_TIMEOUT: '0', SBX_WS_MAX_PAYLOAD: '1024' }).bodyTimeoutMs,
+      0,
+      'env beats the file; 0 = never',
+    );
+    assert.equal(serveOptions({ config: file }, { SBX_DATA_DIR: dir, SBX_WS_MAX_PAYLOAD: '1024' }).wsMaxPayloadBytes, 1024);
     assert.equal(o.config?.name, 'opts-file', 'the Manager’s part of the same file is read, the server: section left to serve');
     assert.equal(o.config?.pools?.[0]?.idleTimeoutMs, 300_000);
     // SBX_CONFIG finds the same file; SBX_* beats it; flags beat both.

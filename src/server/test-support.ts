@@ -90,6 +90,11 @@ export async function startTestServer(
   };
 }
 
+/** The id in an API key (`sbxk_<id>_<secret>`): envd access tokens and signed URLs are per key. */
+export function keyIdOf(key: string): string {
+  return /^sbxk_([0-9a-f]{16})_/.exec(key)![1]!;
+}
+
 /** Removes every container labelled with this Manager name; returns how many there were. */
 export async function removeContainersOf(managerName: string): Promise<number> {
   const engine = new DockerRuntime(testEnv.engineAddr);

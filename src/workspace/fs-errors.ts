@@ -38,6 +38,8 @@ export function toWorkspaceError(err: unknown, path: string, action: string): Sb
       return new SbxError('invalid_argument', `cannot ${action} ${shown}: it is a directory`, opts);
     case 'ENOTDIR':
       return new SbxError('invalid_argument', `cannot ${action} ${shown}: a component is not a directory`, opts);
+    case 'ENXIO': // open(2) of a unix socket
+      return new SbxError('invalid_argument', `cannot ${action} ${shown}: not a regular file`, opts);
     case 'ELOOP':
       return symlinkRefused(path, action);
     case 'EINVAL':

@@ -4,7 +4,7 @@
  * fields are refused.
  */
 import { z } from 'zod';
-import { MAX_LABEL_VALUE, MAX_LABELS, plainText } from '../runtime/bounds.js';
+import { MAX_LABEL_VALUE, MAX_LABELS, NOT_WELL_FORMED, plainText, wellFormed } from '../runtime/bounds.js';
 
 /** Workspace ids, and node names: both become directory names. */
 export const WORKSPACE_ID_PATTERN = /^[a-z0-9][a-z0-9_.-]{0,62}$/;
@@ -13,7 +13,7 @@ const MAX_TEXT = 256;
 const directoryName = z.string().regex(WORKSPACE_ID_PATTERN, 'must be 1-63 of [a-z0-9_.-], starting with a letter or digit');
 const text = plainText(MAX_TEXT).refine((s) => s.trim() !== '', 'is required and must be a non-empty string');
 const labels = z
-  .record(z.string().min(1).max(MAX_TEXT), plainText(MAX_LABEL_VALUE))
+  .record(z.string().min(1).max(MAX_TEXT).refine(wellFormed, NOT_WELL_FORMED), plainText(MAX_LABEL_VALUE))
   .refine((l) => Object.keys(l).length <= MAX_LABELS, `at most ${MAX_LABELS} labels`);
 
 /** Bytes; 0 means no quota. */

@@ -4,7 +4,7 @@
  */
 import type { Stats } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
-import { Readable } from 'node:stream';
+import { Readable, finished } from 'node:stream';
 import * as tar from 'tar-stream';
 import { SbxError, invalidArgument } from '../errors.js';
 import { createHardLinkAtomic, createSymlinkAtomic, writeFileAtomic } from './atomic-write.js';
@@ -161,10 +161,11 @@ export interface ExtractOptions {
  */
 export async function extractTar(source: NodeJS.ReadableStream, into: DirHandle, opts: ExtractOptions): Promise<ImportResult> {
   const extract = tar.extract();
-  const onSourceError = (err: Error): void => {
-    extract.destroy(err);
-  };
-  source.on('error', onSourceError);
+  // finished(), not on('error'): a source that already failed or closed before this call (a client
+  // gone while the staging area was made) must fail the extraction too, not leave it waiting forever.
+  const stopWatching = finished(source, (err) => {
+    if (err) extract.destroy(err);
+  });
   source.pipe(extract as unknown as NodeJS.WritableStream);
   const result: ImportResult = { entries: 0, bytes: 0 };
   try {
@@ -186,7 +187,7 @@ export async function extractTar(source: NodeJS.ReadableStream, into: DirHandle,
       details: { field: 'tar' },
     });
   } finally {
-    source.removeListener('error', onSourceError);
+    stopWatching();
     if (typeof (source as Readable).destroy === 'function' && !(source as Readable).readableEnded) (source as Readable).destroy();
   }
 }

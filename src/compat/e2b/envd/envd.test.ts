@@ -11,7 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { CommandExitError, Sandbox } from 'e2b';
 import { Sandbox as Sandbox231 } from 'e2b-v231';
-import { startTestServer, type TestServer } from '../../../server/test-support.js';
+import { keyIdOf, startTestServer, type TestServer } from '../../../server/test-support.js';
 import { testEnv } from '../../../testing/env.js';
 import { envdAccessToken } from '../access-token.js';
 import { ENVD_PREFIX } from './routes.js';
@@ -35,11 +35,6 @@ function sdkSandbox(sandboxId: string, envdAccessToken: string): Sandbox {
     apiUrl: srv.url + '/e2b/api',
     apiKey: 'e2b_' + '0'.repeat(80),
   });
-}
-
-/** The id in an API key (`sbxk_<id>_<secret>`): envd access tokens are per key. */
-function keyIdOf(key: string): string {
-  return /^sbxk_([0-9a-f]{16})_/.exec(key)![1]!;
 }
 
 before(async () => {

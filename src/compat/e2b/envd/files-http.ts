@@ -7,7 +7,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { posix } from 'node:path';
-import { PassThrough, type Readable } from 'node:stream';
+import { PassThrough, finished, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip, createGzip } from 'node:zlib';
 import busboy from 'busboy';
@@ -52,14 +52,32 @@ function wantsGzip(req: IncomingMessage): boolean {
   return /\bgzip\b/.test(String(req.headers['accept-encoding'] ?? ''));
 }
 
+/** A client's broken body (bad gzip, a cut multipart form) as the caller's mistake: 400, never 500. */
+function badBody(what: string, err: unknown): SbxError {
+  return new SbxError('invalid_argument', `body: ${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err, details: { field: 'body' } });
+}
+
 function decoded(req: IncomingMessage): Readable {
   const enc = String(req.headers['content-encoding'] ?? '').toLowerCase();
   if (enc === '' || enc === 'identity') return req;
   if (enc !== 'gzip') throw new SbxError('invalid_argument', `content-encoding ${enc} is not supported (gzip or none)`);
+  // Not pipeline(): it would destroy the request, and with it the socket the 400 is sent on. The
+  // output holds the first error for its reader (the box write starts later); until then the
+  // no-op listener keeps a bad body from being an unhandled 'error' that ends the process.
   const gunzip = createGunzip();
-  req.pipe(gunzip);
-  req.on('error', (err) => gunzip.destroy(err));
-  return gunzip;
+  const out = new PassThrough();
+  out.on('error', () => undefined);
+  gunzip.on('error', (err) => out.destroy(badBody('not valid gzip', err)));
+  // A client gone mid-body: the request closes without 'end' (and without 'error' when nothing else listens).
+  finished(req, (err) => {
+    if (err) out.destroy(err);
+  });
+  out.on('close', () => {
+    req.unpipe(gunzip);
+    gunzip.destroy();
+  });
+  req.pipe(gunzip).pipe(out);
+  return out;
 }
 
 async function download(res: ServerResponse, req: IncomingMessage, uf: UserFS, path: string): Promise<void> {
@@ -76,7 +94,12 @@ async function download(res: ServerResponse, req: IncomingMessage, uf: UserFS, p
 }
 
 async function uploadMultipart(req: IncomingMessage, uf: UserFS, pathParam: string | undefined): Promise<WrittenFile[]> {
-  const parser = busboy({ headers: req.headers, preservePath: true });
+  let parser: busboy.Busboy;
+  try {
+    parser = busboy({ headers: req.headers, preservePath: true });
+  } catch (err) {
+    throw badBody('multipart form', err); // no boundary, an unknown type
+  }
   const writes: Promise<WrittenFile>[] = [];
   let failed: ((err: unknown) => void) | undefined;
   const done = new Promise<void>((resolve, reject) => {
@@ -97,6 +120,10 @@ async function uploadMultipart(req: IncomingMessage, uf: UserFS, pathParam: stri
       const path = resolveUserPath(uf.home, dest);
       // The box filesystem consumes the part as it arrives; busboy waits for it before the next.
       const body = new PassThrough();
+      // A body cut short fails the part too (busboy's "Unexpected end of form"): the write hears it
+      // from the stream's state once it reads (it starts later, hence the no-op listener).
+      body.on('error', () => undefined);
+      stream.on('error', (err) => body.destroy(badBody('multipart form', err)));
       stream.pipe(body);
       const written = uf.files.writeFile(path, body).then(() => ({ name: posix.basename(path), type: 'file' as const, path }));
       written.catch((err: unknown) => {
@@ -106,7 +133,10 @@ async function uploadMultipart(req: IncomingMessage, uf: UserFS, pathParam: stri
       });
       writes.push(written);
     });
-    parser.on('error', (err) => failed!(err));
+    parser.on('error', (err) => failed!(badBody('multipart form', err)));
+    finished(req, (err) => {
+      if (err) failed!(err);
+    });
     parser.on('close', resolve);
   });
   req.pipe(parser);
