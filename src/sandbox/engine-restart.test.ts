@@ -51,8 +51,16 @@ async function engine2(...args: string[]): Promise<{ out: string; ms: number }> 
 
 function newManager(name = `e2r${++seq}-${process.pid}`): Manager {
   const logger = pino({ level: 'info', base: { m: name } }, { write: (line: string) => void logs.push(line.trim()) });
-  // engine2's bridges are in its own network namespace, not this machine's to firewall (docs/network.md).
-  const m = new Manager({ name, pools: [{ name: POOL, addr, runtimeOptions: { hostFirewall: false } }], dataDir, cleanupIntervalMs: 0, logger });
+  // engine2's bridges are in its own network namespace, not this machine's to firewall
+  // (docs/network.md), and the host cannot dial a box there, so its agent neither (the engine's exec
+  // serves; agent boxes across container restarts are src/runtime/docker/agent.test.ts's).
+  const m = new Manager({
+    name,
+    pools: [{ name: POOL, addr, agent: false, runtimeOptions: { hostFirewall: false } }],
+    dataDir,
+    cleanupIntervalMs: 0,
+    logger,
+  });
   managers.push(m);
   return m;
 }
