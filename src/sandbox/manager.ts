@@ -11,7 +11,7 @@ import { WorkspaceManager } from '../workspace/index.js';
 import type { WorkspaceNode } from '../workspace/index.js';
 import { ManagedBox } from './box.js';
 import type { Box, BoxHost } from './box.js';
-import { buildContainerSpec, newBoxRecord } from './box-spec.js';
+import { buildContainerSpec, checkNetwork, newBoxRecord } from './box-spec.js';
 import { CleanupLoop, planCleanup } from './cleanup.js';
 import { resolveConfig, resolvePool, loadConfig } from './config.js';
 import type { ManagerConfig, PoolConfig, ResolvedConfig, ResolvedPool } from './config.js';
@@ -494,6 +494,8 @@ export class Manager {
       SBX_TOKEN: tokens.issue(id, record.tokenNonce, this.config.tokenTtlMs),
       ...(this.config.apiUrl ? { SBX_API_URL: this.config.apiUrl } : {}),
     };
+    // Before a spare is claimed: a refused network is refused whichever way the box would come.
+    checkNetwork(opts, pool.def);
     // The box (a claimed spare too) must reach sbx's endpoints it is told of, and only those of the host.
     await pool.allowHostPorts(this.endpointPorts());
     const key = pool.warm?.match(opts);

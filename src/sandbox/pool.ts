@@ -67,6 +67,7 @@ export class Pool {
       memory: d.memory,
       cpus: d.cpus,
       agent: d.agent,
+      networks: [...d.networks],
       warm: d.warm.map((t) => ({ ...t })),
       ...(d.agentImage ? { agentImage: d.agentImage } : {}),
       ...(d.readyTimeoutMs !== undefined ? { readyTimeoutMs: d.readyTimeoutMs } : {}),
