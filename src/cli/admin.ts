@@ -92,6 +92,7 @@ Examples:
     .option('--agent-image <ref>', 'Kubernetes: the in-box agent image, e.g. sbx-agent:latest')
     .option('--ready-timeout <duration>', 'Kubernetes: how long a create waits for its pod: 2m', duration)
     .option('--storage-class <name>', 'Kubernetes: StorageClass of workspace claims')
+    .option('--network <name>', "an engine network its boxes may name besides 'none' (repeatable)", (v: string, prev: string[]) => [...prev, v], [] as string[])
     .option('--json', 'print the pool as JSON')
     .addHelpText(
       'after',
@@ -116,6 +117,7 @@ Examples:
             agentImage?: string;
             readyTimeout?: number;
             storageClass?: string;
+            network: string[];
             json?: boolean;
           },
         ) => {
@@ -134,6 +136,7 @@ Examples:
             ...(f.agentImage ? { agentImage: f.agentImage } : {}),
             ...(f.readyTimeout !== undefined ? { readyTimeoutMs: f.readyTimeout } : {}),
             ...(f.storageClass ? { storageClass: f.storageClass } : {}),
+            ...(f.network.length ? { networks: f.network } : {}),
           };
           const p = await sbx.addPool(def);
           if (f.json) printJson(p);

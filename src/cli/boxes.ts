@@ -240,7 +240,7 @@ Examples:
     .option('--idle-timeout <duration>', 'stop after this long idle: 30m, 2h; 0 = never', duration)
     .option('--max-lifetime <duration>', 'remove after this long: 8h; 0 = no limit', duration)
     .option('--stop-timeout <duration>', 'SIGTERM grace before SIGKILL: 2s', duration)
-    .option('--network <mode>', "engine network: 'bridge' (default), 'none', or a network name")
+    .option('--network <name>', "'none', or an engine network the pool lists (its networks); default sbx's isolated network")
     .option('--workspace <id>', 'mount this workspace (see `sbx ws create`)')
     .option('--mount-path <path>', 'where the workspace is mounted (default /workspace)')
     .option('--read-only', 'mount the workspace read-only')

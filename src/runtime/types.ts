@@ -338,6 +338,12 @@ export interface RuntimeCapabilities {
   execUser?: boolean;
 }
 
+/** A TCP service of the engine's machine that boxes may reach: one of its IPv4 addresses and a port. */
+export interface HostEndpoint {
+  address: string;
+  port: number;
+}
+
 export interface Runtime {
   /** The address this runtime was opened with, for messages. */
   readonly address: string;
@@ -400,13 +406,14 @@ export interface Runtime {
    */
   startWorkspaceHelper?(hostPath: string, opts: WorkspaceHelperOptions): Promise<WorkspaceHelper>;
   /**
-   * Declares the TCP ports of the engine's machine boxes may reach: sbx's own endpoints (the API
-   * that takes heartbeats, the gRPC heartbeat), replacing this runtime's earlier declaration.
-   * Every other service of the host is closed to boxes. Runtimes that do not close the host (or
-   * cannot reach its firewall) leave it out. Docker: allowed for every box of the isolated network.
+   * Declares the TCP endpoints of the engine's machine boxes may reach: sbx's own (the API that
+   * takes heartbeats, the gRPC heartbeat), each an address of that machine and a port, replacing
+   * this runtime's earlier declaration. Every other service of the host is closed to boxes, the
+   * same port at another address too. Runtimes that do not close the host (or cannot reach its
+   * firewall) leave it out. Docker: allowed for every box of the isolated network; IPv4 only.
    */
-  allowHostPorts?(ports: number[]): Promise<void>;
-  /** Releases connections (and what `allowHostPorts` declared); containers are not touched. */
+  allowHostEndpoints?(endpoints: HostEndpoint[]): Promise<void>;
+  /** Releases connections (and what `allowHostEndpoints` declared); containers are not touched. */
   close(): Promise<void>;
 }
 

@@ -63,7 +63,23 @@ describe('container spec building (no engine)', () => {
       () => spec({ network: 'bridge' }, { name: 'p', security: 'strict' }),
       (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'network',
     );
-    assert.equal(spec({ network: 'bridge' }).network, 'bridge');
+    assert.equal(spec({ network: 'bridge' }, { name: 'p', networks: ['bridge'] }).network, 'bridge');
+  });
+
+  test("a named network must be 'none' or one the pool lists: the default bridge would undo the isolation", () => {
+    for (const network of ['bridge', 'other_default', 'sbx-boxes']) {
+      assert.throws(
+        () => spec({ network }),
+        (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'network' && /lists for the pool/.test(e.message),
+        network,
+      );
+    }
+    assert.throws(
+      () => spec({ network: 'bridge' }, { name: 'p', networks: ['other'] }),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'network',
+    );
+    assert.equal(spec({ network: 'none' }).network, 'none', "'none' needs no listing");
+    assert.equal(spec({ network: 'other' }, { name: 'p', networks: ['bridge', 'other'] }).network, 'other');
   });
 
   test('vnc: the VNC port on loopback and a 256 MiB /dev/shm, and no capability beyond the profile', () => {

@@ -6,6 +6,7 @@
 import { invalidArgument } from '../errors.js';
 import type { BindMount, ContainerSpec, RuntimeResources } from '../runtime/types.js';
 import type { ResolvedPool } from './config.js';
+import { networkAllowed, notListed } from './config.js';
 import type { BoxRecord } from './labels.js';
 import { recordToLabels } from './labels.js';
 import { DEFAULT_PIDS_LIMIT, securityFor } from './security.js';
@@ -80,7 +81,17 @@ export interface SpecInput {
   machine: RuntimeResources | undefined;
 }
 
+/**
+ * A box that names a network joins it instead of sbx's isolated one (docs/network.md): it may
+ * name `none`, or a network the operator lists for the pool; any other (Docker's default
+ * `bridge`, another application's network) would put it beside other containers and the host.
+ */
+export function checkNetwork(opts: CreateOptions, pool: ResolvedPool): void {
+  if (opts.network !== undefined && !networkAllowed(opts.network, pool.networks)) throw invalidArgument('network', notListed(opts.network, pool.name));
+}
+
 export function buildContainerSpec({ record, opts, pool, sbxEnv, mount, machine }: SpecInput): ContainerSpec {
+  checkNetwork(opts, pool);
   const profileName = opts.security ?? pool.security;
   const profile = securityFor(profileName);
   if (profile.network && opts.network !== undefined && opts.network !== profile.network) {

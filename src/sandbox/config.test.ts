@@ -117,6 +117,27 @@ describe('config', () => {
     );
   });
 
+  test('networks a pool lets boxes name: default none, from the file and SBX_POOL_<NAME>_NETWORKS; a warm template is held to them', () => {
+    assert.deepEqual(resolveConfig({}, {}).pools[0]!.networks, []);
+    const p = file(
+      'nets.yaml',
+      'pools:\n  - name: local\n    networks: [bridge]\n    warm:\n      - image: sbx-base:latest\n        size: 1\n        network: bridge\n',
+    );
+    assert.deepEqual(resolveConfig(loadConfig({ file: p, env: {} }), {}).pools[0]!.networks, ['bridge']);
+    const env = resolveConfig(loadConfig({ env: { SBX_POOL_LOCAL_NETWORKS: 'bridge, app_net' } }), {});
+    assert.deepEqual(env.pools[0]!.networks, ['bridge', 'app_net']);
+    const unlisted = file('unlisted.yaml', 'pools:\n  - name: local\n    warm:\n      - image: sbx-base:latest\n        size: 1\n        network: bridge\n');
+    assert.throws(
+      () => loadConfig({ file: unlisted, env: {} }),
+      (e) => isSbxError(e, 'invalid_argument') && /pools\.0\.warm\.0\.network/.test(e.message) && /unlisted\.yaml:6/.test(e.message),
+    );
+    assert.doesNotThrow(() => resolveConfig({ pools: [{ name: 'a', warm: [{ image: 'sbx-base:latest', size: 1, network: 'none' }] }] }, {}));
+    assert.throws(
+      () => resolveConfig({ pools: [{ name: 'a', networks: ['host'] }] }, {}),
+      (e) => isSbxError(e, 'invalid_argument') && /networks\.0/.test(e.message),
+    );
+  });
+
   test('duplicate pool names are refused', () => {
     assert.throws(
       () => resolveConfig({ pools: [{ name: 'a' }, { name: 'a' }] }, {}),

@@ -23,7 +23,12 @@ export const DEFAULT_BOX_CPUS = 1;
 /** Boxes one owner may hold on a pool unless configured otherwise (`maxPerUser`; 0 = unlimited). */
 export const DEFAULT_MAX_PER_USER = 100;
 
-/** One pool's settings: the config file's `pools` entries, `addPool()` and `POST /v1/pools` alike. */
+/** A Docker network a box may name; `host` (the host's own network stack) never. */
+const networkName = z
+  .string()
+  .regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$/, 'must be a network name')
+  .refine((n) => n !== 'host', "'host' would share the host's network; not allowed");
+
 /** A warm-pool template: `size` started spares of one image and shape, claimed by matching creates. */
 export const WarmTemplateSchema = z
   .object({
@@ -39,14 +44,11 @@ export const WarmTemplateSchema = z
       .number()
       .refine((c) => c === 0 || (c >= MIN_CPUS && c <= 1024), `must be 0 (no limit) or between ${MIN_CPUS} and 1024`)
       .optional(),
-    network: z
-      .string()
-      .regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$/, 'must be a network name')
-      .refine((n) => n !== 'host', "'host' would share the host's network; not allowed")
-      .optional(),
+    network: networkName.optional(),
   })
   .strict();
 
+/** One pool's settings: the config file's `pools` entries, `addPool()` and `POST /v1/pools` alike. */
 export const PoolConfigSchema = z
   .object({
     name: z.string().regex(NAME_PATTERN, 'must be 1-32 of [a-z0-9_-], starting with a letter or digit'),
@@ -80,9 +82,28 @@ export const PoolConfigSchema = z
       .string()
       .regex(/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/, 'must be a StorageClass name (a DNS subdomain)')
       .optional(),
+    networks: z.array(networkName).max(64).default([]),
     warm: z.array(WarmTemplateSchema).max(16).default([]),
   })
-  .strict();
+  .strict()
+  // A template's network is the operator's too, and held to the same list as a create's.
+  .superRefine((p, ctx) => {
+    for (const [i, t] of p.warm.entries()) {
+      if (t.network !== undefined && !networkAllowed(t.network, p.networks)) {
+        ctx.addIssue({ code: 'custom', path: ['warm', i, 'network'], message: notListed(t.network, p.name) });
+      }
+    }
+  });
+
+/** Whether a box of a pool listing `networks` may name `network`: `none`, or one of them. */
+export function networkAllowed(network: string, networks: readonly string[]): boolean {
+  return network === 'none' || networks.includes(network);
+}
+
+/** Why a network a box named is refused on a pool. */
+export function notListed(network: string, pool: string): string {
+  return `'${network}' is not a network boxes of pool '${pool}' may join; a box names 'none' or a network the operator lists for the pool (pool key networks), or names none to join sbx's isolated network`;
+}
 
 /** A DNS name (at least two labels) under which `<port>-<id>.<domain>` hosts a box's port. */
 export const PROXY_DOMAIN = /^(?=.{1,200}$)([a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?\.)+[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$/;
@@ -156,6 +177,11 @@ export interface PoolConfig {
   readyTimeoutMs?: number;
   /** Kubernetes: the StorageClass of workspace claims; default the cluster's default class. */
   storageClass?: string;
+  /**
+   * Docker networks a box of this pool may name (`CreateOptions.network`, warm templates) besides
+   * `none`; default none. A box that names no network joins sbx's isolated one (docs/network.md).
+   */
+  networks?: string[];
   /** Warm pools (docs/warm-pools.md): started spares kept ready per template; a matching create claims one. */
   warm?: WarmTemplate[];
 }
@@ -218,6 +244,7 @@ export interface ResolvedPool {
   agentImage: string | undefined;
   readyTimeoutMs: number | undefined;
   storageClass: string | undefined;
+  networks: string[];
   warm: WarmTemplate[];
 }
 
@@ -261,6 +288,7 @@ export function resolvePool(p: PoolConfig, field?: string): ResolvedPool {
     agentImage: v.agentImage,
     readyTimeoutMs: v.readyTimeoutMs,
     storageClass: v.storageClass,
+    networks: [...v.networks],
     warm: v.warm.map((t) => ({ ...t })),
   };
 }
@@ -326,6 +354,7 @@ const POOL_ENV_KEYS: Record<string, string> = {
   AGENT_IMAGE: 'agentImage',
   READY_TIMEOUT: 'readyTimeout',
   STORAGE_CLASS: 'storageClass',
+  NETWORKS: 'networks',
 };
 
 const NUMERIC_POOL_KEYS = new Set(['maxPerUser', 'maxTotal', 'pidsLimit', 'cpus', 'maxCpus']);
@@ -395,7 +424,7 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
   const pools = Array.isArray(config['pools']) ? (config['pools'] as Record<string, unknown>[]) : undefined;
   for (const [envKey, value] of Object.entries(env)) {
     const m =
-      /^SBX_POOL_(.+?)_(ADDR|MAX_PER_USER|MAX_TOTAL|IDLE_TIMEOUT|MAX_LIFETIME|STOP_TIMEOUT|SECURITY|OCI_RUNTIME|PIDS_LIMIT|MEMORY|CPUS|MAX_MEMORY|MAX_CPUS|AGENT_IMAGE|AGENT|READY_TIMEOUT|STORAGE_CLASS)$/.exec(
+      /^SBX_POOL_(.+?)_(ADDR|MAX_PER_USER|MAX_TOTAL|IDLE_TIMEOUT|MAX_LIFETIME|STOP_TIMEOUT|SECURITY|OCI_RUNTIME|PIDS_LIMIT|MEMORY|CPUS|MAX_MEMORY|MAX_CPUS|AGENT_IMAGE|AGENT|READY_TIMEOUT|STORAGE_CLASS|NETWORKS)$/.exec(
         envKey,
       );
     if (!m || value === undefined) continue;
@@ -404,7 +433,16 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
     const pool = list.find((p) => String(p['name']).replace(/_/g, '-') === wanted);
     if (!pool) throw new SbxError('invalid_argument', `${envKey}: no pool named '${wanted}'`, { details: { field: envKey } });
     const key = POOL_ENV_KEYS[m[2]!]!;
-    pool[key] = NUMERIC_POOL_KEYS.has(key) ? Number(value) : key === 'agent' ? envBoolean(envKey, value) : value;
+    pool[key] = NUMERIC_POOL_KEYS.has(key)
+      ? Number(value)
+      : key === 'agent'
+        ? envBoolean(envKey, value)
+        : key === 'networks'
+          ? value
+              .split(',')
+              .map((n) => n.trim())
+              .filter(Boolean)
+          : value;
     config['pools'] = list;
   }
   const located = (e: SbxError, path: (string | number)[]) =>

@@ -32,7 +32,8 @@ function isLoopback(ip: string): boolean {
 /**
  * CreateOptions as a schema: the library, the config loader and the HTTP API validate creates
  * with this one definition. Unknown fields are refused. Bounds that depend on the pool (the
- * memory and CPU ceilings, the security profile's network rule) are checked by the Manager.
+ * memory and CPU ceilings, the security profile's network rule, the networks the pool lists)
+ * are checked by the Manager.
  */
 export const CreateOptionsSchema = z
   .object({

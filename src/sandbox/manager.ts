@@ -4,21 +4,22 @@ import pino from 'pino';
 import type { Logger } from 'pino';
 import { SbxError, isSbxError } from '../errors.js';
 import { parseImageRef } from '../runtime/image-ref.js';
-import type { ContainerEvent, PullProgress, RegistryAuth } from '../runtime/types.js';
+import type { ContainerEvent, HostEndpoint, PullProgress, RegistryAuth } from '../runtime/types.js';
 import type { EngineCall, EngineCallObserver } from '../runtime/timed-runtime.js';
 import { mapSettled } from '../util/concurrency.js';
 import { WorkspaceManager } from '../workspace/index.js';
 import type { WorkspaceNode } from '../workspace/index.js';
 import { ManagedBox } from './box.js';
 import type { Box, BoxHost } from './box.js';
-import { buildContainerSpec, newBoxRecord } from './box-spec.js';
+import { buildContainerSpec, checkNetwork, newBoxRecord } from './box-spec.js';
 import { CleanupLoop, planCleanup } from './cleanup.js';
 import { resolveConfig, resolvePool, loadConfig } from './config.js';
 import type { ManagerConfig, PoolConfig, ResolvedConfig, ResolvedPool } from './config.js';
 import { validateCreateOptions } from './create-options.js';
 import { managerSelector, recordToLabels } from './labels.js';
 import type { BoxRecord } from './labels.js';
-import { Pool, endpointPorts } from './pool.js';
+import { Pool } from './pool.js';
+import { hostEndpoints } from './host-endpoints.js';
 import { PoolWatch } from './pool-watch.js';
 import { planReconcile } from './reconcile.js';
 import { BoxRegistry } from './registry.js';
@@ -268,9 +269,12 @@ export class Manager {
    * `revive` (at start and when the engine comes back), also starts the boxes the engine stopped
    * behind sbx.
    */
-  /** The ports of this machine boxes are told to reach (SBX_API_URL, SBX_GRPC_ADDR): the only ones open to them. */
-  private endpointPorts(): number[] {
-    return endpointPorts(this.config.apiUrl, this.boxEnv['SBX_GRPC_ADDR']);
+  /**
+   * The endpoints of this machine boxes are told to reach (SBX_API_URL, SBX_GRPC_ADDR), address
+   * and port, when they are on this machine: the only services of the host open to boxes.
+   */
+  private hostEndpoints(): Promise<HostEndpoint[]> {
+    return hostEndpoints(this.config.apiUrl, this.boxEnv['SBX_GRPC_ADDR']);
   }
 
   private async reconcilePool(pool: Pool, opts: { revive?: boolean } = {}): Promise<ManagedBox[]> {
@@ -289,7 +293,9 @@ export class Manager {
       throw err;
     }
     // Adopted boxes heartbeat too: after a restart sbx's endpoints are open to them before any create.
-    await pool.allowHostPorts(this.endpointPorts()).catch((err: unknown) => this.log.warn({ pool: pool.name, err }, "could not open sbx's endpoints to boxes"));
+    await this.hostEndpoints()
+      .then((endpoints) => pool.allowHostEndpoints(endpoints))
+      .catch((err: unknown) => this.log.warn({ pool: pool.name, err }, "could not open sbx's endpoints to boxes"));
     const { boxes, spares } = joinClaims(list, (id) => this.claims.get(id));
     const plan = planReconcile({
       manager: this.config.name,
@@ -494,8 +500,10 @@ export class Manager {
       SBX_TOKEN: tokens.issue(id, record.tokenNonce, this.config.tokenTtlMs),
       ...(this.config.apiUrl ? { SBX_API_URL: this.config.apiUrl } : {}),
     };
+    // Before a spare is claimed: a refused network is refused whichever way the box would come.
+    checkNetwork(opts, pool.def);
     // The box (a claimed spare too) must reach sbx's endpoints it is told of, and only those of the host.
-    await pool.allowHostPorts(this.endpointPorts());
+    await pool.allowHostEndpoints(await this.hostEndpoints());
     const key = pool.warm?.match(opts);
     if (key !== undefined) {
       const claimed = await this.claimSpare(pool, key, record, { ...(opts.env ?? {}), ...sbxEnv });

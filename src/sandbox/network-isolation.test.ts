@@ -18,7 +18,7 @@ import { testEnv, testRunId } from '../testing/env.js';
 import type { Box } from './box.js';
 import { managerSelector } from './labels.js';
 import { Manager } from './manager.js';
-import { endpointPorts } from './pool.js';
+import { hostEndpoints, localAddresses } from './host-endpoints.js';
 import { WARM_LABEL } from './warm.js';
 
 const IMAGE = testEnv.baseImage;
@@ -49,13 +49,24 @@ after(async () => {
   );
 });
 
-test("the host ports a Manager opens to boxes: SBX_API_URL's (scheme default) and SBX_GRPC_ADDR's, nothing else", () => {
-  assert.deepEqual(endpointPorts(undefined, undefined), []);
-  assert.deepEqual(endpointPorts('http://172.17.0.1:7070', '172.17.0.1:7071'), [7070, 7071]);
-  assert.deepEqual(endpointPorts('https://sbx.example', undefined), [443]);
-  assert.deepEqual(endpointPorts('http://sbx.example/base', '[fd00::1]:7070'), [80, 7070]);
-  assert.deepEqual(endpointPorts('http://10.0.0.1:7070', '10.0.0.1:7070'), [7070]);
-  assert.deepEqual(endpointPorts(undefined, 'no-port'), []);
+test("the endpoints a Manager opens to boxes: SBX_API_URL's and SBX_GRPC_ADDR's address and port, where that address is this machine's", async () => {
+  const local = () => new Set(['172.17.0.1', '10.0.0.1']);
+  const lookup = async (host: string) => ({ 'sbx.internal': ['10.0.0.1'], 'lb.example': ['203.0.113.7'] })[host] ?? [];
+  const of = (api: string | undefined, grpc: string | undefined) => hostEndpoints(api, grpc, { local, lookup });
+  assert.deepEqual(await of(undefined, undefined), []);
+  assert.deepEqual(await of('http://172.17.0.1:7070', '172.17.0.1:7071'), [
+    { address: '172.17.0.1', port: 7070 },
+    { address: '172.17.0.1', port: 7071 },
+  ]);
+  assert.deepEqual(await of('https://sbx.internal', undefined), [{ address: '10.0.0.1', port: 443 }], 'a name resolved; the scheme default port');
+  assert.deepEqual(await of('http://10.0.0.1:7070', '10.0.0.1:7070'), [{ address: '10.0.0.1', port: 7070 }]);
+  // Elsewhere: a load balancer's name, another machine's address, loopback, IPv6, no port.
+  assert.deepEqual(await of('https://lb.example/base', '192.0.2.99:7071'), [], 'a remote endpoint opens nothing here');
+  assert.deepEqual(await of('http://127.0.0.1:7070', '[fd00::1]:7070'), []);
+  assert.deepEqual(await of('http://nowhere.invalid:7070', 'no-port'), []);
+  // The real resolver and interfaces: this machine's address is kept, a TEST-NET-3 one is not.
+  assert.deepEqual(await hostEndpoints(`http://${hostIp}:7070`, '203.0.113.7:7071'), [{ address: hostIp, port: 7070 }]);
+  assert.deepEqual(await hostEndpoints('http://localhost:7070', undefined), [], "loopback: a box's 127.0.0.1 is its own");
 });
 
 describe(`boxes of different owners (${runId})`, () => {
@@ -122,6 +133,71 @@ describe(`boxes of different owners (${runId})`, () => {
       await m.close();
       await new Promise<void>((res) => api.close(() => res()));
       await new Promise<void>((res) => other.close(() => res()));
+    }
+  });
+});
+
+describe(`sbx's endpoints only, at their address (${runId})`, () => {
+  /** A TCP server of the host on `host:port` (port 0: any) that counts what it accepts. */
+  async function listening(host: string, port = 0): Promise<{ port: number; accepted: () => number; close: () => Promise<void> }> {
+    let n = 0;
+    const server = net.createServer((s) => {
+      n++;
+      s.end();
+    });
+    await new Promise<void>((res, rej) => server.once('error', rej).listen(port, host, res));
+    return { port: (server.address() as AddressInfo).port, accepted: () => n, close: () => new Promise((res) => server.close(() => res())) };
+  }
+
+  async function withBox(apiUrl: string, fn: (box: Box) => Promise<void>): Promise<void> {
+    const m = new Manager({
+      name,
+      dataDir,
+      cleanupIntervalMs: 0,
+      apiUrl,
+      logger: pino({ level: 'silent' }),
+      pools: [{ name: 'local', addr: testEnv.engineAddr }],
+    });
+    try {
+      await m.start();
+      const box = await m.create({ image: IMAGE, owner: 'bob' });
+      try {
+        await fn(box);
+      } finally {
+        await box.remove();
+      }
+    } finally {
+      await m.close();
+    }
+  }
+
+  test("SBX_API_URL's port opens at its address only: a host service on that port at another address stays closed", async () => {
+    const otherIp = [...localAddresses()].find((a) => a !== hostIp);
+    assert.ok(otherIp, 'a second address of this machine (docker0)');
+    const api = await listening(hostIp);
+    const other = await listening(otherIp, api.port);
+    try {
+      await withBox(`http://${hostIp}:${api.port}`, async (box) => {
+        assert.equal(await connects(box, hostIp, api.port), true, 'the box cannot reach SBX_API_URL');
+        assert.equal(await connects(box, otherIp, api.port), false, `the box reached another service on ${otherIp}:${api.port}`);
+        assert.equal(other.accepted(), 0);
+      });
+    } finally {
+      await api.close();
+      await other.close();
+    }
+  });
+
+  test('an SBX_API_URL on another machine opens nothing on this one', async () => {
+    const local = await listening('0.0.0.0');
+    try {
+      // TEST-NET-3: not an address of this machine (a load balancer in front of sbx, say).
+      await withBox(`http://203.0.113.7:${local.port}`, async (box) => {
+        assert.equal(await connects(box, hostIp, local.port), false, `SBX_API_URL's port opened a local service on ${hostIp}:${local.port}`);
+        assert.equal(local.accepted(), 0);
+      });
+    } finally {
+      await local.close();
     }
   });
 });

@@ -1,7 +1,7 @@
 import { openRuntime } from '../runtime/index.js';
 import { timedRuntime } from '../runtime/timed-runtime.js';
 import type { EngineCallObserver } from '../runtime/timed-runtime.js';
-import type { Runtime, RuntimeResources } from '../runtime/types.js';
+import type { HostEndpoint, Runtime, RuntimeResources } from '../runtime/types.js';
 import type { ResolvedPool } from './config.js';
 import type { PoolWatch } from './pool-watch.js';
 import type { WarmPool } from './warm-pool.js';
@@ -19,8 +19,8 @@ export class Pool {
   watch: PoolWatch | undefined;
   /** The pool's warm spares; set by the Manager. */
   warm: WarmPool | undefined;
-  /** The host ports last declared to the runtime, so that an unchanged set costs nothing. */
-  private hostPorts: { key: string; done: Promise<void> } | undefined;
+  /** The host endpoints last declared to the runtime, so that an unchanged set costs nothing. */
+  private hostEndpoints: { key: string; done: Promise<void> } | undefined;
 
   /** `observe` is told of every engine call this pool makes (duration, outcome): sbx serve's metrics. */
   constructor(
@@ -67,6 +67,7 @@ export class Pool {
       memory: d.memory,
       cpus: d.cpus,
       agent: d.agent,
+      networks: [...d.networks],
       warm: d.warm.map((t) => ({ ...t })),
       ...(d.agentImage ? { agentImage: d.agentImage } : {}),
       ...(d.readyTimeoutMs !== undefined ? { readyTimeoutMs: d.readyTimeoutMs } : {}),
@@ -79,25 +80,25 @@ export class Pool {
   }
 
   /**
-   * Tells the runtime which ports of its machine boxes may reach (Runtime.allowHostPorts), when
-   * the set changed since the last time; concurrent creates share one declaration.
+   * Tells the runtime which endpoints of its machine boxes may reach (Runtime.allowHostEndpoints),
+   * when the set changed since the last time; concurrent creates share one declaration.
    */
-  async allowHostPorts(ports: number[]): Promise<void> {
+  async allowHostEndpoints(endpoints: HostEndpoint[]): Promise<void> {
     const rt = this.runtime();
-    if (!rt.allowHostPorts) return;
-    const key = ports.join(',');
-    if (this.hostPorts?.key !== key) {
-      const done = rt.allowHostPorts(ports).catch((err: unknown) => {
-        if (this.hostPorts?.done === done) this.hostPorts = undefined;
+    if (!rt.allowHostEndpoints) return;
+    const key = endpoints.map((e) => `${e.address}:${e.port}`).join(',');
+    if (this.hostEndpoints?.key !== key) {
+      const done = rt.allowHostEndpoints(endpoints).catch((err: unknown) => {
+        if (this.hostEndpoints?.done === done) this.hostEndpoints = undefined;
         throw err;
       });
-      this.hostPorts = { key, done };
+      this.hostEndpoints = { key, done };
     }
-    await this.hostPorts.done;
+    await this.hostEndpoints.done;
   }
 
   async close(): Promise<void> {
-    this.hostPorts = undefined;
+    this.hostEndpoints = undefined;
     await this.warm?.close();
     await this.watch?.stop();
     this.watch = undefined;
@@ -106,23 +107,4 @@ export class Pool {
     this.rt = undefined;
     this.connected = false;
   }
-}
-
-/**
- * The ports of sbx's own endpoints a box is told to reach: the API of `SBX_API_URL` (heartbeats)
- * and the gRPC heartbeat of `SBX_GRPC_ADDR` (`host:port`, `[v6]:port`), sorted, without repeats.
- */
-export function endpointPorts(apiUrl: string | undefined, grpcAddr: string | undefined): number[] {
-  const ports = new Set<number>();
-  if (apiUrl) {
-    try {
-      const u = new URL(apiUrl);
-      ports.add(Number(u.port || (u.protocol === 'https:' ? 443 : 80)));
-    } catch {
-      // The config schema checked it is a URL; nothing to declare otherwise.
-    }
-  }
-  const grpcPort = Number(/:(\d{1,5})$/.exec(grpcAddr ?? '')?.[1]);
-  if (grpcPort > 0 && grpcPort < 65536) ports.add(grpcPort);
-  return [...ports].sort((a, b) => a - b);
 }

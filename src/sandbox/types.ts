@@ -45,7 +45,10 @@ export interface CreateOptions {
   idleTimeoutMs?: number;
   stopTimeoutMs?: number;
   maxLifetimeMs?: number;
-  /** Engine network mode: 'bridge' (default), 'none', or a network name. */
+  /**
+   * Default: sbx's isolated network (docs/network.md). `none`: no network. Another name: that
+   * engine network, only when the pool lists it (PoolConfig.networks); `host` never.
+   */
   network?: string;
   security?: SecurityProfile;
   workspaceId?: string;
@@ -111,6 +114,8 @@ export interface PoolInfo {
   cpus: number;
   /** New boxes get the in-box agent. */
   agent: boolean;
+  /** Docker networks its boxes may name besides `none` (PoolConfig.networks). */
+  networks: string[];
   /** Warm-pool templates (docs/warm-pools.md). */
   warm: WarmTemplate[];
   ociRuntime?: string;

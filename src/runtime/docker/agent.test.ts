@@ -403,7 +403,7 @@ describe('heartbeats', () => {
     });
     await new Promise<void>((res) => server.listen(0, gateway, res));
     // The host's ports are closed to boxes but those declared, as the Manager declares SBX_API_URL's.
-    await rt.allowHostPorts([(server.address() as AddressInfo).port]);
+    await rt.allowHostEndpoints([{ address: gateway, port: (server.address() as AddressInfo).port }]);
   });
   after(() => new Promise<void>((res) => server.close(() => res())));
 

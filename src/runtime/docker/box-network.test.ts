@@ -1,7 +1,7 @@
 /**
  * Box isolation on a real engine, in real network namespaces: boxes that name no network join
  * sbx's isolated network, where one box cannot reach another (any port) nor the host's services
- * at any of its addresses, but the ports declared with allowHostPorts; the host still reaches every
+ * at any of its addresses, but the endpoints declared with allowHostEndpoints (that address and port only); the host still reaches every
  * port of a box (dialPort) and its published ports; the rules are constant and survive a flush.
  */
 import assert from 'node:assert/strict';
@@ -13,6 +13,7 @@ import { networkInterfaces, tmpdir } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import type { Duplex } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
+import { isSbxError } from '../../errors.js';
 import { assertNoContainersLeft } from '../../testing/cleanup.js';
 import { sh, startTestBox } from '../../testing/boxes.js';
 import { testEnv, testRunId } from '../../testing/env.js';
@@ -145,7 +146,7 @@ describe('box isolation (Docker)', () => {
     assert.match(await get(direct), /alice/);
   });
 
-  test("a box cannot reach the host's services, at the gateway nor any other host address; a declared port it can", async () => {
+  test("a box cannot reach the host's services, at the gateway nor any other host address; a declared endpoint it can, at that address only", async () => {
     const server = await hostServer();
     try {
       const { gateway } = await addressesOf(bob);
@@ -154,18 +155,35 @@ describe('box isolation (Docker)', () => {
         .filter((i) => i && i.family === 'IPv4' && !i.internal)
         .map((i) => i!.address);
       assert.ok(hostAddresses.includes(gateway), `the gateway ${gateway} is an address of this machine`);
+      assert.ok(hostAddresses.length > 1, 'another address of the host (docker0, eth0)');
       for (const addr of hostAddresses) assert.equal(await connects(bob, addr, server.port), false, `the box reached the host at ${addr}:${server.port}`);
       assert.equal(server.accepted(), 0);
 
-      await rt.allowHostPorts([server.port]);
-      assert.equal(await connects(bob, gateway, server.port), true, 'a declared port is open to boxes');
+      await rt.allowHostEndpoints([{ address: gateway, port: server.port }]);
+      assert.equal(await connects(bob, gateway, server.port), true, 'a declared endpoint is open to boxes');
+      assert.equal(server.accepted(), 1);
+      // The same port at another address of the host is another service (one on 0.0.0.0 here): closed.
+      for (const addr of hostAddresses.filter((a) => a !== gateway)) {
+        assert.equal(await connects(bob, addr, server.port), false, `the declared port opened ${addr}:${server.port} too`);
+      }
       assert.equal(server.accepted(), 1);
 
-      await rt.allowHostPorts([]);
+      await rt.allowHostEndpoints([]);
       assert.equal(await connects(bob, gateway, server.port), false, 'closed again once no longer declared');
     } finally {
-      await rt.allowHostPorts([]);
+      await rt.allowHostEndpoints([]);
       await server.close();
+    }
+  });
+
+  test('an endpoint must be an IPv4 address and a port: a bare port would open it on every address', async () => {
+    for (const e of [
+      { address: '', port: 80 },
+      { address: '::1', port: 80 },
+      { address: 'sbx.example', port: 80 },
+      { address: '10.0.0.1', port: 0 },
+    ]) {
+      await assert.rejects(rt.allowHostEndpoints([e]), (err) => isSbxError(err, 'invalid_argument'), JSON.stringify(e));
     }
   });
 
@@ -222,12 +240,12 @@ describe('box isolation (Docker)', () => {
     execFileSync('iptables', ['-w', '-A', PORTS_CHAIN, ...rule(dead, 1)]);
     execFileSync('iptables', ['-w', '-A', PORTS_CHAIN, ...rule(live, 2)]);
     try {
-      await rt.allowHostPorts([3]);
+      await rt.allowHostEndpoints([{ address: '10.255.255.1', port: 3 }]);
       assert.doesNotMatch(listed(), new RegExp(`sbx-owner ${dead}`), 'the dead process’s rule is swept');
       assert.match(listed(), new RegExp(`sbx-owner ${live}"`), 'a live process’s rule is kept');
-      assert.match(listed(), /--dport 3 /, 'this one’s is added');
+      assert.match(listed(), /-d 10\.255\.255\.1\/32 -p tcp -m tcp --dport 3 /, 'this one’s is added, for its address only');
     } finally {
-      await rt.allowHostPorts([]);
+      await rt.allowHostEndpoints([]);
       execFileSync('iptables', ['-w', '-D', PORTS_CHAIN, ...rule(live, 2)]);
       try {
         execFileSync('iptables', ['-w', '-D', PORTS_CHAIN, ...rule(dead, 1)], { stdio: 'ignore' });

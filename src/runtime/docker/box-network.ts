@@ -3,7 +3,7 @@
  * no network join sbx's user-defined bridge network, created per engine when first needed
  * (idempotently, labelled) with `enable_icc=false`: Docker then drops box ↔ box traffic on it (one
  * FORWARD rule for the whole bridge). On a local engine the host firewall (host-firewall.ts) closes
- * this machine's own services to those bridges, but the ports sbx declares. Nothing is per box.
+ * this machine's own services to those bridges, but the endpoints (address and port) sbx declares. Nothing is per box.
  *
  * A Linux bridge takes at most 1023 ports (one per running container): a start that finds the
  * bridge full moves its box to the next of these networks (`sbx-boxes`, `sbx-boxes-1`, … on bridges
@@ -16,7 +16,7 @@
 import { existsSync } from 'node:fs';
 import type Docker from 'dockerode';
 import { SbxError } from '../../errors.js';
-import type { ContainerSpec } from '../types.js';
+import type { ContainerSpec, HostEndpoint } from '../types.js';
 import { HostFirewall, firewallError } from './host-firewall.js';
 
 /** The first network boxes join when they name none; more (`sbx-boxes-<n>`) when its bridge is full. */
@@ -115,12 +115,12 @@ export class BoxIsolation {
     }
   }
 
-  /** Declares the TCP ports of this machine boxes may reach (sbx's own endpoints); see Runtime.allowHostPorts. */
-  async allowHostPorts(ports: number[]): Promise<void> {
+  /** Declares the TCP endpoints of this machine boxes may reach (sbx's own); see Runtime.allowHostEndpoints. */
+  async allowHostEndpoints(endpoints: HostEndpoint[]): Promise<void> {
     if (!this.firewall) return;
     await this.readyNetwork(this.current);
     this.checkBridge();
-    await this.firewall.allowPorts(ports);
+    await this.firewall.allowEndpoints(endpoints);
   }
 
   async close(): Promise<void> {

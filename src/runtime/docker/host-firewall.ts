@@ -1,9 +1,11 @@
 /**
  * The host side of box isolation on a local Docker Engine: iptables rules that close the host's
  * own services (every address of this machine: the bridge gateway, docker0, eth0, …) to traffic
- * coming in from the boxes' bridge, except the ports sbx declares (its API for heartbeats, its
- * gRPC heartbeat). Docker's `enable_icc=false` on the boxes' network already drops box ↔ box
- * traffic (FORWARD); what reaches the host itself goes through INPUT, which Docker never touches.
+ * coming in from the boxes' bridge, except the endpoints sbx declares (its API for heartbeats,
+ * its gRPC heartbeat), each one address of this machine and one port: the same port at another
+ * address of the host is another service, and stays closed. Docker's `enable_icc=false` on the
+ * boxes' network already drops box ↔ box traffic (FORWARD); what reaches the host itself goes
+ * through INPUT, which Docker never touches.
  *
  * Rules (filter table, constant: none per box):
  *   INPUT:           -i <bridge> -j SBX-BOXES-IN                   (inserted first)
@@ -11,17 +13,19 @@
  *                                                                   connections: dialPort, proxies)
  *                    -j SBX-BOXES-PORTS
  *                    -j REJECT --reject-with icmp-admin-prohibited (TCP, UDP, ICMP alike)
- *   SBX-BOXES-PORTS: -p tcp --dport <port> -m comment --comment "sbx-owner <pid>:<start>:<n>" -j ACCEPT
+ *   SBX-BOXES-PORTS: -d <address>/32 -p tcp --dport <port> -m comment --comment "sbx-owner <pid>:<start>:<n>" -j ACCEPT
  *
  * SBX-BOXES-IN is written in one `iptables-restore --noflush` transaction, so rebuilding it never
- * opens a window. Port rules are added and deleted one by one (each is atomic) and tagged with
+ * opens a window. Endpoint rules are added and deleted one by one (each is atomic) and tagged with
  * the process that declared them (pid and its start time, so a reused pid is not mistaken for
  * it): several sbx processes share the chain, and rules of processes that are gone are swept on
  * the next declaration. The `iptables` found on PATH is the one Docker uses (legacy or nft).
  */
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { SbxError } from '../../errors.js';
+import { isIP } from 'node:net';
+import { SbxError, invalidArgument } from '../../errors.js';
+import type { HostEndpoint } from '../types.js';
 
 export const IN_CHAIN = 'SBX-BOXES-IN';
 export const PORTS_CHAIN = 'SBX-BOXES-PORTS';
@@ -36,7 +40,7 @@ let instances = 0;
 export class HostFirewall {
   private readonly owner = `${process.pid}:${selfStart ?? 0}:${++instances}`;
   private checking: Promise<void> | undefined;
-  private ports: number[] = [];
+  private endpoints: HostEndpoint[] = [];
 
   constructor(readonly bridge: string) {}
 
@@ -56,20 +60,27 @@ export class HostFirewall {
       rules.has(`-N ${PORTS_CHAIN}`) &&
       inChainRules().every((r) => rules.has(`-A ${IN_CHAIN} ${r}`)) &&
       [...rules].filter((r) => r.startsWith(`-A ${IN_CHAIN} `)).length === inChainRules().length &&
-      this.ports.every((p) => rules.has(this.portRule('-A', p)));
+      this.endpoints.every((e) => rules.has(this.rule('-A', e)));
     if (ok) return;
     if (!rules.has(`-N ${PORTS_CHAIN}`)) await iptables(['-N', PORTS_CHAIN]).catch(ignoreExists);
     await iptablesRestore(['*filter', `:${IN_CHAIN} - [0:0]`, ...inChainRules().map((r) => `-A ${IN_CHAIN} ${r}`), 'COMMIT', ''].join('\n'));
     if (!rules.has(inputJump)) await iptables(['-I', 'INPUT', '1', '-i', this.bridge, '-j', IN_CHAIN]);
-    for (const p of this.ports) if (!rules.has(this.portRule('-A', p))) await iptables(this.portArgs('-A', p));
+    for (const e of this.endpoints) if (!rules.has(this.rule('-A', e))) await iptables(this.ruleArgs('-A', e));
   }
 
   /**
-   * Declares the TCP ports of this machine boxes may reach (replacing this instance's earlier
-   * declaration) and sweeps the rules of sbx processes that are gone.
+   * Declares the TCP endpoints of this machine boxes may reach, each an IPv4 address and a port
+   * (replacing this instance's earlier declaration), and sweeps the rules of sbx processes that
+   * are gone.
    */
-  async allowPorts(ports: number[]): Promise<void> {
-    const want = [...new Set(ports)].sort((a, b) => a - b);
+  async allowEndpoints(endpoints: HostEndpoint[]): Promise<void> {
+    for (const e of endpoints) {
+      // iptables is IPv4 (the box networks have no IPv6); a port without its address would open every service on it.
+      if (isIP(e.address) !== 4 || !Number.isInteger(e.port) || e.port < 1 || e.port > 65535) {
+        throw invalidArgument('endpoints', `${e.address}:${e.port} is not an IPv4 address and a TCP port`);
+      }
+    }
+    const want = [...new Map(endpoints.map((e) => [`${e.address}:${e.port}`, { address: e.address, port: e.port }])).values()];
     await this.ensure();
     const listed = (await iptables(['-S', PORTS_CHAIN])).split('\n').filter((l) => l.startsWith(`-A ${PORTS_CHAIN} `));
     for (const line of listed) {
@@ -79,27 +90,27 @@ export class HostFirewall {
       const started = startTimeOf(Number(owner[1]));
       // A start time of 0: its owner had no /proc to read its own from; only its pid can tell.
       const gone = !mine && (started === undefined || (owner[2] !== '0' && started !== Number(owner[2])));
-      const dropped = mine && !want.some((p) => line === this.portRule('-A', p));
+      const dropped = mine && !want.some((e) => line === this.rule('-A', e));
       if (gone || dropped) await iptables(['-D', ...splitRule(line).slice(1)]).catch(ignoreMissing);
     }
-    for (const p of want) if (!listed.includes(this.portRule('-A', p))) await iptables(this.portArgs('-A', p));
-    this.ports = want;
+    for (const e of want) if (!listed.includes(this.rule('-A', e))) await iptables(this.ruleArgs('-A', e));
+    this.endpoints = want;
   }
 
-  /** Deletes this instance's port rules (the runtime closes); the shared chains stay. */
+  /** Deletes this instance's endpoint rules (the runtime closes); the shared chains stay. */
   async release(): Promise<void> {
-    const ports = this.ports;
-    this.ports = [];
-    for (const p of ports) await iptables(this.portArgs('-D', p)).catch(ignoreMissing);
+    const endpoints = this.endpoints;
+    this.endpoints = [];
+    for (const e of endpoints) await iptables(this.ruleArgs('-D', e)).catch(ignoreMissing);
   }
 
-  private portArgs(op: '-A' | '-D', port: number): string[] {
-    return [op, PORTS_CHAIN, '-p', 'tcp', '-m', 'tcp', '--dport', String(port), '-m', 'comment', '--comment', `${OWNER_PREFIX}${this.owner}`, '-j', 'ACCEPT'];
+  private ruleArgs(op: '-A' | '-D', e: HostEndpoint): string[] {
+    return splitRule(this.rule(op, e));
   }
 
   /** The rule as `iptables -S` prints it. */
-  private portRule(op: '-A', port: number): string {
-    return `${op} ${PORTS_CHAIN} -p tcp -m tcp --dport ${port} -m comment --comment "${OWNER_PREFIX}${this.owner}" -j ACCEPT`;
+  private rule(op: '-A' | '-D', e: HostEndpoint): string {
+    return `${op} ${PORTS_CHAIN} -d ${e.address}/32 -p tcp -m tcp --dport ${e.port} -m comment --comment "${OWNER_PREFIX}${this.owner}" -j ACCEPT`;
   }
 }
 

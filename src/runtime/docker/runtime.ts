@@ -19,6 +19,7 @@ import type {
   ContainerListOptions,
   ContainerEvent,
   ProcessInfo,
+  HostEndpoint,
   PublishedPort,
   Runtime,
   RuntimeCapabilities,
@@ -609,9 +610,9 @@ export class DockerRuntime implements Runtime {
     return hostIp.startsWith('127.') || hostIp === '::1' ? undefined : hostIp;
   }
 
-  async allowHostPorts(ports: number[]): Promise<void> {
+  async allowHostEndpoints(endpoints: HostEndpoint[]): Promise<void> {
     try {
-      await this.isolation.allowHostPorts(ports);
+      await this.isolation.allowHostEndpoints(endpoints);
     } catch (err) {
       this.fail(err, `the boxes' network`);
     }

@@ -1,0 +1,72 @@
+/**
+ * sbx's own endpoints a box is told of (`SBX_API_URL`, `SBX_GRPC_ADDR`), as the host firewall
+ * opens them: address and port, and only where the address is one of this machine's. An endpoint
+ * elsewhere (a load balancer, another host) needs nothing opened here, and opening its port on
+ * this machine would open whatever local service listens on that port (docs/network.md).
+ */
+import { lookup } from 'node:dns/promises';
+import { isIP } from 'node:net';
+import { networkInterfaces } from 'node:os';
+import type { HostEndpoint } from '../runtime/types.js';
+
+/** The host (a name or an address, brackets off) and port of `SBX_API_URL` and of `SBX_GRPC_ADDR`. */
+export function endpointTargets(apiUrl: string | undefined, grpcAddr: string | undefined): { host: string; port: number }[] {
+  const targets: { host: string; port: number }[] = [];
+  if (apiUrl) {
+    try {
+      const u = new URL(apiUrl);
+      targets.push({ host: unbracket(u.hostname), port: Number(u.port || (u.protocol === 'https:' ? 443 : 80)) });
+    } catch {
+      // The config schema checked it is a URL; nothing to declare otherwise.
+    }
+  }
+  const grpc = /^(.+):(\d{1,5})$/.exec(grpcAddr ?? '');
+  const grpcPort = Number(grpc?.[2]);
+  if (grpc && grpcPort > 0 && grpcPort < 65536) targets.push({ host: unbracket(grpc[1]!), port: grpcPort });
+  return targets;
+}
+
+/** The IPv4 addresses of this machine a box can reach: every interface's but loopback's (a box's 127.0.0.1 is its own). */
+export function localAddresses(): Set<string> {
+  return new Set(
+    Object.values(networkInterfaces())
+      .flat()
+      .filter((i) => i !== undefined && i.family === 'IPv4' && !i.internal)
+      .map((i) => i!.address),
+  );
+}
+
+export interface EndpointResolver {
+  /** A name's IPv4 addresses (default: the system resolver, as `fetch` would); none when it does not resolve. */
+  lookup?: (host: string) => Promise<string[]>;
+  /** This machine's addresses (default `localAddresses()`). */
+  local?: () => Set<string>;
+}
+
+/**
+ * The endpoints to open to boxes: each target's IPv4 addresses (a name resolved) that are
+ * addresses of this machine, sorted, without repeats. IPv4 only: the box networks have no IPv6.
+ */
+export async function hostEndpoints(apiUrl: string | undefined, grpcAddr: string | undefined, resolver: EndpointResolver = {}): Promise<HostEndpoint[]> {
+  const resolve = resolver.lookup ?? lookupIPv4;
+  const local = (resolver.local ?? localAddresses)();
+  const found = new Map<string, HostEndpoint>();
+  for (const { host, port } of endpointTargets(apiUrl, grpcAddr)) {
+    const addresses = isIP(host) ? [host] : await resolve(host);
+    for (const address of addresses) if (local.has(address)) found.set(`${address}:${port}`, { address, port });
+  }
+  return [...found.values()].sort((a, b) => a.address.localeCompare(b.address) || a.port - b.port);
+}
+
+async function lookupIPv4(host: string): Promise<string[]> {
+  try {
+    return (await lookup(host, { all: true, family: 4 })).map((a) => a.address);
+  } catch {
+    // A name that does not resolve here names no address of this machine.
+    return [];
+  }
+}
+
+function unbracket(host: string): string {
+  return host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
+}
