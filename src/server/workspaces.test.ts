@@ -3,6 +3,9 @@
  * stat/list/mkdir/rename/copy/delete, tar out and in, quota enforced on a streamed PUT.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { chmodSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import tar from 'tar-stream';
 import { startTestServer } from './test-support.js';
@@ -68,6 +71,27 @@ describe('workspaces over HTTP', () => {
     for (const id of [asAlice.json.id, own.json.id]) assert.equal((await t.call('DELETE', `/v1/boxes/${id}`)).status, 204);
     await t.call('DELETE', `/v1/workspaces/${ws}`);
   });
+
+  test(
+    'a setuid-root program a box plants in its workspace is closed to other host users',
+    { skip: process.getuid?.() !== 0 && 'needs root to act as another host user' },
+    async () => {
+      chmodSync(t.dataDir, 0o755); // as an operator's /var/lib/sbx would be: open to walk through
+      const ws = (await t.call('POST', '/v1/workspaces', { key: alice, body: { name: 'planted' } })).json.id;
+      const box = await t.call('POST', '/v1/boxes', { key: alice, body: { image: 'sbx-base:latest', workspaceId: ws } });
+      assert.equal(box.status, 201, box.text);
+      // busybox runs the applet its name says: a setuid-root `true`.
+      const cmd = ['sh', '-c', 'cp /bin/busybox /workspace/true && chmod 4755 /workspace/true && ls -l /workspace/true'];
+      const plant = await t.call('POST', `/v1/boxes/${box.json.id}/exec`, { key: alice, body: { cmd, user: '0' } });
+      assert.match(plant.json.stdout, /^-rwsr-xr-x/, plant.text);
+      const planted = join(t.dataDir, 'workspaces', 'local', ws, 'root', 'true');
+      const run = spawnSync('runuser', ['-u', 'nobody', '--', planted]);
+      assert.notEqual(run.status, 0, 'a host user ran the planted program');
+      assert.match(run.stderr.toString(), /Permission denied/);
+      assert.equal((await t.call('DELETE', `/v1/boxes/${box.json.id}`, { key: alice })).status, 204);
+      await t.call('DELETE', `/v1/workspaces/${ws}`);
+    },
+  );
 
   test('files: PUT and GET raw bytes streamed, stat, list, mkdir, rename, copy, delete, usage', async () => {
     const id = (await t.call('POST', '/v1/workspaces', { key: alice, body: { name: 'files' } })).json.id;
