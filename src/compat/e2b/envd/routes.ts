@@ -174,15 +174,23 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
     const id = req.headers['e2b-sandbox-id'];
     if (typeof id !== 'string' || id === '') throw new SbxError('invalid_argument', 'E2b-Sandbox-Id: the sandbox id header is required');
     const token = req.headers['x-access-token'];
+    const address = req.socket.remoteAddress ?? '';
     try {
       // Wrong tokens count toward the address's auth-failure limit; a right one always passes.
-      await limiter.guard(req.socket.remoteAddress ?? '', () =>
-        verifyEnvdAccessToken(ctx.manager, ctx.keys, id, typeof token === 'string' ? token : undefined),
-      );
+      await limiter.guard(address, async () => {
+        try {
+          await verifyEnvdAccessToken(ctx.manager, ctx.keys, id, typeof token === 'string' ? token : undefined);
+        } catch (err) {
+          // An unknown id (a removed box, or a guess) counts as a failure as well: its 502 differs
+          // from a wrong token's 401, so without the count ids could be probed without limit.
+          if (isSbxError(err) && err.code === 'not_found') limiter.failed(address, err);
+          throw err;
+        }
+      });
       return await ctx.manager.get(id);
     } catch (err) {
+      if (isSbxError(err) && (err.code === 'unauthorized' || err.code === 'limit_exceeded' || err.code === 'not_found')) ctx.metrics.authFailures.inc();
       if (isSbxError(err) && err.code === 'not_found') throw new SbxError('runtime_unavailable', `sandbox ${id} is not running`, { cause: err });
-      if (isSbxError(err) && (err.code === 'unauthorized' || err.code === 'limit_exceeded')) ctx.metrics.authFailures.inc();
       throw err;
     }
   };
