@@ -263,16 +263,16 @@ export class Manager {
     }
   }
 
-  /**
-   * Lists the pool and applies the reconcile plan: adopt, sweep, forget, refresh statuses. With
-   * `revive` (at start and when the engine comes back), also starts the boxes the engine stopped
-   * behind sbx.
-   */
   /** The ports of this machine boxes are told to reach (SBX_API_URL, SBX_GRPC_ADDR): the only ones open to them. */
   private endpointPorts(): number[] {
     return endpointPorts(this.config.apiUrl, this.boxEnv['SBX_GRPC_ADDR']);
   }
 
+  /**
+   * Lists the pool and applies the reconcile plan: adopt, sweep, forget, refresh statuses. With
+   * `revive` (at start and when the engine comes back), also starts the boxes the engine stopped
+   * behind sbx.
+   */
   private async reconcilePool(pool: Pool, opts: { revive?: boolean } = {}): Promise<ManagedBox[]> {
     const runtime = pool.runtime();
     const listedAt = this.now();
