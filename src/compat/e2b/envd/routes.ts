@@ -16,6 +16,7 @@ import type { FastifyInstance } from 'fastify';
 import { SbxError, isSbxError, type ErrorCode } from '../../../errors.js';
 import type { Box } from '../../../sandbox/index.js';
 import type { ServerContext } from '../../../server/context.js';
+import { retryAfterSeconds } from '../../../server/errors.js';
 import { verifyEnvdAccessToken } from '../access-token.js';
 import { handleFiles } from './files-http.js';
 import { filesystemService } from './filesystem-service.js';
@@ -291,10 +292,7 @@ function sendEnvdError(res: ServerResponse, err: unknown): void {
     return;
   }
   const status = isSbxError(err) ? (HTTP_STATUS[err.code] ?? 500) : 500;
-  const retryAfterMs = isSbxError(err) ? err.details?.['retryAfterMs'] : undefined;
-  res.writeHead(status, {
-    'content-type': 'application/json',
-    ...(typeof retryAfterMs === 'number' ? { 'retry-after': String(Math.ceil(retryAfterMs / 1000)) } : {}),
-  });
+  const retryAfter = retryAfterSeconds(err);
+  res.writeHead(status, { 'content-type': 'application/json', ...(retryAfter ? { 'retry-after': retryAfter } : {}) });
   res.end(JSON.stringify({ code: status, message: err instanceof Error ? err.message : String(err) }));
 }
