@@ -15,6 +15,11 @@ const DOCS: unknown[] = [
   [],
   {},
   { 'k\u0000ey': '\ud800x', '\u2028': ['\u001f'.repeat(2000)] },
+  {
+    ['k'.repeat(2000)]: 'v',
+    a: [{ ['\u0000'.repeat(1500)]: 'y'.repeat(3000) }, 'z'.repeat(1024)],
+    ['q'.repeat(1024)]: { ['r'.repeat(4000)]: ['s'.repeat(2000)] },
+  },
 ];
 
 function read(text: Buffer, size: number): unknown {
@@ -35,5 +40,15 @@ test('every document comes back as JSON.parse reads it, however it is cut', () =
 test('a malformed document throws', () => {
   for (const bad of ['{"a":"x', '{"a":"\u0001"}', '{"a":1', '{"a":"\\x"}', '{"a":"\\u12"}', '']) {
     assert.throws(() => read(Buffer.from(bad), 1), SyntaxError, JSON.stringify(bad));
+  }
+});
+
+test('long object keys stay keys: only long values are kept aside', () => {
+  const key = 'k'.repeat(5000);
+  const doc = { [key]: 1, nested: [{ [key]: 'v'.repeat(5000) }, ['w'.repeat(5000)]], after: { [`${key}2`]: { x: [key] } } };
+  for (const size of [1, 7, 1 << 20]) {
+    const got = read(Buffer.from(JSON.stringify(doc)), size) as Record<string, unknown>;
+    assert.deepEqual(Object.keys(got), [key, 'nested', 'after'], `pieces of ${size}`);
+    assert.deepEqual(got, doc, `pieces of ${size}`);
   }
 });

@@ -13,13 +13,19 @@ const ASIDE_CHARS = 1024;
 
 export class JsonReader {
   private readonly decoder = new StringDecoder('utf8');
-  /** The document with every long string replaced by a placeholder. */
+  /** The document with every long string value replaced by a placeholder (keys stay as they are). */
   private skeleton = '';
   private readonly aside: string[] = [];
   /** Unique to this reader, so no string of the document can pass for a placeholder. */
   private readonly mark = `\uE000${randomBytes(8).toString('hex')}:`;
   private inString = false;
+  /** Whether the string being read is an object's key: keys are never put aside (the reviver restores values only). */
+  private inKey = false;
   private value = '';
+  /** The open containers outside strings, innermost last: `{` or `[`. */
+  private readonly open: string[] = [];
+  /** The last character outside strings that is not whitespace (`"` after a string). */
+  private last = '';
   /** The end of the last piece inside a string when it stopped within an escape. */
   private carry = '';
 
@@ -43,11 +49,14 @@ export class JsonReader {
       if (!this.inString) {
         const q = t.indexOf('"', i);
         if (q === -1) {
-          this.skeleton += t.slice(i);
+          this.structure(t.slice(i));
           return;
         }
-        this.skeleton += t.slice(i, q);
+        this.structure(t.slice(i, q));
         this.inString = true;
+        // A string right after `{`, or after `,` within an object, is a key.
+        this.inKey = this.open.at(-1) === '{' && (this.last === '{' || this.last === ',');
+        this.last = '"';
         this.value = '';
         i = q + 1;
         continue;
@@ -70,6 +79,16 @@ export class JsonReader {
     }
   }
 
+  /** Text outside strings: into the skeleton, following which container a string is in. */
+  private structure(text: string): void {
+    this.skeleton += text;
+    for (const c of text) {
+      if (c === '{' || c === '[') this.open.push(c);
+      else if (c === '}' || c === ']') this.open.pop();
+      if (c !== ' ' && c !== '\t' && c !== '\n' && c !== '\r') this.last = c;
+    }
+  }
+
   /** Decodes a piece of a string's body that ends at an escape boundary. */
   private take(raw: string): void {
     if (raw) this.value += JSON.parse(`"${raw}"`) as string;
@@ -77,7 +96,7 @@ export class JsonReader {
 
   private finishString(): void {
     this.inString = false;
-    if (this.value.length < ASIDE_CHARS) {
+    if (this.inKey || this.value.length < ASIDE_CHARS) {
       this.skeleton += JSON.stringify(this.value);
     } else {
       this.skeleton += JSON.stringify(this.mark + this.aside.length);

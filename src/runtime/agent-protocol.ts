@@ -13,6 +13,10 @@ import type { PassThrough } from 'node:stream';
 export const AGENT_PORT = 43011;
 /** The variable holding the per-box secret every connection to the agent presents (agent/init.go). */
 export const AGENT_TOKEN_ENV = 'SBX_AGENT_TOKEN';
+/** Where the agent's binary is inside every box, on Docker (a read-only bind) and Kubernetes (a volume) alike. */
+export const AGENT_BIN = '/.sbx/sbx-agent';
+/** Capabilities the agent needs as PID 1: start processes as the box user, kill any process of the box. */
+export const AGENT_CAPS: readonly string[] = ['KILL', 'SETUID', 'SETGID'];
 
 /** The protocol versions this host speaks, newest first. */
 export const HOST_PROTOCOL_VERSIONS = [1];

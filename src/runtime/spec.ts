@@ -86,7 +86,6 @@ export const ContainerSpecSchema = z
       .optional(),
     shmSize: z.number().int().min(0).optional(),
     dialAnyPort: z.boolean().optional(),
-    restartPolicy: z.enum(['no', 'unless-stopped']).optional(),
   })
   .strict();
 

@@ -64,9 +64,6 @@ export interface ContainerSpec {
    * the engine's machine). Nothing more is published on the host.
    */
   dialAnyPort?: boolean;
-  /** What the engine does with the container when the engine itself restarts: `unless-stopped`
-   * starts it again unless it had been stopped on purpose. Default `no`. */
-  restartPolicy?: 'no' | 'unless-stopped';
 }
 
 export type ContainerStatus = 'created' | 'running' | 'paused' | 'restarting' | 'removing' | 'exited' | 'dead';

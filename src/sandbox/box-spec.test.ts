@@ -23,9 +23,6 @@ describe('container spec building (no engine)', () => {
     assert.equal(s.memory, GiB);
     assert.equal(s.cpus, 1);
     assert.equal(s.pidsLimit, 512);
-    // The engine never restarts a box: a command that exits stays exited and says so; the
-    // Manager starts boxes an engine restart stopped (docs/architecture.md, Engine restarts).
-    assert.equal(s.restartPolicy, undefined);
     assert.equal(s.security?.noNewPrivileges, true);
     assert.deepEqual(s.security?.capDrop, ['ALL']);
     assert.equal(s.network, undefined);

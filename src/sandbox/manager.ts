@@ -265,11 +265,6 @@ export class Manager {
   }
 
   /**
-   * Lists the pool and applies the reconcile plan: adopt, sweep, forget, refresh statuses. With
-   * `revive` (at start and when the engine comes back), also starts the boxes the engine stopped
-   * behind sbx.
-   */
-  /**
    * The endpoints of this machine boxes are told to reach (SBX_API_URL, SBX_GRPC_ADDR), address
    * and port, when they are on this machine: the only services of the host open to boxes.
    */
@@ -277,6 +272,11 @@ export class Manager {
     return hostEndpoints(this.config.apiUrl, this.boxEnv['SBX_GRPC_ADDR']);
   }
 
+  /**
+   * Lists the pool and applies the reconcile plan: adopt, sweep, forget, refresh statuses. With
+   * `revive` (at start and when the engine comes back), also starts the boxes the engine stopped
+   * behind sbx.
+   */
   private async reconcilePool(pool: Pool, opts: { revive?: boolean } = {}): Promise<ManagedBox[]> {
     const runtime = pool.runtime();
     const listedAt = this.now();

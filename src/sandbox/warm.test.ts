@@ -97,7 +97,6 @@ describe('warm templates (no engine)', () => {
     assert.equal(s.name, 'sbx-m-warm-1');
     assert.equal(s.labels?.[WARM_LABEL], 'k1');
     assert.equal(s.labels?.['sbx.id'], undefined, 'no identity: recovery never takes a spare for a box');
-    assert.equal(s.restartPolicy, 'no');
     for (const key of ['image', 'cmd', 'workDir', 'memory', 'cpus', 'pidsLimit', 'security', 'network'] as const) assert.deepEqual(s[key], cold[key], key);
   });
 

@@ -113,7 +113,6 @@ export function spareSpec(opts: {
     ...spec,
     name: `sbx-${opts.manager}-${opts.spareId}`,
     labels: { ...managerSelector(opts.manager, opts.pool.name), [MANAGED_BY]: MANAGED_BY_VALUE, [WARM_LABEL]: opts.key, 'sbx.image': t.image },
-    restartPolicy: 'no',
   };
 }
 

@@ -13,7 +13,7 @@ import { WS_PROTOCOL, authenticate, bearerFromProtocols } from './auth.js';
 import type { Caller, FailureLimiter } from './auth.js';
 import type { ServerContext } from './context.js';
 import { boundBodyReads } from './body-timeout.js';
-import { mapError } from './errors.js';
+import { mapError, retryAfterSeconds } from './errors.js';
 import { adminRoutes } from './routes-admin.js';
 import { proxyRoutes, rewriteHostBased } from './routes-proxy.js';
 import { authorizePortRequest } from './port-auth.js';
@@ -148,9 +148,8 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
     const mapped = mapError(err);
     ctx.metrics.errors.inc({ code: mapped.error.code });
     if (mapped.status >= 500 && mapped.error.code === 'internal') ctx.log.error({ reqId: req.id, err }, 'internal error');
-    if (mapped.error.code === 'limit_exceeded' && typeof mapped.error.details?.['retryAfterMs'] === 'number') {
-      reply.header('retry-after', String(Math.ceil((mapped.error.details['retryAfterMs'] as number) / 1000)));
-    }
+    const retryAfter = retryAfterSeconds(mapped.error);
+    if (retryAfter) reply.header('retry-after', retryAfter);
     return reply.code(mapped.status).type('application/json').send(mapped.body);
   });
 

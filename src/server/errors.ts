@@ -49,6 +49,17 @@ const FASTIFY_CLIENT_ERRORS: Record<string, number> = {
   FST_ERR_ASYNC_CONSTRAINT: 400,
 };
 
+/**
+ * The Retry-After header's value (whole seconds, rounded up) for an error that says when to try
+ * again (limit_exceeded with `details.retryAfterMs`, as the auth-failure limiter throws), else
+ * undefined. Every route family that answers such an error sends it (the API, e2b, envd).
+ */
+export function retryAfterSeconds(err: unknown): string | undefined {
+  if (!(err instanceof SbxError) || err.code !== 'limit_exceeded') return undefined;
+  const ms = err.details?.['retryAfterMs'];
+  return typeof ms === 'number' ? String(Math.ceil(ms / 1000)) : undefined;
+}
+
 /** Turns anything thrown while serving a request into a status and an error body. */
 export function mapError(err: unknown): MappedError {
   if (err instanceof SbxError) return { status: STATUS_BY_CODE[err.code] ?? 500, body: { error: err.toJSON() }, error: err };

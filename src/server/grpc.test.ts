@@ -5,12 +5,14 @@
  * box alive past its idle timeout; bad tokens are refused.
  */
 import assert from 'node:assert/strict';
+import { connect as http2Connect } from 'node:http2';
+import { connect as netConnect } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { testEnv } from '../testing/env.js';
-import { decodeHeartbeatRequest, encodeHeartbeatRequest, peerAddress } from './grpc.js';
+import { decodeHeartbeatRequest, encodeHeartbeatRequest } from './grpc.js';
 import { IMAGE, startTestServer } from './test-support.js';
 import type { TestServer } from './test-support.js';
 
@@ -52,6 +54,43 @@ function call(token, sid) {
   console.log(JSON.stringify({ good, bad, none, unknown, other }));
 })();
 `;
+
+/**
+ * One raw gRPC heartbeat from [::1] on a source port of four digits (a fresh connection each):
+ * resolves to the grpc-status. Ports below 10000 make grpc-js's getPeer() (`::1:5123`) a valid
+ * IPv6 address itself, the case a port-stripping parser gets wrong.
+ */
+async function lowPortCall(port: number, token: string, sandboxId: string): Promise<string> {
+  for (;;) {
+    const localPort = 2000 + Math.floor(Math.random() * 7000);
+    const status = await new Promise<string>((resolve) => {
+      const session = http2Connect(`http://[::1]:${port}`, { createConnection: () => netConnect({ host: '::1', port, localAddress: '::1', localPort }) });
+      session.on('error', (e: NodeJS.ErrnoException) => resolve(`conn:${e.code}`));
+      const msg = encodeHeartbeatRequest({ sandboxId, active: true, processCount: 1 });
+      const head = Buffer.alloc(5);
+      head.writeUInt32BE(msg.length, 1);
+      const req = session.request({
+        ':method': 'POST',
+        ':path': '/sbx.v1.Sandbox/Heartbeat',
+        'content-type': 'application/grpc',
+        te: 'trailers',
+        authorization: `Bearer ${token}`,
+      });
+      let st = '?';
+      req.on('response', (h) => h['grpc-status'] !== undefined && (st = String(h['grpc-status'])));
+      req.on('trailers', (h) => (st = String(h['grpc-status'])));
+      req.on('data', () => undefined);
+      req.on('end', () => {
+        session.close();
+        resolve(st);
+      });
+      req.on('error', (e: NodeJS.ErrnoException) => resolve(`err:${e.code}`));
+      req.end(Buffer.concat([head, msg]));
+    });
+    // A source port already taken: another one.
+    if (status !== 'conn:EADDRINUSE') return status;
+  }
+}
 
 let t: TestServer;
 let gateway: string;
@@ -163,11 +202,6 @@ describe('gRPC heartbeat', () => {
   });
 
   test('bad box tokens count toward the one per-address failure limit, HTTP and gRPC together: over it RESOURCE_EXHAUSTED; a valid token still passes', async () => {
-    // Failures are per address as fastify spells req.ip; grpc-js's getPeer() has the port on.
-    assert.equal(peerAddress('127.0.0.1:5123'), '127.0.0.1');
-    assert.equal(peerAddress('::ffff:10.0.0.1:5123'), '::ffff:10.0.0.1');
-    assert.equal(peerAddress('[::1]:5123'), '::1');
-    assert.equal(peerAddress('::1'), '::1');
     const limited = await startTestServer('grpclimit', { serve: { grpc: { host: '127.0.0.1', port: 0 }, authFailures: { max: 3, windowMs: 600_000 } } });
     const client = protoClient(limited.server.grpc!.address);
     try {
@@ -191,6 +225,28 @@ describe('gRPC heartbeat', () => {
       assert.match((await limited.call('GET', '/metrics', { key: null })).text, /sbx_auth_failures_total 6/);
     } finally {
       client.close();
+      await limited.dispose();
+    }
+  });
+  test('over IPv6 the failure count is per address, not per source port: a client on low source ports (::1:5123 reads as an address) shares one count with HTTP', async () => {
+    const limited = await startTestServer('grpc6', { serve: { host: '::1', grpc: { host: '::1', port: 0 }, authFailures: { max: 3, windowMs: 600_000 } } });
+    try {
+      const box = (await limited.call('POST', '/v1/boxes', { body: { image: IMAGE } })).json.id;
+      const token = (await limited.call('POST', `/v1/boxes/${box}/exec`, { body: { cmd: ['sh', '-c', 'echo $SBX_TOKEN'] } })).json.stdout.trim();
+      const bad = `${token.slice(0, -4)}AAAA`;
+      // One failure over HTTP from ::1, two over gRPC from ::1 on ports of four digits, each a new connection.
+      assert.equal((await limited.call('POST', `/v1/boxes/${box}/heartbeat`, { key: bad, body: { active: true } })).status, 401);
+      const port = limited.server.grpc!.port;
+      assert.equal(await lowPortCall(port, bad, box), String(grpc.status.UNAUTHENTICATED));
+      assert.equal(await lowPortCall(port, bad, box), String(grpc.status.UNAUTHENTICATED));
+      assert.equal(await lowPortCall(port, bad, box), String(grpc.status.RESOURCE_EXHAUSTED), 'the address ::1 reached its limit whatever its source port');
+      assert.equal(
+        (await limited.call('POST', `/v1/boxes/${box}/heartbeat`, { key: bad, body: { active: true } })).status,
+        429,
+        'HTTP sees the gRPC failures under the same key',
+      );
+      assert.equal(await lowPortCall(port, token, box), '0', 'a valid box token still passes');
+    } finally {
       await limited.dispose();
     }
   });

@@ -3,7 +3,6 @@
  * boxes that speak gRPC. Off unless configured. The three-field messages are encoded by hand,
  * so nothing is loaded from disk at run time; the test checks the codec against the .proto.
  */
-import { isIP } from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import { SbxError } from '../errors.js';
 import type { Manager } from '../sandbox/index.js';
@@ -108,14 +107,24 @@ function status(code: grpc.status, details: string): grpc.ServiceError {
 }
 
 /**
- * The client address of a call as fastify's `req.ip` spells it (the socket's remoteAddress), so
- * one address has one failure count over HTTP and gRPC: grpc-js's getPeer() is `<address>:<port>`,
- * an IPv6 address without brackets.
+ * The client address of each call, as fastify's `req.ip` spells it (the socket's remoteAddress,
+ * no port), so one address has one failure count over HTTP and gRPC. Taken from the connection
+ * grpc-js exposes to interceptors rather than parsed out of getPeer(): getPeer() is
+ * `<address>:<port>` with an IPv6 address unbracketed, and `::1:5123` is itself a valid address.
+ * Keyed by the call's metadata object, which grpc-js hands on to the handler as `call.metadata`.
  */
-export function peerAddress(peer: string): string {
-  if (isIP(peer)) return peer;
-  return peer.replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1');
-}
+const peerAddresses = new WeakMap<grpc.Metadata, string>();
+
+const recordPeer: grpc.ServerInterceptor = (_method, call) =>
+  new grpc.ServerInterceptingCall(call, {
+    start: (next) =>
+      next({
+        onReceiveMetadata: (metadata, nextMetadata) => {
+          peerAddresses.set(metadata, call.getConnectionInfo().remoteAddress ?? 'unknown');
+          nextMetadata(metadata);
+        },
+      }),
+  });
 
 export async function startGrpc(opts: {
   host: string;
@@ -125,14 +134,14 @@ export async function startGrpc(opts: {
   /** The server's one auth-failure limiter (the HTTP routes use the same). */
   limiter: FailureLimiter;
 }): Promise<GrpcServerHandle> {
-  const server = new grpc.Server({ 'grpc.max_receive_message_length': 64 * 1024 });
+  const server = new grpc.Server({ 'grpc.max_receive_message_length': 64 * 1024, interceptors: [recordPeer] });
   server.addService(heartbeatService, {
     Heartbeat: (call: grpc.ServerUnaryCall<HeartbeatRequest, unknown>, callback: grpc.sendUnaryData<Record<string, never>>) => {
       void (async () => {
         const header = call.metadata.get('authorization')[0];
         let boxId: string;
         try {
-          boxId = await authenticateBox(typeof header === 'string' ? header : undefined, peerAddress(call.getPeer()), {
+          boxId = await authenticateBox(typeof header === 'string' ? header : undefined, peerAddresses.get(call.metadata) ?? 'unknown', {
             verifyBoxToken: (t) => opts.manager.verifyBoxToken(t),
             limiter: opts.limiter,
           });

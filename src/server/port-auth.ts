@@ -131,7 +131,10 @@ export async function authorizePortRequest(request: FastifyRequest, boxId: strin
   const token = fromQuery[0] ?? fromCookie[0];
   if (token === undefined) {
     ctx.metrics.authFailures.inc();
-    throw new SbxError('unauthorized', `missing credentials: Authorization: Bearer <key>, ?${PORT_TOKEN_QUERY}= or the ${PORT_TOKEN_COOKIE} cookie`);
+    const missing = new SbxError('unauthorized', `missing credentials: Authorization: Bearer <key>, ?${PORT_TOKEN_QUERY}= or the ${PORT_TOKEN_COOKIE} cookie`);
+    // Counted like every entry point counts a missing credential (API, envd, e2b, gRPC): one rule.
+    limiter.failed(request.ip, missing);
+    throw missing;
   }
   try {
     return await limiter.guard(request.ip, async () => {

@@ -203,6 +203,24 @@ describe('auth and scoping', () => {
     }
   });
 
+  test('a request with no credential at all is a failed authentication too, at the API and at the port proxy', async () => {
+    const s = await startTestServer('nocred', { serve: { authFailures: { max: 3, windowMs: 60_000 } } });
+    try {
+      const made = await s.call('POST', '/v1/boxes', { body: { image: IMAGE, ports: [{ containerPort: 3000 }] } });
+      assert.equal(made.status, 201, made.text);
+      const proxied = new URL((await s.call('POST', `/v1/boxes/${made.json.id}/proxy-url`, { body: { port: 3000 } })).json.url as string).pathname;
+      assert.equal((await s.call('GET', '/v1/boxes', { key: null })).status, 401);
+      for (let i = 0; i < 2; i++) assert.equal((await s.call('GET', proxied, { key: null })).status, 401);
+      const limited = await s.call('GET', proxied, { key: null });
+      assert.equal(limited.status, 429, 'the proxy counted its requests without a credential');
+      assert.ok(Number(limited.headers.get('retry-after')) > 0);
+      assert.equal((await s.call('GET', '/v1/boxes', { key: null })).status, 429, 'one count for the API and the proxy');
+      assert.equal((await s.call('GET', '/v1/boxes')).status, 200, 'a valid key still works');
+    } finally {
+      await s.dispose();
+    }
+  });
+
   test('the timing-safe comparison is in the code', async () => {
     const { readFile } = await import('node:fs/promises');
     const src = await readFile(new URL('./keys.ts', import.meta.url), 'utf8');

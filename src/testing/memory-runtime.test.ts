@@ -552,13 +552,13 @@ describe('MemoryRuntime: events', () => {
 
   test('the engine going away: streams hand on what they had, then throw runtime_unavailable', async () => {
     const { rt } = setup();
-    const a = await started(rt, { labels: { n: 'a' }, restartPolicy: 'unless-stopped' });
+    const a = await started(rt, { labels: { n: 'a' } });
     const w = watch(rt);
     await sleep(0);
     rt.simulateEngineRestart();
     await assert.rejects(w.done, (e) => isSbxError(e, 'runtime_unavailable'));
-    assert.deepEqual(w.seen, ['stopped a'], 'the restart of unless-stopped containers happens after the stream is gone');
-    assert.equal((await rt.inspect(a)).running, true);
+    assert.deepEqual(w.seen, ['stopped a'], 'the stream hands on the stop, then ends');
+    assert.equal((await rt.inspect(a)).running, false);
 
     const w2 = watch(rt);
     await sleep(0);
@@ -607,27 +607,28 @@ describe('MemoryRuntime: test hooks', () => {
     assert.equal((await rt.inspect(id)).running, true);
   });
 
-  test('simulateEngineRestart: running containers die (255) with their execs; unless-stopped ones run again', async () => {
+  test('simulateEngineRestart: running containers die (255) with their execs, and none runs again by itself', async () => {
     const { rt, clock } = setup({ onExec: holdOpen });
     const up = await started(rt);
-    const kept = await started(rt, { restartPolicy: 'unless-stopped' });
-    const no = await started(rt, { restartPolicy: 'no' });
-    const created = await rt.create({ image: base, restartPolicy: 'unless-stopped' });
-    const stopped = await started(rt, { restartPolicy: 'unless-stopped' });
+    const other = await started(rt);
+    const created = await rt.create({ image: base });
+    const stopped = await started(rt);
     await rt.stop(stopped);
-    const runs = [rt.exec(up, ['sleep']), rt.exec(kept, ['sleep'])];
+    const runs = [rt.exec(up, ['sleep']), rt.exec(other, ['sleep'])];
     await sleep(0);
+    const startedAt = (await rt.inspect(up)).startedAt;
     clock.advance(10_000);
     rt.simulateEngineRestart();
-    for (const id of [up, no]) {
+    for (const id of [up, other]) {
       const info = await rt.inspect(id);
       assert.equal(info.status, 'exited');
       assert.equal(info.exitCode, 255);
     }
-    for (const r of await Promise.all(runs)) assert.equal(r.exitCode, 137, 'execs die with the engine, even in restarted containers');
-    const again = await rt.inspect(kept);
-    assert.equal(again.running, true);
-    assert.equal(again.startedAt, clock.iso(), 'started again by the engine');
+    for (const r of await Promise.all(runs)) assert.equal(r.exitCode, 137, 'execs die with the engine');
+    // Starting them again is the Manager's (reconcile's revive), as with dockerd and no restart policy.
+    await rt.start(up);
+    assert.equal((await rt.inspect(up)).running, true);
+    assert.notEqual((await rt.inspect(up)).startedAt, startedAt, 'a new start');
     assert.equal((await rt.inspect(created)).status, 'created', 'never started, not started now');
     assert.equal((await rt.inspect(stopped)).status, 'exited', 'stopped on purpose stays stopped');
     assert.equal((await rt.inspect(stopped)).exitCode, 0);
@@ -641,10 +642,8 @@ describe('MemoryRuntime: test hooks', () => {
     assert.equal(s?.running, true);
     assert.equal(s?.createdAt, '2024-01-01T00:00:00.000Z');
     assert.equal((await rt.inspect('foreign')).labels['sbx.id'], 'sb-1');
-    const kept = rt.injectContainer({ restartPolicy: 'unless-stopped' });
     rt.simulateEngineRestart();
-    assert.equal((await rt.inspect(kept)).running, true, 'an injected container keeps its restart policy');
-    assert.equal((await rt.inspect(id)).running, false);
+    assert.equal((await rt.inspect(id)).running, false, 'an injected container dies with the engine like any other');
     const exited = rt.injectContainer({ status: 'exited' });
     assert.equal((await rt.inspect(exited)).exitCode, 0);
     assert.equal((await rt.inspect(rt.injectContainer())).createdAt, clock.iso());

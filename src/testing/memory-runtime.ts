@@ -36,8 +36,8 @@
  * - stop is immediate (timeoutMs is ignored) and exits 0, as the graceful CMD does; stopping or
  *   removing a container kills its execs (137). `simulateEngineRestart` kills every running
  *   container (exit 255, as dockerd reports the containers it lost; their `stopped` events reach
- *   the open event streams, which then throw), then starts again those whose spec says
- *   `restartPolicy: 'unless-stopped'` (a new startedAt, no event stream sees it: subscribe again and list).
+ *   the open event streams, which then throw). Nothing starts them again: sbx boxes have no
+ *   engine restart policy (the Manager revives them; docs/architecture.md, Box lifecycle).
  * - event labels are the container's labels only (Docker's also carry `name`, `image`, `exitCode`).
  * - ids are 64 hex digits derived from the address and a counter (deterministic: give two
  *   runtimes of one test different addresses); default names are `memory-<n>`.
@@ -236,19 +236,17 @@ export class MemoryRuntime implements Runtime {
   }
 
   /**
-   * The engine restarted: every running container dies (255, its execs killed, `stopped` sent),
-   * the open event streams throw runtime_unavailable, then the containers whose restart policy
-   * is `unless-stopped` run again. Containers stopped on purpose stay stopped.
+   * The engine restarted: every running container dies (255, its execs killed, `stopped` sent)
+   * and the open event streams throw runtime_unavailable. None runs again by itself, as with
+   * dockerd for containers without a restart policy, which sbx's boxes are.
    */
   simulateEngineRestart(): void {
-    const lost = [...this.containers.values()].filter((c) => c.status === 'running');
-    for (const c of lost) this.halt(c, ENGINE_LOST_EXIT_CODE);
+    for (const c of this.containers.values()) if (c.status === 'running') this.halt(c, ENGINE_LOST_EXIT_CODE);
     this.endEventStreams();
-    for (const c of lost) if (c.spec.restartPolicy === 'unless-stopped') this.run(c);
   }
 
   /** Makes a container appear as if another process had created it; returns its id. */
-  injectContainer(summary: Partial<ContainerSummary> & Pick<ContainerSpec, 'restartPolicy'> = {}): string {
+  injectContainer(summary: Partial<ContainerSummary> = {}): string {
     const seq = ++this.seq;
     const id = summary.id ?? this.makeId(seq);
     if (this.containers.has(id)) throw new SbxError('conflict', `injectContainer: id ${id} exists`);
@@ -262,7 +260,7 @@ export class MemoryRuntime implements Runtime {
       id,
       name,
       image,
-      spec: { image, name, labels, ...(summary.restartPolicy ? { restartPolicy: summary.restartPolicy } : {}) },
+      spec: { image, name, labels },
       labels,
       status,
       exitCode: status === 'exited' ? 0 : null,

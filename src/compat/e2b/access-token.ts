@@ -7,11 +7,10 @@
  * So it is bound to one box's life (a later box under the same id gets another) and to the key
  * that asked for it: each key that creates, connects to or reads a sandbox gets a token of its
  * own, and revoking (deleting) a key ends every token handed to it, at once, while the tokens
- * of the owner's other keys keep working. It needs no storage and survives a server restart. An
- * unknown box is not_found.
+ * of the owner's other keys keep working. It needs no storage and survives a server restart.
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { SbxError } from '../../errors.js';
+import { SbxError, isSbxError } from '../../errors.js';
 import type { Manager } from '../../sandbox/manager.js';
 import { mayAccess } from '../../server/auth.js';
 import type { KeyStore } from '../../server/keys.js';
@@ -29,17 +28,28 @@ export async function envdAccessToken(manager: Manager, boxId: string, keyId: st
 
 /**
  * Throws unauthorized unless `token` is an envd access token of `boxId` for a key that is still
- * live and may still see the box; not_found for an unknown box.
+ * live and may still see the box.
+ *
+ * An unknown box is not_found only for a token that could have been issued for it, one naming a
+ * live key (a removed box's token cannot be checked any more: its nonce is gone, and the e2b SDK
+ * must read a removed sandbox as not running). Any other token for an unknown id is unauthorized
+ * with the very answer a known box gives to a wrong token, so ids cannot be probed without a key
+ * id; the caller counts not_found toward the address's failure limit too.
  */
 export async function verifyEnvdAccessToken(manager: Manager, keys: KeyStore, boxId: string, token: string | undefined): Promise<void> {
   if (!token) throw new SbxError('unauthorized', 'X-Access-Token is required');
+  const wrong = () => new SbxError('unauthorized', 'X-Access-Token is not the access token of this sandbox');
   const m = TOKEN.exec(token);
+  const key = m ? keys.principal(m[1]!) : undefined;
   const given = Buffer.from(token);
-  const expected = Buffer.from(await envdAccessToken(manager, boxId, m ? m[1]! : '0'.repeat(16)));
-  if (!m || given.length !== expected.length || !timingSafeEqual(given, expected)) {
-    throw new SbxError('unauthorized', 'X-Access-Token is not the access token of this sandbox');
+  let expected: Buffer;
+  try {
+    expected = Buffer.from(await envdAccessToken(manager, boxId, m ? m[1]! : '0'.repeat(16)));
+  } catch (err) {
+    if (isSbxError(err) && err.code === 'not_found' && !key) throw wrong();
+    throw err;
   }
-  const key = keys.principal(m[1]!);
+  if (!m || given.length !== expected.length || !timingSafeEqual(given, expected)) throw wrong();
   if (!key || !mayAccess(key, (await manager.get(boxId)).owner)) {
     throw new SbxError('unauthorized', 'X-Access-Token was issued to an API key that has been revoked; connect to the sandbox again with a live key');
   }

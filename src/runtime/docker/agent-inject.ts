@@ -14,16 +14,13 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type Docker from 'dockerode';
 import { invalidArgument } from '../../errors.js';
-import { AGENT_PORT, AGENT_TOKEN_ENV } from '../agent-protocol.js';
+import { AGENT_BIN, AGENT_CAPS, AGENT_PORT, AGENT_TOKEN_ENV } from '../agent-protocol.js';
 import type { ContainerSpec } from '../types.js';
 
-/** Where the agent's binary is mounted inside every box. */
-export const AGENT_BIN = '/.sbx/sbx-agent';
+export { AGENT_BIN };
 /** Labels the runtime puts on a box with the agent: the protocol version and the box's user. */
 export const AGENT_LABEL = 'sbx.agent';
 export const AGENT_USER_LABEL = 'sbx.agent.user';
-/** Capabilities the agent needs as PID 1 (switch users, kill any process of the box). */
-const AGENT_CAPS = ['KILL', 'SETUID', 'SETGID'];
 /**
  * Network modes the host cannot dial the agent in: none (no address), host (the agent would
  * listen on the host's own addresses), another container's namespace (its port is that one's).

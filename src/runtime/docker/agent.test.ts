@@ -231,7 +231,7 @@ describe('boxes the agent serves or not', () => {
   });
 
   test('a command that cannot start fails start, as without the agent; one that ends at once does not', async () => {
-    const bad = await rt.create(spec({ cmd: ['/no/such/binary'], restartPolicy: 'unless-stopped' }));
+    const bad = await rt.create(spec({ cmd: ['/no/such/binary'] }));
     await assert.rejects(rt.start(bad), (e: Error & { code?: string }) => e.code === 'invalid_argument' && /no\/such\/binary/.test(e.message));
     await rt.remove(bad, { force: true });
     const quick = await rt.create(spec({ cmd: ['true'] }));

@@ -32,7 +32,6 @@ export function toCreateOptions(spec: ContainerSpec): Docker.ContainerCreateOpti
     ...(sec.tmpfs ? { Tmpfs: sec.tmpfs } : {}),
     ...(spec.ociRuntime ? { Runtime: spec.ociRuntime } : {}),
     ...(spec.shmSize ? { ShmSize: spec.shmSize } : {}),
-    ...(spec.restartPolicy && spec.restartPolicy !== 'no' ? { RestartPolicy: { Name: spec.restartPolicy } } : {}),
   };
   return {
     Image: spec.image,

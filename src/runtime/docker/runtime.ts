@@ -227,7 +227,8 @@ export class DockerRuntime implements Runtime {
           .inspect()
           .catch(() => undefined);
         if (c?.State.Running) box.address = bridgeAddressOf(c);
-        // With a restart policy the engine starts it again and again: Restarting, with the last exit code.
+        // sbx gives a box no restart policy, so a command that ended leaves it not running; one
+        // given a policy behind sbx (docker update) reads Restarting, with the last exit code.
         if (c && (!c.State.Running || c.State.Restarting)) {
           // A command that ran and ended is not a failure to start; only the agent's own refusal is.
           const why = c.State.ExitCode === 126 || c.State.ExitCode === 127 ? await this.logTail(id) : '';

@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import type { V1Container, V1Pod, V1SecurityContext, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
 import { invalidArgument } from '../../errors.js';
 import type { ContainerSpec } from '../types.js';
-import { AGENT_PORT, AGENT_TOKEN_ENV } from '../agent-protocol.js';
+import { AGENT_BIN, AGENT_CAPS, AGENT_PORT, AGENT_TOKEN_ENV } from '../agent-protocol.js';
 
 /** The box's container in its pod; exec, logs and port-forward name it. */
 export const MAIN_CONTAINER = 'main';
@@ -26,16 +26,13 @@ export const DIAL_ANY_PORT_ANNOTATION = 'sbx.dev/dial-any-port';
 /** Marks a pod that runs the in-box agent as its entrypoint; the value is the port it listens on. */
 export const AGENT_ANNOTATION = 'sbx.dev/agent';
 
-/** Where the agent's binary is inside the box (the same path as on Docker) and the volume holding it. */
-export const AGENT_BIN = '/.sbx/sbx-agent';
+/** The volume holding the agent's binary (at AGENT_BIN in the box). */
 const AGENT_VOLUME = 'sbx-agent';
 /** The binary's path in the agent image (images/sbx-agent: FROM scratch, the binary alone). */
 const AGENT_IMAGE_BIN = '/sbx-agent';
 // The agent's port on the pod's loopback, where the API server's port-forward connects (it dials
-// localhost inside the pod's network namespace), and its secret's variable: the same as on Docker.
-export { AGENT_PORT, AGENT_TOKEN_ENV };
-/** What the agent needs to start processes as the box user and kill any process of the box. */
-const AGENT_CAPS = ['KILL', 'SETUID', 'SETGID'];
+// localhost inside the pod's network namespace), its secret's variable and its binary's path: the same as on Docker.
+export { AGENT_BIN, AGENT_PORT, AGENT_TOKEN_ENV };
 
 export interface AgentOptions {
   /** The image holding the static agent binary at /sbx-agent (images/sbx-agent). */

@@ -8,7 +8,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { SbxError } from '../../../errors.js';
 import type { ServerContext } from '../../../server/context.js';
-import { mapError } from '../../../server/errors.js';
+import { mapError, retryAfterSeconds } from '../../../server/errors.js';
 import { sandboxRoutes } from './sandboxes.js';
 
 declare module 'fastify' {
@@ -70,8 +70,8 @@ export function e2bApiRoutes(app: FastifyInstance, ctx: ServerContext, opts: E2b
         const mapped = mapError(err);
         ctx.metrics.errors.inc({ code: mapped.error.code });
         if (mapped.status >= 500 && mapped.error.code === 'internal') ctx.log.error({ reqId: req.id, err }, 'internal error');
-        const retryAfterMs = mapped.error.details?.['retryAfterMs'];
-        if (mapped.status === 429 && typeof retryAfterMs === 'number') reply.header('retry-after', String(Math.ceil(retryAfterMs / 1000)));
+        const retryAfter = retryAfterSeconds(mapped.error);
+        if (retryAfter) reply.header('retry-after', retryAfter);
         return send(reply, mapped.status, mapped.error.message);
       });
       // Pause, resume, snapshots, fork, templates, volumes, secrets, metrics, network updates:

@@ -335,6 +335,33 @@ describe('access and errors', () => {
     }
   });
 
+  test('an unknown id cannot be probed: a token that names no live key reads as a wrong token (401); one that does reads as not running (502); both count toward the limit', async () => {
+    const s = await startTestServer('envd-probe', { serve: { authFailures: { max: 6, windowMs: 60_000 } } });
+    try {
+      const box = await s.manager.create({ image: testEnv.baseImage });
+      const health = async (id: string, token: string) => {
+        const res = await fetch(`${s.url}${ENVD_PREFIX}/health`, { headers: { 'e2b-sandbox-id': id, 'x-access-token': token } });
+        return { status: res.status, retryAfter: res.headers.get('retry-after'), message: ((await res.json()) as { message: string }).message };
+      };
+      const unknown = `sb-never-${process.pid}`;
+      // Without a live key id, a known box and an unknown id answer alike: four failures.
+      for (const token of ['garbage', `${'0'.repeat(16)}.${'x'.repeat(43)}`]) {
+        const known = await health(box.id, token);
+        assert.equal(known.status, 401);
+        assert.deepEqual(await health(unknown, token), known, `token ${token}: the same answer for an unknown id as for a known box`);
+      }
+      // A token naming a live key (what a removed box's token is): not running, and counted.
+      const shaped = `${keyIdOf(s.admin)}.${'x'.repeat(43)}`;
+      for (let i = 0; i < 2; i++) assert.equal((await health(unknown, shaped)).status, 502);
+      const limited = await health(unknown, shaped);
+      assert.equal(limited.status, 429, 'unknown ids count toward the address limit');
+      assert.ok(Number(limited.retryAfter) > 0);
+      assert.match((await s.call('GET', '/metrics', { key: null })).text, /sbx_auth_failures_total 7/);
+    } finally {
+      await s.dispose();
+    }
+  });
+
   test('an image without bash: commands fail with a NotFoundError naming /bin/bash', async () => {
     const sbx = await sandboxFor(testEnv.baseImage);
     await assert.rejects(sbx.commands.run('echo hi'), (err: Error) => err.name === 'NotFoundError' && /\/bin\/bash/.test(err.message));

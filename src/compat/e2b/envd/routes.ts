@@ -16,6 +16,7 @@ import type { FastifyInstance } from 'fastify';
 import { SbxError, isSbxError, type ErrorCode } from '../../../errors.js';
 import type { Box } from '../../../sandbox/index.js';
 import type { ServerContext } from '../../../server/context.js';
+import { retryAfterSeconds } from '../../../server/errors.js';
 import { verifyEnvdAccessToken } from '../access-token.js';
 import { handleFiles } from './files-http.js';
 import { filesystemService } from './filesystem-service.js';
@@ -174,15 +175,23 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
     const id = req.headers['e2b-sandbox-id'];
     if (typeof id !== 'string' || id === '') throw new SbxError('invalid_argument', 'E2b-Sandbox-Id: the sandbox id header is required');
     const token = req.headers['x-access-token'];
+    const address = req.socket.remoteAddress ?? '';
     try {
       // Wrong tokens count toward the address's auth-failure limit; a right one always passes.
-      await limiter.guard(req.socket.remoteAddress ?? '', () =>
-        verifyEnvdAccessToken(ctx.manager, ctx.keys, id, typeof token === 'string' ? token : undefined),
-      );
+      await limiter.guard(address, async () => {
+        try {
+          await verifyEnvdAccessToken(ctx.manager, ctx.keys, id, typeof token === 'string' ? token : undefined);
+        } catch (err) {
+          // An unknown id (a removed box, or a guess) counts as a failure as well: its 502 differs
+          // from a wrong token's 401, so without the count ids could be probed without limit.
+          if (isSbxError(err) && err.code === 'not_found') limiter.failed(address, err);
+          throw err;
+        }
+      });
       return await ctx.manager.get(id);
     } catch (err) {
+      if (isSbxError(err) && (err.code === 'unauthorized' || err.code === 'limit_exceeded' || err.code === 'not_found')) ctx.metrics.authFailures.inc();
       if (isSbxError(err) && err.code === 'not_found') throw new SbxError('runtime_unavailable', `sandbox ${id} is not running`, { cause: err });
-      if (isSbxError(err) && (err.code === 'unauthorized' || err.code === 'limit_exceeded')) ctx.metrics.authFailures.inc();
       throw err;
     }
   };
@@ -283,10 +292,7 @@ function sendEnvdError(res: ServerResponse, err: unknown): void {
     return;
   }
   const status = isSbxError(err) ? (HTTP_STATUS[err.code] ?? 500) : 500;
-  const retryAfterMs = isSbxError(err) ? err.details?.['retryAfterMs'] : undefined;
-  res.writeHead(status, {
-    'content-type': 'application/json',
-    ...(typeof retryAfterMs === 'number' ? { 'retry-after': String(Math.ceil(retryAfterMs / 1000)) } : {}),
-  });
+  const retryAfter = retryAfterSeconds(err);
+  res.writeHead(status, { 'content-type': 'application/json', ...(retryAfter ? { 'retry-after': retryAfter } : {}) });
   res.end(JSON.stringify({ code: status, message: err instanceof Error ? err.message : String(err) }));
 }
