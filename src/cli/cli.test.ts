@@ -34,7 +34,6 @@ interface Result {
   code: number | null;
   stdout: string;
   stderr: string;
-  ms: number;
 }
 
 /** The CLI's environment: this test's instance name and data dir, none of the caller's SBX_* settings. */
@@ -53,7 +52,6 @@ async function sbx(
     onOutput?: (out: { stdout: string; stderr: string }, child: ChildProcess) => void;
   } = {},
 ): Promise<Result> {
-  const started = Date.now();
   const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], { cwd: ROOT, env: cliEnv(opts.env), stdio: ['pipe', 'pipe', 'pipe'] });
   opts.onSpawn?.(child);
   let stdout = '';
@@ -73,7 +71,7 @@ async function sbx(
   const code = await new Promise<number | null>((resolve) => child.on('close', (c) => resolve(c)));
   clearTimeout(hung);
   await assertNoBoxesLeft();
-  return { code, stdout, stderr, ms: Date.now() - started };
+  return { code, stdout, stderr };
 }
 
 async function boxes() {
@@ -108,7 +106,8 @@ describe('sbx run', () => {
   test('the box is made from the image and labelled with the instance name while it runs; SIGINT kills the command, removes the box, exits 130', async () => {
     let seen: Awaited<ReturnType<typeof boxes>> | undefined;
     let signalled = false;
-    const r = await sbx(['run', IMAGE, 'sh', '-c', 'echo ready; sleep 60'], {
+    // An hour of sleep: a CLI that did not kill it is SIGKILLed by sbx() after 60 s, not 130.
+    const r = await sbx(['run', IMAGE, 'sh', '-c', 'echo ready; sleep 3600'], {
       onOutput: ({ stdout }, child) => {
         if (!stdout.includes('ready') || signalled) return;
         signalled = true;
@@ -123,7 +122,6 @@ describe('sbx run', () => {
     assert.equal(seen[0]!.labels['sbx.image'], IMAGE);
     assert.equal(r.stdout, 'ready\n');
     assert.equal(r.code, 130);
-    assert.ok(r.ms < 20_000, `took ${r.ms} ms: the sleep was not killed`);
   });
 
   test('SIGINT as soon as the box exists, while it is being made: the box is removed, exit 130', async () => {
@@ -137,10 +135,9 @@ describe('sbx run', () => {
       });
     }, 10);
     let pid = 0;
-    const r = await sbx(['run', IMAGE, 'sh', '-c', 'echo ran; sleep 60'], { onSpawn: (child) => (pid = child.pid!) }).finally(() => clearInterval(poll));
+    const r = await sbx(['run', IMAGE, 'sh', '-c', 'echo ran; sleep 3600'], { onSpawn: (child) => (pid = child.pid!) }).finally(() => clearInterval(poll));
     assert.ok(signalled, 'the box was seen');
     assert.equal(r.code, 130, r.stderr);
-    assert.ok(r.ms < 20_000, `took ${r.ms} ms`);
   });
 
   test('a reader that goes away (| head -1): the command is killed, the box removed, exit 141', async () => {
@@ -148,7 +145,6 @@ describe('sbx run', () => {
     assert.equal(r.code, 141, r.stderr);
     assert.match(r.stdout, /^y\n/);
     assert.doesNotMatch(r.stderr, /EPIPE|Unhandled/);
-    assert.ok(r.ms < 20_000, `took ${r.ms} ms: yes was not killed`);
   });
 
   test('a command killed inside the box exits 137, not the timeout status', async () => {
@@ -170,11 +166,10 @@ describe('sbx run', () => {
 
 describe('sbx run --timeout', () => {
   test('takes a duration: 1s kills a long command, says so on stderr, exits 124', async () => {
-    const r = await sbx(['run', '-t', '1s', IMAGE, 'sh', '-c', 'echo started; sleep 60']);
+    const r = await sbx(['run', '-t', '1s', IMAGE, 'sh', '-c', 'echo started; sleep 3600']);
     assert.equal(r.code, 124);
     assert.equal(r.stdout, 'started\n');
     assert.equal(r.stderr, 'sbx: timed out after 1s; the command was killed\n');
-    assert.ok(r.ms < 20_000, `took ${r.ms} ms`);
   });
 
   test('a plain number is milliseconds', async () => {
