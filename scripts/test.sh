@@ -60,12 +60,18 @@ rc=0
 if [ "${#files[@]}" -eq 0 ]; then
   echo "test.sh: no *.test.ts files under src/ or test/"
 else
-  echo "test.sh: ${#files[@]} file(s), concurrency ${SBX_TEST_CONCURRENCY:-3}, setup took $(elapsed "$t0")"
+  # *.serial.test.ts change what every box on the engine sees (the host firewall's chains, a box
+  # bridge filled to its limit): they run after the others, one at a time, with nothing beside them.
+  parallel=() serial=()
+  for f in "${files[@]}"; do case "$f" in *.serial.test.ts) serial+=("$f") ;; *) parallel+=("$f") ;; esac; done
+  echo "test.sh: ${#parallel[@]} file(s) at concurrency ${SBX_TEST_CONCURRENCY:-3}, then ${#serial[@]} alone; setup took $(elapsed "$t0")"
   # --test-timeout bounds each file in node 20, so a hung test fails the run instead of stalling CI.
-  node --import tsx --test --test-reporter=tap \
-    --test-concurrency="${SBX_TEST_CONCURRENCY:-3}" \
-    --test-timeout="${SBX_TEST_TIMEOUT_MS:-600000}" \
-    "${opts[@]}" "${files[@]}" || rc=$?
+  run_tests() {
+    node --import tsx --test --test-reporter=tap --test-concurrency="$1" \
+      --test-timeout="${SBX_TEST_TIMEOUT_MS:-600000}" "${opts[@]}" "${@:2}" || rc=$?
+  }
+  [ "${#parallel[@]}" -eq 0 ] || run_tests "${SBX_TEST_CONCURRENCY:-3}" "${parallel[@]}"
+  [ "${#serial[@]}" -eq 0 ] || run_tests 1 "${serial[@]}"
 fi
 
 # Containers the tests made directly carry sbx.test; boxes made through a Manager carry sbx.managed-by.
