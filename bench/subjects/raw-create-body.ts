@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { DEFAULT_WORKDIR, GRACEFUL_CMD } from '../../src/sandbox/box-spec.js';
 import { DEFAULT_BOX_CPUS, DEFAULT_BOX_MEMORY } from '../../src/sandbox/config.js';
+import { BOX_NETWORK } from '../../src/runtime/docker/box-network.js';
 import { DEFAULT_PIDS_LIMIT, securityFor } from '../../src/sandbox/security.js';
 import { BASE_IMAGE, BENCH_CONTAINER_LABEL } from '../core/identity.js';
 
@@ -26,6 +27,8 @@ export function rawCreateTemplate(manager: string, runId: string): RawCreateTemp
       MemorySwap: DEFAULT_BOX_MEMORY,
       NanoCpus: DEFAULT_BOX_CPUS * 1e9,
       PidsLimit: DEFAULT_PIDS_LIMIT,
+      // sbx's isolated network, which parity's sbx box made: a box that names none joins it.
+      NetworkMode: BOX_NETWORK,
       ...(security.noNewPrivileges ? { SecurityOpt: ['no-new-privileges'] } : {}),
       ...(security.capDrop?.length ? { CapDrop: security.capDrop } : {}),
       ...(security.capAdd?.length ? { CapAdd: security.capAdd } : {}),
