@@ -140,6 +140,13 @@ describe('sbx run', () => {
     assert.equal(r.code, 130, r.stderr);
   });
 
+  test('a reader gone before the first line (sbx --help | head): exit 141 quietly, no EPIPE stack trace', async () => {
+    // The pipe's read end is closed at spawn, long before the CLI writes: its first write fails EPIPE.
+    const r = await sbx(['--help'], { onSpawn: (child) => child.stdout?.destroy() });
+    assert.equal(r.code, 141, r.stderr);
+    assert.doesNotMatch(r.stderr, /EPIPE|Unhandled|at /);
+  });
+
   test('a reader that goes away (| head -1): the command is killed, the box removed, exit 141', async () => {
     const r = await sbx(['run', IMAGE, 'yes'], { onOutput: (_out, child) => child.stdout?.destroy() });
     assert.equal(r.code, 141, r.stderr);

@@ -23,6 +23,16 @@ import { withConnection } from './remote.js';
 export const EXIT = { usage: 2, timeout: 124, sbx: 125, cannotRun: 126, notFound: 127 } as const;
 const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143, SIGPIPE: 141 };
 
+// A reader that went away (`sbx --help | head -2`, `sbx ls --json | head`): exit quietly with a
+// shell's SIGPIPE status instead of an unhandled EPIPE's stack trace. `run` and `exec` add their own
+// listener, which kills the command and removes what it must first; then this one stands aside.
+for (const stream of [process.stdout, process.stderr]) {
+  stream.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EPIPE') throw err;
+    if (stream.listenerCount('error') === 1) process.exit(SIGNAL_EXIT['SIGPIPE']);
+  });
+}
+
 const CONFIG_HELP = 'YAML config file (default: $SBX_CONFIG, else one pool `local` on the local Docker Engine)';
 
 const program = withConnection(
