@@ -96,6 +96,39 @@ export interface Box extends AsyncDisposable {
   vnc(opts?: VncUrlOptions): Promise<string>;
 }
 
+/**
+ * A box of a Manager in this process (what Manager.create, get and list return): the portable Box
+ * (which the SDK's remote box implements too) and what only the process holding the box can
+ * offer. sbx serve stands on these.
+ */
+export interface LocalBox extends Box {
+  /** The max lifetime now (create's, or what renewLifetime set); 0: none (persistent). */
+  readonly maxLifetimeMs: number;
+  /** Whether start() can undo a stop() (not on Kubernetes, where a stop deletes the pod and so the box). */
+  readonly restartable: boolean;
+  /**
+   * A TCP connection to a port a service of the box listens on (attach, the proxy and VNC stand
+   * on it). While it is open the box counts as in use; its close ends that.
+   */
+  dial(port: number, opts?: { signal?: AbortSignal }): Promise<Duplex>;
+  /** box.proxy() with the token's expiry (epoch ms, when signed), issued by `issuer` if given. */
+  proxyUrl(port: number, path?: string, opts?: ProxyUrlOptions, issuer?: PortUrlIssuer): Promise<{ url: string; expiresAt?: number }>;
+  /** box.vnc() with the token's expiry (epoch ms), issued by `issuer` if given. */
+  vncUrl(opts?: VncUrlOptions, issuer?: PortUrlIssuer): Promise<{ url: string; expiresAt: number }>;
+}
+
+/**
+ * The server a URL is issued by, when it is not the Manager's own (`ManagerConfig.publicUrl`, or
+ * the sbx serve registered last): each sbx serve in front of a Manager hands out URLs under its
+ * own address, signed for the API key that asked, which it checks is still live on every use.
+ */
+export interface PortUrlIssuer {
+  publicUrl: string;
+  proxyDomain?: string | undefined;
+  /** The API key the URL is signed for; '' for none. */
+  keyId: string;
+}
+
 export interface VncUrlOptions {
   /** The token's lifetime; default 15 min, at most 24 h. */
   ttlMs?: number;
@@ -149,7 +182,7 @@ export interface BoxHost {
   onExecFinished(box: ManagedBox): void;
   workspaceFs(workspaceId: string): Promise<WorkspaceFS>;
   now(): number;
-  /** Where proxy URLs point (sbx serve sets it). */
+  /** Where proxy URLs point when the caller names no issuer: the config's, or the sbx serve registered last. */
   proxyBase(): ProxyBase;
   /** A signed access token for one port of one box (src/sandbox/port-tokens.ts). */
   signPortToken(claim: PortTokenClaim): Promise<string>;
@@ -176,7 +209,7 @@ export class BoxActivityState {
 }
 
 /** The Manager's Box: the record recovery rebuilds, the activity the cleanup loop reads. */
-export class ManagedBox implements Box {
+export class ManagedBox implements LocalBox {
   readonly activity: BoxActivityState;
   /** When this Manager learnt of the box: a list taken before cannot contain it. */
   readonly registeredAt: number;
@@ -223,6 +256,10 @@ export class ManagedBox implements Box {
     return new Date(this.record.createdAt).toISOString();
   }
 
+  get maxLifetimeMs(): number {
+    return this.record.maxLifetimeMs;
+  }
+
   private get runtime(): Runtime {
     return this.host.runtimeFor(this.record.pool);
   }
@@ -261,10 +298,6 @@ export class ManagedBox implements Box {
     return stream;
   }
 
-  /**
-   * A TCP connection to a port a service of the box listens on (the attach, proxy and VNC
-   * paths stand on it). While it is open the box counts as in use; its close ends that.
-   */
   async dial(port: number, opts: { signal?: AbortSignal } = {}): Promise<Duplex> {
     const end = this.hold();
     let socket: Duplex;
@@ -335,19 +368,14 @@ export class ManagedBox implements Box {
     return (await this.vncUrl(opts)).url;
   }
 
-  /**
-   * box.vnc() with the token's expiry (the HTTP route answers both). `keyId`: the API key the
-   * URL is for (the server's route), which the server checks is still live on every use; none
-   * when this process asks for itself.
-   */
-  async vncUrl(opts: VncUrlOptions = {}, keyId = ''): Promise<{ url: string; expiresAt: number }> {
+  async vncUrl(opts: VncUrlOptions = {}, issuer?: PortUrlIssuer): Promise<{ url: string; expiresAt: number }> {
     const v = validateProxyArgs(VNC_PORT, '/', { ...opts, signed: true });
     if (!this.record.vnc) {
       throw new SbxError('not_available', `box '${this.id}' was created without vnc; create it with vnc: true (and a desktop image such as sbx-desktop)`, {
         details: { id: this.id, reason: 'vnc_not_enabled' },
       });
     }
-    const { publicUrl } = this.host.proxyBase();
+    const { publicUrl, keyId } = this.issuer(issuer);
     if (!publicUrl) {
       throw new SbxError('not_available', 'the VNC viewer is served by sbx serve: this Manager has no public URL (publicUrl)', {
         details: { id: this.id, reason: 'no_public_url' },
@@ -388,10 +416,10 @@ export class ManagedBox implements Box {
     return `http://127.0.0.1:${published.hostPort}${path}`;
   }
 
-  /** box.proxy() with the token's expiry (the HTTP route answers both); `keyId` as for vncUrl. */
-  async proxyUrl(port: number, path?: string, opts?: ProxyUrlOptions, keyId = ''): Promise<{ url: string; expiresAt?: number }> {
+  async proxyUrl(port: number, path?: string, opts?: ProxyUrlOptions, issuer?: PortUrlIssuer): Promise<{ url: string; expiresAt?: number }> {
     const v = validateProxyArgs(port, path, opts);
-    const base = this.host.proxyBase();
+    const base = this.issuer(issuer);
+    const keyId = base.keyId;
     if (!base.publicUrl && v.signed) {
       throw new SbxError('invalid_argument', 'signed: this Manager has no public URL (publicUrl), so there is no proxy to sign for; sbx serve sets one', {
         details: { field: 'signed' },
@@ -412,6 +440,12 @@ export class ManagedBox implements Box {
     const q = url.indexOf('?');
     const sep = q === -1 ? '?' : q === url.length - 1 ? '' : '&';
     return { url: `${url}${sep}sbx_token=${token}`, expiresAt };
+  }
+
+  /** Who the URL is for: the caller's issuer, else the Manager's own base (signed for no key). */
+  private issuer(given: PortUrlIssuer | undefined): ProxyBase & { keyId: string } {
+    if (given === undefined) return { ...this.host.proxyBase(), keyId: '' };
+    return { publicUrl: given.publicUrl, proxyDomain: given.proxyDomain, keyId: given.keyId };
   }
 
   private withEnv<T extends { env?: Record<string, string> }>(opts: T): T {

@@ -117,6 +117,7 @@ const configSchema = z
     apiUrl: z.string().url().optional(),
     tokenSecret: z.string().min(16, 'must be at least 16 characters').optional(),
     tokenTtlMs: ms.default(24 * 3_600_000),
+    heartbeatIntervalMs: ms.refine((v) => v >= 10, 'must be at least 10 ms').optional(),
     maxWorkspacesPerOwner: z.number().int().min(0).default(DEFAULT_MAX_WORKSPACES_PER_OWNER),
     publicUrl: z
       .string()
@@ -216,6 +217,8 @@ export interface ManagerConfig {
   proxyDomain?: string;
   /** Box token lifetime. Default 24 h. */
   tokenTtlMs?: number;
+  /** How often a box's agent heartbeats while work runs in it (SBX_HEARTBEAT_INTERVAL_MS). Default the agent's, 30 s. */
+  heartbeatIntervalMs?: number;
   /** Workspaces one owner may hold (`limit_exceeded` beyond); 0 = unlimited. Default 100. */
   maxWorkspacesPerOwner?: number;
   logger?: Logger;
@@ -256,6 +259,7 @@ export interface ResolvedConfig {
   apiUrl: string | undefined;
   tokenSecret: string | undefined;
   tokenTtlMs: number;
+  heartbeatIntervalMs: number | undefined;
   maxWorkspacesPerOwner: number;
   publicUrl: string | undefined;
   proxyDomain: string | undefined;
@@ -312,6 +316,7 @@ export function resolveConfig(config: ManagerConfig = {}, env: NodeJS.ProcessEnv
     apiUrl: v.apiUrl,
     tokenSecret: v.tokenSecret,
     tokenTtlMs: v.tokenTtlMs,
+    heartbeatIntervalMs: v.heartbeatIntervalMs,
     maxWorkspacesPerOwner: v.maxWorkspacesPerOwner,
     publicUrl: v.publicUrl,
     proxyDomain: v.proxyDomain,
@@ -319,7 +324,7 @@ export function resolveConfig(config: ManagerConfig = {}, env: NodeJS.ProcessEnv
 }
 
 /** Config-file keys written as human durations (`30m`, or a number of ms) -> the TS object's `…Ms` key. */
-const FILE_DURATIONS: Record<string, string> = { cleanupInterval: 'cleanupIntervalMs', tokenTtl: 'tokenTtlMs' };
+const FILE_DURATIONS: Record<string, string> = { cleanupInterval: 'cleanupIntervalMs', tokenTtl: 'tokenTtlMs', heartbeatInterval: 'heartbeatIntervalMs' };
 const FILE_POOL_DURATIONS: Record<string, string> = {
   idleTimeout: 'idleTimeoutMs',
   maxLifetime: 'maxLifetimeMs',

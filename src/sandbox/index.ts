@@ -1,6 +1,6 @@
 export { Manager } from './manager.js';
 export { GRACEFUL_CMD, DEFAULT_WORKDIR } from './box-spec.js';
-export type { Box } from './box.js';
+export type { Box, LocalBox, PortUrlIssuer, ProxyUrlOptions, VncUrlOptions } from './box.js';
 export { CreateOptionsSchema } from './create-options.js';
 export { AttachOptionsSchema } from './attach-options.js';
 export type {

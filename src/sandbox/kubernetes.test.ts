@@ -293,8 +293,7 @@ describe('Manager with a Kubernetes pool, on a real cluster', { skip: why ?? fal
     });
     await new Promise<void>((resolve) => server.listen(0, NODE_IP, resolve));
     try {
-      m = newManager({}, { apiUrl: `http://${NODE_IP}:${(server.address() as AddressInfo).port}` });
-      m.boxEnv['SBX_HEARTBEAT_INTERVAL_MS'] = '200';
+      m = newManager({}, { apiUrl: `http://${NODE_IP}:${(server.address() as AddressInfo).port}`, heartbeatIntervalMs: 200 });
       const box = await m.create({ image: IMAGE });
       const s = await box.stream(['sleep', '5']);
       await until('a heartbeat from the pod', async () => beats.some((b) => b.path === `/v1/boxes/${box.id}/heartbeat`));

@@ -10,7 +10,7 @@ import { mapSettled } from '../util/concurrency.js';
 import { WorkspaceManager } from '../workspace/index.js';
 import type { WorkspaceNode } from '../workspace/index.js';
 import { ManagedBox } from './box.js';
-import type { Box, BoxHost } from './box.js';
+import type { BoxHost, LocalBox, ProxyBase } from './box.js';
 import { buildContainerSpec, checkNetwork, newBoxRecord } from './box-spec.js';
 import { CleanupLoop, planCleanup } from './cleanup.js';
 import { resolveConfig, resolvePool, loadConfig } from './config.js';
@@ -33,7 +33,7 @@ import { ClaimStore } from './claims.js';
 import { WARM_LABEL, joinClaims } from './warm.js';
 import { WarmPool } from './warm-pool.js';
 import { WorkspaceClaims, hasWorkspaceClaims } from './workspace-claims.js';
-import type { BoxInfo, CleanupStats, CreateOptions, HeartbeatInput, ListOptions, PoolInfo, WarmInfo } from './types.js';
+import type { BoxInfo, CleanupStats, CreateOptions, HeartbeatInput, ListOptions, PoolInfo, ServerEndpoints, WarmInfo } from './types.js';
 
 /** Engine calls in flight at once during cleanup and pool removal. */
 const CLEANUP_PARALLELISM = 5;
@@ -69,26 +69,13 @@ export class Manager {
     swept: 0,
     errors: 0,
   };
-  /**
-   * Told of every engine call's duration and outcome, by operation (sbx serve's /metrics adds
-   * one; see src/runtime/timed-runtime.ts). They run on every call, so they must be cheap.
-   */
-  readonly engineCallObservers = new Set<EngineCallObserver>();
+  /** observeEngineCalls's observers; they run on every engine call, so they must be cheap. */
+  private readonly engineCallObservers = new Set<EngineCallObserver>();
   private readonly observeEngineCall = (call: EngineCall): void => {
     for (const observe of this.engineCallObservers) observe(call);
   };
-  /**
-   * Variables handed to every box created from now on, over the caller's env and under sbx's own
-   * (SBX_SANDBOX_ID, SBX_TOKEN win). sbx serve puts SBX_GRPC_ADDR here while its gRPC heartbeat is on.
-   */
-  readonly boxEnv: Record<string, string> = {};
-  /**
-   * Where box.proxy() points: the base URL of the sbx server in front of this Manager (sbx serve
-   * sets it to its own URL) and its proxy domain (host-based `<port>-<id>.<domain>`). Unset, a
-   * library Manager hands out the published host port itself.
-   */
-  publicUrl: string | undefined;
-  proxyDomain: string | undefined;
+  /** The servers in front of this Manager (registerServer), latest last. */
+  private readonly servers: ServerEndpoints[] = [];
   private readonly now: () => number;
   private readonly poolsByName = new Map<string, Pool>();
   private readonly registry = new BoxRegistry();
@@ -114,8 +101,6 @@ export class Manager {
   /** With no argument, the config comes from `SBX_CONFIG` and `SBX_*` (see loadConfig). */
   constructor(config: ManagerConfig = loadConfig()) {
     this.config = resolveConfig(config);
-    this.publicUrl = this.config.publicUrl;
-    this.proxyDomain = this.config.proxyDomain;
     this.now = config.clock ?? Date.now;
     this.log = config.logger ?? pino({ name: 'sbx', level: process.env['SBX_LOG_LEVEL'] ?? 'warn' }, pino.destination(2));
     for (const p of this.config.pools) this.poolsByName.set(p.name, this.newPool(p));
@@ -128,7 +113,7 @@ export class Manager {
       removeBox: (id, opts) => this.removeWith(id, opts?.graceful ?? false),
       workspaceFs: (workspaceId) => this.workspaces.fs(workspaceId),
       now: this.now,
-      proxyBase: () => ({ publicUrl: this.publicUrl, proxyDomain: this.proxyDomain }),
+      proxyBase: () => this.proxyBase(),
       signPortToken: async (claim) => signPortToken(await this.portTokenKey(), claim),
       stopIntent: (box, stopped) => this.stopIntents.set(box.id, stopped),
       saveLifetime: (box, maxLifetimeMs) => this.lifetimes.set(box.containerId, maxLifetimeMs),
@@ -196,6 +181,41 @@ export class Manager {
    * from the labels), sweeps what a crash left half-made, follows the engines' events, then
    * starts the cleanup loop. A pool that cannot be reached is logged and adopted later.
    */
+  /**
+   * Tells the Manager of a server in front of it (sbx serve does on listen), until the returned
+   * function withdraws it. While registered, box.proxy() and box.vnc() without an issuer point at
+   * the latest registered server (unless `ManagerConfig.publicUrl` names one), and boxes created
+   * get its `grpcAddr` as SBX_GRPC_ADDR. Several servers may front one Manager: each withdraws
+   * only its own entry, and each hands out its own URLs (PortUrlIssuer).
+   */
+  registerServer(endpoints: ServerEndpoints): () => void {
+    const entry = { ...endpoints };
+    this.servers.push(entry);
+    return () => {
+      const i = this.servers.indexOf(entry);
+      if (i !== -1) this.servers.splice(i, 1);
+    };
+  }
+
+  /** Calls `observe` with every engine call's duration and outcome (sbx serve's /metrics) until the returned function. */
+  observeEngineCalls(observe: EngineCallObserver): () => void {
+    const own = (call: EngineCall): void => observe(call);
+    this.engineCallObservers.add(own);
+    return () => this.engineCallObservers.delete(own);
+  }
+
+  /** Where box.proxy() points without an issuer: the config's public URL, else the server registered last. */
+  private proxyBase(): ProxyBase {
+    if (this.config.publicUrl) return { publicUrl: this.config.publicUrl, proxyDomain: this.config.proxyDomain };
+    const latest = this.servers.at(-1);
+    return { publicUrl: latest?.publicUrl, proxyDomain: latest?.proxyDomain ?? this.config.proxyDomain };
+  }
+
+  /** The gRPC heartbeat address new boxes get: the latest registered server's that has one. */
+  private grpcAddr(): string | undefined {
+    return this.servers.findLast((s) => s.grpcAddr !== undefined)?.grpcAddr;
+  }
+
   async start(): Promise<void> {
     this.started = true;
     await this.stopIntents.load().catch((err: unknown) => this.log.error({ err }, 'could not read the boxes stopped on purpose; none is started again'));
@@ -269,7 +289,7 @@ export class Manager {
    * and port, when they are on this machine: the only services of the host open to boxes.
    */
   private hostEndpoints(): Promise<HostEndpoint[]> {
-    return hostEndpoints(this.config.apiUrl, this.boxEnv['SBX_GRPC_ADDR']);
+    return hostEndpoints(this.config.apiUrl, this.grpcAddr());
   }
 
   /**
@@ -441,7 +461,7 @@ export class Manager {
    * Creates and starts a box. Limits are checked and the slot reserved in one synchronous
    * step, so concurrent creates can never exceed maxTotal or maxPerUser.
    */
-  async create(options: CreateOptions): Promise<Box> {
+  async create(options: CreateOptions): Promise<LocalBox> {
     return this.createBox(validateCreateOptions(options));
   }
 
@@ -495,10 +515,11 @@ export class Manager {
     const record = newBoxRecord({ manager: this.config.name, id, owner, pool: pool.def, opts, now: this.now(), tokenNonce: BoxTokenService.newNonce() });
     const tokens = await this.tokens();
     const sbxEnv: Record<string, string> = {
-      ...this.boxEnv,
+      ...(this.grpcAddr() !== undefined ? { SBX_GRPC_ADDR: this.grpcAddr()! } : {}),
       SBX_SANDBOX_ID: id,
       SBX_TOKEN: tokens.issue(id, record.tokenNonce, this.config.tokenTtlMs),
       ...(this.config.apiUrl ? { SBX_API_URL: this.config.apiUrl } : {}),
+      ...(this.config.heartbeatIntervalMs !== undefined ? { SBX_HEARTBEAT_INTERVAL_MS: String(this.config.heartbeatIntervalMs) } : {}),
     };
     // Before a spare is claimed: a refused network is refused whichever way the box would come.
     checkNetwork(opts, pool.def);
@@ -572,7 +593,7 @@ export class Manager {
   }
 
   /** The box with this id; not_found otherwise. A read: it does not count as use. */
-  async get(id: string): Promise<Box> {
+  async get(id: string): Promise<LocalBox> {
     return this.known(id);
   }
 
@@ -587,7 +608,7 @@ export class Manager {
    * `create()` of the same id in flight, share one creation: N callers, one box. Returning an
    * existing box counts as use (the caller is about to work in it).
    */
-  async getOrCreate(options: CreateOptions): Promise<Box> {
+  async getOrCreate(options: CreateOptions): Promise<LocalBox> {
     const opts = validateCreateOptions(options);
     if (!opts.id) throw new SbxError('invalid_argument', 'id: getOrCreate needs an id', { details: { field: 'id' } });
     const id = opts.id;
@@ -600,7 +621,7 @@ export class Manager {
   }
 
   /** Boxes matching every given filter. A read: it does not count as use. */
-  async list(opts: ListOptions = {}): Promise<Box[]> {
+  async list(opts: ListOptions = {}): Promise<LocalBox[]> {
     return this.registry
       .all()
       .filter(

@@ -88,11 +88,11 @@ describe(`boxes of different owners (${runId})`, () => {
       name,
       dataDir,
       cleanupIntervalMs: 0,
+      heartbeatIntervalMs: 200,
       apiUrl: `http://${hostIp}:${(api.address() as AddressInfo).port}`,
       logger: pino({ level: 'silent' }),
       pools: [{ name: 'local', addr: testEnv.engineAddr, warm: [{ image: IMAGE, size: 1 }] }],
     });
-    m.boxEnv['SBX_HEARTBEAT_INTERVAL_MS'] = '200';
     try {
       await m.start();
       for (let i = 0; i < 300 && (await m.warm())[0]?.ready !== 1; i++) await new Promise((r) => setTimeout(r, 100));

@@ -64,6 +64,16 @@ export interface ListOptions {
 
 export type BoxStatus = 'running' | 'stopped' | 'creating';
 
+/** A server in front of a Manager (Manager.registerServer). */
+export interface ServerEndpoints {
+  /** Its base URL, where box.proxy() and box.vnc() point. */
+  publicUrl: string;
+  /** Its host-based proxy domain (`<port>-<id>.<domain>`), if any. */
+  proxyDomain?: string | undefined;
+  /** The gRPC heartbeat address boxes created from now on dial (SBX_GRPC_ADDR), if it serves one boxes can reach. */
+  grpcAddr?: string | undefined;
+}
+
 /** The seed's BoxInfo, with camelCase fields and ISO 8601 times. */
 export interface BoxInfo {
   id: string;

@@ -19,7 +19,6 @@ import { proxyRoutes, rewriteHostBased } from './routes-proxy.js';
 import { authorizePortRequest } from './port-auth.js';
 import { vncRoutes } from './vnc.js';
 import type { VncDeps } from './vnc.js';
-import type { ManagedBox } from '../sandbox/box.js';
 import { boxRoutes } from './routes-boxes.js';
 import { workspaceRoutes } from './routes-workspaces.js';
 import { boxFileRoutes } from './routes-box-files.js';
@@ -196,9 +195,9 @@ function boxVncDeps(ctx: ServerContext): VncDeps {
       const grant = await authorizePortRequest(req, id, port);
       return grant.expiresAt !== undefined ? { via: grant.via, expiresAt: grant.expiresAt } : { via: grant.via };
     },
-    dial: async (id, port) => ((await ctx.manager.get(id)) as ManagedBox).dial(port),
-    hasVnc: async (id) => ((await ctx.manager.get(id)) as ManagedBox).record.vnc,
-    publicUrl: () => ctx.manager.publicUrl,
+    dial: async (id, port) => (await ctx.manager.get(id)).dial(port),
+    hasVnc: async (id) => (await (await ctx.manager.get(id)).info()).vnc,
+    publicUrl: () => ctx.publicUrl(),
     streams: ctx.streams,
   };
 }

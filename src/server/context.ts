@@ -4,7 +4,7 @@
  */
 import type { Logger } from 'pino';
 import { SbxError } from '../errors.js';
-import type { Box, Manager } from '../sandbox/index.js';
+import type { LocalBox, Manager, PortUrlIssuer } from '../sandbox/index.js';
 import type { Workspace } from '../workspace/index.js';
 import type { Caller } from './auth.js';
 import { mayAccess, requireKey } from './auth.js';
@@ -60,6 +60,15 @@ export interface ServerContext {
   shuttingDown(): boolean;
   /** The budget for buffered exec output held at once; absent: one of the default size per app. */
   execOutput?: ExecOutputBudget;
+  /** This server's base URL, under which it issues proxy and VNC URLs ('' before it listens). */
+  publicUrl(): string;
+  /** This server's host-based proxy domain (`<port>-<id>.<domain>`), if any. */
+  proxyDomain: string | undefined;
+}
+
+/** URLs this server issues for the API key `keyId` (box.proxyUrl, box.vncUrl). */
+export function issuerFor(ctx: ServerContext, keyId: string): PortUrlIssuer {
+  return { publicUrl: ctx.publicUrl(), proxyDomain: ctx.proxyDomain, keyId };
 }
 
 export { WORKSPACE_ID_PATTERN } from '../workspace/schemas.js';
@@ -73,7 +82,7 @@ export function boxNotFound(id: string): SbxError {
  * The box `id` if the caller may use it; another owner's box answers exactly like a missing
  * one, so ids do not leak. Looking it up does not count as activity.
  */
-export async function boxFor(ctx: ServerContext, caller: Caller | undefined, id: string): Promise<Box> {
+export async function boxFor(ctx: ServerContext, caller: Caller | undefined, id: string): Promise<LocalBox> {
   const p = requireKey(caller);
   // get() is one map lookup; list() would copy and filter every box on each request.
   const box = await ctx.manager.get(id).catch((err: unknown) => {

@@ -12,7 +12,6 @@ import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import type { Logger } from 'pino';
 import { SbxError } from '../errors.js';
-import type { EngineCallObserver } from '../runtime/timed-runtime.js';
 import { Manager } from '../sandbox/index.js';
 import type { ManagerConfig } from '../sandbox/index.js';
 import { resolveConfig } from '../sandbox/config.js';
@@ -181,9 +180,20 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
     warm: () => manager.warm(),
     execOutput: () => execOutput,
   });
-  const proxyDomain = proxy.proxyDomain ?? manager.proxyDomain;
-  const observeEngineCall: EngineCallObserver = (c) => metrics.engineCalls.observe({ op: c.op, outcome: c.outcome }, c.ms / 1000);
-  const ctx: ServerContext = { manager, keys, metrics, streams, log, shuttingDown: () => closing, execOutput };
+  const proxyDomain = proxy.proxyDomain ?? manager.config.proxyDomain;
+  // Known once listening (port 0 binds any): until then nothing issues URLs.
+  let publicUrl = proxy.publicUrl ?? manager.config.publicUrl ?? '';
+  const ctx: ServerContext = {
+    manager,
+    keys,
+    metrics,
+    streams,
+    log,
+    shuttingDown: () => closing,
+    execOutput,
+    publicUrl: () => publicUrl,
+    proxyDomain,
+  };
   // One failure count per address for every credential the server checks, HTTP and gRPC.
   const authFailures = options.authFailures ?? { max: 20, windowMs: 60_000 };
   const limiter = new FailureLimiter(authFailures.max, authFailures.windowMs);
@@ -198,18 +208,17 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
   });
   let grpcHandle: GrpcServerHandle | undefined;
   let grpcAddr: string | undefined;
-  manager.engineCallObservers.add(observeEngineCall);
+  const stopObserving = manager.observeEngineCalls((c) => metrics.engineCalls.observe({ op: c.op, outcome: c.outcome }, c.ms / 1000));
   try {
     await app.listen({ host, port });
     if (options.grpc) grpcHandle = await startGrpc({ host: options.grpc.host ?? host, port: options.grpc.port, manager, metrics, limiter });
     if (grpcHandle) {
       const { addr, why } = grpcAdvertised({ host: options.grpc?.host ?? host, port: grpcHandle.port }, options.grpc?.advertise);
-      if (addr) manager.boxEnv['SBX_GRPC_ADDR'] = grpcAddr = addr;
+      if (addr) grpcAddr = addr;
       else log.warn({ grpc: grpcHandle.address }, `new boxes get no SBX_GRPC_ADDR: ${why}`);
     }
   } catch (err) {
-    manager.engineCallObservers.delete(observeEngineCall);
-    if (grpcAddr !== undefined && manager.boxEnv['SBX_GRPC_ADDR'] === grpcAddr) delete manager.boxEnv['SBX_GRPC_ADDR'];
+    stopObserving();
     await grpcHandle?.close().catch(() => undefined);
     await app.close().catch(() => undefined);
     if (ownManager) await manager.close().catch(() => undefined);
@@ -217,11 +226,11 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
   }
   const bound = (app.server.address() as AddressInfo).port;
   const url = `${https ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${bound}`;
-  // box.proxy() on this Manager now points at this server (unless the caller's Manager had its own).
-  const priorProxy = { publicUrl: manager.publicUrl, proxyDomain: manager.proxyDomain };
-  manager.publicUrl = proxy.publicUrl ?? manager.publicUrl ?? url;
-  manager.proxyDomain = proxyDomain;
-  log.info({ url, publicUrl: manager.publicUrl, proxyDomain, grpc: grpcHandle?.address, boxesDial: grpcAddr }, 'sbx serving');
+  publicUrl ||= url;
+  // box.proxy() on this Manager now points at this server (unless its config names a public URL),
+  // and boxes created from now on dial its gRPC heartbeat; close() withdraws just this server.
+  const unregister = manager.registerServer({ publicUrl, proxyDomain, grpcAddr });
+  log.info({ url, publicUrl, proxyDomain, grpc: grpcHandle?.address, boxesDial: grpcAddr }, 'sbx serving');
 
   const grace = options.shutdownGraceMs ?? 10_000;
   let closed: Promise<void> | undefined;
@@ -243,10 +252,8 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
       await new Promise((r) => setTimeout(r, 50));
       await Promise.race([app.close(), new Promise((r) => setTimeout(r, Math.max(2000, deadline - Date.now())))]);
       await grpcHandle?.close();
-      if (grpcAddr !== undefined && manager.boxEnv['SBX_GRPC_ADDR'] === grpcAddr) delete manager.boxEnv['SBX_GRPC_ADDR'];
-      manager.engineCallObservers.delete(observeEngineCall);
-      manager.publicUrl = priorProxy.publicUrl;
-      manager.proxyDomain = priorProxy.proxyDomain;
+      unregister();
+      stopObserving();
       if (ownManager) await manager.close();
       log.info('sbx server closed');
     })());

@@ -9,7 +9,7 @@
 import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { SbxError } from '../errors.js';
-import type { ManagedBox } from '../sandbox/box.js';
+import type { LocalBox } from '../sandbox/box.js';
 import { authenticate, mayAccess, requireKey } from './auth.js';
 import type { FailureLimiter } from './auth.js';
 import { boxFor } from './context.js';
@@ -26,7 +26,7 @@ declare module 'fastify' {
 }
 
 export interface PortAuthorization {
-  box: ManagedBox;
+  box: LocalBox;
   /** Where the credential came from: a token in the query is swapped for a cookie by the proxy. */
   via: 'key' | 'query' | 'cookie';
   /** With a token: when it expires (epoch ms). */
@@ -124,7 +124,7 @@ export async function authorizePortRequest(request: FastifyRequest, boxId: strin
     }
     request.caller = caller;
     requireKey(caller);
-    return { box: (await boxFor(ctx, caller, boxId)) as ManagedBox, via: 'key' };
+    return { box: await boxFor(ctx, caller, boxId), via: 'key' };
   }
   const fromQuery = queryValues(request.raw.url ?? '', PORT_TOKEN_QUERY);
   const fromCookie = cookieValues(request.headers.cookie, PORT_TOKEN_COOKIE);
@@ -140,11 +140,11 @@ export async function authorizePortRequest(request: FastifyRequest, boxId: strin
     return await limiter.guard(request.ip, async () => {
       // Signed for this box's life (its nonce), not just its id: a removed box's URL opens nothing.
       const claim = await ctx.manager.verifyPortToken(token, { boxId, port });
-      const box = (await ctx.manager.get(boxId).catch((err: unknown) => {
+      const box = await ctx.manager.get(boxId).catch((err: unknown) => {
         if (err instanceof SbxError && err.code === 'not_found')
           throw new SbxError('unauthorized', 'this port access token is for a box that was removed; ask for a new URL');
         throw err;
-      })) as ManagedBox;
+      });
       // A URL signed for a key lives only as long as that key does (and that key may still see the box).
       if (claim.keyId !== '') {
         const signer = ctx.keys.principal(claim.keyId);
@@ -208,6 +208,6 @@ export function requireOwnOrigin(request: FastifyRequest, via: PortAuthorization
  * token), forbidden (a box token, or a token for another box or port), not_found (no such box,
  * or another owner's).
  */
-export async function authorizePort(request: FastifyRequest, boxId: string, port: number): Promise<ManagedBox> {
+export async function authorizePort(request: FastifyRequest, boxId: string, port: number): Promise<LocalBox> {
   return (await authorizePortRequest(request, boxId, port)).box;
 }

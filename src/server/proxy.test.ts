@@ -11,10 +11,13 @@ import { Sbx } from '../client/index.js';
 import { isSbxError } from '../errors.js';
 import { AGENT_PORT } from '../runtime/agent-protocol.js';
 import type { ManagedBox } from '../sandbox/box.js';
+import { Manager } from '../sandbox/manager.js';
+import pino from 'pino';
+import { serve } from './index.js';
 import { signPortToken } from '../sandbox/port-tokens.js';
 import { testEnv } from '../testing/env.js';
 import { rawRequest, startTestServer } from './test-support.js';
-import type { TestServer } from './test-support.js';
+import type { Res, TestServer } from './test-support.js';
 
 const DOMAIN = 'sbx.test';
 // A service on :3002 started inside the box: /chunks (5 chunks 150 ms apart), /echo (the body back as it arrives), anything else: what it was asked.
@@ -43,9 +46,24 @@ async function startService(id: string): Promise<void> {
 
 const portPath = (id: string, port: number, rest = '/') => `/v1/boxes/${id}/ports/${port}${rest}`;
 
+/** Another sbx serve over the test server's Manager (and keys), without a proxy domain. */
+const pathServer = () =>
+  serve({ manager: ts.manager, dataDir: ts.dataDir, port: 0, logger: pino({ level: 'silent' }), authFailures: { max: 1000, windowMs: 60_000 } });
+
+/** A JSON call as alice to `base`. */
+async function call(base: string, method: string, path: string, body: unknown): Promise<Omit<Res, 'headers'>> {
+  const res = await fetch(base + path, {
+    method,
+    headers: { authorization: `Bearer ${alice}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  const text = await res.text();
+  return { status: res.status, json: text ? JSON.parse(text) : undefined, text };
+}
+
 /** A port token signed as the server signs them, for box `id` as it is now (its nonce), for no key. */
 async function tokenFor(id: string, port: number, expiresAt: number): Promise<string> {
-  const box = (await ts.manager.get(id)) as ManagedBox;
+  const box = (await ts.manager.get(id)) as ManagedBox; // its nonce: what only the Manager holds
   return signPortToken(await ts.manager.portTokenKey(), { boxId: id, nonce: box.record.tokenNonce, port, expiresAt, keyId: '' });
 }
 
@@ -261,33 +279,33 @@ describe('who may reach a port', () => {
   });
 
   test('a signed URL: ?sbx_token= once, then a path-scoped HttpOnly cookie (303 to the URL without the token)', async () => {
-    const domain = ts.manager.proxyDomain;
-    ts.manager.proxyDomain = undefined; // path-based URLs
-    const made = await ts
-      .call('POST', `/v1/boxes/${aliceBox}/proxy-url`, { key: alice, body: { port: 3002, path: '/h?q=1', signed: true, ttlMs: 60_000 } })
-      .finally(() => {
-        ts.manager.proxyDomain = domain;
-      });
-    assert.equal(made.status, 200, made.text);
-    const url = new URL(made.json.url as string);
-    assert.equal(url.origin, ts.url);
-    assert.equal(url.pathname, portPath(aliceBox, 3002, '/h'));
-    assert.equal(url.searchParams.get('q'), '1');
-    assert.ok(url.searchParams.get('sbx_token'));
-    assert.ok(Date.parse(made.json.expiresAt) > Date.now());
-    const first = await fetch(url, { redirect: 'manual' });
-    assert.equal(first.status, 303);
-    assert.equal(first.headers.get('location'), portPath(aliceBox, 3002, '/h?q=1'));
-    const cookie = first.headers.get('set-cookie')!;
-    assert.match(cookie, new RegExp(`^sbx_token=sbxp2\\.[^;]+; Path=/v1/boxes/${aliceBox}/ports/3002/; Max-Age=(59|60); HttpOnly; SameSite=Lax$`));
-    const second = await fetch(ts.url + first.headers.get('location'), { headers: { cookie: cookie.split(';')[0]! } });
-    assert.equal(second.status, 200);
-    const seen = (await second.json()) as { url: string; headers: Record<string, string> };
-    assert.equal(seen.url, '/h?q=1');
-    assert.equal(seen.headers['cookie'], undefined);
-    // The cookie of port 3002 does not open port 3001.
-    const other = await ts.call('GET', portPath(aliceBox, 3001, '/'), { key: null, headers: { cookie: cookie.split(';')[0]! } });
-    assert.equal(other.status, 403);
+    // A second server over the same Manager, without a proxy domain: path-based URLs.
+    const plain = await pathServer();
+    try {
+      const made = await call(plain.url, 'POST', `/v1/boxes/${aliceBox}/proxy-url`, { port: 3002, path: '/h?q=1', signed: true, ttlMs: 60_000 });
+      assert.equal(made.status, 200, made.text);
+      const url = new URL(made.json.url as string);
+      assert.equal(url.origin, plain.url);
+      assert.equal(url.pathname, portPath(aliceBox, 3002, '/h'));
+      assert.equal(url.searchParams.get('q'), '1');
+      assert.ok(url.searchParams.get('sbx_token'));
+      assert.ok(Date.parse(made.json.expiresAt) > Date.now());
+      const first = await fetch(url, { redirect: 'manual' });
+      assert.equal(first.status, 303);
+      assert.equal(first.headers.get('location'), portPath(aliceBox, 3002, '/h?q=1'));
+      const cookie = first.headers.get('set-cookie')!;
+      assert.match(cookie, new RegExp(`^sbx_token=sbxp2\\.[^;]+; Path=/v1/boxes/${aliceBox}/ports/3002/; Max-Age=(59|60); HttpOnly; SameSite=Lax$`));
+      const second = await fetch(plain.url + first.headers.get('location'), { headers: { cookie: cookie.split(';')[0]! } });
+      assert.equal(second.status, 200);
+      const seen = (await second.json()) as { url: string; headers: Record<string, string> };
+      assert.equal(seen.url, '/h?q=1');
+      assert.equal(seen.headers['cookie'], undefined);
+      // The cookie of port 3002 does not open port 3001.
+      const other = await fetch(plain.url + portPath(aliceBox, 3001, '/'), { headers: { cookie: cookie.split(';')[0]! } });
+      assert.equal(other.status, 403);
+    } finally {
+      await plain.close();
+    }
   });
 
   test('another box is unreachable by construction: ../ in the path and Host tricks stay in the box of the route', async () => {
@@ -366,15 +384,15 @@ describe('host-based proxy (proxyDomain)', () => {
 
 describe('box.proxy()', () => {
   test('library: a URL on the server (host-based with the domain), signed on request; a direct port without a public URL', async () => {
-    const box = (await ts.manager.get(aliceBox)) as ManagedBox;
+    const box = await ts.manager.get(aliceBox);
     const port = new URL(ts.url).port;
     assert.equal(await box.proxy(3002, '/x'), `http://3002-${aliceBox}.${DOMAIN}:${port}/x`);
-    const saved = { publicUrl: ts.manager.publicUrl, proxyDomain: ts.manager.proxyDomain };
+    // A server registered later, without a proxy domain: box.proxy() points at it, path-based.
+    const plain = await pathServer();
     try {
-      ts.manager.proxyDomain = undefined;
-      assert.equal(await box.proxy(3002, 'x?y=1'), `${ts.url}/v1/boxes/${aliceBox}/ports/3002/x?y=1`);
+      assert.equal(await box.proxy(3002, 'x?y=1'), `${plain.url}/v1/boxes/${aliceBox}/ports/3002/x?y=1`);
       const signed = await box.proxy(3002, '/h', { signed: true, ttlMs: 5_000 });
-      assert.match(signed, new RegExp(`^${ts.url}/v1/boxes/${aliceBox}/ports/3002/h\\?sbx_token=sbxp2\\.`));
+      assert.match(signed, new RegExp(`^${plain.url}/v1/boxes/${aliceBox}/ports/3002/h\\?sbx_token=sbxp2\\.`));
       const res = await fetch(signed, { redirect: 'manual' });
       assert.equal(res.status, 303);
       await assert.rejects(box.proxy(4000), (e) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'port_not_exposed');
@@ -384,14 +402,37 @@ describe('box.proxy()', () => {
         (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'ttlMs',
       );
       await assert.rejects(box.proxy(0), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'port');
-      ts.manager.publicUrl = undefined;
-      const direct = await box.proxy(3002, '/d');
-      assert.match(direct, /^http:\/\/127\.0\.0\.1:\d+\/d$/);
-      assert.equal(((await (await fetch(direct)).json()) as { url: string }).url, '/d');
-      await assert.rejects(box.proxy(3002, '/', { signed: true }), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'signed');
     } finally {
-      ts.manager.publicUrl = saved.publicUrl;
-      ts.manager.proxyDomain = saved.proxyDomain;
+      await plain.close();
+    }
+    // A Manager no server fronts hands out the published port itself, and cannot sign.
+    const lib = new Manager({
+      name: `plib-${process.pid}`,
+      dataDir: ts.dataDir,
+      cleanupIntervalMs: 0,
+      logger: pino({ level: 'silent' }),
+      pools: [{ name: 'local', addr: testEnv.engineAddr }],
+    });
+    await lib.start();
+    try {
+      const own = await lib.create({
+        image: testEnv.baseImage,
+        ports: [{ containerPort: 3002 }],
+        cmd: ['sh', '-c', 'mkdir -p /tmp/w && echo direct > /tmp/w/d && exec httpd -f -p 3002 -h /tmp/w'],
+      });
+      const direct = await own.proxy(3002, '/d');
+      assert.match(direct, /^http:\/\/127\.0\.0\.1:\d+\/d$/);
+      let page = '';
+      for (let i = 0; i < 100 && page !== 'direct\n'; i++)
+        page = await fetch(direct).then(
+          (r) => r.text(),
+          () => '',
+        );
+      assert.equal(page, 'direct\n');
+      await assert.rejects(own.proxy(3002, '/', { signed: true }), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'signed');
+      await own.remove();
+    } finally {
+      await lib.close();
     }
   });
 

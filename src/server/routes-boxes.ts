@@ -9,11 +9,10 @@ import { DEFAULT_MAX_OUTPUT_BYTES } from '../runtime/bounds.js';
 import { dropExecOutput } from '../runtime/collect-text.js';
 import type { ExecResult, ExecStream } from '../runtime/types.js';
 import { CreateOptionsSchema } from '../sandbox/create-options.js';
-import type { ManagedBox } from '../sandbox/box.js';
 import type { Box, BoxInfo, CreateOptions } from '../sandbox/index.js';
 import { mapSettled } from '../util/concurrency.js';
 import { actingOwner, mayAccess, requireKey } from './auth.js';
-import { boxFor, boxNotFound } from './context.js';
+import { boxFor, boxNotFound, issuerFor } from './context.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
 import { execResultJson } from './exec-json.js';
@@ -127,7 +126,7 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
       },
     },
     async (req) => {
-      const box = (await boxFor(ctx, req.caller, req.params.id)) as ManagedBox;
+      const box = await boxFor(ctx, req.caller, req.params.id);
       if (box.restartable) {
         await box.stop();
         return box.info();
@@ -229,10 +228,10 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
       },
     },
     async (req) => {
-      const box = (await boxFor(ctx, req.caller, req.params.id)) as ManagedBox;
+      const box = await boxFor(ctx, req.caller, req.params.id);
       const { port, path, ...opts } = req.body;
       // Signed for this key: revoking it ends the URL (src/server/port-auth.ts).
-      const res = await box.proxyUrl(port, path, opts, requireKey(req.caller).keyId);
+      const res = await box.proxyUrl(port, path, opts, issuerFor(ctx, requireKey(req.caller).keyId));
       return res.expiresAt !== undefined ? { url: res.url, expiresAt: new Date(res.expiresAt).toISOString() } : { url: res.url };
     },
   );
@@ -248,8 +247,8 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
       },
     },
     async (req) => {
-      const box = (await boxFor(ctx, req.caller, req.params.id)) as ManagedBox;
-      const res = await box.vncUrl(req.body ?? {}, requireKey(req.caller).keyId);
+      const box = await boxFor(ctx, req.caller, req.params.id);
+      const res = await box.vncUrl(req.body ?? {}, issuerFor(ctx, requireKey(req.caller).keyId));
       return { url: res.url, expiresAt: new Date(res.expiresAt).toISOString() };
     },
   );

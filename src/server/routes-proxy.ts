@@ -1,7 +1,7 @@
 /**
  * The authenticated port proxy: `/v1/boxes/:id/ports/:port/<path>` (and, with a proxy domain,
  * any path on the host `<port>-<id>.<domain>`) reaches that port of that box only, through
- * ManagedBox.dial — never a host port, never another box. Bodies stream both ways (nothing is
+ * LocalBox.dial — never a host port, never another box. Bodies stream both ways (nothing is
  * buffered, SSE arrives per event); a WebSocket (any Upgrade) is the upgrade request forwarded
  * on the dialed socket and then the two sockets piped, so frames pass unchanged. The proxied
  * request loses the sbx credentials (Authorization, the sbx_token cookie and query) and gains
@@ -14,7 +14,7 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { SbxError } from '../errors.js';
-import type { ManagedBox } from '../sandbox/box.js';
+import type { LocalBox } from '../sandbox/box.js';
 import { BOX_ID_PATTERN } from '../sandbox/create-options.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
@@ -111,14 +111,14 @@ function setCookieAndRedirect(req: FastifyRequest, reply: FastifyReply, id: stri
   });
 }
 
-async function authorize(req: FastifyRequest, reply: FastifyReply, ctx: ServerContext): Promise<{ box: ManagedBox; port: number } | undefined> {
+async function authorize(req: FastifyRequest, reply: FastifyReply, ctx: ServerContext): Promise<{ box: LocalBox; port: number } | undefined> {
   const { id, port } = target(req);
   const auth = await authorizePortRequest(req, id, port);
   // A WebSocket, or a request with side effects (CSRF): with the cookie only from the page it belongs to.
   if (req.headers.upgrade || !SAFE_METHODS.has(req.method)) {
     // On a host-based URL only the box's own origin for this port; path-based, the server's own.
     const hostBased = (req.raw as IncomingMessage & { [HOST_BASED]?: HostBased })[HOST_BASED] !== undefined;
-    requireOwnOrigin(req, auth.via, hostBased ? undefined : ctx.manager.publicUrl);
+    requireOwnOrigin(req, auth.via, hostBased ? undefined : ctx.publicUrl());
   }
   if (auth.via === 'query' && (req.method === 'GET' || req.method === 'HEAD') && !req.headers.upgrade) {
     setCookieAndRedirect(req, reply, id, port, auth.expiresAt!);
@@ -139,7 +139,7 @@ function sendRawError(raw: ServerResponse, err: unknown): void {
   raw.end(body);
 }
 
-function proxyHttp(ctx: ServerContext, req: FastifyRequest, reply: FastifyReply, box: ManagedBox, port: number): Promise<void> {
+function proxyHttp(ctx: ServerContext, req: FastifyRequest, reply: FastifyReply, box: LocalBox, port: number): Promise<void> {
   return new Promise<void>((resolve) => {
     const controller = new AbortController();
     const onEarlyClose = () => controller.abort();
@@ -220,7 +220,7 @@ function proxyHttp(ctx: ServerContext, req: FastifyRequest, reply: FastifyReply,
 }
 
 /** The upgrade request forwarded on a dialed socket, then both sockets piped (frames unchanged). */
-async function proxyUpgrade(ctx: ServerContext, req: FastifyRequest, reply: FastifyReply, box: ManagedBox, port: number): Promise<void> {
+async function proxyUpgrade(ctx: ServerContext, req: FastifyRequest, reply: FastifyReply, box: LocalBox, port: number): Promise<void> {
   const upstream = await box.dial(port);
   (upstream as Socket).setNoDelay?.(true);
   reply.hijack();

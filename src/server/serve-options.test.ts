@@ -15,8 +15,10 @@ import { isSbxError } from '../errors.js';
 import { loadConfig } from '../sandbox/config.js';
 import { serve } from './index.js';
 import { startTestServer } from './test-support.js';
+import { testEnv } from '../testing/env.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-serve-opts-'));
+const IMAGE = testEnv.baseImage;
 after(() => rmSync(dir, { recursive: true, force: true }));
 
 describe('serve options', () => {
@@ -160,17 +162,38 @@ describe('serve options', () => {
     const flags = serveOptions({ config: file, publicUrl: 'https://flag.example.com', proxyDomain: 'flag.example.com' }, env);
     assert.equal(flags.publicUrl, 'https://flag.example.com');
     assert.equal(flags.proxyDomain, 'flag.example.com');
-    const ts = await startTestServer('proxyurl');
-    try {
-      assert.equal(ts.manager.publicUrl, ts.url, 'publicUrl defaults to the listening URL');
-      assert.equal(ts.manager.proxyDomain, undefined);
-    } finally {
-      await ts.dispose();
-    }
     await assert.rejects(
       serve({ publicUrl: 'ftp://x', port: 0, dataDir: dir }),
       (e) => isSbxError(e, 'invalid_argument') && /publicUrl/.test((e as Error).message),
     );
+  });
+
+  test('two servers over one Manager: each issues its own URLs; box.proxy() follows the latest still open; closing one leaves the other', async () => {
+    const ts = await startTestServer('proxyurl');
+    const second = await serve({ manager: ts.manager, dataDir: ts.dataDir, port: 0, logger: pino({ level: 'silent' }), proxyDomain: 'two.example.com' });
+    try {
+      const box = await ts.manager.create({ image: IMAGE, ports: [{ containerPort: 8080 }] });
+      const pathUrl = `${ts.url}/v1/boxes/${box.id}/ports/8080/x`;
+      const hostUrl = `http://8080-${box.id}.two.example.com:${second.port}/x`;
+      const urlFrom = async (base: string) => {
+        const res = await fetch(`${base}/v1/boxes/${box.id}/proxy-url`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${ts.admin}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ port: 8080, path: '/x' }),
+        });
+        assert.equal(res.status, 200);
+        return ((await res.json()) as { url: string }).url;
+      };
+      assert.equal(await urlFrom(ts.url), pathUrl, 'the first server: its own listening URL');
+      assert.equal(await urlFrom(second.url), hostUrl, 'the second: its own URL and proxy domain');
+      assert.equal(await box.proxy(8080, '/x'), hostUrl, 'the library: the server registered last');
+      await second.close();
+      assert.equal(await box.proxy(8080, '/x'), pathUrl, 'the first server is still there');
+      assert.equal(await urlFrom(ts.url), pathUrl);
+    } finally {
+      await second.close();
+      await ts.dispose();
+    }
   });
 
   test('a non-loopback address without TLS is refused', async () => {

@@ -173,7 +173,16 @@ before(async () => {
   const keys = new KeyStore(dataDir);
   await keys.load();
   const metrics = new ServerMetrics({ boxes: async () => [], pools: async () => [], cleanupStats: () => undefined, warm: async () => [] });
-  ctx = { manager, keys, metrics, streams: new StreamRegistry(), log: pino({ level: 'silent' }), shuttingDown: () => false };
+  ctx = {
+    manager,
+    keys,
+    metrics,
+    streams: new StreamRegistry(),
+    log: pino({ level: 'silent' }),
+    shuttingDown: () => false,
+    publicUrl: () => base,
+    proxyDomain: undefined,
+  };
   app = await buildApp(ctx, { bodyLimitBytes: MiB, limiter: new FailureLimiter(1000, 60_000), vnc: { ...vncDeps, streams: ctx.streams } });
   await app.listen({ host: '127.0.0.1', port: 0 });
   base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;

@@ -6,8 +6,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { SbxError } from '../../../errors.js';
-import type { ManagedBox } from '../../../sandbox/box.js';
-import type { Box, PoolInfo } from '../../../sandbox/index.js';
+import type { LocalBox, PoolInfo } from '../../../sandbox/index.js';
 import { actingOwner, mayAccess, requireKey } from '../../../server/auth.js';
 import type { ServerContext } from '../../../server/context.js';
 import { envdAccessToken } from '../access-token.js';
@@ -42,26 +41,25 @@ function notFound(id: string): SbxError {
   return new SbxError('not_found', `sandbox '${id}' not found`, { details: { id } });
 }
 
-function templateOf(box: Box): string | undefined {
+function templateOf(box: LocalBox): string | undefined {
   return box.labels[TEMPLATE_LABEL];
 }
 
-function stateOf(box: Box): SandboxState {
+function stateOf(box: LocalBox): SandboxState {
   // sbx stops an e2b sandbox only when asked through its own API; a stopped box is e2b's "paused"
   // (connect starts it again), everything else is running.
   return box.status === 'stopped' ? 'paused' : 'running';
 }
 
-function endAt(box: Box): number {
-  const record = (box as ManagedBox).record;
-  return record.createdAt + record.maxLifetimeMs;
+function endAt(box: LocalBox): number {
+  return Date.parse(box.createdAt) + box.maxLifetimeMs;
 }
 
 export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: SandboxRoutesOptions): void {
-  const domain = (): string | null => ctx.manager.proxyDomain ?? null;
+  const domain = (): string | null => ctx.proxyDomain ?? null;
 
   /** The e2b sandbox `id` if the caller may see it; anything else is the same 404. */
-  async function sandboxFor(req: FastifyRequest, id: string): Promise<Box> {
+  async function sandboxFor(req: FastifyRequest, id: string): Promise<LocalBox> {
     const p = requireKey(req.caller);
     const box = await ctx.manager.get(id).catch((err: unknown) => {
       if (err instanceof SbxError && err.code === 'not_found') return undefined;
@@ -72,7 +70,7 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
   }
 
   /** What create and connect answer; the envd access token is the calling key's own (revoked with it). */
-  async function answer(box: Box, keyId: string): Promise<SandboxAnswer> {
+  async function answer(box: LocalBox, keyId: string): Promise<SandboxAnswer> {
     const templateID = templateOf(box)!;
     return {
       templateID,
@@ -87,7 +85,7 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
   }
 
   /** The fields of e2b's ListedSandbox; SandboxDetail adds envdAccessToken and domain. */
-  function listed(box: Box, pools: Map<string, PoolInfo>) {
+  function listed(box: LocalBox, pools: Map<string, PoolInfo>) {
     const pool = pools.get(box.pool);
     const templateID = templateOf(box)!;
     return {
@@ -172,7 +170,7 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
   });
 
   /** The caller's e2b sandboxes (all owners' for an admin key) matching the metadata filter. */
-  async function visible(req: FastifyRequest, metadata: Record<string, string>): Promise<Box[]> {
+  async function visible(req: FastifyRequest, metadata: Record<string, string>): Promise<LocalBox[]> {
     const p = requireKey(req.caller);
     const owner = actingOwner(p, undefined);
     const boxes = await ctx.manager.list(owner !== undefined ? { owner } : {});
