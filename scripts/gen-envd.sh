@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Regenerates src/compat/e2b/envd/gen/ from src/compat/e2b/envd/proto/ (buf + protoc-gen-es from
+# Regenerates src/server/e2b/envd/gen/ from src/server/e2b/envd/proto/ (buf + protoc-gen-es from
 # node_modules). Run after editing a .proto; the generated files are committed.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../src/compat/e2b/envd"
+cd "$(dirname "${BASH_SOURCE[0]}")/../src/server/e2b/envd"
 export PATH="$PWD/../../../../node_modules/.bin:$PATH"
 rm -rf gen
 buf generate

@@ -9,9 +9,10 @@ import Fastify, { LogController } from 'fastify';
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply } from 'fastify';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import { SbxError } from '../errors.js';
-import { WS_PROTOCOL, authenticate, bearerFromProtocols } from './auth.js';
+import { WS_PROTOCOL } from './auth.js';
 import type { Caller, FailureLimiter } from './auth.js';
-import type { ServerContext } from './context.js';
+import { authenticateRequest } from './request-auth.js';
+import type { ServerContext, ServerPlugin } from './context.js';
 import { boundBodyReads } from './body-timeout.js';
 import { mapError, retryAfterSeconds } from './errors.js';
 import { adminRoutes } from './routes-admin.js';
@@ -23,9 +24,6 @@ import { boxRoutes } from './routes-boxes.js';
 import { workspaceRoutes } from './routes-workspaces.js';
 import { boxFileRoutes } from './routes-box-files.js';
 import { wsExecRoutes } from './ws-exec.js';
-import { e2bApiRoutes } from '../compat/e2b/api/index.js';
-import type { E2bApiOptions } from '../compat/e2b/api/index.js';
-import { envdRoutes } from '../compat/e2b/envd/routes.js';
 
 export interface AppOptions {
   bodyLimitBytes: number;
@@ -43,8 +41,8 @@ export interface AppOptions {
   wsMaxPayloadBytes?: number;
   /** Host-based proxy: `<port>-<id>.<proxyDomain>` reaches that port of that box at `/`. */
   proxyDomain?: string | undefined;
-  /** The e2b-compatible control plane under /e2b/api (docs/e2b.md). */
-  e2b?: E2bApiOptions | undefined;
+  /** Route sets registered after sbx's own (serve() adds the e2b-compatible surface, src/server/e2b). */
+  plugins?: ServerPlugin[];
 }
 
 /** Defaults of the server's own client-facing bounds (docs/api.md, "Limits"). */
@@ -84,7 +82,7 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   boundBodyReads(app.server, opts.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS, ctx.log);
   // JSON only: a text/plain body is refused (415) rather than parsed as a string.
   app.removeContentTypeParser('text/plain');
-  app.decorate('sbxPortAuth', { ctx, limiter });
+  app.decorate('sbxAuth', { ctx, limiter });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
 
@@ -107,22 +105,13 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   app.addHook('onRequest', async (req, reply) => {
     reply.header('x-request-id', req.id);
     const config = req.routeOptions.config;
-    if (ctx.shuttingDown() && !config?.public) throw new SbxError('not_available', 'the server is shutting down; retry against the restarted server');
-    // The proxy authorizes by port token, envd by the box's access token (src/compat/e2b/envd).
-    // The e2b control plane authenticates X-API-KEY itself (src/compat/e2b/api).
-    if (config?.public || config?.portAuth || config?.envd || config?.e2bApi) return;
+    const auth = config?.auth ?? 'key';
+    if (ctx.shuttingDown() && auth !== 'public') throw new SbxError('not_available', 'the server is shutting down; retry against the restarted server');
+    // 'box' routes check their box-bound credential themselves, before they act (context.ts).
+    if (auth !== 'key') return;
     if (!req.routeOptions.url) return; // unknown route: 404 below, no auth to reveal nothing
-    let caller: Caller;
-    try {
-      const authorization =
-        req.headers.authorization ??
-        (config?.wsProtocolAuth && req.headers.upgrade?.toLowerCase() === 'websocket' ? bearerFromProtocols(req.headers['sec-websocket-protocol']) : undefined);
-      caller = await authenticate(authorization, req.ip, { keys: ctx.keys, verifyBoxToken: (t) => ctx.manager.verifyBoxToken(t), limiter });
-    } catch (err) {
-      ctx.metrics.authFailures.inc();
-      throw err;
-    }
-    if (caller.kind === 'box' && !config?.boxToken) throw new SbxError('forbidden', 'a box token may only call its own box heartbeat route');
+    const caller = await authenticateRequest(req);
+    if (caller.kind === 'box') throw new SbxError('forbidden', 'a box token may only call its own box heartbeat route');
     req.caller = caller;
   });
 
@@ -158,10 +147,10 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   });
 
   // --- public
-  app.get('/healthz', { config: { public: true }, schema: { summary: 'The process is alive (no auth)', tags: ['health'] } }, async () => ({ ok: true }));
+  app.get('/healthz', { config: { auth: 'public' }, schema: { summary: 'The process is alive (no auth)', tags: ['health'] } }, async () => ({ ok: true }));
   app.get(
     '/readyz',
-    { config: { public: true }, schema: { summary: 'Every pool answered its last check (no auth)', tags: ['health'] } },
+    { config: { auth: 'public' }, schema: { summary: 'Every pool answered its last check (no auth)', tags: ['health'] } },
     async (_req, reply) => {
       const pools = (await ctx.manager.pools()).map((p) => ({ name: p.name, connected: p.connected }));
       const ready = !ctx.shuttingDown() && pools.length > 0 && pools.every((p) => p.connected);
@@ -171,10 +160,14 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
         .send({ error: { code: 'not_available', message: ctx.shuttingDown() ? 'shutting down' : 'a pool did not answer its last check', details: { pools } } });
     },
   );
-  app.get('/metrics', { config: { public: true }, schema: { summary: 'Prometheus metrics (no auth)', tags: ['health'], hide: true } }, async (_req, reply) => {
-    return reply.type(ctx.metrics.registry.contentType).send(await ctx.metrics.registry.metrics());
-  });
-  app.get('/openapi.json', { config: { public: true }, schema: { hide: true } }, async () => app.swagger());
+  app.get(
+    '/metrics',
+    { config: { auth: 'public' }, schema: { summary: 'Prometheus metrics (no auth)', tags: ['health'], hide: true } },
+    async (_req, reply) => {
+      return reply.type(ctx.metrics.registry.contentType).send(await ctx.metrics.registry.metrics());
+    },
+  );
+  app.get('/openapi.json', { config: { auth: 'public' }, schema: { hide: true } }, async () => app.swagger());
 
   boxRoutes(app, ctx);
   wsExecRoutes(app, ctx);
@@ -183,8 +176,7 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   adminRoutes(app, ctx);
   proxyRoutes(app, ctx);
   vncRoutes(app, opts.vnc ?? boxVncDeps(ctx));
-  e2bApiRoutes(app, ctx, opts.e2b);
-  envdRoutes(app, ctx);
+  for (const plugin of opts.plugins ?? []) await plugin(app, ctx);
   return app;
 }
 

@@ -45,7 +45,11 @@ export interface AuthDeps {
 export async function authenticate(header: string | undefined, address: string, deps: AuthDeps): Promise<Caller> {
   return deps.limiter.guard(address, async () => {
     const m = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
-    if (!m) throw new SbxError('unauthorized', header ? 'Authorization must be "Bearer <key>"' : 'missing Authorization: Bearer <key>');
+    if (!m)
+      throw new SbxError(
+        'unauthorized',
+        header ? 'Authorization must be "Bearer <key>"' : 'missing credentials: Authorization: Bearer <key> (or X-API-KEY: <key>)',
+      );
     const credential = m[1]!;
     if (credential.startsWith(BOX_TOKEN_PREFIX)) return { kind: 'box', boxId: await verifyBox(credential, deps.verifyBoxToken) };
     const principal = deps.keys.verify(credential);

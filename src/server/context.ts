@@ -2,6 +2,7 @@
  * What every route module gets: the Manager, the key store, metrics, the stream registry used by
  * graceful shutdown, and the owner-scoping helpers.
  */
+import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { SbxError } from '../errors.js';
 import type { LocalBox, Manager, PortUrlIssuer } from '../sandbox/index.js';
@@ -17,16 +18,20 @@ declare module 'fastify' {
     caller?: Caller;
   }
   interface FastifyContextConfig {
-    /** No authentication (health, metrics). */
-    public?: boolean;
-    /** A box token for the `:id` box is accepted (the heartbeat route). */
-    boxToken?: boolean;
-    /** On a WebSocket upgrade without Authorization, the credential may come as a subprotocol (auth.ts). */
-    wsProtocolAuth?: boolean;
-    /** The proxy: authorizePort (port-auth.ts) authenticates, not the app's hook. */
-    portAuth?: boolean;
+    /**
+     * Who may call the route; the app's one onRequest hook acts on it (src/server/app.ts):
+     * - `key` (the default): an API key (request-auth.ts: Authorization, X-API-KEY, or the
+     *   WebSocket subprotocol), checked by the hook before anything else runs; `req.caller`.
+     * - `box`: a credential bound to one box, which the route checks before it acts (a port token
+     *   or cookie for the proxy and VNC, the e2b envd access token, a box token for the heartbeat).
+     * - `public`: no credential (health, metrics, the API document, noVNC's library code).
+     */
+    auth?: 'key' | 'box' | 'public';
   }
 }
+
+/** A set of routes registered on the app after sbx's own (the e2b-compatible surface is one). */
+export type ServerPlugin = (app: FastifyInstance, ctx: ServerContext) => void | Promise<void>;
 
 /** A stream (SSE, WebSocket) that graceful shutdown may have to end. */
 export interface OpenStream {

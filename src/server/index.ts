@@ -24,7 +24,8 @@ import type { GrpcServerHandle } from './grpc.js';
 import { KeyStore } from './keys.js';
 import { DEFAULT_EXEC_OUTPUT_BUDGET_BYTES, ExecOutputBudget } from './output-budget.js';
 import { ServerMetrics } from './metrics.js';
-import type { E2bApiOptions } from '../compat/e2b/api/index.js';
+import { e2bPlugin } from './e2b/index.js';
+import type { E2bApiOptions } from './e2b/index.js';
 
 export { mapError, STATUS_BY_CODE } from './errors.js';
 export type { ErrorBody } from './errors.js';
@@ -204,7 +205,7 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
     ...(options.wsMaxPayloadBytes !== undefined ? { wsMaxPayloadBytes: options.wsMaxPayloadBytes } : {}),
     https,
     proxyDomain,
-    e2b: options.e2b,
+    plugins: [e2bPlugin(options.e2b)],
   });
   let grpcHandle: GrpcServerHandle | undefined;
   let grpcAddr: string | undefined;

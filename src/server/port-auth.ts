@@ -10,20 +10,12 @@ import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { SbxError } from '../errors.js';
 import type { LocalBox } from '../sandbox/box.js';
-import { authenticate, mayAccess, requireKey } from './auth.js';
-import type { FailureLimiter } from './auth.js';
+import { mayAccess, requireKey } from './auth.js';
+import { authenticateRequest } from './request-auth.js';
 import { boxFor } from './context.js';
-import type { ServerContext } from './context.js';
 
 export const PORT_TOKEN_QUERY = 'sbx_token';
 export const PORT_TOKEN_COOKIE = 'sbx_token';
-
-declare module 'fastify' {
-  interface FastifyInstance {
-    /** What authorizePort needs (decorated by buildApp). */
-    sbxPortAuth: { ctx: ServerContext; limiter: FailureLimiter };
-  }
-}
 
 export interface PortAuthorization {
   box: LocalBox;
@@ -112,16 +104,11 @@ export function swapTokenForCookie(req: FastifyRequest, reply: FastifyReply, opt
 
 /** authorizePort, also saying where the credential came from. */
 export async function authorizePortRequest(request: FastifyRequest, boxId: string, port: number): Promise<PortAuthorization> {
-  const { ctx, limiter } = request.server.sbxPortAuth;
+  const { ctx, limiter } = request.server.sbxAuth;
   const authorization = request.headers.authorization;
+  // Only Authorization: an X-API-KEY or a subprotocol here may be the box service's own.
   if (authorization !== undefined) {
-    let caller;
-    try {
-      caller = await authenticate(authorization, request.ip, { keys: ctx.keys, verifyBoxToken: (t) => ctx.manager.verifyBoxToken(t), limiter });
-    } catch (err) {
-      ctx.metrics.authFailures.inc();
-      throw err;
-    }
+    const caller = await authenticateRequest(request, authorization);
     request.caller = caller;
     requireKey(caller);
     return { box: await boxFor(ctx, caller, boxId), via: 'key' };

@@ -16,6 +16,7 @@ import { boxFor, boxNotFound, issuerFor } from './context.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
 import { execResultJson } from './exec-json.js';
+import { authenticateRequest } from './request-auth.js';
 import { DEFAULT_EXEC_OUTPUT_BUDGET_BYTES, ExecOutputBudget } from './output-budget.js';
 import {
   ExecBodySchema,
@@ -256,7 +257,7 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
   r.post(
     '/v1/boxes/:id/heartbeat',
     {
-      config: { boxToken: true },
+      config: { auth: 'box' },
       schema: {
         summary: "Heartbeat from inside the box (its box token) or from an owner's key",
         tags: ['boxes'],
@@ -265,8 +266,9 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
       },
     },
     async (req, reply) => {
-      const caller = req.caller;
-      if (caller?.kind === 'box') {
+      // Its box's token, or a key that may see the box.
+      const caller = (req.caller = await authenticateRequest(req));
+      if (caller.kind === 'box') {
         if (caller.boxId !== req.params.id) throw new SbxError('forbidden', 'this box token speaks for another box');
       } else {
         await boxFor(ctx, caller, req.params.id);

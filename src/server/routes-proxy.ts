@@ -262,7 +262,7 @@ export function proxyRoutes(app: FastifyInstance, ctx: ServerContext): void {
     scope.route({
       method: METHODS,
       url: '/v1/boxes/:id/ports/:port',
-      config: { portAuth: true },
+      config: { auth: 'box' },
       schema: { hide: true },
       handler: async (req, reply) => {
         target(req);
@@ -277,7 +277,7 @@ export function proxyRoutes(app: FastifyInstance, ctx: ServerContext): void {
     scope.route({
       method: METHODS,
       url: '/v1/boxes/:id/ports/:port/*',
-      config: { portAuth: true },
+      config: { auth: 'box' },
       schema: {
         summary: "Proxy to a port of a box (HTTP, SSE, WebSocket); the owner's key or a port access token (?sbx_token=, then a cookie)",
         tags: ['proxy'],

@@ -78,7 +78,7 @@ export function vncRoutes(app: FastifyInstance, deps: VncDeps): void {
   // Relative URLs in the page need the trailing slash; the redirect is relative too (path prefixes).
   r.get(
     '/v1/boxes/:id/vnc',
-    { config: { public: true }, schema: { summary: 'Redirects to the VNC viewer page (vnc/)', tags: ['vnc'], params: boxIdParam } },
+    { config: { auth: 'public' }, schema: { summary: 'Redirects to the VNC viewer page (vnc/)', tags: ['vnc'], params: boxIdParam } },
     async (req, reply) => {
       const query = req.url.includes('?') ? req.url.slice(req.url.indexOf('?')) : '';
       return reply.code(308).header('location', `vnc/${query}`).send();
@@ -88,7 +88,7 @@ export function vncRoutes(app: FastifyInstance, deps: VncDeps): void {
   r.get(
     '/v1/boxes/:id/vnc/',
     {
-      config: { public: true },
+      config: { auth: 'box' },
       schema: { summary: 'The VNC viewer page of a box created with vnc: true (noVNC, served by sbx)', tags: ['vnc'], params: boxIdParam },
     },
     async (req, reply) => {
@@ -115,7 +115,7 @@ export function vncRoutes(app: FastifyInstance, deps: VncDeps): void {
 
   r.get(
     '/v1/vnc/assets/*',
-    { config: { public: true }, schema: { summary: "noVNC's modules for the viewer page (public: library code only)", tags: ['vnc'], params: assetParams } },
+    { config: { auth: 'public' }, schema: { summary: "noVNC's modules for the viewer page (public: library code only)", tags: ['vnc'], params: assetParams } },
     async (req, reply) => {
       const file = await assetFile(await novnc, req.params['*']);
       return reply
@@ -131,7 +131,7 @@ export function vncRoutes(app: FastifyInstance, deps: VncDeps): void {
     '/v1/boxes/:id/vnc/websockify',
     {
       websocket: true,
-      config: { public: true },
+      config: { auth: 'box' },
       schema: { summary: "The viewer's WebSocket: binary frames bridged to the box's VNC port (RFB)", tags: ['vnc'], params: boxIdParam },
       // Authorization, the box's vnc flag and the stream to it before the upgrade: a refusal is a
       // plain HTTP error with its code, never a socket that opens and closes.

@@ -82,7 +82,6 @@ export function wsExecRoutes(app: FastifyInstance, ctx: ServerContext): void {
     '/v1/boxes/:id/exec/ws',
     {
       websocket: true,
-      config: { wsProtocolAuth: true },
       schema: {
         summary:
           'Interactive exec over a WebSocket (channel framing; see docs/api.md). Browsers without an Authorization header offer the subprotocols sbx.v1 and sbx.bearer.<key>',

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { isSbxError } from '../../../errors.js';
-import { readServerSection } from '../../../server/config-file.js';
+import { readServerSection } from '../../config-file.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-e2b-config-'));
 after(() => rmSync(dir, { recursive: true, force: true }));

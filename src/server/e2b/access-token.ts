@@ -12,8 +12,8 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { SbxError, isSbxError } from '../../errors.js';
 import type { Manager } from '../../sandbox/manager.js';
-import { mayAccess } from '../../server/auth.js';
-import type { KeyStore } from '../../server/keys.js';
+import { mayAccess } from '../auth.js';
+import type { KeyStore } from '../keys.js';
 
 export const ENVD_TOKEN_LABEL = 'e2b envd access token v1';
 const TOKEN = /^([0-9a-f]{16})\.[A-Za-z0-9_-]{43}$/;

@@ -15,8 +15,8 @@ import { connectNodeAdapter } from '@connectrpc/connect-node';
 import type { FastifyInstance } from 'fastify';
 import { SbxError, isSbxError, type ErrorCode } from '../../../errors.js';
 import type { Box } from '../../../sandbox/index.js';
-import type { ServerContext } from '../../../server/context.js';
-import { retryAfterSeconds } from '../../../server/errors.js';
+import type { ServerContext } from '../../context.js';
+import { retryAfterSeconds } from '../../errors.js';
 import { verifyEnvdAccessToken } from '../access-token.js';
 import { handleFiles } from './files-http.js';
 import { filesystemService } from './filesystem-service.js';
@@ -30,13 +30,6 @@ export const ENVD_PREFIX = '/e2b/envd';
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
 /** e2b's default account in its templates; a box without it acts as its uid 1000, else root. */
 const E2B_USER = 'user';
-
-declare module 'fastify' {
-  interface FastifyContextConfig {
-    /** envd: the box's X-Access-Token authenticates (src/compat/e2b/envd/routes.ts), not an API key. */
-    envd?: boolean;
-  }
-}
 
 /** What one envd request acts on: its box, and the user it acts as with that user's home. */
 interface EnvdCaller {
@@ -166,7 +159,7 @@ class Accounts {
 export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
   const table = new ProcessTable();
   const accounts = new Accounts();
-  const { limiter } = app.sbxPortAuth;
+  const { limiter } = app.sbxAuth;
   const callerKey = createContextKey<Promise<EnvdCaller> | undefined>(undefined);
   const callers = new WeakMap<IncomingMessage, Promise<EnvdCaller>>();
 
@@ -264,7 +257,7 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
     scope.route({
       method: METHODS,
       url: `${ENVD_PREFIX}/*`,
-      config: { envd: true },
+      config: { auth: 'box' }, // the box's X-Access-Token, checked per request below
       schema: { hide: true },
       handler: async (req, reply) => {
         reply.hijack();

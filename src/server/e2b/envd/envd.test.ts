@@ -3,7 +3,7 @@
  * exit codes, streaming, background, kill, stdin, connect from a second client), the PTY, files
  * and watches, the access token and the user. The sandboxes are boxes made by the Manager here and
  * handed to the SDK as `Sandbox.connect` would (id, access token, envd version), so these tests
- * need nothing of the control plane; src/compat/e2b/e2b.test.ts runs the SDK end to end.
+ * need nothing of the control plane; src/server/e2b/e2b.test.ts runs the SDK end to end.
  */
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
@@ -11,7 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { CommandExitError, Sandbox } from 'e2b';
 import { Sandbox as Sandbox231 } from 'e2b-v231';
-import { keyIdOf, startTestServer, type TestServer } from '../../../server/test-support.js';
+import { keyIdOf, startTestServer, type TestServer } from '../../test-support.js';
 import { testEnv } from '../../../testing/env.js';
 import { envdAccessToken } from '../access-token.js';
 import { ENVD_PREFIX } from './routes.js';

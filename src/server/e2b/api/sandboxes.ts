@@ -7,8 +7,8 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { SbxError } from '../../../errors.js';
 import type { LocalBox, PoolInfo } from '../../../sandbox/index.js';
-import { actingOwner, mayAccess, requireKey } from '../../../server/auth.js';
-import type { ServerContext } from '../../../server/context.js';
+import { actingOwner, mayAccess, requireKey } from '../../auth.js';
+import type { ServerContext } from '../../context.js';
 import { envdAccessToken } from '../access-token.js';
 import { ENVD_VERSION } from '../envd/version.js';
 import { TEMPLATE_LABEL, labelsFor, metadataOf, parseNewSandbox, parseTimeout } from './body.js';

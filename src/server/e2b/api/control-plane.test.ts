@@ -12,8 +12,8 @@ import * as e2b from 'e2b';
 import * as e2bV231 from 'e2b-v231';
 import { DockerRuntime } from '../../../runtime/docker/runtime.js';
 import { managerSelector } from '../../../sandbox/labels.js';
-import { startTestServer } from '../../../server/test-support.js';
-import type { TestServer } from '../../../server/test-support.js';
+import { startTestServer } from '../../test-support.js';
+import type { TestServer } from '../../test-support.js';
 import { testEnv } from '../../../testing/env.js';
 import { envdAccessToken } from '../access-token.js';
 import { ENVD_VERSION } from '../envd/version.js';
@@ -256,7 +256,9 @@ describe('the wire, without an SDK', () => {
     assert.deepEqual([noKey.status, noKey.json.code], [401, 401]);
     assert.match(noKey.json.message, /X-API-KEY/);
     const bearer = await fetch(`${t.url}/e2b/api/v2/sandboxes`, { headers: { authorization: `Bearer ${t.admin}` } });
-    assert.equal(bearer.status, 401, 'the e2b API reads X-API-KEY only');
+    assert.equal(bearer.status, 200, 'a key is a key in either header (one auth hook for every key route)');
+    const wrong = await raw('GET', '/v2/sandboxes', { key: 'sbxk_0000000000000000_nope' });
+    assert.deepEqual([wrong.status, wrong.json.code], [401, 401], "the app's hook refuses in e2b's error body");
     for (const body of [
       {},
       { templateID: 'base', timeout: 0 },
