@@ -14,8 +14,8 @@ import { promisify } from 'node:util';
 import { after, before, test } from 'node:test';
 import { DockerRuntime } from '../src/runtime/docker/runtime.js';
 import { managerSelector } from '../src/sandbox/labels.js';
-import { startTestServer } from '../src/server/test-support.js';
-import type { TestServer } from '../src/server/test-support.js';
+import { startTestServer } from '../src/testing/server.js';
+import type { TestServer } from '../src/testing/server.js';
 import { testEnv } from '../src/testing/env.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));

@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { DockerRuntime } from '../src/runtime/docker/runtime.js';
 import { loadConfig, resolveConfig } from '../src/sandbox/config.js';
 import { managerSelector } from '../src/sandbox/labels.js';
-import { startTestServer } from '../src/server/test-support.js';
+import { startTestServer } from '../src/testing/server.js';
 import { testEnv } from '../src/testing/env.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));

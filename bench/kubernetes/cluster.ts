@@ -1,13 +1,13 @@
 /**
  * The cluster the Kubernetes rows run on and the sweep of their pods. The cluster is the one the
- * Kubernetes tests use (src/runtime/kubernetes/test-cluster.ts): SBX_TEST_KUBECONFIG, else the local
+ * Kubernetes tests use (src/testing/kube-cluster.ts): SBX_TEST_KUBECONFIG, else the local
  * test cluster's kubeconfig (scripts/kube.sh up); the namespace SBX_TEST_KUBE_NAMESPACE, else the
  * kubeconfig context's. The bench never starts a cluster: without one the rows are skipped.
  */
 import os from 'node:os';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import type { V1Pod } from '@kubernetes/client-node';
-import { testKubeAddress, testKubeconfig, unavailable } from '../../src/runtime/kubernetes/test-cluster.js';
+import { testKubeAddress, testKubeconfig, unavailable } from '../../src/testing/kube-cluster.js';
 import { BENCH_CONTAINER_LABEL } from '../core/identity.js';
 import { forEachLimited } from '../core/pool.js';
 import { alive } from '../core/sweep.js';

@@ -16,7 +16,7 @@ import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { isSbxError } from '../../src/errors.js';
 import type { KubernetesRuntimeOptions } from '../../src/runtime/kubernetes/runtime.js';
-import { testAgentImage } from '../../src/runtime/kubernetes/test-cluster.js';
+import { testAgentImage } from '../../src/testing/kube-cluster.js';
 import { selectNames } from '../core/cli.js';
 import { Interrupted, abortOnSignals } from '../core/interrupt.js';
 import { renderTable } from '../core/report.js';

@@ -15,8 +15,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { IMAGE, startTestServer } from '../server/test-support.js';
-import type { TestServer } from '../server/test-support.js';
+import { IMAGE, startTestServer } from '../testing/server.js';
+import type { TestServer } from '../testing/server.js';
 import { testEnv } from '../testing/env.js';
 
 const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));

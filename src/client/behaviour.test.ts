@@ -7,11 +7,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import { Manager } from '../sandbox/index.js';
-import { removeContainersOf, startTestServer } from '../server/test-support.js';
+import { removeContainersOf, startTestServer } from '../testing/server.js';
 import { testEnv } from '../testing/env.js';
 import { Sbx } from './index.js';
-import { behaviourSuite } from './testing/behaviour-suite.js';
-import type { SandboxApi } from './testing/behaviour-suite.js';
+import { behaviourSuite } from '../testing/client/behaviour-suite.js';
+import type { SandboxApi } from '../testing/client/behaviour-suite.js';
 
 behaviourSuite('library (Manager)', async () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'sbx-sdk-lib-'));

@@ -8,10 +8,10 @@ import { join } from 'node:path';
 import pino from 'pino';
 import { Manager } from '../sandbox/index.js';
 import type { PoolConfig } from '../sandbox/config.js';
-import { removeContainersOf, startTestServer } from '../server/test-support.js';
+import { removeContainersOf, startTestServer } from '../testing/server.js';
 import { testEnv } from '../testing/env.js';
 import { Sbx } from './index.js';
-import { boxFilesSuite } from './testing/box-files-suite.js';
+import { boxFilesSuite } from '../testing/client/box-files-suite.js';
 
 const pools: PoolConfig[] = [
   { name: 'local', addr: testEnv.engineAddr },

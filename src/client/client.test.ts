@@ -9,8 +9,8 @@ import { createServer } from 'node:net';
 import type { AddressInfo, Server, Socket } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { SbxError as LibrarySbxError } from '../index.js';
-import { IMAGE, startTestServer } from '../server/test-support.js';
-import type { TestServer } from '../server/test-support.js';
+import { IMAGE, startTestServer } from '../testing/server.js';
+import type { TestServer } from '../testing/server.js';
 import { testEnv } from '../testing/env.js';
 import { Sbx, SbxError } from './index.js';
 

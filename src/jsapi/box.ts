@@ -4,7 +4,7 @@
  * re-`Init` and a removed box fails with a clear not_found instead of a dead container id.
  */
 import type { ExecOptions as LibExecOptions, ExecStreamOptions } from '../runtime/types.js';
-import { M } from '../sandbox/index.js';
+import { M } from './singleton.js';
 import type { Box as LibBox, BoxInfo as LibBoxInfo } from '../sandbox/index.js';
 import { EXEC_FIELDS, mapOptions, seedNames } from './options.js';
 import type { ServiceConn } from '../attach/types.js';

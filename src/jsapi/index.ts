@@ -12,9 +12,9 @@
  * await sandbox.Delete(box.id);
  */
 import { SbxError, invalidArgument, isSbxError } from '../errors.js';
-import { M as managerOf, init, loadConfig } from '../sandbox/index.js';
+import { Manager as LibManager, loadConfig } from '../sandbox/index.js';
 import type { CreateOptions as LibCreateOptions, ListOptions as LibListOptions, Manager, ManagerConfig } from '../sandbox/index.js';
-import { resetForTest } from '../sandbox/singleton.js';
+import { M, install, installed } from './singleton.js';
 import type { CreateWorkspaceOptions, ListWorkspacesOptions, WorkspaceManager } from '../workspace/index.js';
 import { Box, toBoxInfo } from './box.js';
 import { CREATE_FIELDS, LIST_FIELDS, WORKSPACE_CREATE_FIELDS, WORKSPACE_LIST_FIELDS, dropEmpty, mapOptions, mapPorts, seedNames } from './options.js';
@@ -41,33 +41,18 @@ function Init(config?: ManagerConfig): Promise<Manager> {
 let initializing: Promise<unknown> = Promise.resolve();
 
 async function initOnce(config: ManagerConfig | undefined): Promise<Manager> {
-  const previous = current();
+  const previous = installed();
+  // Neither the closed previous Manager nor one that never started may be handed out by M().
+  install(undefined);
   if (previous) await previous.close();
   let manager: Manager | undefined;
   try {
-    manager = init(config ?? loadConfig());
+    manager = new LibManager(config ?? loadConfig());
     await manager.start();
+    install(manager);
     return manager;
   } catch (err) {
     await manager?.close().catch(() => undefined);
-    // Neither a Manager that never started nor the closed previous one may be handed out by M().
-    resetForTest();
-    throw err;
-  }
-}
-
-/** The Manager `Init` made; not_available before Init. */
-function M(): Manager {
-  const manager = current();
-  if (!manager) throw new SbxError('not_available', 'sandbox manager not initialised; call sandbox.Init(config) first');
-  return manager;
-}
-
-function current(): Manager | undefined {
-  try {
-    return managerOf();
-  } catch (err) {
-    if (isSbxError(err, 'not_available')) return undefined;
     throw err;
   }
 }

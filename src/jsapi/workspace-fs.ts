@@ -5,7 +5,7 @@
 import { realpath, stat as hostStat } from 'node:fs/promises';
 import { basename, isAbsolute } from 'node:path';
 import { SbxError, invalidArgument } from '../errors.js';
-import { M } from '../sandbox/index.js';
+import { M } from './singleton.js';
 import type { Workspace, WorkspaceFS as LibWorkspaceFS } from '../workspace/index.js';
 import { DirHandle } from '../workspace/contained-path.js';
 import { packTree } from '../workspace/tar.js';

@@ -22,5 +22,4 @@ export { decideCleanup, normalizePolicy } from './policy.js';
 export type { BoxActivity, CleanupAction } from './policy.js';
 export { BoxTokenService } from './tokens.js';
 export type { BoxTokenClaims } from './tokens.js';
-export { init, M } from './singleton.js';
 export * from './types.js';

@@ -1,5 +1,5 @@
 // Workspaces on a Kubernetes pool, on real pods and claims of the test cluster (skipped with the
-// reason when there is none; src/runtime/kubernetes/test-cluster.ts): a workspace is a claim, boxes
+// reason when there is none; src/testing/kube-cluster.ts): a workspace is a claim, boxes
 // mount it, and `manager.workspaces.fs(id)` works through a short-lived helper pod.
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -12,11 +12,11 @@ import pino from 'pino';
 import { isSbxError } from '../errors.js';
 import { parseKubeAddress } from '../runtime/kubernetes/address.js';
 import { KubeConnection } from '../runtime/kubernetes/connection.js';
-import { openTestKube, testAgentImage, testKubeAddress, unavailable } from '../runtime/kubernetes/test-cluster.js';
+import { openTestKube, testAgentImage, testKubeAddress, unavailable } from '../testing/kube-cluster.js';
 import { testEnv } from '../testing/env.js';
 import { WorkspaceManager } from '../workspace/manager.js';
 import type { WorkspaceFS } from '../workspace/types.js';
-import { rejectsWithCode } from '../workspace/testing/fixtures.js';
+import { rejectsWithCode } from '../testing/workspace/fixtures.js';
 import type { PoolConfig } from './config.js';
 import { managerSelector } from './labels.js';
 import { Manager } from './manager.js';

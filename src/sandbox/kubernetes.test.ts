@@ -1,5 +1,5 @@
 // The sandbox Manager with a Kubernetes pool, on real pods of the test cluster (skipped with the
-// reason when there is none; src/runtime/kubernetes/test-cluster.ts): what the Manager promises on
+// reason when there is none; src/testing/kube-cluster.ts): what the Manager promises on
 // Docker, where it means something on Kubernetes. Boxes run the in-box agent (pool agentImage).
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -12,7 +12,7 @@ import pino from 'pino';
 import { after, describe, test } from 'node:test';
 import { isSbxError } from '../errors.js';
 import type { KubernetesRuntime } from '../runtime/kubernetes/runtime.js';
-import { openTestKube, testAgentImage, testKubeAddress, unavailable } from '../runtime/kubernetes/test-cluster.js';
+import { openTestKube, testAgentImage, testKubeAddress, unavailable } from '../testing/kube-cluster.js';
 import { testEnv } from '../testing/env.js';
 import { managerSelector } from './labels.js';
 import { GRACEFUL_CMD } from './box-spec.js';

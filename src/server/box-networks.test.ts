@@ -8,8 +8,8 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import Docker from 'dockerode';
 import { testEnv } from '../testing/env.js';
-import { IMAGE, removeContainersOf, startTestServer } from './test-support.js';
-import type { TestServer } from './test-support.js';
+import { IMAGE, removeContainersOf, startTestServer } from '../testing/server.js';
+import type { TestServer } from '../testing/server.js';
 
 const name = `srv-boxnet-${process.pid}`;
 let t: TestServer;

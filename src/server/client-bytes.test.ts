@@ -16,8 +16,8 @@ import WebSocket from 'ws';
 import { envdAccessToken } from './e2b/access-token.js';
 import { ENVD_PREFIX } from './e2b/envd/routes.js';
 import { testEnv } from '../testing/env.js';
-import { keyIdOf, startTestServer } from './test-support.js';
-import type { TestServer } from './test-support.js';
+import { keyIdOf, startTestServer } from '../testing/server.js';
+import type { TestServer } from '../testing/server.js';
 
 const BODY_TIMEOUT_MS = 1500;
 

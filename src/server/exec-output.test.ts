@@ -10,8 +10,8 @@ import type { ClientRequest, IncomingMessage } from 'node:http';
 import { after, before, describe, test } from 'node:test';
 import { Sbx } from '../client/index.js';
 import { testEnv } from '../testing/env.js';
-import { IMAGE, startTestServer } from './test-support.js';
-import type { TestServer } from './test-support.js';
+import { IMAGE, startTestServer } from '../testing/server.js';
+import type { TestServer } from '../testing/server.js';
 
 const MiB = 1024 * 1024;
 /** The default cap: not reserved up front, so the probe below never holds the budget itself. */

@@ -13,8 +13,8 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { testEnv } from '../testing/env.js';
 import { decodeHeartbeatRequest, encodeHeartbeatRequest } from './grpc.js';
-import { IMAGE, startTestServer } from './test-support.js';
-import type { TestServer } from './test-support.js';
+import { IMAGE, startTestServer } from '../testing/server.js';
+import type { TestServer } from '../testing/server.js';
 
 /** Runs in the box: one gRPC call per mode over plain HTTP/2, prints grpc-status codes. */
 const IN_BOX = `

@@ -12,12 +12,12 @@ import WebSocket from 'ws';
 import { Sbx } from '../client/index.js';
 import { isSbxError } from '../errors.js';
 import type { KubernetesRuntime } from '../runtime/kubernetes/runtime.js';
-import { openTestKube, testAgentImage, testKubeAddress, unavailable } from '../runtime/kubernetes/test-cluster.js';
+import { openTestKube, testAgentImage, testKubeAddress, unavailable } from '../testing/kube-cluster.js';
 import { GRACEFUL_CMD } from '../sandbox/box-spec.js';
 import { managerSelector } from '../sandbox/labels.js';
 import { testEnv } from '../testing/env.js';
-import { startTestServer } from './test-support.js';
-import type { TestServer } from './test-support.js';
+import { startTestServer } from '../testing/server.js';
+import type { TestServer } from '../testing/server.js';
 
 const why = await unavailable();
 // A service on :3002 inside the box: answers what it was asked.

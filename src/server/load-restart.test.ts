@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { IMAGE, removeContainersOf } from './test-support.js';
+import { IMAGE, removeContainersOf } from '../testing/server.js';
 
 const dataDir = mkdtempSync(join(tmpdir(), 'sbx-server-restart-'));
 const name = `srv-load-${process.pid}`;
@@ -20,7 +20,7 @@ const name = `srv-load-${process.pid}`;
 // ephemeral port); the restart binds the same one again, so clients keep their URL.
 let port = 0;
 let url = '';
-const entry = fileURLToPath(new URL('./child-entry.ts', import.meta.url));
+const entry = fileURLToPath(new URL('../testing/serve-child.ts', import.meta.url));
 let child: ChildProcess | undefined;
 
 function start(): Promise<{ proc: ChildProcess; printed: string }> {

@@ -6,8 +6,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import WebSocket from 'ws';
 import { testEnv } from '../testing/env.js';
-import { IMAGE, startTestServer } from './test-support.js';
-import type { TestServer } from './test-support.js';
+import { IMAGE, startTestServer } from '../testing/server.js';
+import type { TestServer } from '../testing/server.js';
 
 interface Sample {
   name: string;

@@ -16,8 +16,8 @@ import pino from 'pino';
 import { serve } from './index.js';
 import { signPortToken } from '../sandbox/port-tokens.js';
 import { testEnv } from '../testing/env.js';
-import { rawRequest, startTestServer } from './test-support.js';
-import type { Res, TestServer } from './test-support.js';
+import { rawRequest, startTestServer } from '../testing/server.js';
+import type { Res, TestServer } from '../testing/server.js';
 
 const DOMAIN = 'sbx.test';
 // A service on :3002 started inside the box: /chunks (5 chunks 150 ms apart), /echo (the body back as it arrives), anything else: what it was asked.

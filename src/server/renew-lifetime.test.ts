@@ -5,8 +5,8 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Sbx, SbxError } from '../client/index.js';
-import { IMAGE, startTestServer } from './test-support.js';
-import type { TestServer } from './test-support.js';
+import { IMAGE, startTestServer } from '../testing/server.js';
+import type { TestServer } from '../testing/server.js';
 
 let t: TestServer;
 before(async () => {

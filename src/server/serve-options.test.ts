@@ -14,7 +14,7 @@ import { serveOptions } from '../cli/serve.js';
 import { isSbxError } from '../errors.js';
 import { loadConfig } from '../sandbox/config.js';
 import { serve } from './index.js';
-import { startTestServer } from './test-support.js';
+import { startTestServer } from '../testing/server.js';
 import { testEnv } from '../testing/env.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-serve-opts-'));

@@ -10,8 +10,8 @@ import pino from 'pino';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { BoxTokenService } from '../sandbox/tokens.js';
 import { testEnv } from '../testing/env.js';
-import { IMAGE, rawRequest, startTestServer } from './test-support.js';
-import type { TestServer } from './test-support.js';
+import { IMAGE, rawRequest, startTestServer } from '../testing/server.js';
+import type { TestServer } from '../testing/server.js';
 
 const TOKEN_SECRET = 'server-test-secret-0123456789abcdef';
 const logLines: string[] = [];

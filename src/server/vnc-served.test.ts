@@ -12,8 +12,8 @@ import type { Box } from '../client/index.js';
 import { isSbxError } from '../errors.js';
 import { browserMissing, openPage } from '../testing/browser.js';
 import { testEnv } from '../testing/env.js';
-import { startTestServer } from './test-support.js';
-import type { TestServer } from './test-support.js';
+import { startTestServer } from '../testing/server.js';
+import type { TestServer } from '../testing/server.js';
 
 /** images/sbx-desktop/desktop.sh's root colour. */
 const ROOT_RGB = [0x2a, 0x6f, 0x97] as const;

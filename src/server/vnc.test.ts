@@ -34,7 +34,7 @@ import { StreamRegistry } from './context.js';
 import type { ServerContext } from './context.js';
 import { KeyStore } from './keys.js';
 import { ServerMetrics } from './metrics.js';
-import { rawRequest, removeContainersOf } from './test-support.js';
+import { rawRequest, removeContainersOf } from '../testing/server.js';
 import { assetFile } from './vnc.js';
 import type { VncDeps } from './vnc.js';
 

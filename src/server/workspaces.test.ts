@@ -8,8 +8,8 @@ import { chmodSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import tar from 'tar-stream';
-import { startTestServer } from './test-support.js';
-import type { TestServer } from './test-support.js';
+import { startTestServer } from '../testing/server.js';
+import type { TestServer } from '../testing/server.js';
 
 let t: TestServer;
 let alice: string;

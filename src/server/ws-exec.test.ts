@@ -11,8 +11,8 @@ import vm from 'node:vm';
 import pino from 'pino';
 import WebSocket from 'ws';
 import { CHANNEL } from './ws-exec.js';
-import { IMAGE, startTestServer } from './test-support.js';
-import type { TestServer } from './test-support.js';
+import { IMAGE, startTestServer } from '../testing/server.js';
+import type { TestServer } from '../testing/server.js';
 
 let t: TestServer;
 let box: string;

@@ -10,8 +10,8 @@ import { assertNoContainersLeft } from '../testing/cleanup.js';
 import { testEnv, testRunId } from '../testing/env.js';
 import type { WorkspaceFS } from './fs.js';
 import type { WorkspaceManager } from './manager.js';
-import { makeManager, makeTempDir, rejectsWithCode } from './testing/fixtures.js';
-import { hammerWorkspace } from './testing/race-hammer.js';
+import { makeManager, makeTempDir, rejectsWithCode } from '../testing/workspace/fixtures.js';
+import { hammerWorkspace } from '../testing/workspace/race-hammer.js';
 
 const SECRET = `SECRET-${randomBytes(8).toString('hex')}`;
 const passwd = readFileSync('/etc/passwd', 'utf8');

@@ -5,7 +5,7 @@ import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isSbxError } from '../errors.js';
 import { DirHandle, openDirAt } from './contained-path.js';
-import { makeTempDir, rejectsWithCode } from './testing/fixtures.js';
+import { makeTempDir, rejectsWithCode } from '../testing/workspace/fixtures.js';
 import { parseWorkspacePath, symlinkStaysInside } from './workspace-path.js';
 
 const O_PATH = 0o10000000;

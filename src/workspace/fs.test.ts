@@ -10,7 +10,7 @@ import * as tar from 'tar-stream';
 import { isSbxError } from '../errors.js';
 import type { WorkspaceFS } from './fs.js';
 import type { WorkspaceManager } from './manager.js';
-import { makeManager, makeTempDir, openFdCount, rejectsWithCode } from './testing/fixtures.js';
+import { makeManager, makeTempDir, openFdCount, rejectsWithCode } from '../testing/workspace/fixtures.js';
 
 let tmp: Awaited<ReturnType<typeof makeTempDir>>;
 let manager: WorkspaceManager;

@@ -3,10 +3,10 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { makeTempDir } from './testing/fixtures.js';
+import { makeTempDir } from '../testing/workspace/fixtures.js';
 
 const MB = 1024 * 1024;
-const child = fileURLToPath(new URL('./testing/stream-child.ts', import.meta.url));
+const child = fileURLToPath(new URL('../testing/workspace/stream-child.ts', import.meta.url));
 
 interface Transfer {
   bytes: number;

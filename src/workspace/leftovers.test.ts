@@ -12,10 +12,10 @@ import { fileURLToPath } from 'node:url';
 import * as tar from 'tar-stream';
 import { WorkspaceManager } from './manager.js';
 import { parseTempName, tempName } from './temp-names.js';
-import { deadWriterTempName, makeTempDir, otherNamespaceTempName, rejectsWithCode } from './testing/fixtures.js';
+import { deadWriterTempName, makeTempDir, otherNamespaceTempName, rejectsWithCode } from '../testing/workspace/fixtures.js';
 
 const MiB = 1024 * 1024;
-const CHILD = fileURLToPath(new URL('./testing/crash-child.ts', import.meta.url));
+const CHILD = fileURLToPath(new URL('../testing/workspace/crash-child.ts', import.meta.url));
 const base = { name: 'notes', owner: 'alice', node: 'local' };
 
 let tmp: Awaited<ReturnType<typeof makeTempDir>>;
@@ -28,7 +28,7 @@ after(async () => {
   await tmp.remove();
 });
 
-/** A second sbx process on the data directory (see testing/crash-child.ts), started and ready. */
+/** A second sbx process on the data directory (see src/testing/workspace/crash-child.ts), started and ready. */
 async function startChild(args: string[]): Promise<{ process: ChildProcess; lines: string[]; exited: Promise<void> }> {
   const child = spawn(process.execPath, ['--import', 'tsx', CHILD, ...args], { stdio: ['pipe', 'pipe', 'inherit'] });
   children.push(child);

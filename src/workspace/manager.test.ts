@@ -6,7 +6,7 @@ import { dirname, join } from 'node:path';
 import { isSbxError } from '../errors.js';
 import { WorkspaceManager } from './manager.js';
 import { tempName } from './temp-names.js';
-import { deadWriterTempName, makeManager, makeTempDir, rejectsWithCode } from './testing/fixtures.js';
+import { deadWriterTempName, makeManager, makeTempDir, rejectsWithCode } from '../testing/workspace/fixtures.js';
 import type { WorkspaceNode } from './types.js';
 
 let tmp: Awaited<ReturnType<typeof makeTempDir>>;

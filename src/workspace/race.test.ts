@@ -5,8 +5,8 @@ import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { makeManager, makeTempDir } from './testing/fixtures.js';
-import { hammerWorkspace, type HammerCounts } from './testing/race-hammer.js';
+import { makeManager, makeTempDir } from '../testing/workspace/fixtures.js';
+import { hammerWorkspace, type HammerCounts } from '../testing/workspace/race-hammer.js';
 
 const SECRET = `SECRET-${randomBytes(8).toString('hex')}`;
 const DURATION_MS = 3000;

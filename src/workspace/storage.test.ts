@@ -7,7 +7,7 @@ import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { SbxError } from '../errors.js';
-import { makeTempDir, rejectsWithCode } from './testing/fixtures.js';
+import { makeTempDir, rejectsWithCode } from '../testing/workspace/fixtures.js';
 import { WorkspaceManager } from './manager.js';
 import type { FileOwner, Workspace, WorkspaceFS, WorkspaceNode, WorkspaceStorage } from './types.js';
 

@@ -14,7 +14,7 @@ import { after, before, test } from 'node:test';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import type { V1Pod } from '@kubernetes/client-node';
 import { testEnv, testRunId, TEST_LABEL } from '../../testing/env.js';
-import { unavailable } from './test-cluster.js';
+import { unavailable } from '../../testing/kube-cluster.js';
 
 const ADMIN = '/var/lib/sbx-kube/kubeconfig/admin.kubeconfig';
 const NODE_IP = '10.244.0.1';
@@ -66,7 +66,7 @@ test('k8s:// inside a pod: in-cluster config, the pod’s service account, TLS v
           name: 'main',
           image: testEnv.testImage,
           imagePullPolicy: 'IfNotPresent',
-          command: ['node', '--import', `file://${root}/node_modules/tsx/dist/loader.mjs`, join(root, 'src/runtime/kubernetes/in-cluster-child.ts')],
+          command: ['node', '--import', `file://${root}/node_modules/tsx/dist/loader.mjs`, join(root, 'src/testing/in-cluster-child.ts')],
           workingDir: '/tmp',
           env: [
             { name: 'KUBERNETES_SERVICE_HOST', value: 'kubernetes.default.svc' },

@@ -11,7 +11,7 @@ import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
 import type { ContainerSpec } from '../types.js';
 import { AGENT_BIN, AGENT_PORT, AGENT_TOKEN_ENV } from './manifest.js';
 import type { KubernetesRuntime } from './runtime.js';
-import { openTestKube, testAgentImage, unavailable } from './test-cluster.js';
+import { openTestKube, testAgentImage, unavailable } from '../../testing/kube-cluster.js';
 
 const why = await unavailable();
 const runId = testRunId('kube-agent');

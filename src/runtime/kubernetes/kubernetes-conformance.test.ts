@@ -1,4 +1,4 @@
-// The Runtime conformance suite against a real Kubernetes cluster (test-cluster.ts says which,
+// The Runtime conformance suite against a real Kubernetes cluster (src/testing/kube-cluster.ts says which,
 // and skips with the reason when there is none), on both exec paths: the in-box agent through
 // port-forward, and the API server's exec (no agent image).
 import { test } from 'node:test';
@@ -6,7 +6,7 @@ import { runtimeConformance } from '../../testing/conformance.js';
 import { testEnv, testRunId } from '../../testing/env.js';
 import { GRACEFUL_CMD } from '../../sandbox/box-spec.js';
 import { KubernetesRuntime } from './runtime.js';
-import { openTestKube, testAgentImage, testKubeAddress, unavailable, unreachableKubeconfig } from './test-cluster.js';
+import { openTestKube, testAgentImage, testKubeAddress, unavailable, unreachableKubeconfig } from '../../testing/kube-cluster.js';
 
 const why = await unavailable();
 if (why) {

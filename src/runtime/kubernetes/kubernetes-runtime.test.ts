@@ -1,6 +1,6 @@
 // What the conformance suite does not ask and Kubernetes makes its own: argv through the API
 // server, a pod that cannot start, port-forward, the pod watch, labels that Kubernetes labels
-// cannot hold, least privilege, kills of escaped children. Real pods only (test-cluster.ts
+// cannot hold, least privilege, kills of escaped children. Real pods only (src/testing/kube-cluster.ts
 // says which cluster, and skips with the reason when there is none).
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -11,7 +11,7 @@ import { assertNoContainersLeft } from '../../testing/cleanup.js';
 import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
 import type { ContainerEvent, ContainerSpec } from '../types.js';
 import { KubernetesRuntime } from './runtime.js';
-import { openTestKube, testKubeAddress, testKubeconfig, unavailable } from './test-cluster.js';
+import { openTestKube, testKubeAddress, testKubeconfig, unavailable } from '../../testing/kube-cluster.js';
 
 const why = await unavailable();
 const runId = testRunId('kube-runtime');

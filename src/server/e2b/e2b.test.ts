@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process';
 import { request } from 'node:http';
 import { after, before, test } from 'node:test';
 import { Sandbox } from 'e2b';
-import { startTestServer, type TestServer } from '../test-support.js';
+import { startTestServer, type TestServer } from '../../testing/server.js';
 import { testEnv } from '../../testing/env.js';
 
 const DOMAIN = 'e2b.sbx.test';

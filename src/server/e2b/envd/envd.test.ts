@@ -11,7 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { CommandExitError, Sandbox } from 'e2b';
 import { Sandbox as Sandbox231 } from 'e2b-v231';
-import { keyIdOf, startTestServer, type TestServer } from '../../test-support.js';
+import { keyIdOf, startTestServer, type TestServer } from '../../../testing/server.js';
 import { testEnv } from '../../../testing/env.js';
 import { envdAccessToken } from '../access-token.js';
 import { ENVD_PREFIX } from './routes.js';

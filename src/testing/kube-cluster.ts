@@ -9,8 +9,8 @@
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { KubernetesRuntime } from './runtime.js';
-import type { KubernetesRuntimeOptions } from './runtime.js';
+import { KubernetesRuntime } from '../runtime/kubernetes/runtime.js';
+import type { KubernetesRuntimeOptions } from '../runtime/kubernetes/runtime.js';
 
 const LOCAL_KUBECONFIG = '/var/lib/sbx-kube/kubeconfig/sbx.kubeconfig';
 const explicit = process.env['SBX_TEST_KUBECONFIG'];

@@ -8,8 +8,8 @@ import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import { SbxError } from '../../errors.js';
-import type { Box } from '../box.js';
-import type { Sbx } from '../client.js';
+import type { Box } from '../../client/box.js';
+import type { Sbx } from '../../client/client.js';
 
 export interface BoxFilesSubject {
   api: Pick<Sbx, 'create'>;

@@ -6,9 +6,9 @@ import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isSbxError, type ErrorCode } from '../../errors.js';
-import { WorkspaceManager } from '../manager.js';
-import { tempName } from '../temp-names.js';
-import type { WorkspaceManagerOptions } from '../types.js';
+import { WorkspaceManager } from '../../workspace/manager.js';
+import { tempName } from '../../workspace/temp-names.js';
+import type { WorkspaceManagerOptions } from '../../workspace/types.js';
 
 /** A fresh temp directory and its removal. */
 export async function makeTempDir(prefix: string): Promise<{ path: string; remove: () => Promise<void> }> {

@@ -4,7 +4,7 @@
  * outside directory (holding `file` = secret, and `only-outside`).
  */
 import { isSbxError } from '../../errors.js';
-import type { WorkspaceFS } from '../fs.js';
+import type { WorkspaceFS } from '../../workspace/fs.js';
 
 /** What the loop saw. */
 export interface HammerCounts {

@@ -11,10 +11,10 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { after, before, describe, test as nodeTest } from 'node:test';
 import type { ExecStream } from '../../runtime/types.js';
-import type { Box } from '../box.js';
-import type { Sbx } from '../client.js';
-import { SbxError } from '../index.js';
-import type { WorkspaceFS } from '../workspace.js';
+import type { Box } from '../../client/box.js';
+import type { Sbx } from '../../client/client.js';
+import { SbxError } from '../../client/index.js';
+import type { WorkspaceFS } from '../../client/workspace.js';
 
 /** What the library's Manager and the SDK's Sbx share, typed as the SDK declares it. */
 export type SandboxApi = Pick<

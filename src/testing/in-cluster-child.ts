@@ -2,7 +2,7 @@
 // so it must find the cluster from the pod's own service account (in-cluster config). Prints one
 // JSON line: the API server's version, and whether listing the namespace shows this very pod.
 import { hostname } from 'node:os';
-import { KubernetesRuntime } from './runtime.js';
+import { KubernetesRuntime } from '../runtime/kubernetes/runtime.js';
 
 const rt = new KubernetesRuntime('k8s://');
 try {

@@ -8,7 +8,7 @@
  *
  * It prints `ready` once it is about to start, and `done <json>` when an import or write ends.
  */
-import { WorkspaceManager } from '../manager.js';
+import { WorkspaceManager } from '../../workspace/manager.js';
 
 const [mode, dataDir, arg, path] = process.argv.slice(2);
 const manager = new WorkspaceManager({ dataDir: dataDir as string });

@@ -5,7 +5,7 @@
  */
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
-import { WorkspaceManager } from '../manager.js';
+import { WorkspaceManager } from '../../workspace/manager.js';
 
 const [dataDir, sizeArg] = process.argv.slice(2);
 const size = Number(sizeArg);

@@ -12,9 +12,9 @@ import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { managerSelector } from '../sandbox/labels.js';
 import { Manager } from '../sandbox/index.js';
 import type { ManagerConfig } from '../sandbox/index.js';
-import { testEnv } from '../testing/env.js';
-import { serve } from './index.js';
-import type { ServeOptions, ServerHandle } from './index.js';
+import { testEnv } from './env.js';
+import { serve } from '../server/index.js';
+import type { ServeOptions, ServerHandle } from '../server/index.js';
 
 export const IMAGE = testEnv.baseImage;
 let seq = 0;
