@@ -267,7 +267,7 @@ export interface RuntimeOptions {
   agentImage?: string;
   /** Kubernetes: how long `start` waits for the pod to be ready (default 120 s: a first pull of a large image). */
   readyTimeoutMs?: number;
-  /** Kubernetes: the StorageClass of workspace claims; absent: the cluster's default. */
+  /** Kubernetes: the StorageClass of workspace volumes; absent: the cluster's default. */
   storageClass?: string;
   /**
    * Docker on this machine: close the host's own services to boxes with firewall rules (iptables;
@@ -277,12 +277,12 @@ export interface RuntimeOptions {
   hostFirewall?: boolean;
 }
 
-/** What `Runtime.createWorkspaceClaim` takes. */
-export interface WorkspaceClaimOptions {
+/** What `Runtime.createWorkspaceVolume` takes. */
+export interface WorkspaceVolumeOptions {
   /** Requested size in bytes (the runtime's default when absent). */
   sizeBytes?: number;
   labels?: Record<string, string>;
-  /** Fail with `conflict` when the claim exists (one being deleted is waited for) instead of using it. */
+  /** Fail with `conflict` when the volume exists (one being deleted is waited for) instead of using it. */
   exclusive?: boolean;
 }
 
@@ -391,12 +391,12 @@ export interface Runtime {
   boxTool?(id: string): Promise<string | null>;
   /**
    * Workspaces in the cluster (Kubernetes), for runtimes that cannot mount this machine's
-   * directories: the storage a bind's `hostPath` names (one claim per workspace directory). All
+   * directories: the storage a bind's `hostPath` names (one volume per workspace directory). All
    * three or none; absent on runtimes with `hostMounts`.
    */
-  createWorkspaceClaim?(hostPath: string, opts?: WorkspaceClaimOptions): Promise<string>;
+  createWorkspaceVolume?(hostPath: string, opts?: WorkspaceVolumeOptions): Promise<string>;
   /** Deletes the storage `hostPath` names, and its data; a missing one is not_found. */
-  removeWorkspaceClaim?(hostPath: string): Promise<void>;
+  removeWorkspaceVolume?(hostPath: string): Promise<void>;
   /**
    * Starts a pod holding nothing but sbx's file tool and the workspace's storage, for the
    * workspace's file I/O (`execStream` with `tool fs …`, paths under `root`); removed with `remove`.

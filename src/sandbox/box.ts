@@ -10,7 +10,7 @@ import { attachPath, validateAttach } from './attach-options.js';
 import { BoxFS, type BoxFilesOptions } from './box-fs.js';
 import { VNC_PORT } from './box-spec.js';
 import type { BoxRecord } from './labels.js';
-import type { PortTokenClaim } from './port-tokens.js';
+import type { PortGrant } from './port-tokens.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from './types.js';
 
 /**
@@ -185,7 +185,7 @@ export interface BoxHost {
   /** Where proxy URLs point when the caller names no issuer: the config's, or the sbx serve registered last. */
   proxyBase(): ProxyBase;
   /** A signed access token for one port of one box (src/sandbox/port-tokens.ts). */
-  signPortToken(claim: PortTokenClaim): Promise<string>;
+  signPortToken(grant: PortGrant): Promise<string>;
   /** Persists a max lifetime set after create (labels cannot change); resolves once it is on disk. */
   saveLifetime(box: ManagedBox, maxLifetimeMs: number): Promise<void>;
 }

@@ -176,7 +176,7 @@ export interface PoolConfig {
   agentImage?: string;
   /** Kubernetes: how long a create waits for the pod to be ready (scheduled, pulled, running). Default 120 s. */
   readyTimeoutMs?: number;
-  /** Kubernetes: the StorageClass of workspace claims; default the cluster's default class. */
+  /** Kubernetes: the StorageClass of workspace volumes (PVCs); default the cluster's default class. */
   storageClass?: string;
   /**
    * Docker networks a box of this pool may name (`CreateOptions.network`, warm templates) besides

@@ -21,5 +21,5 @@ export type { ManagerConfig, PoolConfig, ResolvedConfig, ResolvedPool } from './
 export { decideCleanup, normalizePolicy } from './policy.js';
 export type { BoxActivity, CleanupAction } from './policy.js';
 export { BoxTokenService } from './tokens.js';
-export type { BoxTokenClaims } from './tokens.js';
+export type { BoxTokenGrant } from './tokens.js';
 export * from './types.js';

@@ -1,5 +1,5 @@
-// Workspaces on a Kubernetes pool, on real pods and claims of the test cluster (skipped with the
-// reason when there is none; src/testing/kube-cluster.ts): a workspace is a claim, boxes
+// Workspaces on a Kubernetes pool, on real pods and PVCs of the test cluster (skipped with the
+// reason when there is none; src/testing/kube-cluster.ts): a workspace is a PVC, boxes
 // mount it, and `manager.workspaces.fs(id)` works through a short-lived helper pod.
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -20,7 +20,7 @@ import { rejectsWithCode } from '../testing/workspace/fixtures.js';
 import type { PoolConfig } from './config.js';
 import { managerSelector } from './labels.js';
 import { Manager } from './manager.js';
-import { HELPER_LABEL, WORKSPACE_LABEL, WorkspaceClaims, hasWorkspaceClaims, helperLabels } from './workspace-claims.js';
+import { HELPER_LABEL, WORKSPACE_LABEL, WorkspaceVolumes, hasWorkspaceVolumes, helperLabels } from './workspace-volumes.js';
 
 const why = await unavailable();
 const IMAGE = testEnv.baseImage;
@@ -56,8 +56,8 @@ async function helpersOf(name: string) {
   return cluster!.list({ labels: { [HELPER_LABEL]: name } });
 }
 
-/** A workspace's claims, asked of the cluster. */
-async function claimsOf(id: string) {
+/** A workspace's PVCs, asked of the cluster. */
+async function pvcsOf(id: string) {
   return (await conn!.core.listNamespacedPersistentVolumeClaim({ namespace: conn!.namespace, labelSelector: `${WORKSPACE_LABEL}=${id}` })).items;
 }
 
@@ -89,54 +89,54 @@ after(async () => {
   await Promise.all(managers.map((m) => m.close()));
   // Looked at first, then removed: a leak fails the file instead of staying in the namespace.
   const pods = (await Promise.all([...names].flatMap((n) => [helpersOf(n), cluster!.list({ labels: managerSelector(n) })]))).flat();
-  const claims = (await Promise.all([...workspaceIds].map(claimsOf))).flat().filter((c) => !c.metadata?.deletionTimestamp);
+  const pvcs = (await Promise.all([...workspaceIds].map(pvcsOf))).flat().filter((c) => !c.metadata?.deletionTimestamp);
   await Promise.all(pods.map((p) => cluster!.remove(p.id, { force: true }).catch(() => undefined)));
   await Promise.all(
-    claims.map((c) => conn!.core.deleteNamespacedPersistentVolumeClaim({ name: c.metadata!.name!, namespace: conn!.namespace }).catch(() => undefined)),
+    pvcs.map((c) => conn!.core.deleteNamespacedPersistentVolumeClaim({ name: c.metadata!.name!, namespace: conn!.namespace }).catch(() => undefined)),
   );
   await cluster!.close();
   rmSync(dataDir, { recursive: true, force: true });
   rmSync(hostDir, { recursive: true, force: true });
   assert.deepEqual(
-    [...pods.map((p) => `pod ${p.name}`), ...claims.map((c) => `claim ${c.metadata!.name!}`)],
+    [...pods.map((p) => `pod ${p.name}`), ...pvcs.map((c) => `PVC ${c.metadata!.name!}`)],
     [],
-    'helper pods, boxes or claims left behind by the workspace tests',
+    'helper pods, boxes or PVCs left behind by the workspace tests',
   );
 });
 
 describe('workspaces on a Kubernetes pool, on a real cluster', { skip: why ?? false }, () => {
-  test('the pool is an online node with storage; a workspace is a labelled claim sized by its quota, only its metadata on disk', async () => {
+  test('the pool is an online node with storage; a workspace is a labelled PVC sized by its quota, only its metadata on disk', async () => {
     const m = newManager();
     const [node] = m.workspaces.nodes();
     assert.equal(node?.name, 'kube');
     assert.equal(node?.online, true);
-    assert.ok(node?.storage instanceof WorkspaceClaims);
-    assert.ok(hasWorkspaceClaims(openTestKube()));
+    assert.ok(node?.storage instanceof WorkspaceVolumes);
+    assert.ok(hasWorkspaceVolumes(openTestKube()));
     const ws = await m.workspaces.create({ id: wsId('meta'), name: 'meta', owner: 'alice', node: 'kube', quotaBytes: 64 * 1024 * 1024 });
-    const [claim, ...more] = await claimsOf(ws.id);
+    const [pvc, ...more] = await pvcsOf(ws.id);
     assert.equal(more.length, 0);
-    assert.equal(claim?.spec?.resources?.requests?.['storage'], String(64 * 1024 * 1024));
-    assert.deepEqual(claim?.spec?.accessModes, ['ReadWriteOnce']);
-    assert.equal(claim?.metadata?.labels?.['sbx.workspace-node'], 'kube');
-    assert.equal(claim?.metadata?.annotations?.['sbx.dev/workspace-path'], await m.workspaces.mountPath(ws.id));
+    assert.equal(pvc?.spec?.resources?.requests?.['storage'], String(64 * 1024 * 1024));
+    assert.deepEqual(pvc?.spec?.accessModes, ['ReadWriteOnce']);
+    assert.equal(pvc?.metadata?.labels?.['sbx.workspace-node'], 'kube');
+    assert.equal(pvc?.metadata?.annotations?.['sbx.dev/workspace-path'], await m.workspaces.mountPath(ws.id));
     assert.deepEqual(readdirSync(join(dataDir, 'workspaces', 'kube', ws.id)), ['workspace.json']);
-    // The same id again is a conflict, and leaves the first workspace's claim alone.
+    // The same id again is a conflict, and leaves the first workspace's PVC alone.
     await rejectsWithCode(m.workspaces.create({ id: ws.id, name: 'again', owner: 'bob', node: 'kube' }), 'conflict');
-    // A claim of that name made elsewhere (another data directory of the same path) is never taken over.
-    await rejectsWithCode(cluster!.createWorkspaceClaim(await m.workspaces.mountPath(ws.id), { exclusive: true }), 'conflict');
-    assert.equal((await claimsOf(ws.id)).length, 1);
+    // A PVC of that name made elsewhere (another data directory of the same path) is never taken over.
+    await rejectsWithCode(cluster!.createWorkspaceVolume(await m.workspaces.mountPath(ws.id), { exclusive: true }), 'conflict');
+    assert.equal((await pvcsOf(ws.id)).length, 1);
     await m.workspaces.delete(ws.id);
-    await until('the claim deleted', async () => (await claimsOf(ws.id)).length === 0);
+    await until('the PVC deleted', async () => (await pvcsOf(ws.id)).length === 0);
     assert.equal(existsSync(join(dataDir, 'workspaces', 'kube', ws.id)), false);
 
-    // The pool's storageClass names the claims' class (one no provisioner serves: the claim stays Pending).
+    // The pool's storageClass names the PVCs' class (one no provisioner serves: the PVC stays Pending).
     const classed = newManager(undefined, { storageClass: 'sbx-test-no-such-class' });
     const other = await classed.workspaces.create({ id: wsId('class'), name: 'class', owner: 'alice', node: 'kube' });
-    const [pending] = await claimsOf(other.id);
+    const [pending] = await pvcsOf(other.id);
     assert.equal(pending?.spec?.storageClassName, 'sbx-test-no-such-class');
     assert.equal(pending?.spec?.resources?.requests?.['storage'], String(1024 ** 3), 'no quota: 1 GiB');
     await classed.workspaces.delete(other.id);
-    await until('the pending claim deleted', async () => (await claimsOf(other.id)).length === 0);
+    await until('the pending PVC deleted', async () => (await pvcsOf(other.id)).length === 0);
   });
 
   test('data written in one box is read in a second box after the first pod is deleted, and through the file API both ways', async (t) => {
@@ -187,7 +187,7 @@ describe('workspaces on a Kubernetes pool, on a real cluster', { skip: why ?? fa
     const readMs = (performance.now() - t0) / 10;
     t.diagnostic(`through a running helper: writeFile ${writeMs.toFixed(1)} ms, readFile ${readMs.toFixed(1)} ms (mean of 10)`);
 
-    // The rest of the API on the claim.
+    // The rest of the API on the PVC.
     assert.deepEqual(
       (await files.readDir('', { recursive: true })).map((e) => `${e.name}${e.isDir ? '/' : ''}`),
       ['a.txt', 'b/', 'b/b.txt', 'from-api/', 'from-api/hello.txt', 'lat.txt'],
@@ -239,7 +239,7 @@ describe('workspaces on a Kubernetes pool, on a real cluster', { skip: why ?? fa
     await b.remove();
     await m.workspaces.delete(ws.id);
     await until('the helper pod deleted with its workspace', async () => (await helpersOf(m.config.name)).length === 0);
-    await until('the claim deleted', async () => (await claimsOf(ws.id)).length === 0);
+    await until('the PVC deleted', async () => (await pvcsOf(ws.id)).length === 0);
     await rejectsWithCode(files.readFile('b/b.txt'), 'not_found', 'the old file API after delete');
     assert.equal((await helpersOf(m.config.name)).length, 0, 'a call after the delete starts no helper');
   });
@@ -282,7 +282,7 @@ describe('workspaces on a Kubernetes pool, on a real cluster', { skip: why ?? fa
     await m.workspaces.delete(ws.id);
   });
 
-  test('recovery: a restarted Manager finds the workspace on disk and its claim by name; start sweeps helpers a crash left, never adopting them as boxes', async () => {
+  test('recovery: a restarted Manager finds the workspace on disk and its PVC by name; start sweeps helpers a crash left, never adopting them as boxes', async () => {
     const name = `kwsrec-${process.pid}`;
     const first = newManager(name);
     const ws = await first.workspaces.create({ id: wsId('recover'), name: 'recover', owner: 'carol', node: 'kube' });
@@ -303,14 +303,14 @@ describe('workspaces on a Kubernetes pool, on a real cluster', { skip: why ?? fa
 
     const third = newManager(name);
     await third.workspaces.delete(ws.id);
-    await until('the claim deleted', async () => (await claimsOf(ws.id)).length === 0);
+    await until('the PVC deleted', async () => (await pvcsOf(ws.id)).length === 0);
     await third.close();
   });
 
   test('a helper pod is deleted after it was idle; the next operation starts another', async () => {
     const m = newManager();
     const ws = await m.workspaces.create({ id: wsId('idle'), name: 'idle', owner: 'dave', node: 'kube' });
-    const storage = new WorkspaceClaims({ runtime: () => cluster!, manager: m.config.name, node: 'kube', log, helperIdleMs: 300 });
+    const storage = new WorkspaceVolumes({ runtime: () => cluster!, manager: m.config.name, node: 'kube', log, helperIdleMs: 300 });
     const files = storage.open(ws, await m.workspaces.mountPath(ws.id), { uid: 1000, gid: 1000 });
     await files.writeFile('x.txt', 'one');
     const first = (await helpersOf(m.config.name)).map((p) => p.id);

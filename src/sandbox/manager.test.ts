@@ -200,14 +200,14 @@ describe(`Manager on a real engine (${runId})`, () => {
     const a = await m.create({ image: IMAGE, id: 'tok-a' });
     const b = await m.create({ image: IMAGE, id: 'tok-b' });
     const tokenA = (await a.exec(['sh', '-c', 'printf %s "$SBX_TOKEN"'])).stdout;
-    assert.equal(await m.verifyBoxToken(tokenA), 'tok-a');
-    const refreshed = await m.refreshBoxToken(tokenA);
-    assert.equal(await m.verifyBoxToken(refreshed), 'tok-a');
+    assert.equal(await m.secrets.verifyBoxToken(tokenA), 'tok-a');
+    const refreshed = await m.secrets.refreshBoxToken(tokenA);
+    assert.equal(await m.secrets.verifyBoxToken(refreshed), 'tok-a');
     await a.remove();
-    await assert.rejects(m.verifyBoxToken(tokenA), (e) => isSbxError(e, 'unauthorized'));
+    await assert.rejects(m.secrets.verifyBoxToken(tokenA), (e) => isSbxError(e, 'unauthorized'));
     // A new box under the same id does not accept the old box's token.
     const again = await m.create({ image: IMAGE, id: 'tok-a' });
-    await assert.rejects(m.verifyBoxToken(tokenA), (e) => isSbxError(e, 'unauthorized'));
+    await assert.rejects(m.secrets.verifyBoxToken(tokenA), (e) => isSbxError(e, 'unauthorized'));
     await Promise.all([again.remove(), b.remove()]);
   });
 

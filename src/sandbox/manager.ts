@@ -23,16 +23,14 @@ import { hostEndpoints } from './host-endpoints.js';
 import { PoolWatch } from './pool-watch.js';
 import { planReconcile } from './reconcile.js';
 import { BoxRegistry } from './registry.js';
-import { portTokenKey, signPortToken, verifyPortToken } from './port-tokens.js';
-import type { PortTokenClaim } from './port-tokens.js';
-import { loadTokenSecret } from './token-secret.js';
+import { BoxSecrets } from './secrets.js';
 import { BoxTokenService } from './tokens.js';
 import { StopIntents } from './stop-intents.js';
 import { LifetimeStore } from './lifetimes.js';
 import { ClaimStore } from './claims.js';
 import { WARM_LABEL, joinClaims } from './warm.js';
 import { WarmPool } from './warm-pool.js';
-import { WorkspaceClaims, hasWorkspaceClaims } from './workspace-claims.js';
+import { WorkspaceVolumes, hasWorkspaceVolumes } from './workspace-volumes.js';
 import type { BoxInfo, CleanupStats, CreateOptions, HeartbeatInput, ListOptions, PoolInfo, ServerEndpoints, WarmInfo } from './types.js';
 
 /** Engine calls in flight at once during cleanup and pool removal. */
@@ -58,6 +56,8 @@ export class Manager {
   readonly log: Logger;
   /** Workspaces on this Manager's nodes (a node is a pool's host); wired to its boxes' mounts. */
   readonly workspaces: WorkspaceManager;
+  /** Box tokens, port access tokens and per-feature keys, all from one secret (src/sandbox/secrets.ts). */
+  readonly secrets: BoxSecrets;
   readonly cleanupStats: CleanupStats = {
     ticks: 0,
     removedIdle: 0,
@@ -83,9 +83,6 @@ export class Manager {
   private readonly creating = new Map<string, Promise<ManagedBox>>();
   /** Removals in progress: a second remove() of the same box waits for the first. */
   private readonly removing = new Map<string, Promise<void>>();
-  private tokenService: Promise<BoxTokenService> | undefined;
-  private secret: Promise<Buffer> | undefined;
-  private portKey: Promise<Buffer> | undefined;
   private readonly loop: CleanupLoop;
   private started = false;
   private readonly boxHost: BoxHost;
@@ -96,7 +93,7 @@ export class Manager {
   /** Max lifetimes renewed after create (box.renewLifetime), which labels cannot hold. */
   private readonly lifetimes: LifetimeStore;
   /** The workspace storage of each pool whose runtime keeps workspaces in its cluster (Kubernetes). */
-  private readonly claimStorages = new Map<Pool, WorkspaceClaims>();
+  private readonly workspaceVolumes = new Map<Pool, WorkspaceVolumes>();
 
   /** With no argument, the config comes from `SBX_CONFIG` and `SBX_*` (see loadConfig). */
   constructor(config: ManagerConfig = loadConfig()) {
@@ -108,13 +105,20 @@ export class Manager {
     this.stopIntents = new StopIntents(join(this.config.dataDir, 'stopped', `${this.config.name}.json`));
     this.lifetimes = new LifetimeStore(join(this.config.dataDir, 'lifetimes', `${this.config.name}.json`));
     this.loop = new CleanupLoop(this.config.cleanupIntervalMs, () => this.cleanupOnce());
+    this.secrets = new BoxSecrets({
+      tokenSecret: this.config.tokenSecret,
+      dataDir: this.config.dataDir,
+      tokenTtlMs: this.config.tokenTtlMs,
+      now: this.now,
+      nonceOf: (id) => this.registry.get(id)?.record.tokenNonce,
+    });
     this.boxHost = {
       runtimeFor: (pool) => this.pool(pool).runtime(),
       removeBox: (id, opts) => this.removeWith(id, opts?.graceful ?? false),
       workspaceFs: (workspaceId) => this.workspaces.fs(workspaceId),
       now: this.now,
       proxyBase: () => this.proxyBase(),
-      signPortToken: async (claim) => signPortToken(await this.portTokenKey(), claim),
+      signPortToken: (grant) => this.secrets.signPortToken(grant),
       stopIntent: (box, stopped) => this.stopIntents.set(box.id, stopped),
       saveLifetime: (box, maxLifetimeMs) => this.lifetimes.set(box.containerId, maxLifetimeMs),
       onExecFinished: (box) => {
@@ -134,22 +138,22 @@ export class Manager {
   /**
    * The nodes workspaces can live on: one per pool. A pool whose runtime mounts this machine's
    * directories keeps them in the data directory; one whose runtime keeps workspaces in its
-   * cluster (workspace claims: Kubernetes) is online with that storage; any other is offline.
+   * cluster (workspace volumes: Kubernetes) is online with that storage; any other is offline.
    */
   nodes(): WorkspaceNode[] {
     return [...this.poolsByName.values()].map((p) => {
       if (p.runtime().capabilities.hostMounts) return { name: p.name, addr: p.def.addr, online: true };
-      const storage = this.claimStorage(p);
+      const storage = this.volumesOf(p);
       return { name: p.name, addr: p.def.addr, online: storage !== undefined, ...(storage ? { storage } : {}) };
     });
   }
 
   /** The pool's workspace storage in its cluster (one per pool, made at first use); undefined when its runtime has none. */
-  private claimStorage(pool: Pool): WorkspaceClaims | undefined {
-    let storage = this.claimStorages.get(pool);
-    if (!storage && hasWorkspaceClaims(pool.runtime())) {
-      storage = new WorkspaceClaims({ runtime: () => pool.runtime(), manager: this.config.name, node: pool.name, log: this.log });
-      this.claimStorages.set(pool, storage);
+  private volumesOf(pool: Pool): WorkspaceVolumes | undefined {
+    let storage = this.workspaceVolumes.get(pool);
+    if (!storage && hasWorkspaceVolumes(pool.runtime())) {
+      storage = new WorkspaceVolumes({ runtime: () => pool.runtime(), manager: this.config.name, node: pool.name, log: this.log });
+      this.workspaceVolumes.set(pool, storage);
     }
     return storage;
   }
@@ -159,7 +163,7 @@ export class Manager {
     await Promise.all(
       [...this.poolsByName.values()].map(async (p) => {
         try {
-          const removed = (await this.claimStorage(p)?.sweep()) ?? 0;
+          const removed = (await this.volumesOf(p)?.sweep()) ?? 0;
           if (removed > 0) this.log.warn({ pool: p.name, removed }, 'removed workspace helper pods left by an earlier run');
         } catch (err) {
           this.log.warn({ pool: p.name, err }, 'could not sweep workspace helper pods; the next start tries again');
@@ -168,9 +172,9 @@ export class Manager {
     );
   }
 
-  private async closeClaimStorage(pool: Pool): Promise<void> {
-    const storage = this.claimStorages.get(pool);
-    this.claimStorages.delete(pool);
+  private async closeVolumes(pool: Pool): Promise<void> {
+    const storage = this.workspaceVolumes.get(pool);
+    this.workspaceVolumes.delete(pool);
     await storage?.close().catch((err: unknown) => this.log.warn({ pool: pool.name, err }, 'could not delete workspace helper pods'));
   }
 
@@ -240,7 +244,7 @@ export class Manager {
     await this.loop.stop();
     // A oneshot removal started in the background must finish before its connection closes.
     await Promise.allSettled([...this.removing.values()]);
-    await Promise.all([...this.claimStorages.keys()].map((p) => this.closeClaimStorage(p)));
+    await Promise.all([...this.workspaceVolumes.keys()].map((p) => this.closeVolumes(p)));
     await Promise.all([...this.poolsByName.values()].map((p) => p.close()));
   }
 
@@ -436,7 +440,7 @@ export class Manager {
     }
     this.poolsByName.delete(name);
     await pool.warm?.removeAll();
-    await this.closeClaimStorage(pool);
+    await this.closeVolumes(pool);
     await pool.close();
   }
 
@@ -513,11 +517,10 @@ export class Manager {
 
   private async createReserved(id: string, owner: string, pool: Pool, opts: CreateOptions): Promise<ManagedBox> {
     const record = newBoxRecord({ manager: this.config.name, id, owner, pool: pool.def, opts, now: this.now(), tokenNonce: BoxTokenService.newNonce() });
-    const tokens = await this.tokens();
     const sbxEnv: Record<string, string> = {
       ...(this.grpcAddr() !== undefined ? { SBX_GRPC_ADDR: this.grpcAddr()! } : {}),
       SBX_SANDBOX_ID: id,
-      SBX_TOKEN: tokens.issue(id, record.tokenNonce, this.config.tokenTtlMs),
+      SBX_TOKEN: await this.secrets.issueBoxToken(id, record.tokenNonce),
       ...(this.config.apiUrl ? { SBX_API_URL: this.config.apiUrl } : {}),
       ...(this.config.heartbeatIntervalMs !== undefined ? { SBX_HEARTBEAT_INTERVAL_MS: String(this.config.heartbeatIntervalMs) } : {}),
     };
@@ -683,74 +686,6 @@ export class Manager {
   /** The box's info, asked of the engine now. A read: it does not count as use. */
   async info(id: string): Promise<BoxInfo> {
     return this.known(id).info();
-  }
-
-  // --- Box tokens ----------------------------------------------------------------------
-
-  private tokenSecret(): Promise<Buffer> {
-    this.secret ??= this.config.tokenSecret ? Promise.resolve(Buffer.from(this.config.tokenSecret)) : loadTokenSecret(this.config.dataDir);
-    return this.secret;
-  }
-
-  private tokens(): Promise<BoxTokenService> {
-    this.tokenService ??= this.tokenSecret().then((secret) => new BoxTokenService(secret, this.now));
-    return this.tokenService;
-  }
-
-  /** The key of port access tokens (the proxy's): derived from the box-token secret under its own label. */
-  portTokenKey(): Promise<Buffer> {
-    this.portKey ??= this.tokenSecret().then(portTokenKey);
-    return this.portKey;
-  }
-
-  /**
-   * A key of its own for a feature that signs its own tokens (e.g. the e2b compatibility layer's
-   * envd access tokens): HMAC(box-token secret, label), so no two labels' tokens can stand for
-   * each other or for a box token.
-   */
-  async derivedKey(label: string): Promise<Buffer> {
-    return createHmac('sha256', await this.tokenSecret())
-      .update(`sbx derived key: ${label}`)
-      .digest();
-  }
-
-  /**
-   * A secret bound to one live box under `label` (the e2b envd access token): HMAC of the box id
-   * and the box's own random nonce under derivedKey(label), so it dies with the box and a later
-   * box under the same id gets another. not_found for a box this Manager does not know.
-   */
-  async boxSecret(label: string, boxId: string): Promise<Buffer> {
-    const nonce = this.known(boxId).record.tokenNonce;
-    return createHmac('sha256', await this.derivedKey(label))
-      .update(`${boxId}.${nonce}`)
-      .digest();
-  }
-
-  /**
-   * The claim of a live port access token for this box and port (on the Manager's clock): throws
-   * unauthorized or forbidden otherwise, unauthorized too when the box it was signed for is gone
-   * (a later box under the same id has another nonce). Whether its key is still live is the server's.
-   */
-  async verifyPortToken(token: string, want: { boxId: string; port: number }): Promise<PortTokenClaim> {
-    const claim = verifyPortToken(await this.portTokenKey(), token, { ...want, now: this.now() });
-    const box = this.registry.get(claim.boxId);
-    if (!box || box.record.tokenNonce !== claim.nonce)
-      throw new SbxError('unauthorized', 'this port access token is for a box that was removed; ask for a new URL');
-    return claim;
-  }
-
-  /** The box a token speaks for; unauthorized if forged, expired, or its box is gone. */
-  async verifyBoxToken(token: string): Promise<string> {
-    const claims = (await this.tokens()).verify(token);
-    const box = this.registry.get(claims.boxId);
-    if (!box || box.record.tokenNonce !== claims.nonce) throw new SbxError('unauthorized', 'box token does not belong to a live box');
-    return box.id;
-  }
-
-  /** A fresh token for the same box, given a valid one. */
-  async refreshBoxToken(token: string): Promise<string> {
-    const id = await this.verifyBoxToken(token);
-    return (await this.tokens()).issue(id, this.known(id).record.tokenNonce, this.config.tokenTtlMs);
   }
 
   // --- Images --------------------------------------------------------------------------

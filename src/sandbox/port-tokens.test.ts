@@ -5,13 +5,13 @@ import { isSbxError } from '../errors.js';
 import { portTokenKey, signPortToken, verifyPortToken } from './port-tokens.js';
 
 const key = portTokenKey(randomBytes(32));
-const claim = { boxId: 'sb-a.1', nonce: 'n0nce-A_1', port: 3000, expiresAt: 2_000, keyId: '0123456789abcdef' };
+const grant = { boxId: 'sb-a.1', nonce: 'n0nce-A_1', port: 3000, expiresAt: 2_000, keyId: '0123456789abcdef' };
 
 test('a port token verifies for its box and port until it expires, and names the box nonce and the key', () => {
-  const t = signPortToken(key, claim);
+  const t = signPortToken(key, grant);
   assert.match(t, /^sbxp2\./);
-  assert.deepEqual(verifyPortToken(key, t, { boxId: 'sb-a.1', port: 3000, now: 1_999 }), claim);
-  const keyless = signPortToken(key, { ...claim, keyId: '' });
+  assert.deepEqual(verifyPortToken(key, t, { boxId: 'sb-a.1', port: 3000, now: 1_999 }), grant);
+  const keyless = signPortToken(key, { ...grant, keyId: '' });
   assert.equal(verifyPortToken(key, keyless, { boxId: 'sb-a.1', port: 3000, now: 0 }).keyId, '');
   assert.throws(
     () => verifyPortToken(key, t, { boxId: 'sb-a.1', port: 3000, now: 2_000 }),
@@ -20,7 +20,7 @@ test('a port token verifies for its box and port until it expires, and names the
 });
 
 test('a valid port token for another port or box is forbidden', () => {
-  const t = signPortToken(key, claim);
+  const t = signPortToken(key, grant);
   assert.throws(
     () => verifyPortToken(key, t, { boxId: 'sb-a.1', port: 3001, now: 0 }),
     (e) => isSbxError(e, 'forbidden'),
@@ -32,7 +32,7 @@ test('a valid port token for another port or box is forbidden', () => {
 });
 
 test('forged, altered, malformed tokens and other keys are unauthorized', () => {
-  const t = signPortToken(key, claim);
+  const t = signPortToken(key, grant);
   const [p, id, nonce, port, exp, keyId, mac] = t.split('.');
   const altered = [
     `${p}.${id}.${nonce}.3001.${exp}.${keyId}.${mac}`,

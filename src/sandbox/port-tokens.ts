@@ -18,7 +18,7 @@ import { SbxError } from '../errors.js';
 export const PORT_TOKEN_PREFIX = 'sbxp2.';
 const LABEL = 'sbx port token v1';
 
-export interface PortTokenClaim {
+export interface PortGrant {
   boxId: string;
   /** The box's token nonce (`sbx.token-nonce`): a later box under the same id has another. */
   nonce: string;
@@ -41,20 +41,20 @@ function mac(key: Buffer, body: string): Buffer {
 const NONCE = /^[A-Za-z0-9_-]{1,64}$/;
 const KEY_ID = /^([0-9a-f]{16})?$/;
 
-export function signPortToken(key: Buffer, claim: PortTokenClaim): string {
-  if (!NONCE.test(claim.nonce) || !KEY_ID.test(claim.keyId))
+export function signPortToken(key: Buffer, grant: PortGrant): string {
+  if (!NONCE.test(grant.nonce) || !KEY_ID.test(grant.keyId))
     throw new SbxError('internal', 'a port token needs the box nonce and a key id of 16 hex digits (or none)');
-  const body = `${PORT_TOKEN_PREFIX}${Buffer.from(claim.boxId, 'utf8').toString('base64url')}.${claim.nonce}.${claim.port}.${claim.expiresAt}.${claim.keyId}`;
+  const body = `${PORT_TOKEN_PREFIX}${Buffer.from(grant.boxId, 'utf8').toString('base64url')}.${grant.nonce}.${grant.port}.${grant.expiresAt}.${grant.keyId}`;
   return `${body}.${mac(key, body).toString('base64url')}`;
 }
 
 /**
- * The token's claim once its MAC, expiry, box id and port check out. Throws unauthorized
+ * What the token grants once its MAC, expiry, box id and port check out. Throws unauthorized
  * (malformed, forged, expired, or a token of an older sbx) or forbidden (a valid token for another
  * box or port). Whether its box is still the one it was signed for, and its key still live, is
  * for the caller (Manager.verifyPortToken, the server).
  */
-export function verifyPortToken(key: Buffer, token: string, want: { boxId: string; port: number; now: number }): PortTokenClaim {
+export function verifyPortToken(key: Buffer, token: string, want: { boxId: string; port: number; now: number }): PortGrant {
   const parts = token.length <= 512 && token.startsWith(PORT_TOKEN_PREFIX) ? token.slice(PORT_TOKEN_PREFIX.length).split('.') : [];
   if (
     parts.length !== 6 ||
@@ -70,16 +70,16 @@ export function verifyPortToken(key: Buffer, token: string, want: { boxId: strin
   const given = Buffer.from(parts[5]!, 'base64url');
   const expected = mac(key, body);
   if (given.length !== expected.length || !timingSafeEqual(given, expected)) throw new SbxError('unauthorized', 'port access token is not valid');
-  const claim: PortTokenClaim = {
+  const grant: PortGrant = {
     boxId: Buffer.from(parts[0]!, 'base64url').toString('utf8'),
     nonce: parts[1]!,
     port: Number(parts[2]),
     expiresAt: Number(parts[3]),
     keyId: parts[4]!,
   };
-  if (claim.expiresAt <= want.now) throw new SbxError('unauthorized', 'port access token has expired; ask for a new URL');
-  if (claim.boxId !== want.boxId || claim.port !== want.port) {
+  if (grant.expiresAt <= want.now) throw new SbxError('unauthorized', 'port access token has expired; ask for a new URL');
+  if (grant.boxId !== want.boxId || grant.port !== want.port) {
     throw new SbxError('forbidden', 'this port access token is for another box or port');
   }
-  return claim;
+  return grant;
 }

@@ -1,7 +1,7 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { SbxError } from '../errors.js';
 
-export interface BoxTokenClaims {
+export interface BoxTokenGrant {
   boxId: string;
   nonce: string;
   /** Expiry, epoch ms. */
@@ -38,7 +38,7 @@ export class BoxTokenService {
   }
 
   /** Checks signature and expiry; whether the box still exists is the Manager's question. */
-  verify(token: string): BoxTokenClaims {
+  verify(token: string): BoxTokenGrant {
     const parts = typeof token === 'string' ? token.split('.') : [];
     // Box ids may contain dots, so count from both ends.
     if (parts.length < 5 || parts[0] !== PREFIX) throw unauthorized('malformed box token');

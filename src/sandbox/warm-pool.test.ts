@@ -112,7 +112,7 @@ describe(`warm pools on a real engine (${runId})`, () => {
       const env = await envOf(warm);
       assert.equal(env['SBX_SANDBOX_ID'], warm.id);
       assert.equal(env['FOO'], 'bar');
-      assert.equal(await m.verifyBoxToken(env['SBX_TOKEN']!), warm.id, 'its SBX_TOKEN is this box’s');
+      assert.equal(await m.secrets.verifyBoxToken(env['SBX_TOKEN']!), warm.id, 'its SBX_TOKEN is this box’s');
       const agentView = await engine.exec(warm.containerId, ['sh', '-c', 'echo $SBX_SANDBOX_ID $FOO']);
       assert.equal(agentView.stdout, `${warm.id} bar\n`, 'the box’s agent was told its identity (for its heartbeat), not only the Manager’s execs');
       const coldEnv = await envOf(plain);
@@ -218,7 +218,7 @@ describe(`warm pools on a real engine (${runId})`, () => {
     const env = await envOf(box);
     assert.equal(env['SBX_SANDBOX_ID'], id);
     assert.equal(env['FOO'], 'bar');
-    assert.equal(await m.verifyBoxToken(env['SBX_TOKEN']!), id, 'the token from before the crash still verifies');
+    assert.equal(await m.secrets.verifyBoxToken(env['SBX_TOKEN']!), id, 'the token from before the crash still verifies');
     assert.deepEqual(await m.list().then((l) => l.map((b) => b.id)), [id], 'the claimed spare is a box, not a spare');
     await untilReady(m, 1, 'the recovered Manager makes a new spare');
     assert.ok(!(await sparesOf(m)).includes(spare));

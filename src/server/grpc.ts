@@ -142,7 +142,7 @@ export async function startGrpc(opts: {
         let boxId: string;
         try {
           boxId = await authenticateBox(typeof header === 'string' ? header : undefined, peerAddresses.get(call.metadata) ?? 'unknown', {
-            verifyBoxToken: (t) => opts.manager.verifyBoxToken(t),
+            verifyBoxToken: (t) => opts.manager.secrets.verifyBoxToken(t),
             limiter: opts.limiter,
           });
         } catch (err) {

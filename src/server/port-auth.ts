@@ -126,20 +126,20 @@ export async function authorizePortRequest(request: FastifyRequest, boxId: strin
   try {
     return await limiter.guard(request.ip, async () => {
       // Signed for this box's life (its nonce), not just its id: a removed box's URL opens nothing.
-      const claim = await ctx.manager.verifyPortToken(token, { boxId, port });
+      const grant = await ctx.manager.secrets.verifyPortToken(token, { boxId, port });
       const box = await ctx.manager.get(boxId).catch((err: unknown) => {
         if (err instanceof SbxError && err.code === 'not_found')
           throw new SbxError('unauthorized', 'this port access token is for a box that was removed; ask for a new URL');
         throw err;
       });
       // A URL signed for a key lives only as long as that key does (and that key may still see the box).
-      if (claim.keyId !== '') {
-        const signer = ctx.keys.principal(claim.keyId);
+      if (grant.keyId !== '') {
+        const signer = ctx.keys.principal(grant.keyId);
         if (!signer || !mayAccess(signer, box.owner)) {
           throw new SbxError('unauthorized', 'the API key this URL was signed for has been revoked; ask for a new URL with a live key');
         }
       }
-      return { box, via: fromQuery[0] !== undefined ? 'query' : 'cookie', expiresAt: claim.expiresAt } satisfies PortAuthorization;
+      return { box, via: fromQuery[0] !== undefined ? 'query' : 'cookie', expiresAt: grant.expiresAt } satisfies PortAuthorization;
     });
   } catch (err) {
     ctx.metrics.authFailures.inc();

@@ -64,7 +64,7 @@ async function call(base: string, method: string, path: string, body: unknown): 
 /** A port token signed as the server signs them, for box `id` as it is now (its nonce), for no key. */
 async function tokenFor(id: string, port: number, expiresAt: number): Promise<string> {
   const box = (await ts.manager.get(id)) as ManagedBox; // its nonce: what only the Manager holds
-  return signPortToken(await ts.manager.portTokenKey(), { boxId: id, nonce: box.record.tokenNonce, port, expiresAt, keyId: '' });
+  return signPortToken(await ts.manager.secrets.portTokenKey(), { boxId: id, nonce: box.record.tokenNonce, port, expiresAt, keyId: '' });
 }
 
 /** The status of a WebSocket upgrade to `url`: 101 when it opened, else the HTTP status of the refusal. */

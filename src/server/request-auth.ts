@@ -34,7 +34,7 @@ export function credentialOf(req: FastifyRequest): string | undefined {
 export async function authenticateRequest(req: FastifyRequest, header = credentialOf(req)): Promise<Caller> {
   const { ctx, limiter } = req.server.sbxAuth;
   try {
-    return await authenticate(header, req.ip, { keys: ctx.keys, verifyBoxToken: (t) => ctx.manager.verifyBoxToken(t), limiter });
+    return await authenticate(header, req.ip, { keys: ctx.keys, verifyBoxToken: (t) => ctx.manager.secrets.verifyBoxToken(t), limiter });
   } catch (err) {
     ctx.metrics.authFailures.inc();
     throw err;

@@ -104,7 +104,7 @@ describe('create', () => {
     for (const r of results) if (r.status === 'rejected') assert.ok(isSbxError(r.reason, 'conflict'), String(r.reason));
   });
 
-  test('concurrent creates of one id from two managers on one data dir: the rename claim lets exactly one win', async () => {
+  test('concurrent creates of one id from two managers on one data dir: the rename reservation lets exactly one win', async () => {
     const dataDir = join(tmp.path, 'shared-data');
     const a = new WorkspaceManager({ dataDir });
     const b = new WorkspaceManager({ dataDir });

@@ -1,6 +1,6 @@
 /**
  * WorkspaceManager: create, find, update and delete workspaces on a node's disk (or in the
- * node's own storage, e.g. a Kubernetes claim, with the metadata still here), and hand out
+ * node's own storage, e.g. a Kubernetes volume, with the metadata still here), and hand out
  * their mount path and file API. The sandbox layer wires itself in through
  * `isMounted` / `setMountChecker`, `nodeForWorkspace`, `mountPath` and the nodes' `storage`;
  * nothing here knows boxes or engines.
@@ -52,7 +52,7 @@ const SWEEP_CONCURRENCY = 8;
  * on first use and updated by every create/update/delete, so `get` is a map lookup and `list` a
  * filter over memory. It assumes it is the only writer of its data directory (one manager per
  * dataDir); a second manager on the same directory would not see the first one's changes
- * until restarted, though an explicit id can still never be claimed twice on one node.
+ * until restarted, though an explicit id can still never be taken twice on one node.
  *
  * @example
  * const workspaces = new WorkspaceManager({ dataDir: '/var/lib/sbx' });
@@ -145,7 +145,7 @@ export class WorkspaceManager {
         throw storageError(err, this.layout.node(nodeName), 'create a workspace');
       });
       if (node.storage) {
-        // After the id is claimed on disk, so a create that lost the id never touches the
+        // After the id is reserved on disk, so a create that lost the id never touches the
         // winner's storage; a storage that cannot be made takes the metadata with it.
         await node.storage.create(copyOf(workspace), this.layout.root(nodeName, id)).catch(async (err: unknown) => {
           await this.discard(nodeName, id).catch(() => undefined);
@@ -396,7 +396,7 @@ export class WorkspaceManager {
       }
       await writeMetadata(dir, workspace);
       try {
-        // The atomic claim: rename(2) cannot replace a non-empty directory, so of concurrent
+        // The atomic reservation: rename(2) cannot replace a non-empty directory, so of concurrent
         // creators of one id (any process) exactly one succeeds; the others get ENOTEMPTY.
         await nodeHandle.rename(building, nodeHandle, id);
       } catch (err) {

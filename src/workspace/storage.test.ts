@@ -50,7 +50,7 @@ function setup(mounted = new Set<string>()) {
 }
 
 describe('a node with storage of its own', () => {
-  test('create makes the storage after the id is claimed, named by the mount path; only the metadata is on disk', async () => {
+  test('create makes the storage after the id is reserved, named by the mount path; only the metadata is on disk', async () => {
     const { storage, dataDir, manager } = setup();
     const ws = await manager.create({ id: 'ws-remote', name: 'r', owner: 'alice', node: 'kube', quotaBytes: 4096 });
     const mountPath = await manager.mountPath(ws.id);
@@ -64,7 +64,7 @@ describe('a node with storage of its own', () => {
 
   test('a storage that cannot be made takes the metadata with it: the id stays free', async () => {
     const { storage, dataDir, manager } = setup();
-    storage.failCreate = new SbxError('conflict', 'claim exists');
+    storage.failCreate = new SbxError('conflict', 'volume exists');
     await rejectsWithCode(manager.create({ id: 'ws-fail', name: 'f', owner: 'alice', node: 'kube' }), 'conflict');
     assert.equal(existsSync(join(dataDir, 'workspaces', 'kube', 'ws-fail')), false);
     await rejectsWithCode(manager.get('ws-fail'), 'not_found');

@@ -30,7 +30,7 @@ export interface WorkspaceNode {
  * "bind-mount"), no directory is made for it.
  *
  * @example
- * const node: WorkspaceNode = { name: 'kube', addr: 'k8s://', online: true, storage: claims };
+ * const node: WorkspaceNode = { name: 'kube', addr: 'k8s://', online: true, storage: volumes };
  */
 export interface WorkspaceStorage {
   /** Makes the storage of a new workspace (sized by its quota when it has one). */

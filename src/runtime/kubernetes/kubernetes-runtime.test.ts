@@ -70,9 +70,9 @@ describe('Kubernetes runtime on a real cluster', { skip: why ?? false }, () => {
     await assert.rejects(rt.inspect(id), (e) => isSbxError(e, 'not_found'));
   });
 
-  test('a workspace claim keeps its data across pods: written in one box, read in a second after the first is gone', async () => {
+  test('a workspace PVC keeps its data across pods: written in one box, read in a second after the first is gone', async () => {
     const ws = `/sbx-test/workspaces/${runId}`;
-    await rt.createWorkspaceClaim(ws, { labels: { [TEST_LABEL]: runId } });
+    await rt.createWorkspaceVolume(ws, { labels: { [TEST_LABEL]: runId } });
     try {
       const mount = { user: '1000', binds: [{ hostPath: ws, containerPath: '/workspace' }] };
       const a = await rt.create(spec(mount));
@@ -85,7 +85,7 @@ describe('Kubernetes runtime on a real cluster', { skip: why ?? false }, () => {
       assert.equal((await rt.exec(b, ['cat', '/workspace/f'])).stdout, 'kept\n');
       await rt.remove(b, { force: true });
     } finally {
-      await rt.removeWorkspaceClaim(ws);
+      await rt.removeWorkspaceVolume(ws);
     }
   });
 

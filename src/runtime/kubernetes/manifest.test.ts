@@ -14,7 +14,7 @@ import {
   NAME_ANNOTATION,
   podManifest,
   tmpfsSize,
-  workspaceClaimName,
+  workspacePvcName,
 } from './manifest.js';
 
 const base: ContainerSpec = { image: 'sbx-base:latest' };
@@ -150,7 +150,7 @@ test('grace period, env, workDir, ports, RuntimeClass', () => {
   assert.equal(main({ ...base, ociRuntime: 'kata' }).pod.spec!.runtimeClassName, 'kata');
 });
 
-test('tmpfs and shm are memory emptyDirs; binds are the workspaces’ claims', () => {
+test('tmpfs and shm are memory emptyDirs; binds are the workspaces’ PVCs', () => {
   const { pod, c } = main({
     ...base,
     shmSize: 1024,
@@ -161,13 +161,13 @@ test('tmpfs and shm are memory emptyDirs; binds are the workspaces’ claims', (
   const mountOf = (path: string) => c.volumeMounts!.find((m) => m.mountPath === path)!;
   assert.deepEqual(byName[mountOf('/tmp').name]!.emptyDir, { medium: 'Memory', sizeLimit: '64Mi' });
   assert.deepEqual(byName[mountOf('/dev/shm').name]!.emptyDir, { medium: 'Memory', sizeLimit: '1024' });
-  assert.deepEqual(byName[mountOf('/workspace').name]!.persistentVolumeClaim, { claimName: workspaceClaimName('/data/workspaces/ws-1'), readOnly: true });
-  assert.match(workspaceClaimName('/data/workspaces/ws-1'), /^sbx-ws-ws-1-[0-9a-f]{8}$/);
+  assert.deepEqual(byName[mountOf('/workspace').name]!.persistentVolumeClaim, { claimName: workspacePvcName('/data/workspaces/ws-1'), readOnly: true });
+  assert.match(workspacePvcName('/data/workspaces/ws-1'), /^sbx-ws-ws-1-[0-9a-f]{8}$/);
   // The box's group owns the volume's files, so its user can write the workspace.
   const withUser = podManifest({ ...base, user: '1000', binds: [{ hostPath: '/w', containerPath: '/workspace' }] }, opts);
   assert.equal(withUser.spec!.securityContext!.fsGroup, 1000);
   assert.equal(pod.spec!.securityContext!.fsGroup, undefined);
-  assert.notEqual(workspaceClaimName('/a/ws-1'), workspaceClaimName('/b/ws-1'));
+  assert.notEqual(workspacePvcName('/a/ws-1'), workspacePvcName('/b/ws-1'));
   assert.equal(tmpfsSize('rw,nodev'), undefined);
   assert.equal(tmpfsSize('size=2g'), '2Gi');
 });

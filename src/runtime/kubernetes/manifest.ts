@@ -73,9 +73,9 @@ export function isPodName(name: string): boolean {
 /**
  * The PersistentVolumeClaim that holds a workspace, by the workspace directory a spec binds:
  * `sbx-ws-<directory name, DNS-safe>-<8 hex of the path>`. Workspaces are directories to the
- * layers above; on Kubernetes each is a claim of this name, which the workspace side creates.
+ * layers above; on Kubernetes each is a PVC of this name, which the workspace side creates.
  */
-export function workspaceClaimName(hostPath: string): string {
+export function workspacePvcName(hostPath: string): string {
   const base = (hostPath.split('/').filter(Boolean).pop() ?? 'root')
     .toLowerCase()
     .replace(/[^a-z0-9-]+/g, '-')
@@ -143,7 +143,7 @@ export function podManifest(spec: ContainerSpec, opts: ManifestOptions): V1Pod {
   const mounts: V1VolumeMount[] = [];
 
   for (const [i, b] of (spec.binds ?? []).entries()) {
-    volumes.push({ name: `ws-${i}`, persistentVolumeClaim: { claimName: workspaceClaimName(b.hostPath), readOnly: b.readOnly ?? false } });
+    volumes.push({ name: `ws-${i}`, persistentVolumeClaim: { claimName: workspacePvcName(b.hostPath), readOnly: b.readOnly ?? false } });
     mounts.push({ name: `ws-${i}`, mountPath: b.containerPath, readOnly: b.readOnly ?? false });
   }
   for (const [i, [path, options]] of Object.entries(spec.security?.tmpfs ?? {}).entries()) {

@@ -28,8 +28,8 @@ import { AgentUnreachable, agentExec, agentExecStream, configureAgent, probeAgen
 import { parseKubeAddress } from './address.js';
 import { podAgentOf, podAgentTarget } from './agent.js';
 import type { PodAgent } from './agent.js';
-import { deleteClaim, ensureClaim } from './claims.js';
-import type { ClaimOptions } from './claims.js';
+import { deletePvc, ensurePvc } from './pvcs.js';
+import type { PvcOptions } from './pvcs.js';
 import type { KubeAddress } from './address.js';
 import { KubeConnection } from './connection.js';
 import { toSbxError } from './errors.js';
@@ -44,7 +44,7 @@ import { HELPER_ROOT, HELPER_TOOL, createHelperPod } from './workspace-helper.js
 
 /**
  * The options a Kubernetes runtime reads: `agent` with `agentImage` (the in-box agent),
- * `readyTimeoutMs`, `storageClass` (workspace claims), `maxConnections` (execs starting at once).
+ * `readyTimeoutMs`, `storageClass` (workspace PVCs), `maxConnections` (execs starting at once).
  * A box's RuntimeClass is its spec's `ociRuntime` (the pool's `ociRuntime`).
  */
 export type KubernetesRuntimeOptions = RuntimeOptions;
@@ -482,18 +482,18 @@ export class KubernetesRuntime implements Runtime {
     return portForward(this.conn, id, containerPort, opts.signal);
   }
 
-  /** Creates the claim a workspace directory is on Kubernetes (claims.ts), unless it exists; of the pool's `storageClass` unless `opts` names one. */
-  createWorkspaceClaim(hostPath: string, opts: ClaimOptions = {}): Promise<string> {
-    return ensureClaim(this.conn, hostPath, { ...(this.options.storageClass ? { storageClassName: this.options.storageClass } : {}), ...opts });
+  /** Creates the PVC a workspace directory is on Kubernetes (PVCs.ts), unless it exists; of the pool's `storageClass` unless `opts` names one. */
+  createWorkspaceVolume(hostPath: string, opts: PvcOptions = {}): Promise<string> {
+    return ensurePvc(this.conn, hostPath, { ...(this.options.storageClass ? { storageClassName: this.options.storageClass } : {}), ...opts });
   }
 
-  /** Deletes a workspace's claim, and with it (reclaim policy Delete) its data. */
-  removeWorkspaceClaim(hostPath: string): Promise<void> {
-    return deleteClaim(this.conn, hostPath);
+  /** Deletes a workspace's PVC, and with it (reclaim policy Delete) its data. */
+  removeWorkspaceVolume(hostPath: string): Promise<void> {
+    return deletePvc(this.conn, hostPath);
   }
 
   /**
-   * Starts a workspace's helper pod (workspace-helper.ts: the agent image and the claim, nothing
+   * Starts a workspace's helper pod (workspace-helper.ts: the agent image and the PVC, nothing
    * else) and waits until its agent answers; a helper that does not start is removed again.
    */
   async startWorkspaceHelper(hostPath: string, opts: WorkspaceHelperOptions): Promise<WorkspaceHelper> {

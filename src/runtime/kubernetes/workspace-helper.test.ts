@@ -1,10 +1,10 @@
-// The workspace helper pod and claim manifests (pure). What Kubernetes does with them (the user
+// The workspace helper pod and PVC manifests (pure). What Kubernetes does with them (the user
 // applied, the root read-only, the token out of reach) is tested on the cluster, in
 // src/sandbox/kubernetes-workspace.test.ts.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { claimManifest } from './claims.js';
-import { AGENT_ANNOTATION, AGENT_PORT, AGENT_TOKEN_ENV, LABELS_ANNOTATION, MAIN_CONTAINER, workspaceClaimName } from './manifest.js';
+import { pvcManifest } from './pvcs.js';
+import { AGENT_ANNOTATION, AGENT_PORT, AGENT_TOKEN_ENV, LABELS_ANNOTATION, MAIN_CONTAINER, workspacePvcName } from './manifest.js';
 import { HELPER_ROOT, HELPER_TOOL, helperManifest, helperPodName } from './workspace-helper.js';
 
 const path = '/var/lib/sbx/workspaces/kube/ws-1/root';
@@ -12,7 +12,7 @@ const labels = { 'sbx.workspace-helper': 'sbx', 'sbx.workspace-id': 'ws-1', 'sbx
 const pod = helperManifest(path, { name: 'sbx-wsh-x', namespace: 'ns', image: 'sbx-agent:1', token: 'secret', uid: 1000, gid: 1001, labels });
 const main = pod.spec!.containers[0]!;
 
-test('the helper is the agent image alone with the claim: no command, every operation as uid:gid', () => {
+test('the helper is the agent image alone with the PVC: no command, every operation as uid:gid', () => {
   assert.equal(pod.spec!.containers.length, 1);
   assert.equal(pod.spec!.initContainers, undefined);
   assert.equal(main.name, MAIN_CONTAINER);
@@ -21,12 +21,12 @@ test('the helper is the agent image alone with the claim: no command, every oper
   assert.equal(main.args, undefined);
   assert.deepEqual(main.env, [{ name: AGENT_TOKEN_ENV, value: 'secret' }]);
   assert.equal(pod.metadata!.annotations![AGENT_ANNOTATION], String(AGENT_PORT));
-  assert.deepEqual(pod.spec!.volumes, [{ name: 'workspace', persistentVolumeClaim: { claimName: workspaceClaimName(path) } }]);
+  assert.deepEqual(pod.spec!.volumes, [{ name: 'workspace', persistentVolumeClaim: { claimName: workspacePvcName(path) } }]);
   assert.deepEqual(main.volumeMounts, [{ name: 'workspace', mountPath: HELPER_ROOT }]);
   assert.equal(pod.spec!.securityContext!.fsGroup, 1001);
 });
 
-test('the helper holds nothing of the cluster and can change nothing but the claim', () => {
+test('the helper holds nothing of the cluster and can change nothing but the PVC', () => {
   const sc = main.securityContext!;
   assert.equal(sc.readOnlyRootFilesystem, true);
   assert.equal(sc.allowPrivilegeEscalation, false);
@@ -46,8 +46,8 @@ test('labels: all in the annotation, the valid ones as labels; names are fresh p
   assert.equal(helperPodName(path).slice(0, 16), a.slice(0, 16));
 });
 
-test('a claim: labels Kubernetes cannot hold stay in the annotation only; size and class as asked', () => {
-  const c = claimManifest(path, 'ns', {
+test('a PVC: labels Kubernetes cannot hold stay in the annotation only; size and class as asked', () => {
+  const c = pvcManifest(path, 'ns', {
     labels: { 'sbx.workspace-id': 'ws-1', 'sbx.workspace-owner': 'alice@example.com' },
     sizeBytes: 4096,
     storageClassName: 'fast',
@@ -56,5 +56,5 @@ test('a claim: labels Kubernetes cannot hold stay in the annotation only; size a
   assert.deepEqual(JSON.parse(c.metadata!.annotations![LABELS_ANNOTATION]!), { 'sbx.workspace-id': 'ws-1', 'sbx.workspace-owner': 'alice@example.com' });
   assert.equal(c.metadata!.annotations!['sbx.dev/workspace-path'], path);
   assert.deepEqual(c.spec, { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '4096' } }, storageClassName: 'fast' });
-  assert.equal(claimManifest(path, 'ns').spec!.storageClassName, undefined);
+  assert.equal(pvcManifest(path, 'ns').spec!.storageClassName, undefined);
 });

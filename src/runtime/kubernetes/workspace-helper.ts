@@ -1,19 +1,19 @@
 /**
  * Workspace helper pods: a short-lived pod per workspace for its file I/O from outside any box
  * (`workspaces.fs(id)` on a Kubernetes pool). It holds nothing but the agent image (FROM scratch,
- * the binary alone, read-only) and the workspace's claim at /workspace; the agent runs as PID 1
+ * the binary alone, read-only) and the workspace's PVC at /workspace; the agent runs as PID 1
  * with no command (it just waits) and serves exec on the pod's loopback like a box's agent, and
  * each file operation is one `sbx-agent fs …` run as the workspace's file owner. The sandbox
- * layer decides when one starts and goes (src/sandbox/workspace-claims.ts).
+ * layer decides when one starts and goes (src/sandbox/workspace-volumes.ts).
  */
 import { createHash, randomBytes } from 'node:crypto';
 import type { V1Pod } from '@kubernetes/client-node';
 import { SbxError } from '../../errors.js';
 import type { WorkspaceHelperOptions } from '../types.js';
-import { readClaim } from './claims.js';
+import { readPvc } from './pvcs.js';
 import type { KubeConnection } from './connection.js';
 import { toSbxError } from './errors.js';
-import { AGENT_ANNOTATION, AGENT_PORT, AGENT_TOKEN_ENV, LABELS_ANNOTATION, MAIN_CONTAINER, kubeLabels, workspaceClaimName } from './manifest.js';
+import { AGENT_ANNOTATION, AGENT_PORT, AGENT_TOKEN_ENV, LABELS_ANNOTATION, MAIN_CONTAINER, kubeLabels, workspacePvcName } from './manifest.js';
 
 /** The binary's path in the agent image (images/sbx-agent), which is the helper's only file. */
 export const HELPER_TOOL = '/sbx-agent';
@@ -74,7 +74,7 @@ export function helperManifest(hostPath: string, o: HelperManifestOptions): V1Po
           terminationMessagePolicy: 'FallbackToLogsOnError',
         },
       ],
-      volumes: [{ name: 'workspace', persistentVolumeClaim: { claimName: workspaceClaimName(hostPath) } }],
+      volumes: [{ name: 'workspace', persistentVolumeClaim: { claimName: workspacePvcName(hostPath) } }],
       restartPolicy: 'Never',
       automountServiceAccountToken: false,
       enableServiceLinks: false,
@@ -86,7 +86,7 @@ export function helperManifest(hostPath: string, o: HelperManifestOptions): V1Po
 
 /**
  * Creates a workspace's helper pod (not yet ready: the runtime's `start` waits for it); its name.
- * `not_available` without an agent image, `not_found` when the workspace's claim is gone (a pod
+ * `not_available` without an agent image, `not_found` when the workspace's PVC is gone (a pod
  * would wait for it forever).
  */
 export async function createHelperPod(conn: KubeConnection, hostPath: string, opts: WorkspaceHelperOptions & { image: string | undefined }): Promise<string> {
@@ -95,11 +95,11 @@ export async function createHelperPod(conn: KubeConnection, hostPath: string, op
       details: { reason: 'no_agent_image' },
     });
   }
-  const claimName = workspaceClaimName(hostPath);
-  const claim = await readClaim(conn, claimName);
-  if (!claim || claim.metadata?.deletionTimestamp) {
-    throw new SbxError('not_found', `the storage of workspace ${hostPath} (claim ${claimName}) is gone from namespace ${conn.namespace}`, {
-      details: { claim: claimName },
+  const pvcName = workspacePvcName(hostPath);
+  const pvc = await readPvc(conn, pvcName);
+  if (!pvc || pvc.metadata?.deletionTimestamp) {
+    throw new SbxError('not_found', `the storage of workspace ${hostPath} (PVC ${pvcName}) is gone from namespace ${conn.namespace}`, {
+      details: { pvc: pvcName },
     });
   }
   const name = helperPodName(hostPath);
@@ -107,7 +107,7 @@ export async function createHelperPod(conn: KubeConnection, hostPath: string, op
   try {
     await conn.core.createNamespacedPod({ namespace: conn.namespace, body });
   } catch (err) {
-    throw toSbxError(err, conn.address.raw, `create workspace helper pod for ${claimName}`);
+    throw toSbxError(err, conn.address.raw, `create workspace helper pod for ${pvcName}`);
   }
   return name;
 }

@@ -20,7 +20,7 @@ const TOKEN = /^([0-9a-f]{16})\.[A-Za-z0-9_-]{43}$/;
 
 /** The envd access token of box `boxId` for the API key `keyId`. */
 export async function envdAccessToken(manager: Manager, boxId: string, keyId: string): Promise<string> {
-  const mac = createHmac('sha256', await manager.boxSecret(ENVD_TOKEN_LABEL, boxId))
+  const mac = createHmac('sha256', await manager.secrets.boxSecret(ENVD_TOKEN_LABEL, boxId))
     .update(keyId)
     .digest('base64url');
   return `${keyId}.${mac}`;

@@ -1,9 +1,9 @@
 /**
  * Workspaces on a pool whose runtime keeps them in the cluster (Kubernetes: `Runtime`'s workspace
- * claim methods): the `WorkspaceStorage` the Manager gives that pool's node. A workspace is one
- * claim, named by its root path in the data directory (where its metadata stays); boxes mount it.
+ * volume methods): the `WorkspaceStorage` the Manager gives that pool's node. A workspace is one
+ * volume, named by its root path in the data directory (where its metadata stays); boxes mount it.
  * Its file I/O from outside any box goes through a short-lived helper pod per workspace (the agent
- * image and the claim, nothing else), one `sbx-agent fs …` per operation through `BoxFS`, with
+ * image and the volume, nothing else), one `sbx-agent fs …` per operation through `BoxFS`, with
  * the host API's lexical path policy. See docs/workspaces.md, "Kubernetes nodes".
  */
 import { basename, posix } from 'node:path';
@@ -33,21 +33,21 @@ import { MANAGED_BY, MANAGED_BY_VALUE } from './labels.js';
 
 /** On helper pods: the name of the Manager that started it. No `sbx.manager` or `sbx.id`: never a box to reconciliation. */
 export const HELPER_LABEL = 'sbx.workspace-helper';
-/** On helper pods and claims: the node (pool) the workspace lives on. */
+/** On helper pods and volumes: the node (pool) the workspace lives on. */
 export const NODE_LABEL = 'sbx.workspace-node';
-/** On helper pods and claims: the workspace's id. */
+/** On helper pods and volumes: the workspace's id. */
 export const WORKSPACE_LABEL = 'sbx.workspace-id';
 /** A helper pod is deleted after this long without a file operation. */
 export const HELPER_IDLE_MS = 30_000;
 
 /** A runtime that keeps workspaces in the cluster. */
-export type ClaimRuntime = Runtime & Required<Pick<Runtime, 'createWorkspaceClaim' | 'removeWorkspaceClaim' | 'startWorkspaceHelper'>>;
+export type VolumeRuntime = Runtime & Required<Pick<Runtime, 'createWorkspaceVolume' | 'removeWorkspaceVolume' | 'startWorkspaceHelper'>>;
 
-/** Whether a runtime keeps workspaces in the cluster (has all three workspace claim methods). */
-export function hasWorkspaceClaims(runtime: Runtime): runtime is ClaimRuntime {
+/** Whether a runtime keeps workspaces in the cluster (has all three workspace volume methods). */
+export function hasWorkspaceVolumes(runtime: Runtime): runtime is VolumeRuntime {
   return (
-    typeof runtime.createWorkspaceClaim === 'function' &&
-    typeof runtime.removeWorkspaceClaim === 'function' &&
+    typeof runtime.createWorkspaceVolume === 'function' &&
+    typeof runtime.removeWorkspaceVolume === 'function' &&
     typeof runtime.startWorkspaceHelper === 'function'
   );
 }
@@ -57,12 +57,12 @@ export function helperLabels(manager: string, node: string, workspaceId: string)
   return { [MANAGED_BY]: MANAGED_BY_VALUE, [HELPER_LABEL]: manager, [NODE_LABEL]: node, [WORKSPACE_LABEL]: workspaceId };
 }
 
-/** The labels of a workspace's claim. */
-export function claimLabels(node: string, workspace: Workspace): Record<string, string> {
+/** The labels of a workspace's volume. */
+export function volumeLabels(node: string, workspace: Workspace): Record<string, string> {
   return { [MANAGED_BY]: MANAGED_BY_VALUE, [NODE_LABEL]: node, [WORKSPACE_LABEL]: workspace.id, 'sbx.workspace-owner': workspace.owner };
 }
 
-export interface WorkspaceClaimsOptions {
+export interface WorkspaceVolumesOptions {
   /** The pool's runtime (asked at each use: a pool's runtime is reopened after a close). */
   runtime: () => Runtime;
   /** The Manager's instance name (helper pods carry it). */
@@ -75,41 +75,41 @@ export interface WorkspaceClaimsOptions {
 }
 
 /**
- * The workspace storage of one Kubernetes pool: claims, and a helper pod per workspace for file I/O.
+ * The workspace storage of one Kubernetes pool: volumes, and a helper pod per workspace for file I/O.
  *
  * @example
- * const storage = new WorkspaceClaims({ runtime: () => pool.runtime(), manager: 'sbx', node: 'kube', log });
+ * const storage = new WorkspaceVolumes({ runtime: () => pool.runtime(), manager: 'sbx', node: 'kube', log });
  * nodes.push({ name: 'kube', addr, online: true, storage });
  */
-export class WorkspaceClaims implements WorkspaceStorage {
+export class WorkspaceVolumes implements WorkspaceStorage {
   private readonly helpers = new Map<string, HelperPod>();
   private closed = false;
 
-  constructor(private readonly o: WorkspaceClaimsOptions) {}
+  constructor(private readonly o: WorkspaceVolumesOptions) {}
 
-  private runtime(): ClaimRuntime {
+  private runtime(): VolumeRuntime {
     const rt = this.o.runtime();
-    if (!hasWorkspaceClaims(rt))
+    if (!hasWorkspaceVolumes(rt))
       throw new SbxError('not_available', `pool '${this.o.node}' no longer keeps workspaces in its cluster`, { details: { node: this.o.node } });
     return rt;
   }
 
-  /** Makes the workspace's claim, sized by its quota (else the runtime's default); an existing claim of that name is a conflict. */
+  /** Makes the workspace's volume, sized by its quota (else the runtime's default); an existing volume of that name is a conflict. */
   async create(workspace: Workspace, mountPath: string): Promise<void> {
-    await this.runtime().createWorkspaceClaim(mountPath, {
+    await this.runtime().createWorkspaceVolume(mountPath, {
       exclusive: true,
-      labels: claimLabels(this.o.node, workspace),
+      labels: volumeLabels(this.o.node, workspace),
       ...(workspace.quotaBytes ? { sizeBytes: workspace.quotaBytes } : {}),
     });
   }
 
-  /** Deletes the workspace's helper pod, then its claim (a claim already gone is fine). */
+  /** Deletes the workspace's helper pod, then its volume (a volume already gone is fine). */
   async remove(workspace: Workspace, mountPath: string): Promise<void> {
     const helper = this.helpers.get(workspace.id);
     this.helpers.delete(workspace.id);
     await helper?.close('deleted');
     try {
-      await this.runtime().removeWorkspaceClaim(mountPath);
+      await this.runtime().removeWorkspaceVolume(mountPath);
     } catch (err) {
       if (!isSbxError(err, 'not_found')) throw err;
     }
@@ -161,7 +161,7 @@ function closedError(node: string): SbxError {
 }
 
 interface HelperPodOptions {
-  runtime: () => ClaimRuntime;
+  runtime: () => VolumeRuntime;
   mountPath: string;
   workspaceId: string;
   labels: Record<string, string>;
@@ -313,10 +313,10 @@ class HelperPod implements BoxFSHost {
 }
 
 /**
- * The WorkspaceFS of a workspace in a claim: every call parses its paths with the host API's
+ * The WorkspaceFS of a workspace in a volume: every call parses its paths with the host API's
  * lexical policy, then runs as one `sbx-agent fs` operation in the workspace's helper pod
  * (BoxFS), as the workspace's file owner. Tree copies, tar and copies of host trees are
- * `not_available`; quotas are the claim's size, not checked by the API.
+ * `not_available`; quotas are the volume's size, not checked by the API.
  */
 class HelperWorkspaceFS implements WorkspaceFS {
   readonly id: string;
@@ -462,7 +462,7 @@ class HelperWorkspaceFS implements WorkspaceFS {
   private notAvailable(what: string): SbxError {
     return new SbxError(
       'not_available',
-      `${what} is not available for workspace ${this.id}: its files are in a Kubernetes claim, reached one operation at a time through a helper pod (docs/workspaces.md, "Kubernetes nodes")`,
+      `${what} is not available for workspace ${this.id}: its files are in a Kubernetes volume, reached one operation at a time through a helper pod (docs/workspaces.md, "Kubernetes nodes")`,
       { details: { id: this.id, node: this.workspace.node, reason: 'remote_storage' } },
     );
   }
