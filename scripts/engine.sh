@@ -14,8 +14,10 @@ START_TIMEOUT_S=${SBX_ENGINE_START_TIMEOUT:-60}
 DEFAULT_SOCK=/var/run/docker.sock
 PIDFILE=/var/run/docker.pid
 CONTAINERD_PIDFILE=/var/run/docker/containerd/containerd.pid
-# Wanted even when an engine is already up: images.sh copies /bin/busybox in, registry.sh runs the rest.
-TOOL_PACKAGES=(busybox-static docker-registry apache2-utils)
+# Wanted even when an engine is already up: registry.sh runs docker-registry and htpasswd; images.sh
+# builds sbx-base's busybox (scripts/busybox.sh) from the source of busybox-static's version, with
+# dpkg-dev's tools and a static libc.
+TOOL_PACKAGES=(busybox-static dpkg-dev gcc libc6-dev docker-registry apache2-utils)
 # The programs images/sbx-desktop copies in (Xvfb, twm, x11vnc, xsetroot, xclock, xterm) and the
 # browser the VNC test drives; installed without recommends (chromium's would pull in ~100 MB).
 LEAN_PACKAGES=(xvfb x11-xkb-utils twm x11vnc x11-xserver-utils x11-apps xterm chromium)
