@@ -15,6 +15,7 @@ import { serve } from '../server/index.js';
 import { logUncaughtErrors } from '../server/process-errors.js';
 import pino from 'pino';
 import type { ServeOptions } from '../server/index.js';
+import { MAX_PORT, isPort } from '../runtime/ports.js';
 
 interface ServeFlags {
   host?: string;
@@ -36,7 +37,7 @@ interface ServeFlags {
 
 function port(value: string): number {
   const n = Number(value);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new InvalidArgumentError('expected a port number 0-65535');
+  if (!isPort(n, { bind: true })) throw new InvalidArgumentError(`expected a port number 0-${MAX_PORT}`);
   return n;
 }
 

@@ -13,6 +13,7 @@ import { RemoteBoxFS } from './box-files.js';
 import type { BoxFS } from './box-files.js';
 import type { BoxFilesOptions } from '../sandbox/box-fs.js';
 import type { WorkspaceFS } from './workspace.js';
+import { checkPort } from '../runtime/ports.js';
 
 /**
  * The library's Box, with `workspace()` giving the structural WorkspaceFS: a library Box is
@@ -115,9 +116,7 @@ export class RemoteBox implements Box {
   attach(port: number, opts: SseAttachOptions): Promise<SseServiceConn>;
   attach(port: number, opts: AttachOptions): Promise<ServiceConn>;
   async attach(port: number, opts: AttachOptions): Promise<ServiceConn> {
-    if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
-      throw invalidArgument('port', `must be an integer in 1..65535, got ${String(port)}`);
-    }
+    checkPort(port);
     if (opts === null || typeof opts !== 'object') throw invalidArgument('options', 'must be an object with a protocol');
     if (opts.protocol !== 'ws' && opts.protocol !== 'sse') throw invalidArgument('protocol', "must be 'ws' or 'sse'");
     // eslint-disable-next-line no-control-regex

@@ -18,7 +18,14 @@ const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, '../..');
 const entry = join(here, 'index.ts');
 /** Core files the SDK may load: leaves that import nothing but each other, node built-ins and ws (src/attach). */
-const ALLOWED_CORE = ['src/attach/connect.ts', 'src/attach/sse-parser.ts', 'src/errors.ts', 'src/sandbox/box-path.ts', 'src/workspace/workspace-path.ts'];
+const ALLOWED_CORE = [
+  'src/attach/connect.ts',
+  'src/attach/sse-parser.ts',
+  'src/errors.ts',
+  'src/runtime/ports.ts',
+  'src/sandbox/box-path.ts',
+  'src/workspace/workspace-path.ts',
+];
 const ALLOWED_PACKAGES = ['ws'];
 
 /** Specifiers of the imports and re-exports that stay in the emitted JavaScript. */

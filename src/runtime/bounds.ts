@@ -3,6 +3,12 @@
  * core, the config loader and the HTTP layer all take them from here.
  */
 import { z } from 'zod';
+import { MAX_PORT } from './ports.js';
+
+/** A port a service listens on (1-65535; src/runtime/ports.ts). */
+export const portNumber = z.number().int().min(1).max(MAX_PORT);
+/** A port to bind or publish on: 0 is any free one. */
+export const bindPortNumber = z.number().int().min(0).max(MAX_PORT);
 
 /** The engine's own floor: below 6 MiB a container cannot start. */
 export const MIN_MEMORY_BYTES = 6 * 1024 * 1024;

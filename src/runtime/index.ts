@@ -11,7 +11,7 @@ export { KubernetesRuntime } from './kubernetes/runtime.js';
 /**
  * Opens the Runtime an address names: a Docker Engine's (`local`, `unix://`, `tcp://`, `ssh://`)
  * or a Kubernetes namespace's (`k8s://?kubeconfig=…&context=…&namespace=…`, see
- * kubernetes/address.ts); the remote node agent gets a scheme of its own.
+ * kubernetes/address.ts). Any other scheme is invalid_argument.
  * The connection is lazy: nothing is dialled until the first call, so opening never fails on an
  * unreachable engine (the first call does, with `runtime_unavailable`).
  *

@@ -8,16 +8,18 @@ import {
   MIN_CPUS,
   MIN_MEMORY_BYTES,
   absolutePath,
+  bindPortNumber,
   commandLine,
   durationMs,
   envMap,
   plainText,
+  portNumber,
   userSpec,
 } from './bounds.js';
 import { parseImageRef } from './image-ref.js';
 import type { ContainerSpec, ExecOptions, ExecStreamOptions, OutputBudget } from './types.js';
 
-const port = z.number().int().min(1).max(65535);
+const port = portNumber;
 const labelKey = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/;
 
 /** An image reference checked by the one parser (image-ref.ts). */
@@ -63,7 +65,7 @@ export const ContainerSpecSchema = z
       .array(
         z.object({
           containerPort: port,
-          hostPort: z.number().int().min(0).max(65535).optional(),
+          hostPort: bindPortNumber.optional(),
           hostIp: z.union([z.ipv4(), z.ipv6()]).optional(),
           protocol: z.enum(['tcp', 'udp']).optional(),
         }),

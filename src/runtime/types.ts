@@ -1,6 +1,6 @@
 /**
  * The Runtime seam: everything sbx needs from a container engine, as plain data in and out
- * (so it can be served over the network by the node agent) and streams as Node streams.
+ * (so it could be served over the network) and streams as Node streams.
  * Implementations live one folder each below src/runtime; nothing above this layer knows
  * which engine it talks to.
  */

@@ -4,6 +4,7 @@ import type { AttachOptions } from '../attach/types.js';
 import { durationMs, plainText } from '../runtime/bounds.js';
 import { invalidArgument } from '../errors.js';
 import { parseOrThrow } from '../util/validation.js';
+import { checkPort } from '../runtime/ports.js';
 
 /** An HTTP token (RFC 9110 field name). */
 const headerName = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
@@ -23,9 +24,7 @@ export const AttachOptionsSchema = z
   .strict();
 
 export function validateAttach(port: unknown, opts: unknown): AttachOptions {
-  if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
-    throw invalidArgument('port', `must be an integer in 1..65535, got ${String(port)}`);
-  }
+  checkPort(port);
   if (opts === null || typeof opts !== 'object') throw invalidArgument('options', 'must be an object with a protocol');
   return parseOrThrow(AttachOptionsSchema, opts, 'options') as AttachOptions;
 }

@@ -12,6 +12,7 @@ import { VNC_PORT } from './box-spec.js';
 import type { BoxRecord } from './labels.js';
 import type { PortGrant } from './port-tokens.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from './types.js';
+import { checkPort } from '../runtime/ports.js';
 
 /**
  * One sandbox, as its user sees it. Exec, stream and workspace calls are use: they keep a
@@ -145,8 +146,8 @@ export const PROXY_TTL_DEFAULT_MS = 15 * 60_000;
 export const PROXY_TTL_MAX_MS = 24 * 3_600_000;
 
 /** Checks box.proxy()'s arguments (the library and the HTTP route share it). */
-export function validateProxyArgs(port: unknown, path: unknown, opts: unknown): { port: number; path: string; signed: boolean; ttlMs: number } {
-  if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) throw invalidArgument('port', 'must be an integer 1-65535');
+export function validateProxyArgs(portArg: unknown, path: unknown, opts: unknown): { port: number; path: string; signed: boolean; ttlMs: number } {
+  const port = checkPort(portArg);
   const p = path === undefined ? '/' : path;
   if (typeof p !== 'string' || p.length > 4096 || [...p].some((c) => c.charCodeAt(0) < 0x20 || c.charCodeAt(0) === 0x7f || c === ' ' || c === '#')) {
     throw invalidArgument('path', 'must be a string of at most 4096 characters without spaces, control characters or #');

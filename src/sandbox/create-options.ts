@@ -7,9 +7,11 @@ import {
   MIN_CPUS,
   MIN_MEMORY_BYTES,
   absolutePath,
+  bindPortNumber,
   commandLine,
   durationMs,
   envMapOf,
+  portNumber,
   envName,
   plainText,
   userSpec,
@@ -58,8 +60,8 @@ export const CreateOptionsSchema = z
       .array(
         z
           .object({
-            containerPort: z.number().int().min(1).max(65535),
-            hostPort: z.number().int().min(0).max(65535).optional(),
+            containerPort: portNumber,
+            hostPort: bindPortNumber.optional(),
             hostIp: z.string().refine(isLoopback, 'only loopback addresses; reach ports from elsewhere through the proxy').optional(),
             protocol: z.enum(['tcp', 'udp']).optional(),
           })

@@ -19,6 +19,7 @@
  */
 import { dirname, resolve } from 'node:path';
 import { z } from 'zod';
+import { bindPortNumber } from '../runtime/bounds.js';
 import { SbxError, invalidArgument } from '../errors.js';
 import { imageRef } from '../runtime/spec.js';
 import { parseBytes, readConfigFile } from '../sandbox/config.js';
@@ -44,7 +45,7 @@ export interface ServerFileSection {
   e2b?: { templates: Record<string, string> };
 }
 
-const port = z.number().int().min(0).max(65535);
+const port = bindPortNumber;
 const host = z.string().min(1);
 const duration = z.union([z.string(), z.number()]).transform((v, ctx) => {
   try {

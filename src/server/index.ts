@@ -26,6 +26,7 @@ import { DEFAULT_EXEC_OUTPUT_BUDGET_BYTES, ExecOutputBudget } from './output-bud
 import { ServerMetrics } from './metrics.js';
 import { e2bPlugin } from './e2b/index.js';
 import type { E2bApiOptions } from './e2b/index.js';
+import { checkPort } from '../runtime/ports.js';
 
 export { mapError, STATUS_BY_CODE } from './errors.js';
 export type { ErrorBody } from './errors.js';
@@ -142,7 +143,7 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
     ...(options.proxyDomain !== undefined ? { proxyDomain: options.proxyDomain } : {}),
   });
 
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new SbxError('invalid_argument', 'port: must be 0-65535', { details: { field: 'port' } });
+  checkPort(port, 'port', { bind: true });
   const budget = options.execOutputBudgetBytes;
   if (budget !== undefined && (!Number.isSafeInteger(budget) || budget < 1))
     throw new SbxError('invalid_argument', 'execOutputBudgetBytes: must be a whole number of bytes, at least 1', {

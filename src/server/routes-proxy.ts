@@ -28,6 +28,7 @@ import {
   swapTokenForCookie,
   withoutQuery,
 } from './port-auth.js';
+import { checkPort } from '../runtime/ports.js';
 
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
 /** Methods without side effects by contract (RFC 9110 safe methods): any page may send them with the cookie. */
@@ -67,7 +68,7 @@ function target(req: FastifyRequest): { id: string; port: number } {
   const params = req.params as { id: string; port: string };
   if (!BOX_ID_PATTERN.test(params.id)) throw new SbxError('invalid_argument', 'id: is not a valid box id', { details: { field: 'params.id' } });
   const port = /^\d{1,5}$/.test(params.port) ? Number(params.port) : NaN;
-  if (!(port >= 1 && port <= 65535)) throw new SbxError('invalid_argument', 'port: must be an integer 1-65535', { details: { field: 'params.port' } });
+  checkPort(port, 'params.port');
   return { id: params.id, port };
 }
 

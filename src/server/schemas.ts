@@ -4,7 +4,7 @@
  */
 import { z } from 'zod';
 import { invalidArgument } from '../errors.js';
-import { MAX_DURATION_MS, commandLine } from '../runtime/bounds.js';
+import { MAX_DURATION_MS, commandLine, portNumber } from '../runtime/bounds.js';
 import { ExecOptionsSchema, ExecStreamOptionsSchema } from '../runtime/spec.js';
 import { PROXY_TTL_MAX_MS } from '../sandbox/box.js';
 import { BOX_ID_PATTERN, OWNER_PATTERN } from '../sandbox/create-options.js';
@@ -77,7 +77,7 @@ const TokenTtlMsSchema = z.number().int().min(1_000).max(PROXY_TTL_MAX_MS).optio
 /** POST /v1/boxes/:id/proxy-url — box.proxy()'s arguments (Box.proxy checks them again). */
 export const ProxyUrlBodySchema = z
   .object({
-    port: z.number().int().min(1).max(65535),
+    port: portNumber,
     path: z.string().max(4096).optional(),
     signed: z.boolean().optional(),
     ttlMs: TokenTtlMsSchema,

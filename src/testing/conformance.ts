@@ -1,7 +1,8 @@
 /**
- * The Runtime conformance suite: written once, run against every Runtime implementation
- * (Docker now; the remote agent and Kubernetes run the same cases later), like a router
- * conformance suite. Each case pins one behaviour callers rely on.
+ * The Runtime conformance suite: written once, run against every Runtime implementation (Docker:
+ * src/runtime/docker/docker-runtime.test.ts; Kubernetes: src/runtime/kubernetes/kubernetes-conformance.test.ts,
+ * skipping the cases its capabilities rule out), like a router conformance suite. Each case pins
+ * one behaviour callers rely on.
  */
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';

@@ -26,6 +26,7 @@ import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { SbxError, invalidArgument } from '../../errors.js';
 import type { HostEndpoint } from '../types.js';
+import { isPort } from '../ports.js';
 
 export const IN_CHAIN = 'SBX-BOXES-IN';
 export const PORTS_CHAIN = 'SBX-BOXES-PORTS';
@@ -76,7 +77,7 @@ export class HostFirewall {
   async allowEndpoints(endpoints: HostEndpoint[]): Promise<void> {
     for (const e of endpoints) {
       // iptables is IPv4 (the box networks have no IPv6); a port without its address would open every service on it.
-      if (isIP(e.address) !== 4 || !Number.isInteger(e.port) || e.port < 1 || e.port > 65535) {
+      if (isIP(e.address) !== 4 || !isPort(e.port)) {
         throw invalidArgument('endpoints', `${e.address}:${e.port} is not an IPv4 address and a TCP port`);
       }
     }

@@ -40,6 +40,7 @@ import type { AgentBox, ImageConfig } from './agent-inject.js';
 import { DockerImages } from './images.js';
 import { BoxIsolation, hostFirewallDefault } from './box-network.js';
 import { jsonLines } from './json-lines.js';
+import { checkPort } from '../ports.js';
 
 /**
  * The Runtime for a Docker Engine (local socket, tcp with optional TLS, or ssh).
@@ -564,9 +565,7 @@ export class DockerRuntime implements Runtime {
   }
 
   async dialPort(id: string, containerPort: number, opts: { signal?: AbortSignal } = {}): Promise<Duplex> {
-    if (!Number.isInteger(containerPort) || containerPort < 1 || containerPort > 65535) {
-      throw invalidArgument('port', `must be an integer in 1..65535, got ${String(containerPort)}`);
-    }
+    checkPort(containerPort);
     const info = await this.inspect(id);
     // The agent's port is the host's: not the owner's to reach, through the proxy or otherwise.
     if (containerPort === AGENT_PORT && info.labels[AGENT_LABEL] !== undefined) {

@@ -9,6 +9,7 @@ import type { AgentTarget } from '../agent-client.js';
 import type { KubeConnection } from './connection.js';
 import { AGENT_ANNOTATION, AGENT_TOKEN_ENV, MAIN_CONTAINER } from './manifest.js';
 import { portForward } from './port-forward.js';
+import { isPort } from '../ports.js';
 
 export interface PodAgent {
   port: number;
@@ -18,7 +19,7 @@ export interface PodAgent {
 /** The agent of a pod created with one, from its annotation and its container's env. */
 export function podAgentOf(pod: V1Pod): PodAgent | undefined {
   const port = Number(pod.metadata?.annotations?.[AGENT_ANNOTATION]);
-  if (!Number.isInteger(port) || port < 1 || port > 65535) return undefined;
+  if (!isPort(port)) return undefined;
   const main = pod.spec?.containers.find((c) => c.name === MAIN_CONTAINER);
   const token = main?.env?.find((e) => e.name === AGENT_TOKEN_ENV)?.value;
   return token ? { port, token } : undefined;

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
-import { SbxError, invalidArgument } from '../../errors.js';
+import { SbxError } from '../../errors.js';
 import { validateExec, validateExecStream, validateSpec } from '../spec.js';
 import type {
   ContainerEvent,
@@ -41,6 +41,7 @@ import { portForward } from './port-forward.js';
 import { untilReady } from './ready.js';
 import { StartGate } from './start-gate.js';
 import { HELPER_ROOT, HELPER_TOOL, createHelperPod } from './workspace-helper.js';
+import { checkPort } from '../ports.js';
 
 /**
  * The options a Kubernetes runtime reads: `agent` with `agentImage` (the in-box agent),
@@ -465,9 +466,7 @@ export class KubernetesRuntime implements Runtime {
 
   /** Through the API server's port-forward: a port listed at create, or any with `dialAnyPort`. */
   async dialPort(id: string, containerPort: number, opts: { signal?: AbortSignal } = {}): Promise<Duplex> {
-    if (!Number.isInteger(containerPort) || containerPort < 1 || containerPort > 65535) {
-      throw invalidArgument('port', `must be an integer in 1..65535, got ${String(containerPort)}`);
-    }
+    checkPort(containerPort);
     const pod = await this.readPod(id);
     if (!isRunning(pod)) throw new SbxError('conflict', `pod ${id} is not running`, { details: { id, status: statusOf(pod) } });
     const annotations = pod.metadata?.annotations ?? {};
