@@ -2,7 +2,7 @@
  * sbx — isolated execution environments ("boxes") on pools of container runtimes.
  *
  * @example
- * import { Manager } from 'sbx';
+ * import { Manager } from 'sbx-manager';
  * const manager = new Manager();
  * await manager.start();
  * await using box = await manager.create({ image: 'sbx-base:latest' });

@@ -1,6 +1,6 @@
 /**
  * The README's code is the code in examples/: a block preceded by `<!-- examples/FILE -->` must
- * equal that file, except that the README imports the package as `'sbx'` (`'sbx/client'`) where
+ * equal that file, except that the README imports the package as `'sbx-manager'` (`'sbx-manager/client'`) where
  * the file, inside this repository, imports `'../src/index.js'` (`'../src/client/index.js'`). Every TypeScript block must be marked, so none
  * escapes the typecheck and the run in test/examples.test.ts.
  */
@@ -38,7 +38,7 @@ function fencedBlocks(markdown: string): Block[] {
 
 /** What the README shows for an example file: the package imported by its name. */
 function asReadmeShowsIt(source: string): string {
-  return source.replaceAll("from '../src/index.js'", "from 'sbx'").replaceAll("from '../src/client/index.js'", "from 'sbx/client'");
+  return source.replaceAll("from '../src/index.js'", "from 'sbx-manager'").replaceAll("from '../src/client/index.js'", "from 'sbx-manager/client'");
 }
 
 const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
@@ -66,8 +66,8 @@ test('every marked README block is its examples/ file, byte for byte', () => {
 });
 
 test('the marker scheme sees a changed line, a missing marker and an unmarked ts block', () => {
-  const good = "<!-- examples/x.ts -->\n```ts\nimport { Manager } from 'sbx';\n```\n";
-  assert.deepEqual(fencedBlocks(good), [{ lang: 'ts', code: "import { Manager } from 'sbx';\n", line: 2, file: 'examples/x.ts' }]);
+  const good = "<!-- examples/x.ts -->\n```ts\nimport { Manager } from 'sbx-manager';\n```\n";
+  assert.deepEqual(fencedBlocks(good), [{ lang: 'ts', code: "import { Manager } from 'sbx-manager';\n", line: 2, file: 'examples/x.ts' }]);
   assert.equal(asReadmeShowsIt("import { Manager } from '../src/index.js';\n"), fencedBlocks(good)[0]!.code);
   assert.equal(fencedBlocks('text\n```ts\nx\n```\n')[0]!.file, undefined);
   assert.notEqual(fencedBlocks(good.replace('Manager }', 'Manager, SbxError }'))[0]!.code, asReadmeShowsIt("import { Manager } from '../src/index.js';\n"));

@@ -4,7 +4,7 @@
  * (no Docker client, no server): only `fetch`, `ws`, and the shared error class and types.
  *
  * @example
- * import { Sbx } from 'sbx/client';
+ * import { Sbx } from 'sbx-manager/client';
  * const sbx = new Sbx({ url: 'http://127.0.0.1:7070', apiKey: process.env.SBX_API_KEY });
  * await using box = await sbx.create({ image: 'sbx-base:latest' });
  * console.log((await box.exec(['echo', 'hello'])).stdout);
@@ -15,7 +15,7 @@ export { RemoteBox } from './box.js';
 export type { Box } from './box.js';
 export { RemoteWorkspaces, RemoteWorkspaceFS } from './workspace.js';
 export type { WorkspaceFS, RemoteCreateWorkspaceOptions } from './workspace.js';
-// The same class as the library's: `instanceof SbxError` holds across 'sbx' and 'sbx/client'.
+// The same class as the library's: `instanceof SbxError` holds across 'sbx-manager' and 'sbx-manager/client'.
 export { SbxError, isSbxError, ERROR_CODES } from '../errors.js';
 export type { ErrorCode, SbxErrorOptions } from '../errors.js';
 export type { BoxInfo, BoxStatus, CreateOptions, HeartbeatInput, LifecyclePolicy, ListOptions, PoolInfo, SecurityProfile } from '../sandbox/types.js';

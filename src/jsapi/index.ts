@@ -5,7 +5,7 @@
  * `sandbox.Init` makes; see docs/jsapi.md for the table of seed names and library calls.
  *
  * @example
- * import { sandbox } from 'sbx/jsapi';
+ * import { sandbox } from 'sbx-manager/jsapi';
  * await sandbox.Init();
  * const box = await sandbox.Create({ owner: 'alice', image: 'sbx-base:latest' });
  * console.log((await box.Exec(['echo', 'hi'])).stdout);
