@@ -31,15 +31,27 @@ export interface SbxErrorOptions {
   details?: Record<string, unknown>;
 }
 
+/** Marks every SbxError, whichever copy of this file made it (sbx-manager's, or the SDK bundle's). */
+const BRAND: unique symbol = Symbol.for('sbx.SbxError') as never;
+
 export class SbxError extends Error {
   override readonly name = 'SbxError';
   readonly code: ErrorCode;
   readonly details: Record<string, unknown> | undefined;
+  readonly [BRAND] = true;
 
   constructor(code: ErrorCode, message: string, options: SbxErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     this.details = options.details;
+  }
+
+  /**
+   * `err instanceof SbxError` holds for an SbxError of either package: the SDK (sbx-sdk) bundles its
+   * own copy of this class, and code that uses the library and the SDK together catches both alike.
+   */
+  static override [Symbol.hasInstance](value: unknown): value is SbxError {
+    return typeof value === 'object' && value !== null && (value as { [BRAND]?: unknown })[BRAND] === true;
   }
 
   /** JSON form used on the wire; the SDK turns it back into an SbxError. */

@@ -1,6 +1,6 @@
 /**
  * The README's code is the code in examples/: a block preceded by `<!-- examples/FILE -->` must
- * equal that file, except that the README imports the package as `'sbx-manager'` (`'sbx-manager/client'`) where
+ * equal that file, except that the README imports the package as `'sbx-manager'` (`'sbx-sdk'`) where
  * the file, inside this repository, imports `'../src/index.js'` (`'../src/client/index.js'`). Every TypeScript block must be marked, so none
  * escapes the typecheck and the run in test/examples.test.ts.
  */
@@ -38,7 +38,7 @@ function fencedBlocks(markdown: string): Block[] {
 
 /** What the README shows for an example file: the package imported by its name. */
 function asReadmeShowsIt(source: string): string {
-  return source.replaceAll("from '../src/index.js'", "from 'sbx-manager'").replaceAll("from '../src/client/index.js'", "from 'sbx-manager/client'");
+  return source.replaceAll("from '../src/index.js'", "from 'sbx-manager'").replaceAll("from '../src/client/index.js'", "from 'sbx-sdk'");
 }
 
 const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');

@@ -1,10 +1,10 @@
 /**
- * sbx/client — the TypeScript SDK of `sbx serve`, with the library's shape: swap
+ * sbx-sdk (packages/sdk, built from here) — the TypeScript SDK of `sbx serve`, with the library's shape: swap
  * `new Manager()` for `new Sbx()` and the rest of the code stays. It loads no core module
  * (no Docker client, no server): only `fetch`, `ws`, and the shared error class and types.
  *
  * @example
- * import { Sbx } from 'sbx-manager/client';
+ * import { Sbx } from 'sbx-sdk';
  * const sbx = new Sbx({ url: 'http://127.0.0.1:7070', apiKey: process.env.SBX_API_KEY });
  * await using box = await sbx.create({ image: 'sbx-base:latest' });
  * console.log((await box.exec(['echo', 'hello'])).stdout);
@@ -15,7 +15,7 @@ export { RemoteBox } from './box.js';
 export type { Box } from './box.js';
 export { RemoteWorkspaces, RemoteWorkspaceFS } from './workspace.js';
 export type { WorkspaceFS, RemoteCreateWorkspaceOptions } from './workspace.js';
-// The same class as the library's: `instanceof SbxError` holds across 'sbx-manager' and 'sbx-manager/client'.
+// The library's class: `instanceof SbxError` holds across sbx-manager and sbx-sdk (errors.ts brands both copies).
 export { SbxError, isSbxError, ERROR_CODES } from '../errors.js';
 export type { ErrorCode, SbxErrorOptions } from '../errors.js';
 export type { BoxInfo, BoxStatus, CreateOptions, HeartbeatInput, LifecyclePolicy, ListOptions, PoolInfo, SecurityProfile } from '../sandbox/types.js';

@@ -79,7 +79,7 @@ export async function resolve(specifier, context, next) {
   return r;
 }`;
 
-test('at run time: loading sbx/client loads no core dependency (ESM resolutions and CommonJS requires recorded in a child)', async () => {
+test('at run time: loading the SDK loads no core dependency (ESM resolutions and CommonJS requires recorded in a child)', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'sbx-sdk-graph-'));
   try {
     const log = join(dir, 'resolved.txt');
