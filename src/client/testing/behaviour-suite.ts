@@ -261,7 +261,7 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
       await until('the process to run', () => running(box, '308'));
       const chunk = Buffer.alloc(1024 * 1024);
       for (let i = 0; i < 16; i++) st.stdin.write(chunk);
-      await new Promise((r) => setTimeout(r, 300));
+      await until('stdin to be full', async () => st.stdin.writableNeedDrain);
       await st.cancel();
       assert.equal(await st.wait(), 137);
       await until('the cancelled process to be gone', async () => !(await running(box, '308')));
