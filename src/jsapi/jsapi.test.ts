@@ -304,10 +304,9 @@ describe('Box object', () => {
   test('box.Exec(cmd, {workdir, env, timeout}) → {exit_code, stdout, stderr}', async () => {
     const r = await box.Exec(['sh', '-c', 'pwd; echo "$X"; echo oops >&2; exit 3'], { workdir: '/etc', env: { X: 'y' }, timeout: 10_000 });
     assert.deepEqual(r, { exit_code: 3, stdout: '/etc\ny\n', stderr: 'oops\n' });
-    const started = Date.now();
+    // 137, not the 0 of a sleep that ran out: read as seconds, 300 would outlast the sleep.
     const killed = await box.Exec(['sleep', '30'], { timeout: 300 });
     assert.equal(killed.exit_code, 137, 'timeout is milliseconds: the process is killed');
-    assert.ok(Date.now() - started < 10_000);
     await assert.rejects(box.Exec(['true'], { timeoutMs: 5 } as never), invalid('timeoutMs'));
     await assert.rejects(box.Exec(['true'], { workdir: 'rel' }), invalid('workdir'));
   });
@@ -327,11 +326,9 @@ describe('Box object', () => {
     const long = await box.Stream(['sleep', '60']);
     long.stdout.resume();
     long.stderr.resume();
-    const started = Date.now();
     await long.cancel();
     const code = await long.wait();
-    assert.notEqual(code, 0, 'cancel kills the process');
-    assert.ok(Date.now() - started < 10_000);
+    assert.notEqual(code, 0, 'cancel kills the process (a sleep that ran out would be 0)');
   });
 
   test('box.Attach, box.VNC, box.Proxy call the library: an echo over Attach; VNC and Proxy refusals name why', async () => {

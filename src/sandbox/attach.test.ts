@@ -13,6 +13,7 @@ import pino from 'pino';
 import { isSbxError } from '../errors.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { testEnv, testRunId } from '../testing/env.js';
+import { waitFor } from '../testing/wait.js';
 import type { ManagedBox } from './box.js';
 import { managerSelector } from './labels.js';
 import { Manager } from './manager.js';
@@ -78,9 +79,7 @@ describe(`attach on a real engine (${runId})`, () => {
       await conn.closed;
       // The dialed socket's close ends the hold (it may follow the close handshake by a moment).
       const managed = box as ManagedBox;
-      const deadline = Date.now() + 5000;
-      while (managed.activity.inFlight > 0 && Date.now() < deadline) await sleep(20);
-      assert.equal(managed.activity.inFlight, 0, 'nothing held after close');
+      await waitFor(() => managed.activity.inFlight === 0, { what: 'nothing held after close' });
       await sleep(IDLE_MS * 2);
       await manager.cleanup();
       assert.equal(await exists(box.id), false, 'removed once idle after the close');
@@ -107,15 +106,12 @@ describe(`attach on a real engine (${runId})`, () => {
         box.attach(3000, { protocol: 'ws', headers: { 'bad header': 'x' } }),
         (e) => isSbxError(e, 'invalid_argument') && String(e.details?.['field']).startsWith('headers'),
       );
-      await sleep(50);
-      assert.equal(box.activity.inFlight, 0);
+      await waitFor(() => box.activity.inFlight === 0, { what: 'the failed attempts to hold nothing' });
       const conn = await box.attach(3000, { protocol: 'ws', headers: { 'x-test': '1' } });
       assert.equal(box.activity.inFlight, 1, 'the open connection is the one hold');
       conn.close();
       await conn.closed;
-      const deadline = Date.now() + 5000;
-      while (box.activity.inFlight > 0 && Date.now() < deadline) await sleep(20);
-      assert.equal(box.activity.inFlight, 0);
+      await waitFor(() => box.activity.inFlight === 0, { what: 'the closed connection to be released' });
     } finally {
       await box.remove();
     }

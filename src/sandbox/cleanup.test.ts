@@ -10,6 +10,7 @@ import pino from 'pino';
 import { after, describe, test } from 'node:test';
 import { isSbxError } from '../errors.js';
 import { ManualClock } from '../testing/clock.js';
+import { holdRemoves } from '../testing/held-remove.js';
 import { MemoryRuntime, holdOpen } from '../testing/memory-runtime.js';
 import { recordToLabels } from './labels.js';
 import { newBoxRecord } from './box-spec.js';
@@ -176,6 +177,53 @@ describe('cleanup loop (in-memory runtime, manual clock)', () => {
     assert.equal(session.status, 'running');
     assert.equal(oneshot.status, 'stopped');
     assert.equal((await session.info()).status, 'running');
+    await manager.close();
+  });
+
+  test('a box the cleanup loop is removing reads as gone: get, info, heartbeat and list', async () => {
+    const { clock, rt, manager } = setup();
+    await manager.start();
+    const box = await manager.create({ image: IMAGE, id: 'going' });
+    const kept = await manager.create({ image: IMAGE, id: 'kept', idleTimeoutMs: 0 });
+    const held = holdRemoves(rt);
+    clock.advance(10 * MIN);
+    const pass = manager.cleanup();
+    await held.engineDropped;
+    assert.deepEqual(
+      (await rt.list()).map((c) => c.labels['sbx.id']),
+      ['kept'],
+    );
+    const gone = (e: unknown) => isSbxError(e, 'not_found');
+    await assert.rejects(manager.get(box.id), gone);
+    await assert.rejects(manager.info(box.id), gone);
+    await assert.rejects(manager.heartbeat(box.id, { active: true }), gone);
+    assert.deepEqual(
+      (await manager.list()).map((b) => b.id),
+      [kept.id],
+    );
+    held.release();
+    await pass;
+    assert.equal(manager.cleanupStats.removedIdle, 1);
+    await assert.rejects(manager.get(box.id), gone);
+    await manager.close();
+  });
+
+  test('create and getOrCreate of an id whose box is being removed wait for the removal and make a new box', async () => {
+    const { rt, manager } = setup();
+    await manager.start();
+    const a = await manager.create({ image: IMAGE, id: 'a' });
+    const b = await manager.create({ image: IMAGE, id: 'b' });
+    const held = holdRemoves(rt);
+    const removals = Promise.all([a.remove(), b.remove()]);
+    await held.engineDropped;
+    const created = manager.create({ image: IMAGE, id: 'a' });
+    const got = manager.getOrCreate({ image: IMAGE, id: 'b' });
+    held.release();
+    await removals;
+    const [newA, newB] = await Promise.all([created, got]);
+    assert.notEqual(newA.containerId, a.containerId);
+    assert.notEqual(newB.containerId, b.containerId, 'getOrCreate did not hand back the box being removed');
+    assert.deepEqual((await rt.list()).map((c) => c.id).sort(), [newA.containerId, newB.containerId].sort());
     await manager.close();
   });
 

@@ -6,7 +6,6 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { after, describe, test } from 'node:test';
 import { isSbxError } from '../errors.js';
@@ -14,6 +13,7 @@ import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { ManualClock } from '../testing/clock.js';
 import { testEnv } from '../testing/env.js';
 import { MemoryRuntime } from '../testing/memory-runtime.js';
+import { waitFor } from '../testing/wait.js';
 import { managerSelector } from './labels.js';
 import { Manager } from './manager.js';
 
@@ -118,31 +118,37 @@ describe('box.renewLifetime (in-memory runtime, manual clock)', () => {
 describe('box.renewLifetime (real engine, real cleanup loop)', () => {
   test('the cleanup loop removes the box at the new deadline, not the old', async () => {
     const name = `life-engine-${process.pid}`;
-    const intervalMs = 200;
+    // A manual clock: the deadlines are the ones set, however long the engine takes to create.
+    const clock = new ManualClock(Date.now());
     const manager = new Manager({
       name,
       dataDir,
-      cleanupIntervalMs: intervalMs,
+      clock: clock.now,
+      cleanupIntervalMs: 100,
       pools: [{ name: 'local', addr: testEnv.engineAddr }],
       logger: pino({ level: 'silent' }),
     });
     const engine = new DockerRuntime(testEnv.engineAddr);
+    const containers = async () => (await engine.list({ labels: managerSelector(name) })).length;
+    /** A whole pass at the current time: the second starts after any pass in flight ended. */
+    const wholePass = async () => {
+      await manager.cleanup();
+      await manager.cleanup();
+    };
     try {
       await manager.start();
-      const box = await manager.create({ image: IMAGE, maxLifetimeMs: 1_500, idleTimeoutMs: 0 });
-      const renewedAt = Date.now();
-      await box.renewLifetime(4_000);
-      await sleep(2_500); // a second past the old deadline
-      assert.equal((await engine.list({ labels: managerSelector(name) })).length, 1, 'still there after the old deadline');
-      while ((await engine.list({ labels: managerSelector(name) })).length > 0) {
-        assert.ok(Date.now() - renewedAt < 4_000 + 5_000, 'removed within a few passes of the new deadline');
-        await sleep(50);
-      }
-      const gone = Date.now() - renewedAt;
-      assert.ok(gone >= 4_000, `removed after ${gone} ms, not before the new deadline`);
-      // The engine may list the container gone a moment before the pass that removed it counts it.
-      for (const until = Date.now() + 3_000; manager.cleanupStats.removedLifetime === 0 && Date.now() < until;) await sleep(20);
-      assert.equal(manager.cleanupStats.removedLifetime, 1);
+      const box = await manager.create({ image: IMAGE, maxLifetimeMs: MIN, idleTimeoutMs: 0 });
+      clock.advance(MIN / 2);
+      await box.renewLifetime(1.5 * MIN);
+      clock.advance(MIN / 2); // the old deadline
+      await wholePass();
+      assert.equal(await containers(), 1, 'still there at the old deadline');
+      clock.advance(MIN - 1);
+      await wholePass();
+      assert.equal(await containers(), 1, 'still there a millisecond before the new deadline');
+      clock.advance(1);
+      await waitFor(() => manager.cleanupStats.removedLifetime === 1, { what: 'the cleanup loop to remove the box at its new deadline' });
+      assert.equal(await containers(), 0);
     } finally {
       await manager.close();
       const left = await engine.list({ labels: managerSelector(name) });

@@ -2,13 +2,14 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { after, before, describe, test } from 'node:test';
 import { isSbxError } from '../errors.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import type { Runtime } from '../runtime/types.js';
+import { ManualClock } from '../testing/clock.js';
 import { testEnv, testRunId } from '../testing/env.js';
+import { waitFor, within } from '../testing/wait.js';
 import { managerSelector } from './labels.js';
 import { Manager } from './manager.js';
 import type { ManagerConfig, PoolConfig } from './config.js';
@@ -143,15 +144,30 @@ describe(`Manager on a real engine (${runId})`, () => {
   });
 
   test('a box whose command cannot start is removed again and the error surfaces', async () => {
-    const m = newManager();
+    // The engine's start is held until the slot was seen: a create in flight, not a timing guess.
+    const real = new DockerRuntime(testEnv.engineAddr);
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    let reached!: () => void;
+    const starting = new Promise<void>((r) => (reached = r));
+    const held: Runtime = Object.assign(Object.create(real) as Runtime, {
+      start: async (id: string) => {
+        reached();
+        await released;
+        return real.start(id);
+      },
+    });
+    const m = newManager([{ name: 'local', runtime: held }]);
     const failing = m.create({ image: IMAGE, cmd: ['/no/such/binary'] });
-    await sleep(20);
+    await within(starting, 'the create to reach the engine');
     assert.equal((await m.pools())[0]?.boxes, 1, 'a create in flight holds its slot');
+    release();
     await assert.rejects(failing, (e) => isSbxError(e) && /no\/such\/binary|executable file not found/.test(e.message));
     assert.equal((await m.list()).length, 0);
     assert.deepEqual(await containersOf(m), []);
     // The slot was released: the pool is not left thinking it holds a box.
     assert.equal((await m.pools())[0]?.boxes, 0);
+    await real.close();
   });
 
   test('containers get hardened defaults', async () => {
@@ -212,12 +228,13 @@ describe(`Manager on a real engine (${runId})`, () => {
   });
 
   test('idle cleanup: a session box idle past its timeout is removed', async () => {
-    const m = newManager();
+    const clock = new ManualClock(Date.now());
+    const m = newManager(undefined, { clock: clock.now });
     const idle = await m.create({ image: IMAGE, idleTimeoutMs: 1000 });
     const busy = await m.create({ image: IMAGE, idleTimeoutMs: 1000 });
-    await sleep(600);
+    clock.advance(600);
     await busy.exec(['true']);
-    await sleep(600);
+    clock.advance(600);
     await m.cleanup();
     await assert.rejects(m.get(idle.id), (e) => isSbxError(e, 'not_found'));
     await m.get(busy.id);
@@ -233,18 +250,20 @@ describe(`Manager on a real engine (${runId})`, () => {
     const m = newManager(undefined, { cleanupIntervalMs: 200 });
     await m.start();
     const box = await m.create({ image: IMAGE, idleTimeoutMs: 500 });
-    for (let i = 0; i < 40 && (await m.list()).length > 0; i++) await sleep(100);
-    assert.equal((await m.list()).length, 0, 'the loop removed the idle box');
+    // The removal's end, not list(): a box reads as gone from the start of its removal.
+    await waitFor(() => m.cleanupStats.removedIdle === 1, { what: 'the loop to remove the idle box' });
+    assert.equal((await m.list()).length, 0);
     assert.ok(m.cleanupStats.ticks >= 2);
     await assert.rejects(engine.inspect(box.containerId), (e) => isSbxError(e, 'not_found'));
     await m.close();
   });
 
   test('heartbeats keep an idle box alive; unknown ids are not_found', async () => {
-    const m = newManager();
+    const clock = new ManualClock(Date.now());
+    const m = newManager(undefined, { clock: clock.now });
     const box = await m.create({ image: IMAGE, idleTimeoutMs: 800 });
     for (let i = 0; i < 4; i++) {
-      await sleep(400);
+      clock.advance(400);
       await m.heartbeat(box.id, { active: true, processCount: 3 });
     }
     await m.cleanup();
@@ -252,17 +271,19 @@ describe(`Manager on a real engine (${runId})`, () => {
     assert.equal(info.processCount, 3);
     await assert.rejects(m.heartbeat('nope', { active: true }), (e) => isSbxError(e, 'not_found'));
     // An inactive heartbeat reports processes but is not activity.
-    await sleep(900);
+    clock.advance(900);
     await m.heartbeat(box.id, { active: false, processCount: 0 });
     await m.cleanup();
     await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'));
   });
 
   test('an open stream keeps a box alive past its idle timeout', async () => {
-    const m = newManager();
+    const clock = new ManualClock(Date.now());
+    const m = newManager(undefined, { clock: clock.now });
     const box = await m.create({ image: IMAGE, idleTimeoutMs: 500 });
-    const s = await box.stream(['sh', '-c', 'sleep 1.5; echo done']);
-    await sleep(1000);
+    // Open until this test ends its stdin, however slow the machine.
+    const s = await box.stream(['sh', '-c', 'cat >/dev/null; echo done']);
+    clock.advance(1000);
     await m.cleanup();
     await m.get(box.id);
     const out: Buffer[] = [];
@@ -270,7 +291,7 @@ describe(`Manager on a real engine (${runId})`, () => {
     s.stdin.end();
     assert.equal(await s.wait(), 0);
     assert.equal(Buffer.concat(out).toString(), 'done\n');
-    await sleep(600);
+    clock.advance(500);
     await m.cleanup();
     await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'));
   });
@@ -278,15 +299,14 @@ describe(`Manager on a real engine (${runId})`, () => {
   test('stream: output chunks arrive as they are written', async () => {
     const m = newManager();
     const box = await m.create({ image: IMAGE });
-    const s = await box.stream(['sh', '-c', 'echo a; sleep 0.3; echo b']);
-    const arrivals: Array<[string, number]> = [];
-    const t0 = performance.now();
-    s.stdout.on('data', (d: Buffer) => arrivals.push([d.toString(), performance.now() - t0]));
-    s.stdin.end();
+    // b is written only once a arrived here: a stream that held output back would never deliver a.
+    const s = await box.stream(['sh', '-c', 'echo a; read x; echo b']);
+    let text = '';
+    s.stdout.on('data', (d: Buffer) => (text += d.toString()));
+    await waitFor(() => text === 'a\n', { what: 'a, before b is written' });
+    s.stdin.end('go\n');
     assert.equal(await s.wait(), 0);
-    assert.equal(arrivals.map((a) => a[0]).join(''), 'a\nb\n');
-    assert.ok(arrivals.length >= 2, 'two chunks');
-    assert.ok(arrivals[1]![1] - arrivals[0]![1] >= 200, 'b came later than a');
+    assert.equal(text, 'a\nb\n');
     await box.remove();
   });
 
@@ -296,32 +316,39 @@ describe(`Manager on a real engine (${runId})`, () => {
     const r = await box.exec(['echo', 'once']);
     assert.equal(r.stdout, 'once\n');
     // Nobody removes it here: the Manager does, in the background, on its own.
-    for (let i = 0; i < 50 && (await m.list()).length > 0; i++) await sleep(100);
+    // The container's end, not list(): a box reads as gone from the start of its removal.
+    const gone = () =>
+      engine.inspect(box.containerId).then(
+        () => false,
+        (e: unknown) => isSbxError(e, 'not_found'),
+      );
+    await waitFor(gone, { what: 'the Manager to remove the oneshot box' });
     await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'));
     await assert.rejects(engine.inspect(box.containerId), (e) => isSbxError(e, 'not_found'));
   });
 
   test('longrunning: stopped when idle, removed past its max lifetime', async () => {
-    const m = newManager();
-    // The lifetime leaves room for a slow create and stop on a loaded machine; the second
-    // cleanup waits for the lifetime by the box's own createdAt, not a fixed sleep.
+    // A manual clock: idle and lifetime are the ones set, however slow a create or stop is.
+    const clock = new ManualClock(Date.now());
+    const m = newManager(undefined, { clock: clock.now });
     const box = await m.create({ image: IMAGE, policy: 'longrunning', idleTimeoutMs: 500, maxLifetimeMs: 6000 });
-    await sleep(700);
+    clock.advance(500);
     await m.cleanup();
     assert.equal((await box.info()).status, 'stopped');
     assert.equal(m.cleanupStats.stoppedIdle, 1);
     await box.start();
     assert.equal((await box.info()).status, 'running');
-    await sleep(Math.max(0, Date.parse(box.createdAt) + 6000 + 100 - Date.now()));
+    clock.set(Date.parse(box.createdAt) + 6000);
     await m.cleanup();
     await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'));
     assert.equal(m.cleanupStats.removedLifetime, 1);
   });
 
   test('persistent: survives idle and lifetime', async () => {
-    const m = newManager();
+    const clock = new ManualClock(Date.now());
+    const m = newManager(undefined, { clock: clock.now });
     const box = await m.create({ image: IMAGE, policy: 'persistent', idleTimeoutMs: 100, maxLifetimeMs: 200 });
-    await sleep(400);
+    clock.advance(400);
     await m.cleanup();
     assert.equal((await (await m.get(box.id)).info()).status, 'running');
     await box.remove();
@@ -344,7 +371,8 @@ describe(`Manager on a real engine (${runId})`, () => {
     const before = await box.info();
     await first.close();
 
-    const second = newManager(undefined, {}, name);
+    const clock = new ManualClock(Date.now());
+    const second = newManager(undefined, { clock: clock.now }, name);
     const other = newManager();
     await Promise.all([second.start(), other.start()]);
     assert.equal((await other.list()).length, 0, 'a Manager of another name adopts nothing');
@@ -367,7 +395,7 @@ describe(`Manager on a real engine (${runId})`, () => {
     ] as const) {
       assert.deepEqual(after[k], before[k], `field ${k}`);
     }
-    await sleep(1300);
+    clock.advance(1200); // the idle timeout, counted from recovery
     await second.cleanup();
     assert.equal((await got.info()).status, 'stopped', 'the recovered idle timeout applies');
     await got.remove();
@@ -427,11 +455,12 @@ describe(`Manager on a real engine (${runId})`, () => {
   });
 
   test('reads are not use: polling get, info and list does not delay idle removal; an exec does', async () => {
-    const m = newManager();
+    const clock = new ManualClock(Date.now());
+    const m = newManager(undefined, { clock: clock.now });
     const polled = await m.create({ image: IMAGE, idleTimeoutMs: 800 });
     const used = await m.create({ image: IMAGE, idleTimeoutMs: 800 });
     for (let i = 0; i < 6; i++) {
-      await sleep(250);
+      clock.advance(250);
       await (await m.get(polled.id)).info();
       await m.info(polled.id);
       await m.list();
@@ -445,10 +474,11 @@ describe(`Manager on a real engine (${runId})`, () => {
   });
 
   test('getOrCreate returning an existing box counts as use', async () => {
-    const m = newManager();
+    const clock = new ManualClock(Date.now());
+    const m = newManager(undefined, { clock: clock.now });
     const box = await m.getOrCreate({ image: IMAGE, id: 'resume-1', idleTimeoutMs: 800 });
     for (let i = 0; i < 5; i++) {
-      await sleep(250);
+      clock.advance(250);
       await m.getOrCreate({ image: IMAGE, id: 'resume-1' });
     }
     await m.cleanup();

@@ -478,6 +478,8 @@ export class Manager {
   }
 
   private async placeAndCreate(id: string, opts: CreateOptions): Promise<ManagedBox> {
+    // The id of a box being removed is free once its removal ends (it already reads as gone).
+    await this.removing.get(id)?.catch(() => undefined);
     const owner = opts.owner ?? DEFAULT_OWNER;
     const pool = await this.placement(opts, owner);
     const release = this.registry.reserve(id, pool.def, owner);
@@ -595,14 +597,15 @@ export class Manager {
     }
   }
 
-  /** The box with this id; not_found otherwise. A read: it does not count as use. */
+  /** The box with this id; not_found otherwise, also once its removal has begun. A read: it does not count as use. */
   async get(id: string): Promise<LocalBox> {
     return this.known(id);
   }
 
   private known(id: string): ManagedBox {
     const box = this.registry.get(id);
-    if (!box) throw new SbxError('not_found', `box '${id}' not found`, { details: { id } });
+    // A box being removed is gone to every lookup: the engine may already have dropped it.
+    if (!box || this.removing.has(id)) throw new SbxError('not_found', `box '${id}' not found`, { details: { id } });
     return box;
   }
 
@@ -615,7 +618,7 @@ export class Manager {
     const opts = validateCreateOptions(options);
     if (!opts.id) throw new SbxError('invalid_argument', 'id: getOrCreate needs an id', { details: { field: 'id' } });
     const id = opts.id;
-    const existing = this.registry.get(id);
+    const existing = this.removing.has(id) ? undefined : this.registry.get(id);
     const box = existing ?? (await (this.creating.get(id) ?? this.createBox(opts)));
     const owner = opts.owner ?? DEFAULT_OWNER;
     if (box.owner !== owner) throw new SbxError('conflict', `box '${box.id}' exists and belongs to another owner`, { details: { id: box.id } });
@@ -629,6 +632,7 @@ export class Manager {
       .all()
       .filter(
         (b) =>
+          !this.removing.has(b.id) &&
           (opts.owner === undefined || b.owner === opts.owner) &&
           (opts.pool === undefined || b.pool === opts.pool) &&
           Object.entries(opts.labels ?? {}).every(([k, v]) => b.record.labels[k] === v),

@@ -15,6 +15,7 @@ import { after, describe, test } from 'node:test';
 import pino from 'pino';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { testEnv, testRunId } from '../testing/env.js';
+import { waitFor } from '../testing/wait.js';
 import type { Box } from './box.js';
 import { managerSelector } from './labels.js';
 import { Manager } from './manager.js';
@@ -95,7 +96,7 @@ describe(`boxes of different owners (${runId})`, () => {
     });
     try {
       await m.start();
-      for (let i = 0; i < 300 && (await m.warm())[0]?.ready !== 1; i++) await new Promise((r) => setTimeout(r, 100));
+      await waitFor(async () => (await m.warm())[0]?.ready === 1, { what: 'the warm spare', intervalMs: 100 });
       const alice = await m.create({
         image: IMAGE,
         owner: 'alice',
@@ -106,14 +107,16 @@ describe(`boxes of different owners (${runId})`, () => {
       assert.equal((await m.warm())[0]!.hits, 1, "bob's box is a claimed warm spare");
 
       // Alice's service is up: the host reaches it (her published port, as box.proxy hands it out).
-      let page = '';
-      for (let i = 0; i < 100 && !page.includes('alice'); i++) {
-        page = await fetch(await alice.proxy(8081)).then(
-          (r) => r.text(),
-          () => '',
-        );
-        if (!page.includes('alice')) await new Promise((r) => setTimeout(r, 50));
-      }
+      const page = await waitFor(
+        async () => {
+          const text = await fetch(await alice.proxy(8081)).then(
+            (r) => r.text(),
+            () => '',
+          );
+          return text.includes('alice') && text;
+        },
+        { what: "alice's service to answer" },
+      );
       assert.match(page, /alice/);
       const aliceIp = (await alice.exec(['hostname', '-i'])).stdout.trim();
       assert.equal(await connects(alice, aliceIp, 8080), true, 'her service listens on her address');

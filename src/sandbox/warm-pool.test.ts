@@ -16,6 +16,7 @@ import { after, describe, test } from 'node:test';
 import { isSbxError } from '../errors.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { testEnv, testRunId } from '../testing/env.js';
+import { HANG_MS, waitFor } from '../testing/wait.js';
 import type { Box } from './box.js';
 import type { PoolConfig, WarmTemplate } from './config.js';
 import { managerSelector } from './labels.js';
@@ -52,9 +53,8 @@ async function sparesOf(m: Manager): Promise<string[]> {
 }
 
 async function untilReady(m: Manager, ready: number, what = 'spares ready'): Promise<void> {
-  for (let i = 0; i < 300; i++) {
+  for (const deadline = Date.now() + HANG_MS; Date.now() < deadline; await sleep(100)) {
     if ((await m.warm()).reduce((n, w) => n + w.ready, 0) === ready) return;
-    await sleep(100);
   }
   assert.fail(`${what}: wanted ${ready}, have ${JSON.stringify(await m.warm())}`);
 }
@@ -187,7 +187,8 @@ describe(`warm pools on a real engine (${runId})`, () => {
     await untilReady(m, 2);
     const [victim] = await sparesOf(m);
     await engine.remove(victim!, { force: true });
-    await sleep(300);
+    // The replacement itself, not a pause: the ready count may still include the dead spare.
+    await waitFor(async () => (await m.warm())[0]!.replaced >= 1, { what: 'the pool to notice the dead spare' });
     await untilReady(m, 2, 'the dead spare is replaced');
     const now = await sparesOf(m);
     assert.ok(!now.includes(victim!), 'the killed spare is not counted');

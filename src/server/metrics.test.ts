@@ -8,6 +8,7 @@ import WebSocket from 'ws';
 import { testEnv } from '../testing/env.js';
 import { IMAGE, startTestServer } from '../testing/server.js';
 import type { TestServer } from '../testing/server.js';
+import { waitFor } from '../testing/wait.js';
 
 interface Sample {
   name: string;
@@ -120,16 +121,19 @@ describe('metrics move when the thing happens', () => {
     assert.equal(d('sbx_exec_duration_seconds_count', { transport: 'sse' }), 1);
     assert.equal(d('sbx_engine_call_duration_seconds_count', { op: 'execStream', outcome: 'ok' }), 1);
 
-    // While an SSE exec runs, it is an open stream.
+    // While an SSE exec runs, it is an open stream: one that runs until this test ends it.
+    const open = async () => value(await scrape(), 'sbx_open_streams', { transport: 'sse' });
+    const controller = new AbortController();
     const running = fetch(`${t.url}/v1/boxes/${id}/exec`, {
       method: 'POST',
+      signal: controller.signal,
       headers: { authorization: `Bearer ${alice}`, 'content-type': 'application/json', accept: 'text/event-stream' },
-      body: JSON.stringify({ cmd: ['sleep', '1'] }),
+      body: JSON.stringify({ cmd: ['sleep', '3600'] }),
     });
-    await new Promise((r) => setTimeout(r, 400));
-    assert.equal(value(await scrape(), 'sbx_open_streams', { transport: 'sse' }), 1);
-    await (await running).text();
-    assert.equal(value(await scrape(), 'sbx_open_streams', { transport: 'sse' }), 0);
+    await waitFor(async () => (await open()) === 1, { what: 'the SSE exec to count as an open stream' });
+    controller.abort();
+    await running.then((r) => r.text()).catch(() => undefined);
+    await waitFor(async () => (await open()) === 0, { what: 'the ended SSE exec to be counted out' });
 
     d = await moved(
       () =>
@@ -202,8 +206,7 @@ describe('metrics move when the thing happens', () => {
     assert.equal(add.status, 201, add.text);
     assert.deepEqual(add.json.warm, [{ image: IMAGE, size: 1 }], 'the pool answers with its template');
     const ready = async () => value(await scrape(), 'sbx_warm_spares_ready', { pool: 'warmp', image: IMAGE });
-    for (let i = 0; i < 200 && (await ready()) !== 1; i++) await new Promise((r) => setTimeout(r, 100));
-    assert.equal(await ready(), 1, 'the spare is counted once it is ready');
+    await waitFor(async () => (await ready()) === 1, { what: 'the spare to be counted once it is ready' });
     const before = await scrape();
     assert.equal(value(before, 'sbx_warm_size', { pool: 'warmp' }), 1);
     const id = await newBox({ pool: 'warmp' });

@@ -12,6 +12,10 @@ import { BoxTokenService } from '../sandbox/tokens.js';
 import { testEnv } from '../testing/env.js';
 import { IMAGE, rawRequest, startTestServer } from '../testing/server.js';
 import type { TestServer } from '../testing/server.js';
+import { waitFor } from '../testing/wait.js';
+
+/** A shell fragment that waits until `file` exists; after 60 s it gives up and prints gave-up. */
+const gateWait = (file: string) => `i=0; while [ ! -e ${file} ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; [ -e ${file} ] || echo gave-up`;
 
 const TOKEN_SECRET = 'server-test-secret-0123456789abcdef';
 const logLines: string[] = [];
@@ -345,15 +349,28 @@ describe('boxes and exec', () => {
     const res = await fetch(`${t.url}/v1/boxes/${id}/exec`, {
       method: 'POST',
       headers: { authorization: `Bearer ${alice}`, 'content-type': 'application/json', accept: 'text/event-stream' },
-      body: JSON.stringify({ cmd: ['sh', '-c', 'cat; echo one; sleep 0.6; echo two >&2; sleep 0.6; echo three; exit 4'], stdin: 'zero\n' }),
+      // Each part after 'one' waits until the test saw the one before (it then creates a gate
+      // file): a stream that held output back would keep the gates shut, and the command says so.
+      body: JSON.stringify({
+        cmd: ['sh', '-c', `cat; echo one; ${gateWait('/tmp/g1')}; echo two >&2; ${gateWait('/tmp/g2')}; echo three; exit 4`],
+        stdin: 'zero\n',
+      }),
     });
     assert.equal(res.status, 200);
     assert.match(res.headers.get('content-type') ?? '', /text\/event-stream/);
-    const arrivals: Array<{ at: number; text: string }> = [];
-    const t0 = performance.now();
+    const gates = [
+      { after: 'one', file: '/tmp/g1' },
+      { after: 'two', file: '/tmp/g2' },
+    ];
+    const opened: Array<Promise<unknown>> = [];
+    let all = '';
     const decoder = new TextDecoder();
-    for await (const chunk of res.body!) arrivals.push({ at: performance.now() - t0, text: decoder.decode(chunk as Uint8Array) });
-    const all = arrivals.map((a) => a.text).join('');
+    for await (const chunk of res.body!) {
+      all += decoder.decode(chunk as Uint8Array, { stream: true });
+      const next = gates[opened.length];
+      if (next && all.includes(next.after)) opened.push(t.call('POST', `/v1/boxes/${id}/exec`, { body: { cmd: ['touch', next.file] } }));
+    }
+    await Promise.all(opened);
     const events = all
       .split('\n\n')
       .filter((e) => e.startsWith('event:'))
@@ -373,9 +390,6 @@ describe('boxes and exec', () => {
     ]);
     assert.equal(events.at(-1)!.event, 'exit');
     assert.equal(events.at(-1)!.data.exitCode, 4);
-    const firstOut = arrivals.find((a) => a.text.includes('one'))!.at;
-    const last = arrivals.find((a) => a.text.includes('three'))!.at;
-    assert.ok(last - firstOut > 900, `output arrived over time (${Math.round(firstOut)} ms, then ${Math.round(last)} ms)`);
     await t.call('DELETE', `/v1/boxes/${id}`);
   });
 
@@ -392,13 +406,13 @@ describe('boxes and exec', () => {
     let seen = '';
     while (!seen.includes('started')) seen += new TextDecoder().decode((await reader.read()).value);
     controller.abort();
-    let running = true;
-    for (let i = 0; i < 50 && running; i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      const ps = await t.call('POST', `/v1/boxes/${id}/exec`, { body: { cmd: ['sh', '-c', 'ps | grep -c "[s]leep 300" || true'] } });
-      running = ps.json.stdout.trim() !== '0';
-    }
-    assert.equal(running, false, 'sleep 300 was killed');
+    await waitFor(
+      async () => {
+        const ps = await t.call('POST', `/v1/boxes/${id}/exec`, { body: { cmd: ['sh', '-c', 'ps | grep -c "[s]leep 300" || true'] } });
+        return ps.json.stdout.trim() === '0';
+      },
+      { what: 'sleep 300 to be killed', intervalMs: 100 },
+    );
     await t.call('DELETE', `/v1/boxes/${id}`);
   });
 });

@@ -28,6 +28,7 @@ import type { Box } from '../sandbox/index.js';
 import { openTestRuntime, waitForImage } from '../testing/boxes.js';
 import { browserMissing, openPage } from '../testing/browser.js';
 import { testEnv } from '../testing/env.js';
+import { waitFor, within } from '../testing/wait.js';
 import { buildApp } from './app.js';
 import { FailureLimiter } from './auth.js';
 import { StreamRegistry } from './context.js';
@@ -467,7 +468,7 @@ describe('VNC boxes (real engine)', () => {
 
       ws = await wsOpen('/v1/boxes/desk/vnc/websockify', { cookie: secret });
       end = closed(ws);
-      await sleep(50);
+      await waitFor(() => ctx.streams.all().length > 0, { what: 'the bridge to register its stream' });
       const open = ctx.streams.all();
       assert.equal(open.length, 1, 'the bridge is registered for graceful shutdown');
       open[0]!.abort(new SbxError('not_available', 'shutting down'));
@@ -482,19 +483,19 @@ describe('VNC boxes (real engine)', () => {
   test('a client that goes away closes the stream to the box', async () => {
     let resolveGone!: () => void;
     const gone = new Promise<void>((res) => (resolveGone = res));
-    let dialled = false;
+    let resolveDialled!: () => void;
+    const dialled = new Promise<void>((res) => (resolveDialled = res));
     const fake = await fakeServer((s) => {
-      dialled = true;
+      resolveDialled();
       s.on('close', () => resolveGone());
       s.on('error', () => undefined);
     });
     dialOverride.set('desk', fake.dial);
     try {
       const ws = await wsOpen('/v1/boxes/desk/vnc/websockify', { cookie: secret });
-      await sleep(50);
-      assert.ok(dialled, 'the bridge dialled');
+      await within(dialled, 'the bridge to dial the VNC side');
       ws.terminate();
-      await gone;
+      await within(gone, 'the bridge to close the stream to the box');
     } finally {
       dialOverride.delete('desk');
       fake.server.close();
@@ -502,11 +503,11 @@ describe('VNC boxes (real engine)', () => {
   });
 
   test('SIGTERM stops the desktop box at once with exit 0', async () => {
-    const t0 = performance.now();
     await desk.stop();
-    const ms = performance.now() - t0;
     const c = await docker.getContainer(desk.containerId).inspect();
+    // 0, not 137: the desktop ended on SIGTERM, before the stop timeout's SIGKILL (which no
+    // elapsed-time bound can tell apart from a slow engine).
     assert.equal(c.State.ExitCode, 0);
-    assert.ok(ms < 5000, `stopped in ${Math.round(ms)} ms`);
+    assert.equal(c.State.OOMKilled, false);
   });
 });

@@ -10,6 +10,7 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import pino from 'pino';
 import WebSocket from 'ws';
+import { waitFor } from '../testing/wait.js';
 import { CHANNEL } from './ws-exec.js';
 import { IMAGE, startTestServer } from '../testing/server.js';
 import type { TestServer } from '../testing/server.js';
@@ -97,15 +98,21 @@ describe('WebSocket exec', () => {
   });
 
   test('TTY: a terminal of the asked size, resized by a control frame', async () => {
-    const s = await open(t, box, q(['sh', '-c', 'sleep 0.3; stty size; read x; stty size'], '&tty=true&cols=80&rows=24'));
-    for (let i = 0; i < 50 && !s.text('stdout').includes('24 80'); i++) await new Promise((r) => setTimeout(r, 50));
+    // Each line typed prints the size again, until q: the resize is asked for until it shows.
+    const script = 'stty size; while read x && [ "$x" != q ]; do stty size; done';
+    const s = await open(t, box, q(['sh', '-c', script], '&tty=true&cols=80&rows=24'));
+    await waitFor(() => s.text('stdout').includes('24 80'), { what: 'the first size' });
     s.send(CHANNEL.control, JSON.stringify({ resize: { cols: 100, rows: 40 } }));
-    await new Promise((r) => setTimeout(r, 200));
-    s.send(CHANNEL.stdin, 'go\r');
+    await waitFor(
+      () => {
+        if (s.text('stdout').includes('40 100')) return true;
+        s.send(CHANNEL.stdin, 'go\r');
+        return false;
+      },
+      { what: 'the new size', intervalMs: 100 },
+    );
+    s.send(CHANNEL.stdin, 'q\r');
     await s.closed;
-    const out = s.text('stdout');
-    assert.match(out, /24 80/);
-    assert.match(out, /40 100/);
     assert.deepEqual(s.controls.at(-1), { exit: 0 });
   });
 
@@ -181,25 +188,27 @@ describe('WebSocket exec', () => {
 
   test('a client that goes away kills the process inside the box', async () => {
     const s = await open(t, box, q(['sh', '-c', 'echo up; exec sleep 301']));
-    for (let i = 0; i < 50 && !s.text('stdout').includes('up'); i++) await new Promise((r) => setTimeout(r, 50));
+    await waitFor(() => s.text('stdout').includes('up'), { what: 'the command to start' });
     s.ws.terminate();
-    let running = true;
-    for (let i = 0; i < 50 && running; i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      const ps = await t.call('POST', `/v1/boxes/${box}/exec`, { body: { cmd: ['sh', '-c', 'ps | grep -c "[s]leep 301" || true'] } });
-      running = ps.json.stdout.trim() !== '0';
-    }
-    assert.equal(running, false);
+    await waitFor(
+      async () => {
+        const ps = await t.call('POST', `/v1/boxes/${box}/exec`, { body: { cmd: ['sh', '-c', 'ps | grep -c "[s]leep 301" || true'] } });
+        return ps.json.stdout.trim() === '0';
+      },
+      { what: 'the process to be killed', intervalMs: 100 },
+    );
   });
 });
 
 describe('graceful shutdown', () => {
   test('in-flight streams get the grace period, then a control frame saying why; boxes keep running', async () => {
-    const s2 = await startTestServer('shutdown', { serve: { shutdownGraceMs: 500 } });
+    // A grace period far longer than the quick stream needs, however loaded the machine.
+    const graceMs = 5000;
+    const s2 = await startTestServer('shutdown', { serve: { shutdownGraceMs: graceMs } });
     try {
       const r = await s2.call('POST', '/v1/boxes', { body: { image: IMAGE } });
       const quick = await open(s2, r.json.id, q(['sh', '-c', 'sleep 0.2; echo quick']));
-      const slow = await open(s2, r.json.id, q(['sleep', '30']));
+      const slow = await open(s2, r.json.id, q(['sleep', '3600']));
       const t0 = performance.now();
       await s2.server.close();
       const waited = performance.now() - t0;
@@ -209,7 +218,7 @@ describe('graceful shutdown', () => {
       const err = slow.controls[0] as { error: { code: string; message: string } };
       assert.equal(err.error.code, 'not_available');
       assert.match(err.error.message, /shutting down/);
-      assert.ok(waited >= 450, `waited the grace period (${Math.round(waited)} ms)`);
+      assert.ok(waited >= graceMs - 50, `waited the grace period (${Math.round(waited)} ms)`);
       const boxes = await s2.manager.list();
       assert.equal((await boxes[0]!.info()).status, 'running', 'the box keeps running');
     } finally {

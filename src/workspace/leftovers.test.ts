@@ -13,6 +13,7 @@ import * as tar from 'tar-stream';
 import { WorkspaceManager } from './manager.js';
 import { parseTempName, tempName } from './temp-names.js';
 import { deadWriterTempName, makeTempDir, otherNamespaceTempName, rejectsWithCode } from '../testing/workspace/fixtures.js';
+import { HANG_MS } from '../testing/wait.js';
 
 const MiB = 1024 * 1024;
 const CHILD = fileURLToPath(new URL('../testing/workspace/crash-child.ts', import.meta.url));
@@ -36,12 +37,13 @@ async function startChild(args: string[]): Promise<{ process: ChildProcess; line
   const lines: string[] = [];
   createInterface({ input: child.stdout! }).on('line', (line) => lines.push(line));
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  await waitUntil(() => lines.includes('ready'), 20_000, `child ${args[0]} ready`);
+  await waitUntil(() => lines.includes('ready'), `child ${args[0]} ready`);
   return { process: child, lines, exited };
 }
 
-async function waitUntil(check: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
-  const until = Date.now() + timeoutMs;
+/** Polls `check`; fails only at a time a hang reaches (the events here take milliseconds). */
+async function waitUntil(check: () => boolean | Promise<boolean>, what: string): Promise<void> {
+  const until = Date.now() + HANG_MS;
   while (!(await check())) {
     if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
     await sleep(10);
@@ -176,7 +178,6 @@ test('SIGKILLed imports and writes leave leftovers a fresh manager sweeps, exact
       [killedImport, liveImport].every((c) => tempFileOf(c.process.pid!, staging).some((p) => sizeOf(join(staging, p)) === 8 * MiB)) &&
       [killedWrite, liveWrite].every((c) => tempFileOf(c.process.pid!, root).some((p) => sizeOf(join(root, p)) === 8 * MiB)) &&
       tempFileOf(process.pid, root).length === 1,
-    20_000,
     'all five writes to be under way',
   );
 
@@ -246,7 +247,7 @@ test('a create SIGKILLed mid-way leaves a temp directory the sweep removes; whil
   const nodeDir = join(dataDir, 'workspaces', 'local');
   const creator = await startChild(['create', dataDir, '8']);
   const pid = creator.process.pid!;
-  await waitUntil(() => readdirSync(nodeDir).filter((n) => n.startsWith('ws-')).length > 20, 20_000, 'creates');
+  await waitUntil(() => readdirSync(nodeDir).filter((n) => n.startsWith('ws-')).length > 20, 'creates');
 
   // Stop it at an arbitrary moment until one of its creates is caught half-way.
   let building: string[] = [];
@@ -255,15 +256,11 @@ test('a create SIGKILLed mid-way leaves a temp directory the sweep removes; whil
     assert.ok(++attempts <= 500, 'never caught a create in progress');
     creator.process.kill('SIGSTOP');
     // Every thread (libuv's pool does the fs calls) must have stopped before the listing means anything.
-    await waitUntil(
-      async () => {
-        const tasks = await readdir(`/proc/${pid}/task`);
-        const states = await Promise.all(tasks.map(async (task) => (await readFile(`/proc/${pid}/task/${task}/stat`, 'utf8')).split(') ')[1]?.[0]));
-        return states.every((s) => s === 'T' || s === 't');
-      },
-      5000,
-      'the child to stop',
-    );
+    await waitUntil(async () => {
+      const tasks = await readdir(`/proc/${pid}/task`);
+      const states = await Promise.all(tasks.map(async (task) => (await readFile(`/proc/${pid}/task/${task}/stat`, 'utf8')).split(') ')[1]?.[0]));
+      return states.every((s) => s === 'T' || s === 't');
+    }, 'the child to stop');
     building = readdirSync(nodeDir).filter((n) => parseTempName(n)?.pid === pid);
     if (building.length === 0) {
       creator.process.kill('SIGCONT');

@@ -1,7 +1,7 @@
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { readdir, readFile, rename, stat, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { isSbxError } from '../errors.js';
 import { WorkspaceManager } from './manager.js';
@@ -346,7 +346,7 @@ describe('metadata lives outside the mounted root', () => {
 });
 
 describe('scale: 1,000 workspaces', () => {
-  test('get and list stay fast (in-memory index; cold load measured)', async (t) => {
+  test('get and list are served from the in-memory index once it is loaded (timings reported, not asserted)', async (t) => {
     const dataDir = join(tmp.path, 'scale');
     const writer = new WorkspaceManager({ dataDir, maxPerOwner: 0 }); // 250 per owner, past the default bound
     const owners = ['alice', 'bob', 'carol', 'dave'];
@@ -367,6 +367,10 @@ describe('scale: 1,000 workspaces', () => {
     const first = await reader.get(ids[500] as string);
     const coldGetMs = performance.now() - mark;
     assert.equal(first.id, ids[500]);
+    // Fast because nothing is read from disk any more: with the data directory moved away, every
+    // get and list still answers, from the index (a speed bound broke on loaded machines).
+    const away = `${dataDir}-away`;
+    await rename(dataDir, away);
 
     mark = performance.now();
     for (const id of ids) await reader.get(id);
@@ -381,6 +385,7 @@ describe('scale: 1,000 workspaces', () => {
     const alices = (await reader.list({ owner: 'alice' })).length;
     const filteredMs = performance.now() - mark;
 
+    await rename(away, dataDir);
     assert.equal(all, 1000);
     assert.equal(alices, 250);
     t.diagnostic(
@@ -388,7 +393,5 @@ describe('scale: 1,000 workspaces', () => {
         `cold get (index load = full metadata scan) ${coldGetMs.toFixed(1)} ms; warm get ${warmGetUs.toFixed(1)} µs; ` +
         `list all ${listMs.toFixed(2)} ms; list by owner ${filteredMs.toFixed(2)} ms`,
     );
-    assert.ok(warmGetUs < 1000, `warm get ${warmGetUs} µs`);
-    assert.ok(listMs < 100, `list ${listMs} ms`);
   });
 });

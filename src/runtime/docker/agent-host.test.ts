@@ -11,10 +11,10 @@ import { execFileSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { assertNoContainersLeft } from '../../testing/cleanup.js';
 import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
+import { waitFor } from '../../testing/wait.js';
 import type { ContainerSpec } from '../types.js';
 import { AGENT_BIN } from './agent-inject.js';
 import { DockerRuntime } from './runtime.js';
@@ -45,13 +45,9 @@ function dockerInspect(id: string): { Mounts: Mount[]; Config: { Env: string[] |
   return (JSON.parse(execFileSync('docker', ['inspect', id], { encoding: 'utf8' })) as Array<{ Mounts: Mount[]; Config: { Env: string[] | null } }>)[0]!;
 }
 
-/** Waits for `check` to hold, polling; fails with `what` if it does not within 20 s. */
+/** Waits for `check` to hold, polling; fails with `what` only at a time a hang reaches. */
 async function until(what: string, check: () => Promise<boolean>): Promise<void> {
-  const deadline = Date.now() + 20_000;
-  while (!(await check())) {
-    if (Date.now() > deadline) assert.fail(`${what}: not within 20 s`);
-    await sleep(20);
-  }
+  await waitFor(check, { what, intervalMs: 20 });
 }
 
 let box: string;

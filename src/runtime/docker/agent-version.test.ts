@@ -10,6 +10,7 @@ import { execFileSync } from 'node:child_process';
 import { after, test } from 'node:test';
 import { assertNoContainersLeft } from '../../testing/cleanup.js';
 import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
+import { HANG_MS } from '../../testing/wait.js';
 import { AGENT_PORT, AGENT_TOKEN_ENV, F, HOST_PROTOCOL_VERSIONS, frame } from '../agent-protocol.js';
 import { helloProof } from '../agent-client.js';
 import { AGENT_LABEL, AGENT_USER_LABEL } from './agent-inject.js';
@@ -50,7 +51,7 @@ test('an agent that refuses the host’s protocol versions: execs go through the
     assert.deepEqual([r.stdout, r.stderr, r.exitCode], ['via-engine\n1000\n', 'err\n', 3], 'the engine path serves it, as the box user');
     // The old agent keeps the hello once the host hung up on it.
     let got = await hellos();
-    for (const deadline = Date.now() + 10_000; !got && Date.now() < deadline; got = await hellos());
+    for (const deadline = Date.now() + HANG_MS; !got && Date.now() < deadline; got = await hellos());
     const first = Buffer.from(got, 'latin1');
     assert.equal(first[0], F.hello, 'one hello, refused');
     // The token itself never goes on the wire: a proof of it for the address the host dialled.

@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { SbxError } from '../../errors.js';
 import type { Box } from '../../client/box.js';
 import type { Sbx } from '../../client/client.js';
+import { HANG_MS } from '../wait.js';
 
 export interface BoxFilesSubject {
   api: Pick<Sbx, 'create'>;
@@ -47,7 +48,7 @@ function source(bytes: number, holdAt: number, landed: () => Promise<boolean>): 
     async read() {
       if (sent >= holdAt && !held) {
         held = true;
-        const deadline = Date.now() + 15_000;
+        const deadline = Date.now() + HANG_MS;
         while (!(await landed())) {
           if (Date.now() > deadline) return void this.destroy(new Error('nothing reached the box before the source ended: the write is not streamed'));
           await new Promise((r) => setTimeout(r, 50));
