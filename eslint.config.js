@@ -12,6 +12,25 @@ export default tseslint.config(
       '@typescript-eslint/consistent-type-imports': 'error',
     },
   },
-  // Plain JavaScript here runs on Node (the in-box test services, config files).
-  { files: ['**/*.mjs', '**/*.js'], languageOptions: { globals: globals.node } },
+  // Typed rules: a promise nobody awaits or catches is an unhandled rejection waiting to end the server.
+  // Every .ts file here is in tsconfig.json's include, which the project service finds.
+  {
+    files: ['**/*.ts'],
+    languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
+    rules: {
+      // node:test's test()/describe() record their outcome in the runner; their promise is only for sequencing. The
+      // name also matches a TestContext's t.test: a subtest its parent does not await fails as cancelled, not silently.
+      '@typescript-eslint/no-floating-promises': [
+        'error',
+        { allowForKnownSafeCalls: [{ from: 'package', package: 'node:test', name: ['test', 'describe', 'it', 'suite'] }] },
+      ],
+      '@typescript-eslint/no-misused-promises': 'error',
+    },
+  },
+  // Plain JavaScript here runs on Node (the in-box test services, config files) and has no type information.
+  {
+    files: ['**/*.mjs', '**/*.js'],
+    ...tseslint.configs.disableTypeChecked,
+    languageOptions: { globals: globals.node },
+  },
 );

@@ -190,7 +190,8 @@ function attemptWs(target: ServiceTarget, timeoutMs: number, signal: AbortSignal
       });
       ws.once('error', (err) => fail(new AttemptError((err as NodeJS.ErrnoException).code ?? err.message, true)));
       ws.once('unexpected-response', (req, res) => {
-        readBody(res).then((body) => {
+        // readBody never rejects: on an error or close it resolves with what arrived.
+        void readBody(res).then((body) => {
           req.destroy();
           fail(answerError(target.port, res.statusCode ?? 0, body));
         });
@@ -375,7 +376,8 @@ function attemptSse(target: ServiceTarget, timeoutMs: number, signal: AbortSigna
           resolve(new SseConnection(req, res, target.url, signal));
           return;
         }
-        readBody(res).then((body) => {
+        // readBody never rejects: on an error or close it resolves with what arrived.
+        void readBody(res).then((body) => {
           if (res.statusCode === 200) {
             fail(
               new AttemptError(

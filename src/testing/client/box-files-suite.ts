@@ -44,24 +44,28 @@ function source(bytes: number, holdAt: number, landed: () => Promise<boolean>): 
   let sent = 0;
   let held = false;
   const block = createHash('sha512').update('seed').digest();
-  const stream = new Readable({
-    async read() {
-      if (sent >= holdAt && !held) {
-        held = true;
-        const deadline = Date.now() + HANG_MS;
-        while (!(await landed())) {
-          if (Date.now() > deadline) return void this.destroy(new Error('nothing reached the box before the source ended: the write is not streamed'));
-          await new Promise((r) => setTimeout(r, 50));
-        }
+  const next = async (stream: Readable) => {
+    if (sent >= holdAt && !held) {
+      held = true;
+      const deadline = Date.now() + HANG_MS;
+      while (!(await landed())) {
+        if (Date.now() > deadline) return void stream.destroy(new Error('nothing reached the box before the source ended: the write is not streamed'));
+        await new Promise((r) => setTimeout(r, 50));
       }
-      if (sent >= bytes) return void this.push(null);
-      const n = Math.min(64 * 1024, bytes - sent);
-      const chunk = Buffer.alloc(n);
-      for (let i = 0; i < n; i += block.length) block.copy(chunk, i, 0, Math.min(block.length, n - i));
-      chunk.writeUInt32BE(sent / 1024, 0);
-      sent += n;
-      hash.update(chunk);
-      this.push(chunk);
+    }
+    if (sent >= bytes) return void stream.push(null);
+    const n = Math.min(64 * 1024, bytes - sent);
+    const chunk = Buffer.alloc(n);
+    for (let i = 0; i < n; i += block.length) block.copy(chunk, i, 0, Math.min(block.length, n - i));
+    chunk.writeUInt32BE(sent / 1024, 0);
+    sent += n;
+    hash.update(chunk);
+    stream.push(chunk);
+  };
+  const stream = new Readable({
+    read() {
+      // A landed() that throws fails the write with its error instead of an unhandled rejection.
+      next(this).catch((err: unknown) => this.destroy(err instanceof Error ? err : new Error(String(err))));
     },
   });
   return { stream, digest: () => hash.digest('hex') };
