@@ -137,7 +137,7 @@ export async function startGrpc(opts: {
   const server = new grpc.Server({ 'grpc.max_receive_message_length': 64 * 1024, interceptors: [recordPeer] });
   server.addService(heartbeatService, {
     Heartbeat: (call: grpc.ServerUnaryCall<HeartbeatRequest, unknown>, callback: grpc.sendUnaryData<Record<string, never>>) => {
-      void (async () => {
+      (async () => {
         const header = call.metadata.get('authorization')[0];
         let boxId: string;
         try {
@@ -163,7 +163,7 @@ export async function startGrpc(opts: {
         }
         opts.metrics.heartbeats.inc({ transport: 'grpc' });
         callback(null, {});
-      })();
+      })().catch(() => callback(status(grpc.status.INTERNAL, 'heartbeat failed'))); // never an unhandled rejection
     },
   });
   const port = await new Promise<number>((resolve, reject) =>
