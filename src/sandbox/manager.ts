@@ -4,7 +4,7 @@ import pino from 'pino';
 import type { Logger } from 'pino';
 import { SbxError, isSbxError } from '../errors.js';
 import { parseImageRef } from '../runtime/image-ref.js';
-import type { ContainerEvent, HostEndpoint, PullProgress, RegistryAuth } from '../runtime/types.js';
+import type { HostEndpoint, PullProgress, RegistryAuth } from '../runtime/types.js';
 import type { EngineCall, EngineCallObserver } from '../runtime/timed-runtime.js';
 import { mapSettled } from '../util/concurrency.js';
 import { WorkspaceManager } from '../workspace/index.js';
@@ -16,25 +16,22 @@ import { CleanupLoop, planCleanup } from './cleanup.js';
 import { resolveConfig, resolvePool, loadConfig } from './config.js';
 import type { ManagerConfig, PoolConfig, ResolvedConfig, ResolvedPool } from './config.js';
 import { validateCreateOptions } from './create-options.js';
-import { managerSelector, recordToLabels } from './labels.js';
+import { recordToLabels } from './labels.js';
 import type { BoxRecord } from './labels.js';
 import { Pool } from './pool.js';
 import { hostEndpoints } from './host-endpoints.js';
-import { PoolWatch } from './pool-watch.js';
-import { planReconcile } from './reconcile.js';
+import { CLEANUP_PARALLELISM, Recovery } from './recovery.js';
 import { BoxRegistry } from './registry.js';
 import { BoxSecrets } from './secrets.js';
 import { BoxTokenService } from './tokens.js';
 import { StopIntents } from './stop-intents.js';
 import { LifetimeStore } from './lifetimes.js';
 import { ClaimStore } from './claims.js';
-import { WARM_LABEL, joinClaims } from './warm.js';
 import { WarmPool } from './warm-pool.js';
 import { WorkspaceVolumes, hasWorkspaceVolumes } from './workspace-volumes.js';
 import type { BoxInfo, CleanupStats, CreateOptions, HeartbeatInput, ListOptions, PoolInfo, ServerEndpoints, WarmInfo } from './types.js';
 
 /** Engine calls in flight at once during cleanup and pool removal. */
-const CLEANUP_PARALLELISM = 5;
 const DEFAULT_OWNER = 'default';
 
 /**
@@ -86,6 +83,8 @@ export class Manager {
   private readonly loop: CleanupLoop;
   private started = false;
   private readonly boxHost: BoxHost;
+  /** Brings the registry in line with the engines (src/sandbox/recovery.ts). */
+  private readonly recovery: Recovery;
   /** Boxes sbx stopped on purpose; every other stopped restartable box is started again. */
   private readonly stopIntents: StopIntents;
   /** What claims gave warm spares: their records and env, which container labels cannot hold. */
@@ -127,6 +126,22 @@ export class Manager {
         }
       },
     };
+    this.recovery = new Recovery({
+      manager: this.config.name,
+      log: this.log,
+      now: this.now,
+      registry: this.registry,
+      claims: this.claims,
+      lifetimes: this.lifetimes,
+      stopIntents: this.stopIntents,
+      stats: this.cleanupStats,
+      boxHost: this.boxHost,
+      removing: (id) => this.removing.has(id),
+      busy: (id) => this.registry.isReserved(id) || this.removing.has(id) || this.creating.has(id),
+      hostEndpoints: () => this.hostEndpoints(),
+      handEnv: (pool, box) => this.handEnv(pool, box),
+      forgetLifetime: (box) => this.forgetLifetime(box),
+    });
     this.workspaces = new WorkspaceManager({
       dataDir: this.config.dataDir,
       nodes: () => this.nodes(),
@@ -231,10 +246,12 @@ export class Manager {
       return [];
     });
     if (unreadable.length > 0) this.log.error({ files: unreadable }, 'unreadable warm claims skipped');
-    await Promise.all([...this.poolsByName.values()].map((p) => this.reconcilePool(p, { revive: true }).catch((err: unknown) => this.reconcileFailed(p, err))));
+    await Promise.all(
+      [...this.poolsByName.values()].map((p) => this.recovery.reconcile(p, { revive: true }).catch((err: unknown) => this.recovery.failed(p, err))),
+    );
     await this.sweepWorkspaces();
     await this.sweepWorkspaceHelpers();
-    for (const p of this.poolsByName.values()) this.watch(p);
+    for (const p of this.poolsByName.values()) this.recovery.watch(p);
     this.loop.start();
   }
 
@@ -257,138 +274,12 @@ export class Manager {
     }
   }
 
-  private watch(pool: Pool): void {
-    if (pool.watch) return;
-    pool.watch = new PoolWatch(
-      pool.runtime(),
-      managerSelector(this.config.name, pool.name),
-      {
-        onEvent: (e) => this.onContainerEvent(pool, e),
-        onDisconnect: (err) => {
-          pool.connected = false;
-          this.log.warn({ pool: pool.name, err }, 'engine events stopped; reconnecting');
-        },
-        onReconnect: () => this.reconcilePool(pool, { revive: true }).then(() => this.log.info({ pool: pool.name }, 'engine is back; boxes reconciled')),
-      },
-      this.log,
-    );
-    pool.watch.start();
-  }
-
-  private onContainerEvent(pool: Pool, e: ContainerEvent): void {
-    if (e.labels[WARM_LABEL] !== undefined && !this.claims.get(e.id)) return pool.warm?.onEvent(e);
-    const box = this.registry.ofPool(pool.name).find((b) => b.containerId === e.id);
-    if (!box) return;
-    if (e.action === 'started') box.status = 'running';
-    else if (e.action === 'stopped') box.status = 'stopped';
-    else if (e.action === 'removed' && !this.removing.has(box.id)) {
-      this.registry.delete(box);
-      this.cleanupStats.vanished++;
-      this.log.warn({ box: box.id, pool: pool.name }, 'box removed behind sbx; forgotten');
-    }
-  }
-
   /**
    * The endpoints of this machine boxes are told to reach (SBX_API_URL, SBX_GRPC_ADDR), address
    * and port, when they are on this machine: the only services of the host open to boxes.
    */
   private hostEndpoints(): Promise<HostEndpoint[]> {
     return hostEndpoints(this.config.apiUrl, this.grpcAddr());
-  }
-
-  /**
-   * Lists the pool and applies the reconcile plan: adopt, sweep, forget, refresh statuses. With
-   * `revive` (at start and when the engine comes back), also starts the boxes the engine stopped
-   * behind sbx.
-   */
-  private async reconcilePool(pool: Pool, opts: { revive?: boolean } = {}): Promise<ManagedBox[]> {
-    const runtime = pool.runtime();
-    const listedAt = this.now();
-    let list;
-    try {
-      [list, pool.resources] = await Promise.all([
-        runtime.list({ labels: managerSelector(this.config.name, pool.name) }),
-        pool.resources ? Promise.resolve(pool.resources) : runtime.resources(),
-      ]);
-      pool.connected = true;
-    } catch (err) {
-      pool.connected = false;
-      this.log.warn({ pool: pool.name, err }, 'pool unreachable');
-      throw err;
-    }
-    // Adopted boxes heartbeat too: after a restart sbx's endpoints are open to them before any create.
-    await this.hostEndpoints()
-      .then((endpoints) => pool.allowHostEndpoints(endpoints))
-      .catch((err: unknown) => this.log.warn({ pool: pool.name, err }, "could not open sbx's endpoints to boxes"));
-    const { boxes, spares } = joinClaims(list, (id) => this.claims.get(id));
-    const plan = planReconcile({
-      manager: this.config.name,
-      pool: pool.def,
-      list: boxes,
-      listedAt,
-      known: this.registry.ofPool(pool.name),
-      busy: (id) => this.registry.isReserved(id) || this.removing.has(id) || this.creating.has(id),
-      now: this.now(),
-    });
-    for (const { box, status } of plan.statuses) box.status = status;
-    for (const box of plan.vanished) {
-      if (!this.registry.delete(box)) continue;
-      await this.claims.delete(box.containerId).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a claim'));
-      await this.forgetLifetime(box);
-      this.cleanupStats.vanished++;
-      this.log.warn({ box: box.id, pool: pool.name }, 'box vanished from its runtime; forgotten');
-    }
-    for (const { record, container } of plan.adopt) {
-      record.maxLifetimeMs = this.lifetimes.get(container.id) ?? record.maxLifetimeMs;
-      // The idle clock restarts at adoption: a restart never reaps boxes on the spot.
-      const execEnv = this.claims.get(container.id)?.env;
-      const box = new ManagedBox(record, container.id, this.boxHost, container.running ? 'running' : 'stopped', execEnv);
-      this.registry.add(box);
-      // The agent may be a new one (the engine restarted the container): it learns the box again.
-      if (execEnv && box.status === 'running') await this.handEnv(pool, box);
-      if (pool.recovered) this.cleanupStats.adopted++;
-      this.log.info({ box: record.id, pool: pool.name }, pool.recovered ? 'adopted a box created by another process' : 'recovered box');
-    }
-    const swept = await mapSettled(plan.sweep, CLEANUP_PARALLELISM, (c) => runtime.remove(c.id, { force: true }));
-    for (const [i, r] of swept.entries()) {
-      if (r.status === 'fulfilled' || isSbxError(r.reason, 'not_found')) {
-        this.cleanupStats.swept++;
-        this.log.warn({ container: plan.sweep[i]!.id, pool: pool.name }, 'swept a box whose create never finished');
-      } else this.log.error({ container: plan.sweep[i]!.id, err: r.reason }, 'could not sweep a half-made box');
-    }
-    pool.recovered = true;
-    if (opts.revive) await this.reviveStopped(pool);
-    await pool.warm?.sync(spares);
-    return this.registry.ofPool(pool.name);
-  }
-
-  /** An unreachable pool is logged where it is found and adopted later; anything else is logged here. */
-  private reconcileFailed(pool: Pool, err: unknown): void {
-    if (!isSbxError(err, 'runtime_unavailable')) this.log.error({ pool: pool.name, err }, 'reconciling the pool failed; the next cleanup pass tries again');
-  }
-
-  /**
-   * Starts the session, longrunning and persistent boxes that are stopped though sbx did not stop
-   * them: at start, when a pool is added and when its engine comes back. The engine restarts no
-   * box (a command that exits must stay exited and say so, not loop), so after an engine restart,
-   * clean or kill -9, this is what brings boxes back; a box whose own command had ended is tried
-   * once more at these moments only. Not use: the idle clock is not touched.
-   */
-  private async reviveStopped(pool: Pool): Promise<void> {
-    const runtime = pool.runtime();
-    const boxes = this.registry
-      .ofPool(pool.name)
-      .filter((b) => b.policy !== 'oneshot' && b.status === 'stopped' && b.restartable && !this.stopIntents.has(b.id) && !this.removing.has(b.id));
-    const results = await mapSettled(boxes, CLEANUP_PARALLELISM, async (b) => {
-      await runtime.start(b.containerId);
-      b.status = 'running';
-      await this.handEnv(pool, b);
-    });
-    for (const [i, r] of results.entries()) {
-      const box = boxes[i]!;
-      if (r.status === 'fulfilled') this.log.warn({ box: box.id, pool: pool.name, policy: box.policy }, 'started a box the engine had stopped behind sbx');
-      else this.log.error({ box: box.id, pool: pool.name, err: r.reason }, 'could not start a box the engine had stopped behind sbx');
-    }
   }
 
   // --- Pools ---------------------------------------------------------------------------
@@ -416,8 +307,8 @@ export class Manager {
     const pool = this.newPool(resolved);
     this.poolsByName.set(resolved.name, pool);
     if (this.started) {
-      await this.reconcilePool(pool, { revive: true }).catch((err: unknown) => this.reconcileFailed(pool, err));
-      this.watch(pool);
+      await this.recovery.reconcile(pool, { revive: true }).catch((err: unknown) => this.recovery.failed(pool, err));
+      this.recovery.watch(pool);
     }
     return pool.info(this.registry.ofPool(pool.name).length);
   }
@@ -726,7 +617,7 @@ export class Manager {
   }
 
   private async cleanupPool(pool: Pool): Promise<void> {
-    const boxes = (await this.reconcilePool(pool)).filter((b) => !this.removing.has(b.id));
+    const boxes = (await this.recovery.reconcile(pool)).filter((b) => !this.removing.has(b.id));
     const planned = planCleanup(boxes, this.now());
     const results = await mapSettled(planned, CLEANUP_PARALLELISM, async ({ box, action, reason }) => {
       if (action === 'stop') {
