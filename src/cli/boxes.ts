@@ -5,9 +5,11 @@
 import { createInterface } from 'node:readline';
 import type { Command } from 'commander';
 import { CommanderError, Option } from 'commander';
-import { SbxError } from '../client/index.js';
+import { SbxError } from '../errors.js';
 import type { BoxInfo, CreateOptions } from '../client/index.js';
 import type { Box } from '../client/index.js';
+import type { ExecTarget } from './remote.js';
+import { SIGNAL_EXIT } from './exit.js';
 import { fields, formatDuration, paint, printJson, relativeTime, table } from './output.js';
 import {
   CONNECTION_HELP,
@@ -23,12 +25,12 @@ import {
   remoteAction,
   resolveConnection,
   connectionFlags,
+  connectedAction,
+  execTarget,
   size,
   withConnection,
   writeProfiles,
 } from './remote.js';
-
-const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143, SIGPIPE: 141 };
 
 function statusText(status: string): string {
   return paint(status, status === 'running' ? 'green' : status === 'stopped' ? 'yellow' : 'cyan');
@@ -98,7 +100,7 @@ interface ExecFlags {
  * Runs `cmd` in `box` with this process's terminal: live output, stdin with -i, a raw-mode TTY
  * that follows the window size with -t. Resolves with the exit status to leave with.
  */
-export async function execInBox(box: Box, cmd: string[], opts: ExecFlags): Promise<number> {
+export async function execInBox(box: ExecTarget, cmd: string[], opts: ExecFlags): Promise<number> {
   const stop = new AbortController();
   const onSignal = (signal: NodeJS.Signals) => stop.abort(signal);
   process.once('SIGINT', onSignal).once('SIGTERM', onSignal);
@@ -207,7 +209,7 @@ Examples:
           cmd.error('error: no API key: give --api-key KEY, --api-key-stdin, or set SBX_API_KEY', { exitCode: REMOTE_EXIT.usage });
         }
         conn = { ...(await resolveConnection({ url, apiKey: key })), urlFrom: 'flag' as const, keyFrom: 'flag' as const };
-        const sbx = client(conn);
+        const sbx = await client(conn);
         // Any key may list boxes: the cheapest call that proves the key works.
         await sbx.list();
         const name = merged.profile ?? DEFAULT_PROFILE;
@@ -350,11 +352,10 @@ Examples:
   sbx exec -e DEBUG=1 -w /tmp --timeout 30s sb-1a2b3c -- sh -c 'make test'`,
     )
     .action(
-      remoteAction(async ({ sbx }, id: string, args: string[], f: ExecFlags) => {
+      connectedAction(async (conn, id: string, args: string[], f: ExecFlags) => {
         const cmd = commandArgs(args);
         if (cmd.length === 0) program.error("error: missing required argument 'cmd'", { exitCode: REMOTE_EXIT.usage });
-        const box = await sbx.get(id);
-        process.exitCode = await execInBox(box, cmd, f);
+        process.exitCode = await execInBox(await execTarget(conn, id), cmd, f);
       }),
     );
 
@@ -364,9 +365,8 @@ Examples:
     .option('-s, --shell <path>', 'the shell to run', 'sh')
     .addHelpText('after', `${EXEC_EXIT_HELP}\n${CONNECTION_HELP}\n\nExamples:\n  sbx shell sb-1a2b3c\n  sbx shell -u root -s bash sb-1a2b3c`)
     .action(
-      remoteAction(async ({ sbx }, id: string, f: ExecFlags & { shell: string }) => {
-        const box = await sbx.get(id);
-        process.exitCode = await execInBox(box, [f.shell, '-l'], { ...f, interactive: true, tty: true });
+      connectedAction(async (conn, id: string, f: ExecFlags & { shell: string }) => {
+        process.exitCode = await execInBox(await execTarget(conn, id), [f.shell, '-l'], { ...f, interactive: true, tty: true });
       }),
     );
 

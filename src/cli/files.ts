@@ -7,11 +7,13 @@ import { stat } from 'node:fs/promises';
 import { basename, join, posix, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
-import { SbxError } from '../client/index.js';
+import { SbxError } from '../errors.js';
 import type { Box, Workspace } from '../client/index.js';
 import { formatBytes, formatMode, paint, printJson, relativeTime, table } from './output.js';
 import { CONNECTION_HELP, REMOTE_EXIT, keyValue, remoteAction, size, withConnection } from './remote.js';
-import { Progress, extractHost, packHost, treeSize } from './transfer.js';
+
+/** tar-stream and the copy code, loaded by the commands that copy (not for `--help` or `ws ls`). */
+const transfer = () => import('./transfer.js');
 
 /** `ID:PATH` → the box id and the path in it; a local path otherwise (`./a:b` stays local). */
 export function parseRemote(arg: string): { id: string; path: string } | undefined {
@@ -69,6 +71,7 @@ async function upload(box: Box, local: string, dest: string): Promise<void> {
     throw new SbxError('not_found', `no such directory in box '${box.id}': ${there === 'noparent' ? posix.dirname(dest) : dest}`, { details: { id: box.id } });
   else if (there === 'file' && kind === 'dir') throw new SbxError('conflict', `cannot copy a directory onto the file ${dest} in box '${box.id}'`);
   else [dir, name] = [posix.dirname(dest), posix.basename(dest)];
+  const { Progress, packHost, treeSize } = await transfer();
   const progress = new Progress(`${basename(local)} → ${box.id}:${posix.join(dir, name)}`, await treeSize(local));
   // -o: files belong to the box's user, not to uids of this machine.
   await boxCommand(box, ['tar', '-x', '-o', '-f', '-', '-C', dir], { input: packHost(local, name, progress) });
@@ -85,6 +88,7 @@ async function download(box: Box, path: string, local: string): Promise<void> {
   }
   const kind = await localKind(local);
   const target = kind === 'dir' ? join(local, root ? box.id : posix.basename(clean)) : local;
+  const { Progress, extractHost } = await transfer();
   const progress = new Progress(`${box.id}:${clean} → ${target}`);
   const s = await box.stream(tarCmd);
   s.stdin.end();
@@ -275,6 +279,7 @@ Examples:
         const kind = await localKind(local);
         if (kind === 'none') throw new SbxError('not_found', `no such file or directory here: ${local}`, { details: { field: 'local' } });
         const target = dest ?? basename(resolve(local));
+        const { Progress, packHost, treeSize } = await transfer();
         const progress = new Progress(`${basename(local)} → ${id}:${target}`, await treeSize(local));
         if (kind === 'dir') {
           const r = await fs.importTar(target, packHost(local, '', progress));
@@ -312,6 +317,7 @@ Examples:
         }
         const here = local ?? (name === '.' ? id : name);
         const target = (await localKind(here)) === 'dir' ? join(here, name === '.' ? id : name) : here;
+        const { Progress, extractHost } = await transfer();
         const progress = new Progress(`${id}:${path} → ${target}`, st.isDir ? undefined : st.size);
         if (st.isDir) await extractHost(await fs.exportTar(path), target, { progress });
         else await pipeline(await fs.createReadStream(path), progress.counter(), createWriteStream(target, { mode: st.mode & 0o777 }));

@@ -3,25 +3,21 @@
  * The `sbx` command line. `run`, `pools` (alone) and `serve` work on the library directly (this
  * machine's config); every other command talks to a running server through the SDK
  * (src/cli/remote.ts says where the server and key come from).
+ *
+ * Start-up is lazy: this file and the command definitions load commander and small helpers only;
+ * an action imports what it needs when it runs (the Manager for `run`, the server for `serve`,
+ * the SDK for the rest), so `sbx --help` and `sbx exec` never load fastify, dockerode or the
+ * Kubernetes client (cli-startup.test.ts proves it on the module graph).
  */
-import { Command, CommanderError, InvalidArgumentError } from 'commander';
-import { Manager } from '../sandbox/manager.js';
-import type { Box } from '../sandbox/box.js';
-import { loadConfig } from '../sandbox/config.js';
-import { SbxError, isSbxError } from '../errors.js';
-import { parseDuration } from '../util/duration.js';
-import { serveCommand } from './serve.js';
+import { Command, CommanderError } from 'commander';
+import { SbxError } from '../errors.js';
+import { serveCommand } from './serve-command.js';
 import { adminCommands } from './admin.js';
 import { boxCommands } from './boxes.js';
+import { EXIT, SIGNAL_EXIT } from './exit.js';
 import { fileCommands } from './files.js';
-import { withConnection } from './remote.js';
-
-/**
- * Exit statuses of `run`, as `docker run` gives them; `run` otherwise exits with the command's
- * own status. The commands that talk to a server exit 1 for sbx errors instead (REMOTE_EXIT).
- */
-export const EXIT = { usage: 2, timeout: 124, sbx: 125, cannotRun: 126, notFound: 127 } as const;
-const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143, SIGPIPE: 141 };
+import type { RunOptions } from './run.js';
+import { duration, envVar, withConnection } from './remote.js';
 
 // A reader that went away (`sbx --help | head -2`, `sbx ls --json | head`): exit quietly with a
 // shell's SIGPIPE status instead of an unhandled EPIPE's stack trace. `run` and `exec` add their own
@@ -61,37 +57,9 @@ Exit status: the command's own for run and exec; 1 when sbx fails (run: 125, as 
 2 for usage errors. See docs/cli.md.`,
   );
 
-/** The Manager for a command: its `-c` first, then the global one, then $SBX_CONFIG and SBX_* variables. */
-function manager(opts: { config?: string }): Manager {
-  const file = opts.config ?? program.opts<{ config?: string }>().config;
-  return new Manager(loadConfig(file ? { file } : {}));
-}
-
-function duration(value: string): number {
-  try {
-    return parseDuration(value);
-  } catch (err) {
-    throw new InvalidArgumentError((err as Error).message.replace(/^duration: /, ''));
-  }
-}
-
-/** `KEY=VALUE`, or `KEY` alone for the caller's value of KEY (as `docker run -e` does). */
-function envVar(value: string, previous: Record<string, string> = {}): Record<string, string> {
-  const eq = value.indexOf('=');
-  const key = eq < 0 ? value : value.slice(0, eq);
-  if (key === '') throw new InvalidArgumentError('expected KEY=VALUE or KEY');
-  if (eq >= 0) return { ...previous, [key]: value.slice(eq + 1) };
-  const inherited = process.env[key];
-  if (inherited === undefined) throw new InvalidArgumentError(`${key} is not set in this environment; write ${key}=VALUE`);
-  return { ...previous, [key]: inherited };
-}
-
-interface RunOptions {
-  config?: string;
-  pool?: string;
-  timeout?: number;
-  env?: Record<string, string>;
-  interactive?: boolean;
+/** The config file for a local command: its `-c` first, then the global one (else $SBX_CONFIG and SBX_* variables). */
+function configFile(opts: { config?: string }): string | undefined {
+  return opts.config ?? program.opts<{ config?: string }>().config;
 }
 
 program
@@ -126,55 +94,8 @@ Examples:
     // `sbx run IMAGE -- CMD`, as earlier help texts asked for, still works.
     const cmd = args[0] === '--' ? args.slice(1) : args;
     if (cmd.length === 0) program.error("error: missing required argument 'cmd'", { exitCode: EXIT.usage, code: 'sbx.missingCommand' });
-    const m = manager(opts);
-    const stop = new AbortController();
-    const onSignal = (signal: NodeJS.Signals) => stop.abort(signal);
-    process.once('SIGINT', onSignal).once('SIGTERM', onSignal);
-    let box: Box | undefined;
-    try {
-      box = await m.create({ image, env: opts.env ?? {}, policy: 'oneshot', ...(opts.pool ? { pool: opts.pool } : {}) });
-      if (stop.signal.aborted) return;
-      const timer = opts.timeout ? setTimeout(() => stop.abort('timeout'), opts.timeout) : undefined;
-      let s;
-      try {
-        s = await box.stream(cmd, { signal: stop.signal });
-      } catch (err) {
-        // The command could not start: a shell's statuses, as `docker run` gives them.
-        if (!(err instanceof SbxError) || typeof err.details?.['cmd'] !== 'string') throw err;
-        clearTimeout(timer);
-        console.error(`sbx: ${err.code}: ${err.message}`);
-        process.exitCode = err.code === 'not_found' ? EXIT.notFound : EXIT.cannotRun;
-        return;
-      }
-      for (const [from, to] of [
-        [s.stdout, process.stdout],
-        [s.stderr, process.stderr],
-      ] as const) {
-        from.pipe(to);
-        // A reader that went away (`sbx run … | head -1`): stop the command as a shell's SIGPIPE would.
-        to.on('error', () => {
-          from.unpipe(to).resume();
-          stop.abort('SIGPIPE');
-        });
-      }
-      if (opts.interactive) process.stdin.pipe(s.stdin);
-      else s.stdin.end();
-      const code = await s.wait();
-      clearTimeout(timer);
-      if (opts.interactive) process.stdin.unpipe(s.stdin).destroy();
-      if (stop.signal.reason === 'timeout') {
-        process.stderr.write(`sbx: timed out after ${formatMs(opts.timeout!)}; the command was killed\n`);
-        process.exitCode = EXIT.timeout;
-      } else process.exitCode = code;
-    } finally {
-      process.off('SIGINT', onSignal).off('SIGTERM', onSignal);
-      // A oneshot box removes itself after its exec; this covers a command that never started.
-      await box?.remove().catch((err: unknown) => {
-        if (!isSbxError(err, 'not_found')) throw err;
-      });
-      await m.close();
-      if (stop.signal.aborted && stop.signal.reason !== 'timeout') process.exitCode = SIGNAL_EXIT[String(stop.signal.reason)] ?? 1;
-    }
+    const { runCommand } = await import('./run.js');
+    await runCommand(image, cmd, opts, configFile(opts));
   });
 
 const pools = program
@@ -184,13 +105,8 @@ const pools = program
   )
   .option('-c, --config <file>', CONFIG_HELP)
   .action(async (opts: { config?: string }) => {
-    const m = manager(opts);
-    try {
-      await m.start();
-      for (const p of await m.pools()) console.log(`${p.name}\t${p.addr}\t${p.connected ? 'connected' : 'unreachable'}\tboxes=${p.boxes}`);
-    } finally {
-      await m.close();
-    }
+    const { localPools } = await import('./run.js');
+    await localPools(configFile(opts));
   });
 
 boxCommands(program);
@@ -199,10 +115,6 @@ adminCommands(program, pools);
 
 // Usage errors exit 2 here too: the settings above are copied, as .command() does for the others.
 program.addCommand(serveCommand().copyInheritedSettings(program));
-
-function formatMs(ms: number): string {
-  return ms % 1000 === 0 ? `${ms / 1000}s` : `${ms} ms`;
-}
 
 program.parseAsync().catch((err: unknown) => {
   if (err instanceof CommanderError) {

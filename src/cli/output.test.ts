@@ -10,8 +10,8 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { PullRenderer, bar } from './pull-progress.js';
 import { formatBytes, relativeTime, table, useColor } from './output.js';
-import { explain, profilePath, resolveConnection, writeProfiles } from './remote.js';
-import { SbxError } from '../client/index.js';
+import { DEFAULT_URL, explain, profilePath, resolveConnection, writeProfiles } from './remote.js';
+import { DEFAULT_URL as SDK_DEFAULT_URL, SbxError } from '../client/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-cli-out-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -115,6 +115,10 @@ describe('human output', () => {
 });
 
 describe('connection settings', () => {
+  test('the CLI’s default server is the SDK’s (written out so that help need not load the SDK)', () => {
+    assert.equal(DEFAULT_URL, SDK_DEFAULT_URL);
+  });
+
   test('flags, then SBX_URL/SBX_API_KEY, then the profile; --profile beats the environment', async () => {
     const env = { XDG_CONFIG_HOME: join(dir, 'xdg'), HOME: join(dir, 'home') };
     const file = profilePath(env);

@@ -130,6 +130,64 @@ function makeTree(root: string): void {
   symlinkSync('hello.txt', join(root, 'link'));
 }
 
+/** Records every module a child resolves (ESM) or requires (CommonJS) while it runs `sbx ARGS`. */
+const RECORD_HOOKS = `
+import { appendFileSync } from 'node:fs';
+let file;
+export function initialize(data) { file = data.file; }
+export async function resolve(specifier, context, next) {
+  const r = await next(specifier, context);
+  appendFileSync(file, r.url + '\\n');
+  return r;
+}`;
+
+async function modulesLoadedBy(args: string[]): Promise<{ result: Result; modules: string[] }> {
+  const log = join(dir, `modules-${randomBytes(4).toString('hex')}.txt`);
+  writeFileSync(log, '');
+  const recorder = join(dir, `record-${randomBytes(4).toString('hex')}.mjs`);
+  const register = `import { register, createRequire } from 'node:module';
+    register('data:text/javascript,' + encodeURIComponent(${JSON.stringify(RECORD_HOOKS)}), { data: { file: ${JSON.stringify(log)} } });
+    const require = createRequire(import.meta.url);
+    process.on('exit', () => require('node:fs').appendFileSync(${JSON.stringify(log)}, Object.keys(require.cache).join('\\n') + '\\n'));`;
+  writeFileSync(recorder, register);
+  const result = await run(process.execPath, ['--import', 'tsx', '--import', recorder, MAIN, ...args]);
+  const modules = [...new Set(readFileSync(log, 'utf8').split('\n').filter(Boolean))].map((u) => (u.startsWith('file:') ? fileURLToPath(u) : u));
+  return { result, modules };
+}
+
+/** What neither `--help` nor a command that talks to a server may load: the server, the library's core, the engine clients. */
+const HEAVY = [/\/node_modules\/(fastify|dockerode|docker-modem|@kubernetes|pino|@grpc|@fastify)\//, /\/src\/(sandbox|server|runtime|compat|workspace)\//];
+
+function heavyModules(modules: string[]): string[] {
+  return modules.filter((m) => HEAVY.some((re) => re.test(m)) && !m.endsWith('/src/sandbox/box-path.ts') && !m.endsWith('/src/workspace/workspace-path.ts'));
+}
+
+describe('start-up loads only what the command needs', () => {
+  test('--help: commander and the CLI’s own files, no SDK, no server, no core, no engine client', async () => {
+    const { result, modules } = await modulesLoadedBy(['--help']);
+    assert.equal(result.code, 0, result.stderr);
+    assert.ok(
+      modules.some((m) => m.endsWith('/src/cli/boxes.ts')),
+      'the recorder saw the CLI load',
+    );
+    assert.deepEqual(heavyModules(modules), []);
+    assert.deepEqual(
+      modules.filter((m) => /\/src\/client\/|\/node_modules\/(ws|yaml|tar-stream)\//.test(m)),
+      [],
+    );
+  });
+
+  test('exec against a server: the WebSocket exec and nothing of the server, the core or the engine clients', async () => {
+    const { result, modules } = await modulesLoadedBy(['exec', box, '--', 'sh', '-c', 'exit 7']);
+    assert.equal(result.code, 7, result.stderr);
+    assert.ok(
+      modules.some((m) => m.endsWith('/src/client/stream.ts')),
+      'the recorder saw the exec load',
+    );
+    assert.deepEqual(heavyModules(modules), []);
+  });
+});
+
 describe('sbx exec', () => {
   test("streams stdout and stderr apart and exits with the command's status", async () => {
     const r = await sbx(['exec', box, '--', 'sh', '-c', 'echo out; echo err >&2; exit 3']);

@@ -1,0 +1,48 @@
+/**
+ * `sbx serve`'s flags and help. The server itself (serve.ts and everything it loads) is imported
+ * only when the command runs, so that `sbx --help` and the commands that talk to a server start
+ * fast. src/cli/main.ts adds it with `program.addCommand(serveCommand())`.
+ */
+import { Command, InvalidArgumentError } from 'commander';
+import type { ServeFlags } from './serve.js';
+import { duration } from './remote.js';
+
+export { duration };
+
+export function port(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new InvalidArgumentError('expected a port number 0-65535');
+  return n;
+}
+
+export function bytes(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('expected a number of bytes');
+  return n;
+}
+
+export function serveCommand(): Command {
+  return new Command('serve')
+    .description(
+      'Serve the HTTP API (boxes, exec, files, workspaces, pools, keys) and the e2b-compatible endpoints (/e2b/api, /e2b/envd; templates under server.e2b in the config file) until SIGINT/SIGTERM; the first start prints an admin key',
+    )
+    .option('--host <addr>', 'address to bind (default $SBX_HOST or 127.0.0.1; other addresses need TLS)')
+    .option('--port <n>', 'port (default $SBX_PORT or 7070)', port)
+    .option('-c, --config <file>', 'YAML config file (default $SBX_CONFIG)')
+    .option('--data-dir <dir>', 'data directory: keys, box-token secret, workspaces (default $SBX_DATA_DIR or ~/.sbx)')
+    .option('--tls-cert <file>', 'PEM certificate (or $SBX_TLS_CERT)')
+    .option('--tls-key <file>', 'PEM private key (or $SBX_TLS_KEY)')
+    .option('--allow-insecure', 'plain HTTP on a non-loopback address (behind a TLS proxy)')
+    .option('--grpc-port <n>', 'serve the gRPC heartbeat on this port (or $SBX_GRPC_PORT; off by default)', port)
+    .option('--grpc-host <addr>', 'address for the gRPC heartbeat (default the --host; boxes reach the host on the bridge gateway)')
+    .option('--grpc-advertise <host:port>', 'what boxes get as SBX_GRPC_ADDR (or $SBX_GRPC_ADVERTISE; default the gRPC address when a box can dial it)')
+    .option('--shutdown-grace <duration>', 'grace for in-flight work on shutdown, e.g. 10s (or $SBX_SHUTDOWN_GRACE)', duration)
+    .option('--body-limit <bytes>', 'largest JSON body (or $SBX_BODY_LIMIT; default 1048576)', bytes)
+    .option('--exec-output-budget <bytes>', 'buffered exec output held at once, all requests together (or $SBX_EXEC_OUTPUT_BUDGET; default 268435456)', bytes)
+    .option('--public-url <url>', 'base URL clients reach this server at, for box.proxy() URLs (or $SBX_PUBLIC_URL; default the listening URL)')
+    .option('--proxy-domain <domain>', 'host-based proxy: <port>-<id>.<domain> reaches that port of that box at / (or $SBX_PROXY_DOMAIN; needs wildcard DNS)')
+    .action(async (flags: ServeFlags, cmd: Command) => {
+      const { runServe } = await import('./serve.js');
+      await runServe(flags, cmd);
+    });
+}
