@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { managerSelector } from '../sandbox/labels.js';
 import { testEnv } from '../testing/env.js';
+import { registryOnlyImage, removeLocalImage } from '../testing/registry-image.js';
 
 const IMAGE = testEnv.baseImage;
 const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
@@ -50,9 +51,12 @@ async function sbx(
     env?: Record<string, string>;
     onSpawn?: (child: ChildProcess) => void;
     onOutput?: (out: { stdout: string; stderr: string }, child: ChildProcess) => void;
+    /** A command line to run instead of `sbx ARGS` (a pseudo-terminal's script(1) around it). */
+    command?: string[];
   } = {},
 ): Promise<Result> {
-  const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], { cwd: ROOT, env: cliEnv(opts.env), stdio: ['pipe', 'pipe', 'pipe'] });
+  const [file, ...argv] = opts.command ?? [process.execPath, '--import', 'tsx', MAIN, ...args];
+  const child = spawn(file!, argv, { cwd: ROOT, env: cliEnv(opts.env), stdio: ['pipe', 'pipe', 'pipe'] });
   opts.onSpawn?.(child);
   let stdout = '';
   let stderr = '';
@@ -155,7 +159,7 @@ describe('sbx run', () => {
   });
 
   test('a command killed inside the box exits 137, not the timeout status', async () => {
-    const r = await sbx(['run', '-t', '1m', IMAGE, 'sh', '-c', 'kill -9 $$']);
+    const r = await sbx(['run', '--timeout', '1m', IMAGE, 'sh', '-c', 'kill -9 $$']);
     assert.equal(r.code, 137);
     assert.doesNotMatch(r.stderr, /timed out/);
   });
@@ -173,28 +177,31 @@ describe('sbx run', () => {
 
 describe('sbx run --timeout', () => {
   test('takes a duration: 1s kills a long command, says so on stderr, exits 124', async () => {
-    const r = await sbx(['run', '-t', '1s', IMAGE, 'sh', '-c', 'echo started; sleep 3600']);
+    const r = await sbx(['run', '--timeout', '1s', IMAGE, 'sh', '-c', 'echo started; sleep 3600']);
     assert.equal(r.code, 124);
     assert.equal(r.stdout, 'started\n');
     assert.equal(r.stderr, 'sbx: timed out after 1s; the command was killed\n');
   });
 
-  test('a plain number is milliseconds', async () => {
-    const r = await sbx(['run', '--timeout', '800', IMAGE, 'sleep', '60']);
+  test('a plain number is a usage error naming the forms with a unit (never milliseconds silently); 800ms is 800 ms', async () => {
+    const bare = await sbx(['-c', unreachable, 'run', '--timeout', '800', IMAGE, 'sleep', '60']);
+    assert.equal(bare.code, 2, bare.stderr);
+    assert.match(bare.stderr, /--timeout.*'800' has no unit: write 800s, 800m or 800ms \(e\.g\. 500ms, 30s, 5m, 2h/);
+    const r = await sbx(['run', '--timeout', '800ms', IMAGE, 'sleep', '60']);
     assert.equal(r.code, 124);
-    assert.equal(r.stderr, 'sbx: timed out after 800 ms; the command was killed\n');
+    assert.equal(r.stderr, 'sbx: timed out after 800ms; the command was killed\n');
   });
 
   test('a command that finishes in time keeps its own status', async () => {
-    const r = await sbx(['run', '-t', '30s', IMAGE, 'sh', '-c', 'echo fast; exit 5']);
+    const r = await sbx(['run', '--timeout', '30s', IMAGE, 'sh', '-c', 'echo fast; exit 5']);
     assert.deepEqual([r.code, r.stdout, r.stderr], [5, 'fast\n', '']);
   });
 
   test('a bad duration is a usage error naming the option, before any box is made', async () => {
     // The only pool is unreachable: had the CLI tried to make a box, it would fail with 125.
     for (const bad of ['30x', '-5s', 'soon']) {
-      const r = await sbx(['-c', unreachable, 'run', '-t', bad, IMAGE, 'true']);
-      assert.equal(r.code, 2, `-t ${bad}: ${r.stderr}`);
+      const r = await sbx(['-c', unreachable, 'run', '--timeout', bad, IMAGE, 'true']);
+      assert.equal(r.code, 2, `--timeout ${bad}: ${r.stderr}`);
       assert.match(r.stderr, /--timeout/);
       assert.ok(r.stderr.includes(`'${bad}'`), r.stderr);
       assert.equal(r.stdout, '');
@@ -227,6 +234,39 @@ describe('sbx run --env', () => {
   });
 });
 
+describe('sbx run, docker’s flags', () => {
+  test('-it: the command gets a terminal (script(1) gives sbx one) and its status comes back', async () => {
+    const line = [process.execPath, '--import', 'tsx', MAIN, 'run', '-it', IMAGE, 'sh', '-c', 'tty; exit 3']
+      .map((a) => `'${a.replace(/'/g, `'\\''`)}'`)
+      .join(' ');
+    const r = await sbx([], { command: ['script', '-qefc', line, '/dev/null'] });
+    assert.equal(r.code, 3, r.stderr);
+    assert.match(r.stdout, /^\/dev\/pts\/\d+\r*\n/);
+  });
+
+  test('-w, -u and --name, as docker run takes them; --rm is accepted (run always removes its box)', async () => {
+    const r = await sbx(['run', '--rm', '-w', '/tmp', '-u', '1000', '--name', `${NAME}-named`, IMAGE, 'sh', '-c', 'pwd; id -u; echo $SBX_SANDBOX_ID']);
+    assert.deepEqual([r.code, r.stdout, r.stderr], [0, `/tmp\n1000\n${NAME}-named\n`, '']);
+  });
+
+  test('--pull: missing (the default) pulls an image the engine lacks, never refuses, always pulls first', async () => {
+    const image = await registryOnlyImage('cli-run-pull');
+    try {
+      const never = await sbx(['run', '--pull', 'never', image, 'true']);
+      assert.equal(never.code, 125, never.stderr);
+      assert.match(never.stderr, /^sbx: not_found: image .*cli-run-pull.* not found/);
+      const missing = await sbx(['run', image, 'echo', 'ran']);
+      assert.deepEqual([missing.code, missing.stdout], [0, 'ran\n'], missing.stderr);
+      assert.match(missing.stderr, /is not on the pool; pulling it/);
+      const always = await sbx(['run', '--pull', 'always', image, 'echo', 'again']);
+      assert.deepEqual([always.code, always.stdout], [0, 'again\n'], always.stderr);
+      assert.doesNotMatch(always.stderr, /is not on the pool/);
+    } finally {
+      await removeLocalImage(image);
+    }
+  });
+});
+
 describe('sbx run stdin', () => {
   test('-i passes stdin to the command', async () => {
     const r = await sbx(['run', '-i', IMAGE, 'sh', '-c', 'wc -c; echo done'], { input: 'twelve bytes' });
@@ -241,16 +281,20 @@ describe('sbx run stdin', () => {
 
 describe('sbx errors', () => {
   test('an unknown pool is an sbx error (125) that names the known pools', async () => {
-    const r = await sbx(['run', '-p', 'nope', IMAGE, 'true']);
+    const r = await sbx(['run', '--pool', 'nope', IMAGE, 'true']);
     assert.equal(r.code, 125);
     assert.equal(r.stderr, "sbx: pool_not_found: pool 'nope' not found; known pools: local\n");
     assert.equal(r.stdout, '');
   });
 
-  test('a missing image is an sbx error (125)', async () => {
-    const r = await sbx(['run', 'sbx-no-such-image:never', 'true']);
+  test('a missing image is an sbx error (125): with --pull never at once, else once the pull has failed', async () => {
+    const r = await sbx(['run', '--pull', 'never', 'sbx-no-such-image:never', 'true']);
     assert.equal(r.code, 125);
     assert.match(r.stderr, /^sbx: not_found: .*sbx-no-such-image:never/);
+    const pulled = await sbx(['run', `${testEnv.registry}/sbx/no-such-image:never`, 'true']);
+    assert.equal(pulled.code, 125);
+    assert.match(pulled.stderr, /pulling it/);
+    assert.match(pulled.stderr, /^sbx: \w+: .*no-such-image:never/m);
   });
 
   test('an unreachable engine is an sbx error (125); -c works before and after the command', async () => {

@@ -10,6 +10,7 @@ import type { Command } from 'commander';
 import { SbxError } from '../errors.js';
 import type { Box, Workspace } from '../client/index.js';
 import { formatBytes, formatMode, paint, printJson, relativeTime, table } from './output.js';
+import { resolveWorkspace } from './names.js';
 import { CONNECTION_HELP, REMOTE_EXIT, keyValue, remoteAction, size, withConnection } from './remote.js';
 
 /** tar-stream and the copy code, loaded by the commands that copy (not for `--help` or `ws ls`). */
@@ -200,13 +201,13 @@ Examples:
       }),
     );
 
-  withConnection(ws.command('rm').alias('remove').description('Delete workspaces and their files').argument('<ids...>', 'workspace ids'))
+  withConnection(ws.command('rm').alias('remove').description('Delete workspaces and their files').argument('<ids...>', 'workspace ids or names'))
     .option('-f, --force', 'delete even while a box has it mounted')
     .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx ws rm ws-abc\n  sbx ws rm -f ws-abc ws-def`)
     .action(
       remoteAction(async ({ sbx }, ids: string[], f: { force?: boolean }) => {
         for (const id of ids) {
-          await sbx.workspaces.delete(id, f.force ? { force: true } : {});
+          await sbx.workspaces.delete(await resolveWorkspace(sbx, id), f.force ? { force: true } : {});
           process.stdout.write(id + '\n');
         }
       }),
@@ -216,7 +217,7 @@ Examples:
     ws
       .command('ls-files')
       .description('List the files of a workspace directory')
-      .argument('<id>', 'workspace id')
+      .argument('<id>', 'workspace id or name')
       .argument('[path]', 'directory inside the workspace (default: its root)', ''),
   )
     .option('-r, --recursive', 'the whole tree, paths relative to PATH')
@@ -224,7 +225,7 @@ Examples:
     .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx ws ls-files ws-abc\n  sbx ws ls-files -r ws-abc src --json`)
     .action(
       remoteAction(async ({ sbx }, id: string, path: string, f: { recursive?: boolean; json?: boolean }) => {
-        const fs = await sbx.workspaces.fs(id);
+        const fs = await sbx.workspaces.fs(await resolveWorkspace(sbx, id));
         const entries = await fs.readDir(path, { recursive: f.recursive === true });
         if (f.json) return printJson(entries);
         process.stdout.write(
@@ -242,12 +243,12 @@ Examples:
     );
 
   withConnection(
-    ws.command('cat').description('Write a workspace file to stdout').argument('<id>', 'workspace id').argument('<path>', 'file inside the workspace'),
+    ws.command('cat').description('Write a workspace file to stdout').argument('<id>', 'workspace id or name').argument('<path>', 'file inside the workspace'),
   )
     .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx ws cat ws-abc notes.txt\n  sbx ws cat ws-abc data.bin > data.bin`)
     .action(
       remoteAction(async ({ sbx }, id: string, path: string) => {
-        const fs = await sbx.workspaces.fs(id);
+        const fs = await sbx.workspaces.fs(await resolveWorkspace(sbx, id));
         await pipeline(await fs.createReadStream(path), process.stdout);
       }),
     );
@@ -256,7 +257,7 @@ Examples:
     ws
       .command('put')
       .description('Upload a file or directory into a workspace (a directory as a tar stream, all or nothing)')
-      .argument('<id>', 'workspace id')
+      .argument('<id>', 'workspace id or name')
       .argument('<local>', 'file or directory here ("-" for stdin, which needs DEST)')
       .argument('[dest]', 'path inside the workspace (default: the local name, at the root)'),
   )
@@ -267,7 +268,7 @@ Examples:
     )
     .action(
       remoteAction(async ({ sbx }, id: string, local: string, dest: string | undefined, f: { mode?: string }) => {
-        const fs = await sbx.workspaces.fs(id);
+        const fs = await sbx.workspaces.fs(await resolveWorkspace(sbx, id));
         const mode = f.mode !== undefined ? parseInt(f.mode, 8) : undefined;
         if (mode !== undefined && (!/^[0-7]{1,4}$/.test(f.mode!) || Number.isNaN(mode)))
           program.error(`error: --mode '${f.mode}' is not an octal mode such as 644`, { exitCode: 2 });
@@ -298,7 +299,7 @@ Examples:
     ws
       .command('get')
       .description('Download a file or directory from a workspace')
-      .argument('<id>', 'workspace id')
+      .argument('<id>', 'workspace id or name')
       .argument('<path>', 'file or directory inside the workspace')
       .argument('[local]', 'where to write it (default: its name here; "-" for stdout: a file, or a directory as tar)'),
   )
@@ -308,7 +309,7 @@ Examples:
     )
     .action(
       remoteAction(async ({ sbx }, id: string, path: string, local: string | undefined) => {
-        const fs = await sbx.workspaces.fs(id);
+        const fs = await sbx.workspaces.fs(await resolveWorkspace(sbx, id));
         const st = await fs.stat(path);
         const name = posix.basename(posix.normalize(path || '.')) || id;
         if (local === '-') {

@@ -9,7 +9,7 @@
  * the SDK for the rest), so `sbx --help` and `sbx exec` never load fastify, dockerode or the
  * Kubernetes client (cli-startup.test.ts proves it on the module graph).
  */
-import { Command, CommanderError } from 'commander';
+import { Command, CommanderError, Option } from 'commander';
 import { SbxError } from '../errors.js';
 import { serveCommand } from './serve-command.js';
 import { adminCommands } from './admin.js';
@@ -17,7 +17,8 @@ import { boxCommands } from './boxes.js';
 import { EXIT, SIGNAL_EXIT } from './exit.js';
 import { fileCommands } from './files.js';
 import type { RunOptions } from './run.js';
-import { duration, envVar, withConnection } from './remote.js';
+import { PULL_POLICIES } from './pull-progress.js';
+import { duration, envVar, publish, withConnection } from './remote.js';
 
 // A reader that went away (`sbx --help | head -2`, `sbx ls --json | head`): exit quietly with a
 // shell's SIGPIPE status instead of an unhandled EPIPE's stack trace. `run` and `exec` add their own
@@ -68,17 +69,26 @@ program
   .argument('<image>', 'image to create the box from, e.g. sbx-base:latest')
   .argument('<cmd...>', 'command and arguments; everything after the image goes to the command')
   .option('-c, --config <file>', CONFIG_HELP)
-  .option('-p, --pool <name>', 'pool to create the box on (default: the first pool)')
-  .option('-t, --timeout <duration>', 'kill the command after this long: 500ms, 30s, 2m, 1h30m, or milliseconds; 0 = no limit', duration)
-  .option('-e, --env <KEY[=VALUE]>', "set a variable in the box; KEY alone passes the caller's value (repeatable)", envVar)
   .option('-i, --interactive', "pass this process's stdin to the command (default: the command reads EOF)")
+  .option('-t, --tty', 'give the command a terminal (raw mode here with -i, window size followed); stderr is merged into stdout')
+  .option('--rm', 'remove the box when the command ends (always so: accepted as docker run takes it)')
+  .option('-e, --env <KEY[=VALUE]>', "set a variable in the box; KEY alone passes the caller's value (repeatable)", envVar)
+  .option('-p, --publish <[IP:][HOSTPORT:]PORT[/PROTO]>', "publish a port of the box on this machine's loopback (repeatable)", publish)
+  .option('-w, --workdir <dir>', 'working directory of the command inside the box')
+  .option('-u, --user <user>', 'user to run the command as (name or uid[:gid])')
+  .option('--name <id>', 'the box id (default: generated, sb-…)')
+  .option('--pool <name>', 'pool to create the box on (default: the first pool)')
+  .addOption(new Option('--pull <when>', 'pull the image: missing (from the pool), always, never').choices(PULL_POLICIES).default('missing'))
+  .option('--timeout <duration>', 'kill the command after this long (500ms, 30s, 2m, 1h30m); sbx then exits 124; 0 = no limit', duration)
   .passThroughOptions()
   .addHelpText(
     'after',
     `
+Options go before the image (as with docker run); everything after it is the command's.
+
 Exit status:
-  the command's own     when it ran (137 if it was killed)
-  ${EXIT.timeout}                   the command ran past --timeout and was killed
+  the command's own     when it ran (137 if it was killed in the box)
+  ${EXIT.timeout}                   the command ran past --timeout and was killed (a line on stderr says so, as timeout(1))
   ${EXIT.sbx}                   sbx failed: config, pool, image, engine (the message says which)
   ${EXIT.cannotRun}, ${EXIT.notFound}              the command could not be started / was not found in the box
   ${EXIT.usage}                     usage error: unknown option, bad --timeout or --env
@@ -87,7 +97,9 @@ Exit status:
 
 Examples:
   sbx run sbx-base:latest echo hello
-  sbx run -t 30s -e FOO=bar -e HOME sbx-base:latest sh -c 'echo $FOO $HOME'
+  sbx run -it sbx-base:latest sh
+  sbx run --timeout 30s -e FOO=bar -e HOME sbx-base:latest sh -c 'echo $FOO $HOME'
+  sbx run -p 8080:80 -w /srv sbx-base:latest httpd -f -p 80
   echo data | sbx run -i sbx-base:latest wc -c`,
   )
   .action(async (image: string, args: string[], opts: RunOptions) => {

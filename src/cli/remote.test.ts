@@ -18,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { IMAGE, startTestServer } from '../server/test-support.js';
 import type { TestServer } from '../server/test-support.js';
 import { testEnv } from '../testing/env.js';
+import { registryOnlyImage, removeLocalImage } from '../testing/registry-image.js';
 
 const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -239,9 +240,12 @@ describe('sbx exec', () => {
     assert.equal(left.stdout.trim(), '0', 'the sleep was killed in the box');
   });
 
-  test('--timeout kills the command: 137', async () => {
+  test('--timeout kills the command: 124 and a line on stderr, as timeout(1) and sbx run', async () => {
     const r = await sbx(['exec', '--timeout', '1s', box, '--', 'sleep', '30']);
-    assert.equal(r.code, 137, r.stderr);
+    assert.equal(r.code, 124, r.stderr);
+    assert.equal(r.stderr, 'sbx: timed out after 1s; the command was killed\n');
+    const killed = await sbx(['exec', '--timeout', '1m', box, '--', 'sh', '-c', 'kill -9 $$']);
+    assert.deepEqual([killed.code, killed.stderr], [137, ''], 'a command killed otherwise keeps 137');
   });
 
   test('usage errors exit 2: no command, unknown option', async () => {
@@ -449,6 +453,84 @@ describe('sbx box lifecycle and --json', () => {
       assert.equal(r.code, 0, cmd.join(' '));
       assert.match(r.stdout, /Examples:\n {2}.*sbx /, `${cmd.join(' ')} --help`);
     }
+  });
+});
+
+describe('sbx create, docker’s habits', () => {
+  test('the command follows the image without --, options before the image; --name names the box; -p publishes a port', async () => {
+    const name = `cli-named-${process.pid}`;
+    const made = await sbx([
+      'create',
+      '--name',
+      name,
+      '-p',
+      '8080',
+      '-p',
+      '127.0.0.1::9090/udp',
+      IMAGE,
+      'sh',
+      '-c',
+      'echo "$0 $1" > /tmp/args; exec sleep 3600',
+      '-x',
+      '--y',
+    ]);
+    assert.equal(made.code, 0, made.stderr);
+    assert.equal(made.stdout, `${name}\n`);
+    try {
+      assert.equal((await sbx(['exec', name, 'cat', '/tmp/args'])).stdout, '-x --y\n');
+      const info = JSON.parse((await sbx(['info', '--json', name])).stdout) as { ports: Array<{ containerPort: number; protocol: string; hostPort: number }> };
+      assert.deepEqual(info.ports.map((p) => [p.containerPort, p.protocol]).sort(), [
+        [8080, 'tcp'],
+        [9090, 'udp'],
+      ]);
+      assert.ok(info.ports.every((p) => p.hostPort > 0));
+    } finally {
+      await sbx(['rm', name]);
+    }
+  });
+
+  test('a duration without a unit is a usage error naming the forms; a bad -p too', async () => {
+    const bare = await sbx(['create', '--idle-timeout', '5', IMAGE]);
+    assert.equal(bare.code, 2);
+    assert.match(bare.stderr, /--idle-timeout.*'5' has no unit: write 5s, 5m or 5ms \(e\.g\. 500ms, 30s, 5m, 2h/);
+    const port = await sbx(['create', '-p', 'http', IMAGE]);
+    assert.equal(port.code, 2);
+    assert.match(port.stderr, /'http' is not a port to publish/);
+  });
+
+  test('--pull missing: an admin key pulls the image the pool lacks; a user key is told to ask an admin; never does not pull', async () => {
+    const image = await registryOnlyImage('cli-create-pull');
+    try {
+      const user = (JSON.parse((await sbx(['keys', 'create', `pull-user-${process.pid}`, '--json'])).stdout) as { key: string }).key;
+      const refused = await sbx(['create', image], { env: { SBX_API_KEY: user } });
+      assert.equal(refused.code, 1);
+      assert.match(refused.stderr, /only an admin key may pull one: ask an admin to run `sbx images pull /);
+      const never = await sbx(['create', '--pull', 'never', image]);
+      assert.equal(never.code, 1);
+      assert.match(never.stderr, /^sbx: not_found: image .*cli-create-pull/);
+      const pulled = await sbx(['create', image]);
+      assert.equal(pulled.code, 0, pulled.stderr);
+      assert.match(pulled.stderr, /pulling it/);
+      assert.equal((await sbx(['rm', pulled.stdout.trim()])).code, 0);
+    } finally {
+      await removeLocalImage(image);
+    }
+  });
+
+  test('a workspace by name where an id is taken (create --workspace, ws ls-files); two of one name: an error listing their ids', async () => {
+    const wsName = `named-${process.pid}`;
+    const id = (await sbx(['ws', 'create', wsName])).stdout.trim();
+    assert.match(id, /^[a-z0-9]/);
+    const made = await sbx(['create', '--workspace', wsName, IMAGE]);
+    assert.equal(made.code, 0, made.stderr);
+    assert.equal((await sbx(['exec', made.stdout.trim(), 'sh', '-c', 'echo hi > /workspace/f'])).code, 0);
+    assert.match((await sbx(['ws', 'ls-files', wsName])).stdout, /\bf\n/);
+    await sbx(['rm', made.stdout.trim()]);
+    const twin = (await sbx(['ws', 'create', wsName])).stdout.trim();
+    const ambiguous = await sbx(['ws', 'ls-files', wsName]);
+    assert.equal(ambiguous.code, 1);
+    assert.match(ambiguous.stderr, new RegExp(`2 workspaces are named '${wsName}' \\((${id}, ${twin}|${twin}, ${id})\\): give an id`));
+    assert.equal((await sbx(['ws', 'rm', '-f', id, twin])).code, 0);
   });
 });
 

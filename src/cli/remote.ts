@@ -306,3 +306,29 @@ export function envVar(value: string, previous: Record<string, string> = {}): Re
   if (inherited === undefined) throw new InvalidArgumentError(`${key} is not set in this environment; write ${key}=VALUE`);
   return { ...previous, [key]: inherited };
 }
+
+/** A published port as CreateOptions takes it. */
+export interface PortSpec {
+  containerPort: number;
+  hostPort?: number;
+  hostIp?: string;
+  protocol?: 'tcp' | 'udp';
+}
+
+/**
+ * docker's `-p`: `PORT`, `HOSTPORT:PORT` or `IP:HOSTPORT:PORT` (IP may be empty: `IP::PORT` takes
+ * any free host port), each with an optional `/tcp` or `/udp` (repeatable).
+ */
+export function publish(value: string, previous: PortSpec[] = []): PortSpec[] {
+  const m = /^(?:(?:(\[[0-9a-fA-F:]+\]|[0-9.]+|localhost):)?(\d*):)?(\d+)(?:\/(tcp|udp))?$/.exec(value.trim());
+  const toPort = (s: string) => (s === '' ? undefined : Number(s));
+  const containerPort = m ? Number(m[3]) : NaN;
+  const hostPort = m ? toPort(m[2] ?? '') : undefined;
+  if (!m || containerPort < 1 || containerPort > 65535 || (hostPort !== undefined && hostPort > 65535))
+    throw new InvalidArgumentError(`'${value}' is not a port to publish (use PORT, HOSTPORT:PORT or IP:HOSTPORT:PORT, each optionally /tcp or /udp)`);
+  const hostIp = m[1] === 'localhost' ? '127.0.0.1' : m[1]?.replace(/^\[|\]$/g, '');
+  return [
+    ...previous,
+    { containerPort, ...(hostPort !== undefined ? { hostPort } : {}), ...(hostIp ? { hostIp } : {}), ...(m[4] ? { protocol: m[4] as 'tcp' | 'udp' } : {}) },
+  ];
+}

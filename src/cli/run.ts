@@ -6,15 +6,20 @@
 import { Manager } from '../sandbox/manager.js';
 import type { Box } from '../sandbox/box.js';
 import { loadConfig } from '../sandbox/config.js';
-import { SbxError, isSbxError } from '../errors.js';
-import { EXIT, SIGNAL_EXIT } from './exit.js';
+import { isSbxError } from '../errors.js';
+import { execInBox } from './boxes.js';
+import type { ExecFlags } from './boxes.js';
+import { SIGNAL_EXIT } from './exit.js';
+import { createPulling } from './pull-progress.js';
+import type { PullPolicy } from './pull-progress.js';
+import type { PortSpec } from './remote.js';
 
-export interface RunOptions {
+export interface RunOptions extends ExecFlags {
   config?: string;
   pool?: string;
-  timeout?: number;
-  env?: Record<string, string>;
-  interactive?: boolean;
+  name?: string;
+  publish?: PortSpec[];
+  pull: PullPolicy;
 }
 
 /** The Manager for a command: its `-c` first, then the global one, then $SBX_CONFIG and SBX_* variables. */
@@ -22,11 +27,10 @@ function manager(file: string | undefined): Manager {
   return new Manager(loadConfig(file ? { file } : {}));
 }
 
-function formatMs(ms: number): string {
-  return ms % 1000 === 0 ? `${ms / 1000}s` : `${ms} ms`;
-}
-
-/** `sbx run`: a oneshot box, one command with live output, the box removed; the exit status to leave with is set. */
+/**
+ * `sbx run`: a oneshot box, one command with this terminal (execInBox, as `sbx exec`), the box
+ * removed; sets the exit status to leave with.
+ */
 export async function runCommand(image: string, cmd: string[], opts: RunOptions, configFile: string | undefined): Promise<void> {
   const m = manager(configFile);
   const stop = new AbortController();
@@ -34,48 +38,29 @@ export async function runCommand(image: string, cmd: string[], opts: RunOptions,
   process.once('SIGINT', onSignal).once('SIGTERM', onSignal);
   let box: Box | undefined;
   try {
-    box = await m.create({ image, env: opts.env ?? {}, policy: 'oneshot', ...(opts.pool ? { pool: opts.pool } : {}) });
+    const create = async () =>
+      (box = await m.create({
+        image,
+        policy: 'oneshot',
+        ...(opts.pool ? { pool: opts.pool } : {}),
+        ...(opts.name ? { id: opts.name } : {}),
+        ...(opts.publish ? { ports: opts.publish } : {}),
+      }));
+    const pool = async () => opts.pool ?? (await m.pools())[0]?.name ?? 'local';
+    await createPulling(image, opts.pull, create, async function* () {
+      yield* m.pullImage(await pool(), image);
+    });
     if (stop.signal.aborted) return;
-    const timer = opts.timeout ? setTimeout(() => stop.abort('timeout'), opts.timeout) : undefined;
-    let s;
-    try {
-      s = await box.stream(cmd, { signal: stop.signal });
-    } catch (err) {
-      // The command could not start: a shell's statuses, as `docker run` gives them.
-      if (!(err instanceof SbxError) || typeof err.details?.['cmd'] !== 'string') throw err;
-      clearTimeout(timer);
-      console.error(`sbx: ${err.code}: ${err.message}`);
-      process.exitCode = err.code === 'not_found' ? EXIT.notFound : EXIT.cannotRun;
-      return;
-    }
-    for (const [from, to] of [
-      [s.stdout, process.stdout],
-      [s.stderr, process.stderr],
-    ] as const) {
-      from.pipe(to);
-      // A reader that went away (`sbx run … | head -1`): stop the command as a shell's SIGPIPE would.
-      to.on('error', () => {
-        from.unpipe(to).resume();
-        stop.abort('SIGPIPE');
-      });
-    }
-    if (opts.interactive) process.stdin.pipe(s.stdin);
-    else s.stdin.end();
-    const code = await s.wait();
-    clearTimeout(timer);
-    if (opts.interactive) process.stdin.unpipe(s.stdin).destroy();
-    if (stop.signal.reason === 'timeout') {
-      process.stderr.write(`sbx: timed out after ${formatMs(opts.timeout!)}; the command was killed\n`);
-      process.exitCode = EXIT.timeout;
-    } else process.exitCode = code;
+    // The box's env is its command's (docker run -e); the pull and the create are not timed.
+    process.exitCode = await execInBox(box!, cmd, opts);
   } finally {
     process.off('SIGINT', onSignal).off('SIGTERM', onSignal);
     // A oneshot box removes itself after its exec; this covers a command that never started.
-    await box?.remove().catch((err: unknown) => {
+    await (box as Box | undefined)?.remove().catch((err: unknown) => {
       if (!isSbxError(err, 'not_found')) throw err;
     });
     await m.close();
-    if (stop.signal.aborted && stop.signal.reason !== 'timeout') process.exitCode = SIGNAL_EXIT[String(stop.signal.reason)] ?? 1;
+    if (stop.signal.aborted) process.exitCode = SIGNAL_EXIT[String(stop.signal.reason)] ?? 1;
   }
 }
 

@@ -48,7 +48,8 @@ const port = z.number().int().min(0).max(65535);
 const host = z.string().min(1);
 const duration = z.union([z.string(), z.number()]).transform((v, ctx) => {
   try {
-    return parseDuration(v);
+    // A YAML number is a duration without a unit, refused as in flags (only 0 needs none).
+    return parseDuration(String(v));
   } catch (e) {
     ctx.addIssue({ code: 'custom', message: (e as Error).message.replace(/^duration: /, '') });
     return z.NEVER;
