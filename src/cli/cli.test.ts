@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
@@ -342,6 +342,11 @@ describe('sbx help and pools', () => {
     assert.equal(top.code, 0);
     assert.match(top.stdout, /run \[options\] <image> <cmd\.\.\.>/);
     assert.match(top.stdout, /pools/);
+  });
+
+  test('--version and -v print the package’s version', async () => {
+    const { version } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
+    for (const flag of ['--version', '-v']) assert.deepEqual(Object.values(await sbx([flag])), [0, `${version}\n`, ''], flag);
   });
 
   test('pools lists the embedded default pool as connected', async () => {

@@ -12,8 +12,11 @@
 import { Command, CommanderError, Option } from 'commander';
 import { SbxError } from '../errors.js';
 import { serveCommand } from './serve-command.js';
+import { createRequire } from 'node:module';
+import { accessCommands } from './access.js';
 import { adminCommands } from './admin.js';
 import { boxCommands } from './boxes.js';
+import { completionCommand } from './completion.js';
 import { EXIT, SIGNAL_EXIT } from './exit.js';
 import { fileCommands } from './files.js';
 import type { RunOptions } from './run.js';
@@ -33,7 +36,12 @@ for (const stream of [process.stdout, process.stderr]) {
 const CONFIG_HELP = 'YAML config file (default: $SBX_CONFIG, else one pool `local` on the local Docker Engine)';
 
 const program = withConnection(
-  new Command().name('sbx').description('Isolated execution environments ("boxes") on pools of container runtimes.').option('-c, --config <file>', CONFIG_HELP),
+  new Command()
+    .name('sbx')
+    .description('Isolated execution environments ("boxes") on pools of container runtimes.')
+    // The package's own version (package.json is two levels up from src/cli and from dist/cli).
+    .version((createRequire(import.meta.url)('../../package.json') as { version: string }).version, '-v, --version', 'print the version of sbx')
+    .option('-c, --config <file>', CONFIG_HELP),
 )
   .enablePositionalOptions()
   .exitOverride()
@@ -123,7 +131,9 @@ const pools = program
 
 boxCommands(program);
 fileCommands(program);
+accessCommands(program);
 adminCommands(program, pools);
+completionCommand(program);
 
 // Usage errors exit 2 here too: the settings above are copied, as .command() does for the others.
 program.addCommand(serveCommand().copyInheritedSettings(program));
