@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import Docker from 'dockerode';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { managerSelector } from '../sandbox/labels.js';
 import { testEnv } from '../testing/env.js';
@@ -352,6 +353,48 @@ describe('sbx help and pools', () => {
   test('pools lists the embedded default pool as connected', async () => {
     const r = await sbx(['pools']);
     assert.deepEqual([r.code, r.stdout, r.stderr], [0, 'local\tlocal\tconnected\tboxes=0\n', '']);
+  });
+
+  test('pools alone only reads: a server’s box of the same instance name, stopped by its own command, is not started again', async () => {
+    // Another instance name than NAME: sbx() sweeps NAME's boxes after every run.
+    const env = { SBX_NAME: `${NAME}-pools`, SBX_DATA_DIR: join(dir, 'pools-data') };
+    const docker = new Docker();
+    let checked: Promise<void> | undefined;
+    const served = await sbx(['serve', '--port', '0'], {
+      env,
+      onOutput: (out, child) => {
+        const url = /sbx: serving (http:\/\/127\.0\.0\.1:\d+)/.exec(out.stderr)?.[1];
+        const key = /sbxk_[A-Za-z0-9_-]+/.exec(out.stdout + out.stderr)?.[0];
+        if (!url || !key || checked) return;
+        const call = async (method: string, path: string, body?: unknown) => {
+          const res = await fetch(url + path, {
+            method,
+            headers: { authorization: `Bearer ${key}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+            ...(body ? { body: JSON.stringify(body) } : {}),
+          });
+          return (res.status === 204 ? {} : await res.json()) as { id: string; status: string; containerId: string };
+        };
+        checked = (async () => {
+          const made = await call('POST', '/v1/boxes', { image: IMAGE, cmd: ['sh', '-c', 'exit 4'] });
+          try {
+            // The server sees its command end (the event it gets from the engine), not a time.
+            let status = made.status;
+            for (let i = 0; i < 600 && status !== 'stopped'; i++) status = (await call('GET', `/v1/boxes/${made.id}`)).status;
+            assert.equal(status, 'stopped');
+            const before = (await docker.getContainer(made.containerId).inspect()).State;
+            const pools = await sbx(['pools'], { env });
+            assert.deepEqual([pools.code, pools.stdout], [0, 'local\tlocal\tconnected\tboxes=1\n'], pools.stderr);
+            const after = (await docker.getContainer(made.containerId).inspect()).State;
+            assert.deepEqual([after.StartedAt, after.Status], [before.StartedAt, 'exited'], 'sbx pools started the server’s box again');
+          } finally {
+            await call('DELETE', `/v1/boxes/${made.id}`);
+          }
+        })().finally(() => child.kill('SIGINT'));
+      },
+    });
+    assert.ok(checked, `serve never said where it serves: ${served.stderr}`);
+    await checked;
+    assert.equal(served.code, 0, served.stderr);
   });
 
   test('serve serves the HTTP API with the key it prints, and stops on SIGINT with status 0', async () => {

@@ -121,7 +121,7 @@ Examples:
 const pools = program
   .command('pools')
   .description(
-    "Without a subcommand: this machine's configured pools (name, address, whether the runtime answers, boxes of this instance), tab-separated. With ls|add|rm: the server's pools.",
+    "Without a subcommand: this machine's configured pools (name, address, whether the runtime answers, boxes of this instance), tab-separated; it only reads, and never acts on the boxes of a server of the same instance name. With ls|add|rm: the server's pools.",
   )
   .option('-c, --config <file>', CONFIG_HELP)
   .action(async (opts: { config?: string }) => {

@@ -5,7 +5,9 @@
  */
 import { Manager } from '../sandbox/manager.js';
 import type { Box } from '../sandbox/box.js';
-import { loadConfig } from '../sandbox/config.js';
+import { loadConfig, resolveConfig } from '../sandbox/config.js';
+import { labelsToRecord, managerSelector } from '../sandbox/labels.js';
+import { Pool } from '../sandbox/pool.js';
 import { isSbxError } from '../errors.js';
 import { execInBox } from './boxes.js';
 import type { ExecFlags } from './boxes.js';
@@ -64,13 +66,30 @@ export async function runCommand(image: string, cmd: string[], opts: RunOptions,
   }
 }
 
-/** `sbx pools` alone: this machine's configured pools. */
+/**
+ * `sbx pools` alone: this machine's configured pools, read from the engines without a Manager.
+ * A Manager's start recovers the instance's boxes: it starts the ones the engine stopped, sweeps
+ * containers never started, runs a cleanup pass; and `sbx serve` under the same instance name
+ * (the default, `sbx`) owns those boxes. A listing must not act on them, so this only pings each
+ * engine and counts the instance's boxes there.
+ */
 export async function localPools(configFile: string | undefined): Promise<void> {
-  const m = manager(configFile);
-  try {
-    await m.start();
-    for (const p of await m.pools()) console.log(`${p.name}\t${p.addr}\t${p.connected ? 'connected' : 'unreachable'}\tboxes=${p.boxes}`);
-  } finally {
-    await m.close();
+  const config = resolveConfig(loadConfig(configFile ? { file: configFile } : {}));
+  for (const def of config.pools) {
+    const rt = new Pool(def).runtime();
+    let connected = false;
+    let boxes = 0;
+    try {
+      await rt.ping();
+      connected = true;
+      const listed = await rt.list({ labels: managerSelector(config.name, def.name) });
+      // Warm spares carry no box id: not boxes (as the Manager counts them).
+      boxes = listed.filter((c) => labelsToRecord(c.labels, { idleTimeoutMs: 0, stopTimeoutMs: 0, maxLifetimeMs: 0, createdAt: 0, image: '' }) !== null).length;
+    } catch {
+      // An engine that does not answer is what the `unreachable` column says.
+    } finally {
+      await rt.close().catch(() => undefined);
+    }
+    console.log(`${def.name}\t${def.addr}\t${connected ? 'connected' : 'unreachable'}\tboxes=${boxes}`);
   }
 }
