@@ -355,6 +355,40 @@ describe('sbx help and pools', () => {
     assert.deepEqual([r.code, r.stdout, r.stderr], [0, 'local\tlocal\tconnected\tboxes=0\n', '']);
   });
 
+  test('serve logs: one JSON object a line off a terminal; readable lines with --log-format pretty; --log-level warn hides info', async () => {
+    const serveUntilUp = (tag: string, args: string[], env: Record<string, string> = {}) => {
+      let sent = false;
+      return sbx(['serve', '--port', '0', ...args], {
+        env: { SBX_NAME: `${NAME}-logs-${tag}`, SBX_DATA_DIR: join(dir, `logs-${tag}`), ...env },
+        onOutput: (out, child) => {
+          if (sent || !out.stderr.includes('sbx: serving')) return;
+          sent = true;
+          child.kill('SIGINT');
+        },
+      });
+    };
+    // Three servers at once (one shutting down takes seconds), each its own instance and data.
+    const [json, pretty, quiet] = await Promise.all([
+      serveUntilUp('json', []),
+      serveUntilUp('pretty', ['--log-format', 'pretty']),
+      serveUntilUp('quiet', [], { SBX_LOG_LEVEL: 'warn' }),
+    ]);
+    assert.equal(json.code, 0, json.stderr);
+    const lines = json.stdout.split('\n').filter((l) => l.startsWith('{'));
+    assert.ok(
+      lines.some((l) => (JSON.parse(l) as { msg: string }).msg === 'sbx serving'),
+      json.stdout,
+    );
+    assert.equal(pretty.code, 0, pretty.stderr);
+    assert.match(pretty.stdout, /^\d\d:\d\d:\d\d\.\d{3} INFO {2}sbx serving url=http:\/\/127\.0\.0\.1:\d+ /m);
+    assert.doesNotMatch(pretty.stdout, /"level":/);
+    assert.equal(quiet.code, 0, quiet.stderr);
+    assert.doesNotMatch(quiet.stdout, /sbx serving/);
+    const bad = await sbx(['serve', '--port', '0'], { env: { SBX_NAME: `${NAME}-logs-bad`, SBX_DATA_DIR: join(dir, 'logs-bad'), SBX_LOG_FORMAT: 'fancy' } });
+    assert.equal(bad.code, 125);
+    assert.match(bad.stderr, /SBX_LOG_FORMAT: 'fancy' is not one of auto, pretty, json/);
+  });
+
   test('pools alone only reads: a server’s box of the same instance name, stopped by its own command, is not started again', async () => {
     // Another instance name than NAME: sbx() sweeps NAME's boxes after every run.
     const env = { SBX_NAME: `${NAME}-pools`, SBX_DATA_DIR: join(dir, 'pools-data') };

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { PullRenderer, bar } from './pull-progress.js';
 import { formatBytes, relativeTime, table, useColor } from './output.js';
+import { formatLogLine, logDestination } from './log-format.js';
 import { DEFAULT_URL, explain, profilePath, resolveConnection, writeProfiles } from './remote.js';
 import { DEFAULT_URL as SDK_DEFAULT_URL, SbxError } from '../client/index.js';
 
@@ -87,6 +88,38 @@ describe('images pull display', () => {
     assert.equal(bar(0, 10, 10), '[          ]');
     assert.equal(bar(5, 10, 10), '[====>     ]');
     assert.equal(bar(10, 10, 10), '[==========]');
+  });
+});
+
+describe('serve log lines', () => {
+  const line = JSON.stringify({
+    level: 50,
+    time: Date.UTC(2026, 0, 2, 3, 4, 5, 6),
+    pid: 1,
+    hostname: 'h',
+    name: 'sbx-server',
+    msg: 'boom',
+    box: 'sb-1',
+    err: { message: 'bad', stack: 'Error: bad\n    at x' },
+  });
+
+  test('a pino line becomes time, level, message, fields, and the stack under it; not JSON passes through', () => {
+    const text = formatLogLine(line + '\n', {});
+    assert.match(text, /^\d\d:\d\d:\d\d\.006 ERROR boom box=sb-1\n {4}Error: bad\n {8}at x\n$/);
+    assert.equal(formatLogLine('plain text', {}), 'plain text\n');
+  });
+
+  test('auto: readable on a terminal, JSON elsewhere', () => {
+    const written: string[] = [];
+    const stream = (isTTY: boolean) => ({ isTTY, write: (s: string) => written.push(s) }) as unknown as NodeJS.WriteStream;
+    logDestination('auto', stream(false)).write(line + '\n');
+    logDestination('auto', stream(true)).write(line + '\n');
+    logDestination('json', stream(true)).write(line + '\n');
+    logDestination('pretty', stream(false)).write(line + '\n');
+    assert.deepEqual(
+      written.map((w) => w.startsWith('{')),
+      [true, false, true, false],
+    );
   });
 });
 

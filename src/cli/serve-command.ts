@@ -3,7 +3,8 @@
  * only when the command runs, so that `sbx --help` and the commands that talk to a server start
  * fast. src/cli/main.ts adds it with `program.addCommand(serveCommand())`.
  */
-import { Command, InvalidArgumentError } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { LOG_FORMATS, LOG_LEVELS } from '../util/log-settings.js';
 import type { ServeFlags } from './serve.js';
 import { duration } from './remote.js';
 
@@ -41,6 +42,25 @@ export function serveCommand(): Command {
     .option('--exec-output-budget <bytes>', 'buffered exec output held at once, all requests together (or $SBX_EXEC_OUTPUT_BUDGET; default 268435456)', bytes)
     .option('--public-url <url>', 'base URL clients reach this server at, for box.proxy() URLs (or $SBX_PUBLIC_URL; default the listening URL)')
     .option('--proxy-domain <domain>', 'host-based proxy: <port>-<id>.<domain> reaches that port of that box at / (or $SBX_PROXY_DOMAIN; needs wildcard DNS)')
+    .addOption(new Option('--log-level <level>', 'least severe log lines written (or $SBX_LOG_LEVEL, server.logLevel; default info)').choices(LOG_LEVELS))
+    .addOption(
+      new Option(
+        '--log-format <format>',
+        'auto: readable lines on a terminal, one JSON object a line otherwise (or $SBX_LOG_FORMAT, server.logFormat)',
+      ).choices(LOG_FORMATS),
+    )
+    .addHelpText(
+      'after',
+      `
+Settings come from flags, then SBX_* variables, then the config file's server: section (keys as the
+flags without --, in camelCase: logLevel, shutdownGrace, bodyLimit, …), then defaults.
+
+Examples:
+  sbx serve                                    # 127.0.0.1:7070; the first start prints an admin key
+  sbx serve --log-level debug
+  SBX_LOG_FORMAT=json sbx serve | tee sbx.log
+  sbx serve --host 0.0.0.0 --tls-cert cert.pem --tls-key key.pem --public-url https://sbx.example.com`,
+    )
     .action(async (flags: ServeFlags, cmd: Command) => {
       const { runServe } = await import('./serve.js');
       await runServe(flags, cmd);

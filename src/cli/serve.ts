@@ -15,6 +15,9 @@ import { serve } from '../server/index.js';
 import { logUncaughtErrors } from '../server/process-errors.js';
 import pino from 'pino';
 import type { ServeOptions } from '../server/index.js';
+import { LOG_FORMATS, LOG_LEVELS } from '../util/log-settings.js';
+import type { LogFormat, LogLevel } from '../util/log-settings.js';
+import { logDestination } from './log-format.js';
 
 export { serveCommand } from './serve-command.js';
 
@@ -34,6 +37,8 @@ export interface ServeFlags {
   execOutputBudget?: number;
   publicUrl?: string;
   proxyDomain?: string;
+  logLevel?: LogLevel;
+  logFormat?: LogFormat;
 }
 
 /**
@@ -81,17 +86,33 @@ export function serveOptions(flags: ServeFlags, env: NodeJS.ProcessEnv = process
   };
 }
 
+/** A log setting: the flag, else the variable (checked against the same list), else the file's, else the default. */
+function logSetting<T extends string>(variable: string, allowed: readonly T[], flag: T | undefined, fromFile: T | undefined, fallback: T): T {
+  const env = process.env[variable];
+  if (flag !== undefined) return flag;
+  if (env !== undefined && env !== '') {
+    if (!(allowed as readonly string[]).includes(env))
+      throw new SbxError('invalid_argument', `${variable}: '${env}' is not one of ${allowed.join(', ')}`, { details: { field: variable } });
+    return env as T;
+  }
+  return fromFile ?? fallback;
+}
+
 /** The serve command's action: loaded only when `sbx serve` runs (the server's modules are most of sbx's). */
 export async function runServe(flags: ServeFlags, cmd: Command): Promise<void> {
   const parentConfig = cmd.parent?.opts<{ config?: string }>().config;
   const opts = serveOptions({ ...flags, ...(flags.config === undefined && parentConfig ? { config: parentConfig } : {}) });
-  const log = pino({ name: 'sbx-server', level: process.env['SBX_LOG_LEVEL'] ?? 'info' });
+  const configFile = flags.config ?? parentConfig ?? (process.env['SBX_CONFIG'] || undefined);
+  const file = configFile ? readServerSection(configFile) : {};
+  const level = logSetting('SBX_LOG_LEVEL', LOG_LEVELS, flags.logLevel, file.logLevel, 'info');
+  const log = pino({ name: 'sbx-server', level }, logDestination(logSetting('SBX_LOG_FORMAT', LOG_FORMATS, flags.logFormat, file.logFormat, 'auto')));
   // Logged, never fatal: one request that reaches a bug must not take every box's API down.
   const restore = logUncaughtErrors(log);
   const server = await serve({ ...opts, logger: log });
   const dial = server.boxGrpcAddr ? `, boxes dial ${server.boxGrpcAddr}` : '';
-  process.stderr.write(`sbx: serving ${server.url}${server.grpc ? ` (gRPC heartbeat on ${server.grpc.address}${dial})` : ''}\n`);
-  await new Promise<void>((resolve) => {
+  // The handlers first, the line after: a supervisor that signals as soon as it reads the line
+  // must find them (the other order lost that race: the default action killed the process).
+  const stopped = new Promise<void>((resolve) => {
     const stop = (signal: NodeJS.Signals) => {
       process.stderr.write(`sbx: ${signal}, shutting down\n`);
       resolve();
@@ -99,6 +120,8 @@ export async function runServe(flags: ServeFlags, cmd: Command): Promise<void> {
     process.once('SIGINT', stop);
     process.once('SIGTERM', stop);
   });
+  process.stderr.write(`sbx: serving ${server.url}${server.grpc ? ` (gRPC heartbeat on ${server.grpc.address}${dial})` : ''}\n`);
+  await stopped;
   await server.close();
   restore();
 }
