@@ -130,6 +130,7 @@ const pools = program
   });
 
 boxCommands(program);
+// `sbx logs` (src/cli/logs.ts, a box's main process output) registers here, beside the box commands.
 fileCommands(program);
 accessCommands(program);
 adminCommands(program, pools);
