@@ -120,6 +120,7 @@ Examples:
 
 const pools = program
   .command('pools')
+  .summary("This machine's configured pools (read only); with ls|add|rm, the server's")
   .description(
     "Without a subcommand: this machine's configured pools (name, address, whether the runtime answers, boxes of this instance), tab-separated; it only reads, and never acts on the boxes of a server of the same instance name. With ls|add|rm: the server's pools.",
   )
