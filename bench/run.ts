@@ -30,6 +30,7 @@ import { runWarmRows, warmRowNames } from './rows/warm.js';
 import { TRANSPORT_ROW_NAMES, runTransportRows } from './rows/transport.js';
 import { E2B_ROW_NAMES, runE2bRows } from './rows/e2b.js';
 import { K8S_ROW_NAMES, runKubernetesRows } from './rows/kubernetes.js';
+import { CLI_ROW_NAMES, runCliRows } from './rows/cli.js';
 import { concurrencyRows, latencyRows } from './rows/boxes.js';
 import { WORKSPACE_ROW_NAME, fileRows } from './rows/files.js';
 import { RawSubject } from './subjects/raw.js';
@@ -116,6 +117,7 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     ...TRANSPORT_ROW_NAMES,
     ...E2B_ROW_NAMES,
     ...K8S_ROW_NAMES,
+    ...CLI_ROW_NAMES,
   ];
   const picked = selectNames(all, run.args.only);
   if (picked.size === 0) throw new UsageError(`--only ${run.args.only}: no row matches; rows are ${all.join(', ')}`);
@@ -161,6 +163,9 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
   }
   if (E2B_ROW_NAMES.some((n) => picked.has(n))) {
     results.push(...(await runE2bRows(run.ctx, { managerName: `${run.managerName}-e2b`, dataDir: join(run.tmp, 'e2b'), runId: run.runId, only: picked })));
+  }
+  if (CLI_ROW_NAMES.some((n) => picked.has(n))) {
+    results.push(...(await runCliRows(run.ctx, { managerName: `${run.managerName}-cli`, dataDir: join(run.tmp, 'cli'), runId: run.runId, only: picked })));
   }
   if (warmRowNames().some((n) => picked.has(n))) {
     results.push(...(await runWarmRows(run.ctx, { managerName: `${run.managerName}-wm`, dataDir: join(run.tmp, 'warm'), runId: run.runId, only: picked })));

@@ -47,6 +47,43 @@ Examples:
       }),
     );
 
+  withConnection(images.command('ls').alias('list').description('List the images of a pool (admin)'))
+    .option('-p, --pool <name>', 'the pool (default: the server’s first)')
+    .option('-q, --quiet', 'print the image ids only')
+    .option('--json', 'print them as a JSON array')
+    .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx images ls\n  sbx images ls --json | jq -r '.[].tags[]'`)
+    .action(
+      remoteAction(async ({ sbx }, f: { pool?: string; quiet?: boolean; json?: boolean }) => {
+        const list = await sbx.images.list(f.pool ? { pool: f.pool } : {});
+        if (f.json) return printJson(list);
+        if (f.quiet) return void process.stdout.write(list.map((i) => i.id + '\n').join(''));
+        const rows = list.flatMap((i) => (i.tags.length ? i.tags : ['<none>:<none>']).map((t) => ({ ...i, tag: t })));
+        rows.sort((a, b) => a.tag.localeCompare(b.tag));
+        process.stdout.write(
+          table(
+            ['REPOSITORY', 'TAG', 'IMAGE ID', 'CREATED', 'SIZE'],
+            rows.map((i) => {
+              const at = i.tag.lastIndexOf(':');
+              return [i.tag.slice(0, at), i.tag.slice(at + 1), i.id.replace(/^sha256:/, '').slice(0, 12), relativeTime(i.createdAt), formatBytes(i.sizeBytes)];
+            }),
+          ),
+        );
+      }),
+    );
+
+  withConnection(images.command('rm').alias('remove').description('Remove images from a pool (admin)').argument('<refs...>', 'image references or ids'))
+    .option('-p, --pool <name>', 'the pool (default: the server’s first)')
+    .option('-f, --force', 'remove it even while a box uses it (the engine then only untags it)')
+    .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx images rm alpine:3.20\n  sbx images rm -p gpu -f registry.example.com/team/img:1`)
+    .action(
+      remoteAction(async ({ sbx }, refs: string[], f: { pool?: string; force?: boolean }) => {
+        for (const ref of refs) {
+          await sbx.images.remove(ref, { ...(f.pool ? { pool: f.pool } : {}), ...(f.force ? { force: true } : {}) });
+          process.stdout.write(ref + '\n');
+        }
+      }),
+    );
+
   withConnection(pools.command('ls').alias('list').description('List the server’s pools (admin)'))
     .option('--json', 'print them as a JSON array')
     .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx pools ls\n  sbx pools ls --json | jq '.[] | select(.connected | not) | .name'`)

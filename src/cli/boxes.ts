@@ -5,9 +5,14 @@
 import { createInterface } from 'node:readline';
 import type { Command } from 'commander';
 import { CommanderError, Option } from 'commander';
-import { SbxError } from '../client/index.js';
+import { SbxError } from '../errors.js';
 import type { BoxInfo, CreateOptions } from '../client/index.js';
 import type { Box } from '../client/index.js';
+import type { ExecTarget, PortSpec } from './remote.js';
+import { resolveWorkspace } from './names.js';
+import { PULL_POLICIES, createPulling } from './pull-progress.js';
+import type { PullPolicy } from './pull-progress.js';
+import { EXIT, SIGNAL_EXIT } from './exit.js';
 import { fields, formatDuration, paint, printJson, relativeTime, table } from './output.js';
 import {
   CONNECTION_HELP,
@@ -19,16 +24,17 @@ import {
   explain,
   keyValue,
   positiveInt,
+  publish,
   readProfiles,
   remoteAction,
   resolveConnection,
   connectionFlags,
+  connectedAction,
+  execTarget,
   size,
   withConnection,
   writeProfiles,
 } from './remote.js';
-
-const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143, SIGPIPE: 141 };
 
 function statusText(status: string): string {
   return paint(status, status === 'running' ? 'green' : status === 'stopped' ? 'yellow' : 'cyan');
@@ -65,6 +71,11 @@ export function boxFields(b: BoxInfo): string {
 
 interface CreateFlags {
   id?: string;
+  name?: string;
+  publish?: PortSpec[];
+  port?: PortSpec[];
+  vnc?: boolean;
+  pull: PullPolicy;
   pool?: string;
   owner?: string;
   label?: Record<string, string>;
@@ -85,7 +96,7 @@ interface CreateFlags {
   json?: boolean;
 }
 
-interface ExecFlags {
+export interface ExecFlags {
   interactive?: boolean;
   tty?: boolean;
   env?: Record<string, string>;
@@ -96,12 +107,23 @@ interface ExecFlags {
 
 /**
  * Runs `cmd` in `box` with this process's terminal: live output, stdin with -i, a raw-mode TTY
- * that follows the window size with -t. Resolves with the exit status to leave with.
+ * that follows the window size with -t. Resolves with the exit status to leave with: the
+ * command's own, or as timeout(1) and a shell give them (124 after --timeout, with a line on
+ * stderr saying so; 130/143/141 for SIGINT/SIGTERM/a closed output; 126/127 for a command that
+ * could not start). `sbx run` (a box of the library) and `sbx exec` (one of a server) share it.
  */
-export async function execInBox(box: Box, cmd: string[], opts: ExecFlags): Promise<number> {
+export async function execInBox(box: ExecTarget, cmd: string[], opts: ExecFlags): Promise<number> {
   const stop = new AbortController();
   const onSignal = (signal: NodeJS.Signals) => stop.abort(signal);
   process.once('SIGINT', onSignal).once('SIGTERM', onSignal);
+  // Timed here, not in the box (ExecStreamOptions.timeoutMs), so that the CLI knows a timeout
+  // from a command killed otherwise: both end with 137.
+  const timer = opts.timeout ? setTimeout(() => stop.abort('timeout'), opts.timeout) : undefined;
+  const ended = (): number => {
+    if (stop.signal.reason !== 'timeout') return SIGNAL_EXIT[String(stop.signal.reason)] ?? 1;
+    process.stderr.write(`sbx: timed out after ${formatDuration(opts.timeout!)}; the command was killed\n`);
+    return EXIT.timeout;
+  };
   const stdin = process.stdin;
   const stdout = process.stdout;
   const rawMode = opts.tty === true && opts.interactive === true && stdin.isTTY === true;
@@ -116,7 +138,6 @@ export async function execInBox(box: Box, cmd: string[], opts: ExecFlags): Promi
       ...(opts.env ? { env: opts.env } : {}),
       ...(opts.workdir ? { workDir: opts.workdir } : {}),
       ...(opts.user ? { user: opts.user } : {}),
-      ...(opts.timeout ? { timeoutMs: opts.timeout } : {}),
     });
     for (const [from, to] of [
       [s.stdout, process.stdout],
@@ -136,17 +157,17 @@ export async function execInBox(box: Box, cmd: string[], opts: ExecFlags): Promi
     // A TTY without -i keeps its input open: ending it would type ^D at the command.
     else if (!opts.tty) s.stdin.end();
     const code = await s.wait();
-    if (stop.signal.aborted) return SIGNAL_EXIT[String(stop.signal.reason)] ?? 1;
-    return code;
+    return stop.signal.aborted ? ended() : code;
   } catch (err) {
     // The command could not start: a shell's statuses, as `docker exec` gives them.
     if (err instanceof SbxError && typeof err.details?.['cmd'] === 'string') {
       process.stderr.write(`sbx: ${err.code}: ${err.message}\n`);
       return err.code === 'not_found' ? REMOTE_EXIT.notFound : REMOTE_EXIT.cannotRun;
     }
-    if (stop.signal.aborted) return SIGNAL_EXIT[String(stop.signal.reason)] ?? 1;
+    if (stop.signal.aborted) return ended();
     throw err;
   } finally {
+    clearTimeout(timer);
     process.off('SIGINT', onSignal).off('SIGTERM', onSignal);
     stdout.off('resize', onResize);
     if (rawMode) stdin.setRawMode(false);
@@ -162,7 +183,7 @@ function execOptions(cmd: Command): Command {
     .option('-e, --env <KEY[=VALUE]>', "set a variable for the command; KEY alone passes the caller's value (repeatable)", envVar)
     .option('-w, --workdir <dir>', 'working directory inside the box')
     .option('-u, --user <user>', 'user to run as (name or uid[:gid])')
-    .option('--timeout <duration>', 'kill the command after this long (30s, 2m, or milliseconds); it then exits 137', duration);
+    .option('--timeout <duration>', 'kill the command after this long (500ms, 30s, 2m, 1h); sbx then exits 124, as timeout(1) does', duration);
 }
 
 /** `sbx exec ID -- CMD`: commander hands the `--` through with the command when options precede it. */
@@ -172,7 +193,8 @@ function commandArgs(args: string[]): string[] {
 
 const EXEC_EXIT_HELP = `
 Exit status:
-  the command's own   when it ran (137 if it was killed, e.g. by --timeout)
+  the command's own   when it ran (137 if it was killed in the box)
+  124                 the command ran past --timeout and was killed (a line on stderr says so)
   126, 127            the command could not be run / was not found in the box
   1                   sbx failed: server unreachable, bad key, no such box (the message says which)
   2                   usage error
@@ -207,7 +229,7 @@ Examples:
           cmd.error('error: no API key: give --api-key KEY, --api-key-stdin, or set SBX_API_KEY', { exitCode: REMOTE_EXIT.usage });
         }
         conn = { ...(await resolveConnection({ url, apiKey: key })), urlFrom: 'flag' as const, keyFrom: 'flag' as const };
-        const sbx = client(conn);
+        const sbx = await client(conn);
         // Any key may list boxes: the cheapest call that proves the key works.
         await sbx.list();
         const name = merged.profile ?? DEFAULT_PROFILE;
@@ -228,44 +250,60 @@ Examples:
       .argument('<image>', 'image, e.g. sbx-base:latest')
       .argument('[cmd...]', "command replacing the image's (default: a sleep that stops gracefully)"),
   )
-    .option('--id <id>', 'the box id (default: generated, sb-…)')
-    .option('-p, --pool <name>', 'pool (default: the first, or the workspace’s node)')
+    .option('--name <id>', 'the box id (default: generated, sb-…)')
+    .addOption(new Option('--id <id>').hideHelp())
+    .option('--pool <name>', 'pool (default: the first, or the workspace’s node)')
     .option('--owner <name>', 'owner (admin keys only; default: the key’s)')
     .option('-l, --label <KEY=VALUE>', 'label (repeatable)', keyValue)
     .option('-e, --env <KEY[=VALUE]>', "variable for the box; KEY alone passes the caller's value (repeatable)", envVar)
+    .option('-p, --publish <[IP:][HOSTPORT:]PORT[/PROTO]>', "publish a port on the server machine's loopback (repeatable; see also `sbx url`)", publish)
+    .addOption(new Option('--port <spec>').hideHelp().argParser(publish))
+    .option('--vnc', 'start a desktop with a VNC server in the box (an image with one, e.g. sbx-desktop); `sbx vnc ID` prints its viewer URL')
     .option('-m, --memory <size>', 'memory limit: 512m, 2g, or bytes', size)
     .option('--cpus <n>', 'CPU cores', Number)
     .option('--pids-limit <n>', 'most processes', positiveInt)
     .addOption(new Option('--policy <policy>', 'lifecycle policy').choices(['oneshot', 'session', 'longrunning', 'persistent']))
     .option('--idle-timeout <duration>', 'stop after this long idle: 30m, 2h; 0 = never', duration)
-    .option('--max-lifetime <duration>', 'remove after this long: 8h; 0 = no limit', duration)
+    .option('--max-lifetime <duration>', 'remove after this long: 8h; 0 = no limit (`sbx renew` extends it)', duration)
     .option('--stop-timeout <duration>', 'SIGTERM grace before SIGKILL: 2s', duration)
     .option('--network <name>', "'none', or an engine network the pool lists (its networks); default sbx's isolated network")
-    .option('--workspace <id>', 'mount this workspace (see `sbx ws create`)')
+    .option('--workspace <id|name>', 'mount this workspace (see `sbx ws create`)')
     .option('--mount-path <path>', 'where the workspace is mounted (default /workspace)')
     .option('--read-only', 'mount the workspace read-only')
     .option('-w, --workdir <dir>', 'working directory of the box’s command')
     .option('-u, --user <user>', 'user of the box’s command')
+    .addOption(
+      new Option('--pull <when>', 'pull the image: missing (from the pool; needs an admin key), always, never').choices(PULL_POLICIES).default('missing'),
+    )
     .option('--json', 'print the box as JSON')
+    .passThroughOptions()
     .addHelpText(
       'after',
-      `${CONNECTION_HELP}
+      `
+Options go before the image (as with docker create); everything after it is the command's.
+${CONNECTION_HELP}
 
 Examples:
   sbx create sbx-base:latest
   ID=$(sbx create --label team=ml -m 1g --idle-timeout 10m sbx-base:latest)
-  sbx create --workspace ws-abc --json sbx-base:latest | jq .id`,
+  sbx create --name web -p 8080 sbx-base:latest sh -c 'httpd -f -p 8080'
+  sbx create --vnc sbx-desktop:latest
+  sbx create --workspace my-project --json sbx-base:latest | jq .id`,
     )
     .action(
       remoteAction(async ({ sbx }, image: string, cmd: string[], f: CreateFlags) => {
+        const ports = [...(f.publish ?? []), ...(f.port ?? [])];
+        const workspaceId = f.workspace ? await resolveWorkspace(sbx, f.workspace) : undefined;
         const opts: CreateOptions = {
           image,
           ...(cmd.length ? { cmd: commandArgs(cmd) } : {}),
-          ...(f.id ? { id: f.id } : {}),
+          ...((f.name ?? f.id) ? { id: f.name ?? f.id } : {}),
           ...(f.pool ? { pool: f.pool } : {}),
           ...(f.owner ? { owner: f.owner } : {}),
           ...(f.label ? { labels: f.label } : {}),
           ...(f.env ? { env: f.env } : {}),
+          ...(ports.length ? { ports } : {}),
+          ...(f.vnc ? { vnc: true } : {}),
           ...(f.memory !== undefined ? { memory: f.memory } : {}),
           ...(f.cpus !== undefined ? { cpus: f.cpus } : {}),
           ...(f.pidsLimit !== undefined ? { pidsLimit: f.pidsLimit } : {}),
@@ -274,13 +312,18 @@ Examples:
           ...(f.maxLifetime !== undefined ? { maxLifetimeMs: f.maxLifetime } : {}),
           ...(f.stopTimeout !== undefined ? { stopTimeoutMs: f.stopTimeout } : {}),
           ...(f.network ? { network: f.network } : {}),
-          ...(f.workspace ? { workspaceId: f.workspace } : {}),
+          ...(workspaceId ? { workspaceId } : {}),
           ...(f.mountPath ? { mountPath: f.mountPath } : {}),
           ...(f.readOnly ? { mountMode: 'ro' as const } : {}),
           ...(f.workdir ? { workDir: f.workdir } : {}),
           ...(f.user ? { user: f.user } : {}),
         };
-        const box = await sbx.create(opts);
+        const box = await createPulling(
+          image,
+          f.pull,
+          () => sbx.create(opts),
+          () => sbx.images.pull(image, f.pool ? { pool: f.pool } : {}),
+        );
         if (f.json) printJson(await box.info());
         else process.stdout.write(box.id + '\n');
       }),
@@ -350,11 +393,10 @@ Examples:
   sbx exec -e DEBUG=1 -w /tmp --timeout 30s sb-1a2b3c -- sh -c 'make test'`,
     )
     .action(
-      remoteAction(async ({ sbx }, id: string, args: string[], f: ExecFlags) => {
+      connectedAction(async (conn, id: string, args: string[], f: ExecFlags) => {
         const cmd = commandArgs(args);
         if (cmd.length === 0) program.error("error: missing required argument 'cmd'", { exitCode: REMOTE_EXIT.usage });
-        const box = await sbx.get(id);
-        process.exitCode = await execInBox(box, cmd, f);
+        process.exitCode = await execInBox(await execTarget(conn, id), cmd, f);
       }),
     );
 
@@ -364,9 +406,8 @@ Examples:
     .option('-s, --shell <path>', 'the shell to run', 'sh')
     .addHelpText('after', `${EXEC_EXIT_HELP}\n${CONNECTION_HELP}\n\nExamples:\n  sbx shell sb-1a2b3c\n  sbx shell -u root -s bash sb-1a2b3c`)
     .action(
-      remoteAction(async ({ sbx }, id: string, f: ExecFlags & { shell: string }) => {
-        const box = await sbx.get(id);
-        process.exitCode = await execInBox(box, [f.shell, '-l'], { ...f, interactive: true, tty: true });
+      connectedAction(async (conn, id: string, f: ExecFlags & { shell: string }) => {
+        process.exitCode = await execInBox(await execTarget(conn, id), [f.shell, '-l'], { ...f, interactive: true, tty: true });
       }),
     );
 

@@ -5,14 +5,16 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import Docker from 'dockerode';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { managerSelector } from '../sandbox/labels.js';
 import { testEnv } from '../testing/env.js';
+import { registryOnlyImage, removeLocalImage } from '../testing/registry-image.js';
 
 const IMAGE = testEnv.baseImage;
 const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
@@ -50,9 +52,12 @@ async function sbx(
     env?: Record<string, string>;
     onSpawn?: (child: ChildProcess) => void;
     onOutput?: (out: { stdout: string; stderr: string }, child: ChildProcess) => void;
+    /** A command line to run instead of `sbx ARGS` (a pseudo-terminal's script(1) around it). */
+    command?: string[];
   } = {},
 ): Promise<Result> {
-  const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], { cwd: ROOT, env: cliEnv(opts.env), stdio: ['pipe', 'pipe', 'pipe'] });
+  const [file, ...argv] = opts.command ?? [process.execPath, '--import', 'tsx', MAIN, ...args];
+  const child = spawn(file!, argv, { cwd: ROOT, env: cliEnv(opts.env), stdio: ['pipe', 'pipe', 'pipe'] });
   opts.onSpawn?.(child);
   let stdout = '';
   let stderr = '';
@@ -155,7 +160,7 @@ describe('sbx run', () => {
   });
 
   test('a command killed inside the box exits 137, not the timeout status', async () => {
-    const r = await sbx(['run', '-t', '1m', IMAGE, 'sh', '-c', 'kill -9 $$']);
+    const r = await sbx(['run', '--timeout', '1m', IMAGE, 'sh', '-c', 'kill -9 $$']);
     assert.equal(r.code, 137);
     assert.doesNotMatch(r.stderr, /timed out/);
   });
@@ -173,28 +178,31 @@ describe('sbx run', () => {
 
 describe('sbx run --timeout', () => {
   test('takes a duration: 1s kills a long command, says so on stderr, exits 124', async () => {
-    const r = await sbx(['run', '-t', '1s', IMAGE, 'sh', '-c', 'echo started; sleep 3600']);
+    const r = await sbx(['run', '--timeout', '1s', IMAGE, 'sh', '-c', 'echo started; sleep 3600']);
     assert.equal(r.code, 124);
     assert.equal(r.stdout, 'started\n');
     assert.equal(r.stderr, 'sbx: timed out after 1s; the command was killed\n');
   });
 
-  test('a plain number is milliseconds', async () => {
-    const r = await sbx(['run', '--timeout', '800', IMAGE, 'sleep', '60']);
+  test('a plain number is a usage error naming the forms with a unit (never milliseconds silently); 800ms is 800 ms', async () => {
+    const bare = await sbx(['-c', unreachable, 'run', '--timeout', '800', IMAGE, 'sleep', '60']);
+    assert.equal(bare.code, 2, bare.stderr);
+    assert.match(bare.stderr, /--timeout.*'800' has no unit: write 800s, 800m or 800ms \(e\.g\. 500ms, 30s, 5m, 2h/);
+    const r = await sbx(['run', '--timeout', '800ms', IMAGE, 'sleep', '60']);
     assert.equal(r.code, 124);
-    assert.equal(r.stderr, 'sbx: timed out after 800 ms; the command was killed\n');
+    assert.equal(r.stderr, 'sbx: timed out after 800ms; the command was killed\n');
   });
 
   test('a command that finishes in time keeps its own status', async () => {
-    const r = await sbx(['run', '-t', '30s', IMAGE, 'sh', '-c', 'echo fast; exit 5']);
+    const r = await sbx(['run', '--timeout', '30s', IMAGE, 'sh', '-c', 'echo fast; exit 5']);
     assert.deepEqual([r.code, r.stdout, r.stderr], [5, 'fast\n', '']);
   });
 
   test('a bad duration is a usage error naming the option, before any box is made', async () => {
     // The only pool is unreachable: had the CLI tried to make a box, it would fail with 125.
     for (const bad of ['30x', '-5s', 'soon']) {
-      const r = await sbx(['-c', unreachable, 'run', '-t', bad, IMAGE, 'true']);
-      assert.equal(r.code, 2, `-t ${bad}: ${r.stderr}`);
+      const r = await sbx(['-c', unreachable, 'run', '--timeout', bad, IMAGE, 'true']);
+      assert.equal(r.code, 2, `--timeout ${bad}: ${r.stderr}`);
       assert.match(r.stderr, /--timeout/);
       assert.ok(r.stderr.includes(`'${bad}'`), r.stderr);
       assert.equal(r.stdout, '');
@@ -227,6 +235,39 @@ describe('sbx run --env', () => {
   });
 });
 
+describe('sbx run, docker’s flags', () => {
+  test('-it: the command gets a terminal (script(1) gives sbx one) and its status comes back', async () => {
+    const line = [process.execPath, '--import', 'tsx', MAIN, 'run', '-it', IMAGE, 'sh', '-c', 'tty; exit 3']
+      .map((a) => `'${a.replace(/'/g, `'\\''`)}'`)
+      .join(' ');
+    const r = await sbx([], { command: ['script', '-qefc', line, '/dev/null'] });
+    assert.equal(r.code, 3, r.stderr);
+    assert.match(r.stdout, /^\/dev\/pts\/\d+\r*\n/);
+  });
+
+  test('-w, -u and --name, as docker run takes them; --rm is accepted (run always removes its box)', async () => {
+    const r = await sbx(['run', '--rm', '-w', '/tmp', '-u', '1000', '--name', `${NAME}-named`, IMAGE, 'sh', '-c', 'pwd; id -u; echo $SBX_SANDBOX_ID']);
+    assert.deepEqual([r.code, r.stdout, r.stderr], [0, `/tmp\n1000\n${NAME}-named\n`, '']);
+  });
+
+  test('--pull: missing (the default) pulls an image the engine lacks, never refuses, always pulls first', async () => {
+    const image = await registryOnlyImage('cli-run-pull');
+    try {
+      const never = await sbx(['run', '--pull', 'never', image, 'true']);
+      assert.equal(never.code, 125, never.stderr);
+      assert.match(never.stderr, /^sbx: not_found: image .*cli-run-pull.* not found/);
+      const missing = await sbx(['run', image, 'echo', 'ran']);
+      assert.deepEqual([missing.code, missing.stdout], [0, 'ran\n'], missing.stderr);
+      assert.match(missing.stderr, /is not on the pool; pulling it/);
+      const always = await sbx(['run', '--pull', 'always', image, 'echo', 'again']);
+      assert.deepEqual([always.code, always.stdout], [0, 'again\n'], always.stderr);
+      assert.doesNotMatch(always.stderr, /is not on the pool/);
+    } finally {
+      await removeLocalImage(image);
+    }
+  });
+});
+
 describe('sbx run stdin', () => {
   test('-i passes stdin to the command', async () => {
     const r = await sbx(['run', '-i', IMAGE, 'sh', '-c', 'wc -c; echo done'], { input: 'twelve bytes' });
@@ -241,16 +282,20 @@ describe('sbx run stdin', () => {
 
 describe('sbx errors', () => {
   test('an unknown pool is an sbx error (125) that names the known pools', async () => {
-    const r = await sbx(['run', '-p', 'nope', IMAGE, 'true']);
+    const r = await sbx(['run', '--pool', 'nope', IMAGE, 'true']);
     assert.equal(r.code, 125);
     assert.equal(r.stderr, "sbx: pool_not_found: pool 'nope' not found; known pools: local\n");
     assert.equal(r.stdout, '');
   });
 
-  test('a missing image is an sbx error (125)', async () => {
-    const r = await sbx(['run', 'sbx-no-such-image:never', 'true']);
+  test('a missing image is an sbx error (125): with --pull never at once, else once the pull has failed', async () => {
+    const r = await sbx(['run', '--pull', 'never', 'sbx-no-such-image:never', 'true']);
     assert.equal(r.code, 125);
     assert.match(r.stderr, /^sbx: not_found: .*sbx-no-such-image:never/);
+    const pulled = await sbx(['run', `${testEnv.registry}/sbx/no-such-image:never`, 'true']);
+    assert.equal(pulled.code, 125);
+    assert.match(pulled.stderr, /pulling it/);
+    assert.match(pulled.stderr, /^sbx: \w+: .*no-such-image:never/m);
   });
 
   test('an unreachable engine is an sbx error (125); -c works before and after the command', async () => {
@@ -300,9 +345,90 @@ describe('sbx help and pools', () => {
     assert.match(top.stdout, /pools/);
   });
 
+  test('--version and -v print the package’s version', async () => {
+    const { version } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
+    for (const flag of ['--version', '-v']) assert.deepEqual(Object.values(await sbx([flag])), [0, `${version}\n`, ''], flag);
+  });
+
   test('pools lists the embedded default pool as connected', async () => {
     const r = await sbx(['pools']);
     assert.deepEqual([r.code, r.stdout, r.stderr], [0, 'local\tlocal\tconnected\tboxes=0\n', '']);
+  });
+
+  test('serve logs: one JSON object a line off a terminal; readable lines with --log-format pretty; --log-level warn hides info', async () => {
+    const serveUntilUp = (tag: string, args: string[], env: Record<string, string> = {}) => {
+      let sent = false;
+      return sbx(['serve', '--port', '0', ...args], {
+        env: { SBX_NAME: `${NAME}-logs-${tag}`, SBX_DATA_DIR: join(dir, `logs-${tag}`), ...env },
+        onOutput: (out, child) => {
+          if (sent || !out.stderr.includes('sbx: serving')) return;
+          sent = true;
+          child.kill('SIGINT');
+        },
+      });
+    };
+    // Three servers at once (one shutting down takes seconds), each its own instance and data.
+    const [json, pretty, quiet] = await Promise.all([
+      serveUntilUp('json', []),
+      serveUntilUp('pretty', ['--log-format', 'pretty']),
+      serveUntilUp('quiet', [], { SBX_LOG_LEVEL: 'warn' }),
+    ]);
+    assert.equal(json.code, 0, json.stderr);
+    const lines = json.stdout.split('\n').filter((l) => l.startsWith('{'));
+    assert.ok(
+      lines.some((l) => (JSON.parse(l) as { msg: string }).msg === 'sbx serving'),
+      json.stdout,
+    );
+    assert.equal(pretty.code, 0, pretty.stderr);
+    assert.match(pretty.stdout, /^\d\d:\d\d:\d\d\.\d{3} INFO {2}sbx serving url=http:\/\/127\.0\.0\.1:\d+ /m);
+    assert.doesNotMatch(pretty.stdout, /"level":/);
+    assert.equal(quiet.code, 0, quiet.stderr);
+    assert.doesNotMatch(quiet.stdout, /sbx serving/);
+    const bad = await sbx(['serve', '--port', '0'], { env: { SBX_NAME: `${NAME}-logs-bad`, SBX_DATA_DIR: join(dir, 'logs-bad'), SBX_LOG_FORMAT: 'fancy' } });
+    assert.equal(bad.code, 125);
+    assert.match(bad.stderr, /SBX_LOG_FORMAT: 'fancy' is not one of auto, pretty, json/);
+  });
+
+  test('pools alone only reads: a server’s box of the same instance name, stopped by its own command, is not started again', async () => {
+    // Another instance name than NAME: sbx() sweeps NAME's boxes after every run.
+    const env = { SBX_NAME: `${NAME}-pools`, SBX_DATA_DIR: join(dir, 'pools-data') };
+    const docker = new Docker();
+    let checked: Promise<void> | undefined;
+    const served = await sbx(['serve', '--port', '0'], {
+      env,
+      onOutput: (out, child) => {
+        const url = /sbx: serving (http:\/\/127\.0\.0\.1:\d+)/.exec(out.stderr)?.[1];
+        const key = /sbxk_[A-Za-z0-9_-]+/.exec(out.stdout + out.stderr)?.[0];
+        if (!url || !key || checked) return;
+        const call = async (method: string, path: string, body?: unknown) => {
+          const res = await fetch(url + path, {
+            method,
+            headers: { authorization: `Bearer ${key}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+            ...(body ? { body: JSON.stringify(body) } : {}),
+          });
+          return (res.status === 204 ? {} : await res.json()) as { id: string; status: string; containerId: string };
+        };
+        checked = (async () => {
+          const made = await call('POST', '/v1/boxes', { image: IMAGE, cmd: ['sh', '-c', 'exit 4'] });
+          try {
+            // The server sees its command end (the event it gets from the engine), not a time.
+            let status = made.status;
+            for (let i = 0; i < 600 && status !== 'stopped'; i++) status = (await call('GET', `/v1/boxes/${made.id}`)).status;
+            assert.equal(status, 'stopped');
+            const before = (await docker.getContainer(made.containerId).inspect()).State;
+            const pools = await sbx(['pools'], { env });
+            assert.deepEqual([pools.code, pools.stdout], [0, 'local\tlocal\tconnected\tboxes=1\n'], pools.stderr);
+            const after = (await docker.getContainer(made.containerId).inspect()).State;
+            assert.deepEqual([after.StartedAt, after.Status], [before.StartedAt, 'exited'], 'sbx pools started the server’s box again');
+          } finally {
+            await call('DELETE', `/v1/boxes/${made.id}`);
+          }
+        })().finally(() => child.kill('SIGINT'));
+      },
+    });
+    assert.ok(checked, `serve never said where it serves: ${served.stderr}`);
+    await checked;
+    assert.equal(served.code, 0, served.stderr);
   });
 
   test('serve serves the HTTP API with the key it prints, and stops on SIGINT with status 0', async () => {

@@ -7,11 +7,14 @@ import { stat } from 'node:fs/promises';
 import { basename, join, posix, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
-import { SbxError } from '../client/index.js';
+import { SbxError } from '../errors.js';
 import type { Box, Workspace } from '../client/index.js';
 import { formatBytes, formatMode, paint, printJson, relativeTime, table } from './output.js';
+import { resolveWorkspace } from './names.js';
 import { CONNECTION_HELP, REMOTE_EXIT, keyValue, remoteAction, size, withConnection } from './remote.js';
-import { Progress, extractHost, packHost, treeSize } from './transfer.js';
+
+/** tar-stream and the copy code, loaded by the commands that copy (not for `--help` or `ws ls`). */
+const transfer = () => import('./transfer.js');
 
 /** `ID:PATH` → the box id and the path in it; a local path otherwise (`./a:b` stays local). */
 export function parseRemote(arg: string): { id: string; path: string } | undefined {
@@ -69,6 +72,7 @@ async function upload(box: Box, local: string, dest: string): Promise<void> {
     throw new SbxError('not_found', `no such directory in box '${box.id}': ${there === 'noparent' ? posix.dirname(dest) : dest}`, { details: { id: box.id } });
   else if (there === 'file' && kind === 'dir') throw new SbxError('conflict', `cannot copy a directory onto the file ${dest} in box '${box.id}'`);
   else [dir, name] = [posix.dirname(dest), posix.basename(dest)];
+  const { Progress, packHost, treeSize } = await transfer();
   const progress = new Progress(`${basename(local)} → ${box.id}:${posix.join(dir, name)}`, await treeSize(local));
   // -o: files belong to the box's user, not to uids of this machine.
   await boxCommand(box, ['tar', '-x', '-o', '-f', '-', '-C', dir], { input: packHost(local, name, progress) });
@@ -85,6 +89,7 @@ async function download(box: Box, path: string, local: string): Promise<void> {
   }
   const kind = await localKind(local);
   const target = kind === 'dir' ? join(local, root ? box.id : posix.basename(clean)) : local;
+  const { Progress, extractHost } = await transfer();
   const progress = new Progress(`${box.id}:${clean} → ${target}`);
   const s = await box.stream(tarCmd);
   s.stdin.end();
@@ -196,13 +201,13 @@ Examples:
       }),
     );
 
-  withConnection(ws.command('rm').alias('remove').description('Delete workspaces and their files').argument('<ids...>', 'workspace ids'))
+  withConnection(ws.command('rm').alias('remove').description('Delete workspaces and their files').argument('<ids...>', 'workspace ids or names'))
     .option('-f, --force', 'delete even while a box has it mounted')
     .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx ws rm ws-abc\n  sbx ws rm -f ws-abc ws-def`)
     .action(
       remoteAction(async ({ sbx }, ids: string[], f: { force?: boolean }) => {
         for (const id of ids) {
-          await sbx.workspaces.delete(id, f.force ? { force: true } : {});
+          await sbx.workspaces.delete(await resolveWorkspace(sbx, id), f.force ? { force: true } : {});
           process.stdout.write(id + '\n');
         }
       }),
@@ -212,7 +217,7 @@ Examples:
     ws
       .command('ls-files')
       .description('List the files of a workspace directory')
-      .argument('<id>', 'workspace id')
+      .argument('<id>', 'workspace id or name')
       .argument('[path]', 'directory inside the workspace (default: its root)', ''),
   )
     .option('-r, --recursive', 'the whole tree, paths relative to PATH')
@@ -220,7 +225,7 @@ Examples:
     .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx ws ls-files ws-abc\n  sbx ws ls-files -r ws-abc src --json`)
     .action(
       remoteAction(async ({ sbx }, id: string, path: string, f: { recursive?: boolean; json?: boolean }) => {
-        const fs = await sbx.workspaces.fs(id);
+        const fs = await sbx.workspaces.fs(await resolveWorkspace(sbx, id));
         const entries = await fs.readDir(path, { recursive: f.recursive === true });
         if (f.json) return printJson(entries);
         process.stdout.write(
@@ -238,12 +243,12 @@ Examples:
     );
 
   withConnection(
-    ws.command('cat').description('Write a workspace file to stdout').argument('<id>', 'workspace id').argument('<path>', 'file inside the workspace'),
+    ws.command('cat').description('Write a workspace file to stdout').argument('<id>', 'workspace id or name').argument('<path>', 'file inside the workspace'),
   )
     .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx ws cat ws-abc notes.txt\n  sbx ws cat ws-abc data.bin > data.bin`)
     .action(
       remoteAction(async ({ sbx }, id: string, path: string) => {
-        const fs = await sbx.workspaces.fs(id);
+        const fs = await sbx.workspaces.fs(await resolveWorkspace(sbx, id));
         await pipeline(await fs.createReadStream(path), process.stdout);
       }),
     );
@@ -252,7 +257,7 @@ Examples:
     ws
       .command('put')
       .description('Upload a file or directory into a workspace (a directory as a tar stream, all or nothing)')
-      .argument('<id>', 'workspace id')
+      .argument('<id>', 'workspace id or name')
       .argument('<local>', 'file or directory here ("-" for stdin, which needs DEST)')
       .argument('[dest]', 'path inside the workspace (default: the local name, at the root)'),
   )
@@ -263,7 +268,7 @@ Examples:
     )
     .action(
       remoteAction(async ({ sbx }, id: string, local: string, dest: string | undefined, f: { mode?: string }) => {
-        const fs = await sbx.workspaces.fs(id);
+        const fs = await sbx.workspaces.fs(await resolveWorkspace(sbx, id));
         const mode = f.mode !== undefined ? parseInt(f.mode, 8) : undefined;
         if (mode !== undefined && (!/^[0-7]{1,4}$/.test(f.mode!) || Number.isNaN(mode)))
           program.error(`error: --mode '${f.mode}' is not an octal mode such as 644`, { exitCode: 2 });
@@ -275,6 +280,7 @@ Examples:
         const kind = await localKind(local);
         if (kind === 'none') throw new SbxError('not_found', `no such file or directory here: ${local}`, { details: { field: 'local' } });
         const target = dest ?? basename(resolve(local));
+        const { Progress, packHost, treeSize } = await transfer();
         const progress = new Progress(`${basename(local)} → ${id}:${target}`, await treeSize(local));
         if (kind === 'dir') {
           const r = await fs.importTar(target, packHost(local, '', progress));
@@ -293,7 +299,7 @@ Examples:
     ws
       .command('get')
       .description('Download a file or directory from a workspace')
-      .argument('<id>', 'workspace id')
+      .argument('<id>', 'workspace id or name')
       .argument('<path>', 'file or directory inside the workspace')
       .argument('[local]', 'where to write it (default: its name here; "-" for stdout: a file, or a directory as tar)'),
   )
@@ -303,7 +309,7 @@ Examples:
     )
     .action(
       remoteAction(async ({ sbx }, id: string, path: string, local: string | undefined) => {
-        const fs = await sbx.workspaces.fs(id);
+        const fs = await sbx.workspaces.fs(await resolveWorkspace(sbx, id));
         const st = await fs.stat(path);
         const name = posix.basename(posix.normalize(path || '.')) || id;
         if (local === '-') {
@@ -312,6 +318,7 @@ Examples:
         }
         const here = local ?? (name === '.' ? id : name);
         const target = (await localKind(here)) === 'dir' ? join(here, name === '.' ? id : name) : here;
+        const { Progress, extractHost } = await transfer();
         const progress = new Progress(`${id}:${path} → ${target}`, st.isDir ? undefined : st.size);
         if (st.isDir) await extractHost(await fs.exportTar(path), target, { progress });
         else await pipeline(await fs.createReadStream(path), progress.counter(), createWriteStream(target, { mode: st.mode & 0o777 }));

@@ -3,25 +3,25 @@
  * The `sbx` command line. `run`, `pools` (alone) and `serve` work on the library directly (this
  * machine's config); every other command talks to a running server through the SDK
  * (src/cli/remote.ts says where the server and key come from).
+ *
+ * Start-up is lazy: this file and the command definitions load commander and small helpers only;
+ * an action imports what it needs when it runs (the Manager for `run`, the server for `serve`,
+ * the SDK for the rest), so `sbx --help` and `sbx exec` never load fastify, dockerode or the
+ * Kubernetes client (cli-startup.test.ts proves it on the module graph).
  */
-import { Command, CommanderError, InvalidArgumentError } from 'commander';
-import { Manager } from '../sandbox/manager.js';
-import type { Box } from '../sandbox/box.js';
-import { loadConfig } from '../sandbox/config.js';
-import { SbxError, isSbxError } from '../errors.js';
-import { parseDuration } from '../util/duration.js';
-import { serveCommand } from './serve.js';
+import { Command, CommanderError, Option } from 'commander';
+import { SbxError } from '../errors.js';
+import { serveCommand } from './serve-command.js';
+import { createRequire } from 'node:module';
+import { accessCommands } from './access.js';
 import { adminCommands } from './admin.js';
 import { boxCommands } from './boxes.js';
+import { completionCommand } from './completion.js';
+import { EXIT, SIGNAL_EXIT } from './exit.js';
 import { fileCommands } from './files.js';
-import { withConnection } from './remote.js';
-
-/**
- * Exit statuses of `run`, as `docker run` gives them; `run` otherwise exits with the command's
- * own status. The commands that talk to a server exit 1 for sbx errors instead (REMOTE_EXIT).
- */
-export const EXIT = { usage: 2, timeout: 124, sbx: 125, cannotRun: 126, notFound: 127 } as const;
-const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143, SIGPIPE: 141 };
+import type { RunOptions } from './run.js';
+import { PULL_POLICIES } from './pull-progress.js';
+import { duration, envVar, publish, withConnection } from './remote.js';
 
 // A reader that went away (`sbx --help | head -2`, `sbx ls --json | head`): exit quietly with a
 // shell's SIGPIPE status instead of an unhandled EPIPE's stack trace. `run` and `exec` add their own
@@ -36,7 +36,12 @@ for (const stream of [process.stdout, process.stderr]) {
 const CONFIG_HELP = 'YAML config file (default: $SBX_CONFIG, else one pool `local` on the local Docker Engine)';
 
 const program = withConnection(
-  new Command().name('sbx').description('Isolated execution environments ("boxes") on pools of container runtimes.').option('-c, --config <file>', CONFIG_HELP),
+  new Command()
+    .name('sbx')
+    .description('Isolated execution environments ("boxes") on pools of container runtimes.')
+    // The package's own version (package.json is two levels up from src/cli and from dist/cli).
+    .version((createRequire(import.meta.url)('../../package.json') as { version: string }).version, '-v, --version', 'print the version of sbx')
+    .option('-c, --config <file>', CONFIG_HELP),
 )
   .enablePositionalOptions()
   .exitOverride()
@@ -61,37 +66,9 @@ Exit status: the command's own for run and exec; 1 when sbx fails (run: 125, as 
 2 for usage errors. See docs/cli.md.`,
   );
 
-/** The Manager for a command: its `-c` first, then the global one, then $SBX_CONFIG and SBX_* variables. */
-function manager(opts: { config?: string }): Manager {
-  const file = opts.config ?? program.opts<{ config?: string }>().config;
-  return new Manager(loadConfig(file ? { file } : {}));
-}
-
-function duration(value: string): number {
-  try {
-    return parseDuration(value);
-  } catch (err) {
-    throw new InvalidArgumentError((err as Error).message.replace(/^duration: /, ''));
-  }
-}
-
-/** `KEY=VALUE`, or `KEY` alone for the caller's value of KEY (as `docker run -e` does). */
-function envVar(value: string, previous: Record<string, string> = {}): Record<string, string> {
-  const eq = value.indexOf('=');
-  const key = eq < 0 ? value : value.slice(0, eq);
-  if (key === '') throw new InvalidArgumentError('expected KEY=VALUE or KEY');
-  if (eq >= 0) return { ...previous, [key]: value.slice(eq + 1) };
-  const inherited = process.env[key];
-  if (inherited === undefined) throw new InvalidArgumentError(`${key} is not set in this environment; write ${key}=VALUE`);
-  return { ...previous, [key]: inherited };
-}
-
-interface RunOptions {
-  config?: string;
-  pool?: string;
-  timeout?: number;
-  env?: Record<string, string>;
-  interactive?: boolean;
+/** The config file for a local command: its `-c` first, then the global one (else $SBX_CONFIG and SBX_* variables). */
+function configFile(opts: { config?: string }): string | undefined {
+  return opts.config ?? program.opts<{ config?: string }>().config;
 }
 
 program
@@ -100,17 +77,26 @@ program
   .argument('<image>', 'image to create the box from, e.g. sbx-base:latest')
   .argument('<cmd...>', 'command and arguments; everything after the image goes to the command')
   .option('-c, --config <file>', CONFIG_HELP)
-  .option('-p, --pool <name>', 'pool to create the box on (default: the first pool)')
-  .option('-t, --timeout <duration>', 'kill the command after this long: 500ms, 30s, 2m, 1h30m, or milliseconds; 0 = no limit', duration)
-  .option('-e, --env <KEY[=VALUE]>', "set a variable in the box; KEY alone passes the caller's value (repeatable)", envVar)
   .option('-i, --interactive', "pass this process's stdin to the command (default: the command reads EOF)")
+  .option('-t, --tty', 'give the command a terminal (raw mode here with -i, window size followed); stderr is merged into stdout')
+  .option('--rm', 'remove the box when the command ends (always so: accepted as docker run takes it)')
+  .option('-e, --env <KEY[=VALUE]>', "set a variable in the box; KEY alone passes the caller's value (repeatable)", envVar)
+  .option('-p, --publish <[IP:][HOSTPORT:]PORT[/PROTO]>', "publish a port of the box on this machine's loopback (repeatable)", publish)
+  .option('-w, --workdir <dir>', 'working directory of the command inside the box')
+  .option('-u, --user <user>', 'user to run the command as (name or uid[:gid])')
+  .option('--name <id>', 'the box id (default: generated, sb-…)')
+  .option('--pool <name>', 'pool to create the box on (default: the first pool)')
+  .addOption(new Option('--pull <when>', 'pull the image: missing (from the pool), always, never').choices(PULL_POLICIES).default('missing'))
+  .option('--timeout <duration>', 'kill the command after this long (500ms, 30s, 2m, 1h30m); sbx then exits 124; 0 = no limit', duration)
   .passThroughOptions()
   .addHelpText(
     'after',
     `
+Options go before the image (as with docker run); everything after it is the command's.
+
 Exit status:
-  the command's own     when it ran (137 if it was killed)
-  ${EXIT.timeout}                   the command ran past --timeout and was killed
+  the command's own     when it ran (137 if it was killed in the box)
+  ${EXIT.timeout}                   the command ran past --timeout and was killed (a line on stderr says so, as timeout(1))
   ${EXIT.sbx}                   sbx failed: config, pool, image, engine (the message says which)
   ${EXIT.cannotRun}, ${EXIT.notFound}              the command could not be started / was not found in the box
   ${EXIT.usage}                     usage error: unknown option, bad --timeout or --env
@@ -119,90 +105,40 @@ Exit status:
 
 Examples:
   sbx run sbx-base:latest echo hello
-  sbx run -t 30s -e FOO=bar -e HOME sbx-base:latest sh -c 'echo $FOO $HOME'
+  sbx run -it sbx-base:latest sh
+  sbx run --timeout 30s -e FOO=bar -e HOME sbx-base:latest sh -c 'echo $FOO $HOME'
+  sbx run -p 8080:80 -w /srv sbx-base:latest httpd -f -p 80
   echo data | sbx run -i sbx-base:latest wc -c`,
   )
   .action(async (image: string, args: string[], opts: RunOptions) => {
     // `sbx run IMAGE -- CMD`, as earlier help texts asked for, still works.
     const cmd = args[0] === '--' ? args.slice(1) : args;
     if (cmd.length === 0) program.error("error: missing required argument 'cmd'", { exitCode: EXIT.usage, code: 'sbx.missingCommand' });
-    const m = manager(opts);
-    const stop = new AbortController();
-    const onSignal = (signal: NodeJS.Signals) => stop.abort(signal);
-    process.once('SIGINT', onSignal).once('SIGTERM', onSignal);
-    let box: Box | undefined;
-    try {
-      box = await m.create({ image, env: opts.env ?? {}, policy: 'oneshot', ...(opts.pool ? { pool: opts.pool } : {}) });
-      if (stop.signal.aborted) return;
-      const timer = opts.timeout ? setTimeout(() => stop.abort('timeout'), opts.timeout) : undefined;
-      let s;
-      try {
-        s = await box.stream(cmd, { signal: stop.signal });
-      } catch (err) {
-        // The command could not start: a shell's statuses, as `docker run` gives them.
-        if (!(err instanceof SbxError) || typeof err.details?.['cmd'] !== 'string') throw err;
-        clearTimeout(timer);
-        console.error(`sbx: ${err.code}: ${err.message}`);
-        process.exitCode = err.code === 'not_found' ? EXIT.notFound : EXIT.cannotRun;
-        return;
-      }
-      for (const [from, to] of [
-        [s.stdout, process.stdout],
-        [s.stderr, process.stderr],
-      ] as const) {
-        from.pipe(to);
-        // A reader that went away (`sbx run … | head -1`): stop the command as a shell's SIGPIPE would.
-        to.on('error', () => {
-          from.unpipe(to).resume();
-          stop.abort('SIGPIPE');
-        });
-      }
-      if (opts.interactive) process.stdin.pipe(s.stdin);
-      else s.stdin.end();
-      const code = await s.wait();
-      clearTimeout(timer);
-      if (opts.interactive) process.stdin.unpipe(s.stdin).destroy();
-      if (stop.signal.reason === 'timeout') {
-        process.stderr.write(`sbx: timed out after ${formatMs(opts.timeout!)}; the command was killed\n`);
-        process.exitCode = EXIT.timeout;
-      } else process.exitCode = code;
-    } finally {
-      process.off('SIGINT', onSignal).off('SIGTERM', onSignal);
-      // A oneshot box removes itself after its exec; this covers a command that never started.
-      await box?.remove().catch((err: unknown) => {
-        if (!isSbxError(err, 'not_found')) throw err;
-      });
-      await m.close();
-      if (stop.signal.aborted && stop.signal.reason !== 'timeout') process.exitCode = SIGNAL_EXIT[String(stop.signal.reason)] ?? 1;
-    }
+    const { runCommand } = await import('./run.js');
+    await runCommand(image, cmd, opts, configFile(opts));
   });
 
 const pools = program
   .command('pools')
+  .summary("This machine's configured pools (read only); with ls|add|rm, the server's")
   .description(
-    "Without a subcommand: this machine's configured pools (name, address, whether the runtime answers, boxes of this instance), tab-separated. With ls|add|rm: the server's pools.",
+    "Without a subcommand: this machine's configured pools (name, address, whether the runtime answers, boxes of this instance), tab-separated; it only reads, and never acts on the boxes of a server of the same instance name. With ls|add|rm: the server's pools.",
   )
   .option('-c, --config <file>', CONFIG_HELP)
   .action(async (opts: { config?: string }) => {
-    const m = manager(opts);
-    try {
-      await m.start();
-      for (const p of await m.pools()) console.log(`${p.name}\t${p.addr}\t${p.connected ? 'connected' : 'unreachable'}\tboxes=${p.boxes}`);
-    } finally {
-      await m.close();
-    }
+    const { localPools } = await import('./run.js');
+    await localPools(configFile(opts));
   });
 
 boxCommands(program);
+// `sbx logs` (src/cli/logs.ts, a box's main process output) registers here, beside the box commands.
 fileCommands(program);
+accessCommands(program);
 adminCommands(program, pools);
+completionCommand(program);
 
 // Usage errors exit 2 here too: the settings above are copied, as .command() does for the others.
 program.addCommand(serveCommand().copyInheritedSettings(program));
-
-function formatMs(ms: number): string {
-  return ms % 1000 === 0 ? `${ms / 1000}s` : `${ms} ms`;
-}
 
 program.parseAsync().catch((err: unknown) => {
   if (err instanceof CommanderError) {

@@ -10,8 +10,9 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { PullRenderer, bar } from './pull-progress.js';
 import { formatBytes, relativeTime, table, useColor } from './output.js';
-import { explain, profilePath, resolveConnection, writeProfiles } from './remote.js';
-import { SbxError } from '../client/index.js';
+import { formatLogLine, logDestination } from './log-format.js';
+import { DEFAULT_URL, explain, profilePath, resolveConnection, writeProfiles } from './remote.js';
+import { DEFAULT_URL as SDK_DEFAULT_URL, SbxError } from '../client/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-cli-out-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -90,6 +91,38 @@ describe('images pull display', () => {
   });
 });
 
+describe('serve log lines', () => {
+  const line = JSON.stringify({
+    level: 50,
+    time: Date.UTC(2026, 0, 2, 3, 4, 5, 6),
+    pid: 1,
+    hostname: 'h',
+    name: 'sbx-server',
+    msg: 'boom',
+    box: 'sb-1',
+    err: { message: 'bad', stack: 'Error: bad\n    at x' },
+  });
+
+  test('a pino line becomes time, level, message, fields, and the stack under it; not JSON passes through', () => {
+    const text = formatLogLine(line + '\n', {});
+    assert.match(text, /^\d\d:\d\d:\d\d\.006 ERROR boom box=sb-1\n {4}Error: bad\n {8}at x\n$/);
+    assert.equal(formatLogLine('plain text', {}), 'plain text\n');
+  });
+
+  test('auto: readable on a terminal, JSON elsewhere', () => {
+    const written: string[] = [];
+    const stream = (isTTY: boolean) => ({ isTTY, write: (s: string) => written.push(s) }) as unknown as NodeJS.WriteStream;
+    logDestination('auto', stream(false)).write(line + '\n');
+    logDestination('auto', stream(true)).write(line + '\n');
+    logDestination('json', stream(true)).write(line + '\n');
+    logDestination('pretty', stream(false)).write(line + '\n');
+    assert.deepEqual(
+      written.map((w) => w.startsWith('{')),
+      [true, false, true, false],
+    );
+  });
+});
+
 describe('human output', () => {
   test('tables align on visible width, colour codes included', () => {
     assert.equal(table(['A', 'LONG'], [['\x1b[32mxx\x1b[39m', 'y']], { isTTY: false }), 'A    LONG\n\x1b[32mxx\x1b[39m   y\n');
@@ -115,6 +148,10 @@ describe('human output', () => {
 });
 
 describe('connection settings', () => {
+  test('the CLI’s default server is the SDK’s (written out so that help need not load the SDK)', () => {
+    assert.equal(DEFAULT_URL, SDK_DEFAULT_URL);
+  });
+
   test('flags, then SBX_URL/SBX_API_KEY, then the profile; --profile beats the environment', async () => {
     const env = { XDG_CONFIG_HOME: join(dir, 'xdg'), HOME: join(dir, 'home') };
     const file = profilePath(env);

@@ -4,6 +4,7 @@
  * status (not per byte), so logs stay readable.
  */
 import type { PullProgress } from '../client/index.js';
+import { SbxError } from '../errors.js';
 import { formatBytes } from './output.js';
 
 interface Layer {
@@ -136,4 +137,46 @@ export class PullRenderer {
       this.out.write(`${this.ref}: ${t.done}/${t.layers} layers${t.total ? `, ${formatBytes(t.total)} downloaded` : ''}\n`);
     }
   }
+}
+
+/** `--pull`, as docker run and docker create take it. */
+export const PULL_POLICIES = ['missing', 'always', 'never'] as const;
+export type PullPolicy = (typeof PULL_POLICIES)[number];
+
+/**
+ * Makes a box from `image` under a pull policy (docker's): `missing` pulls when the create says
+ * the pool lacks the image, then creates again; `always` pulls first; `never` only creates.
+ * Progress goes to stderr, so stdout keeps only what the command prints (a box id).
+ */
+export async function createPulling<T>(image: string, policy: PullPolicy, create: () => Promise<T>, pull: () => AsyncIterable<PullProgress>): Promise<T> {
+  const pullNow = async () => {
+    const renderer = new PullRenderer(process.stderr, image);
+    try {
+      for await (const ev of pull()) renderer.update(ev);
+    } finally {
+      renderer.finish();
+    }
+  };
+  if (policy === 'always') await pullNow();
+  try {
+    return await create();
+  } catch (err) {
+    const missing = err instanceof SbxError && err.code === 'not_found' && err.details?.['image'] === image;
+    if (policy !== 'missing' || !missing) throw err;
+    process.stderr.write(`sbx: image ${image} is not on the pool; pulling it (--pull never would not)\n`);
+  }
+  try {
+    await pullNow();
+  } catch (err) {
+    if (err instanceof SbxError && err.code === 'forbidden')
+      throw new SbxError(
+        'not_found',
+        `image ${image} is not on the pool, and only an admin key may pull one: ask an admin to run \`sbx images pull ${image}\``,
+        {
+          details: { image },
+        },
+      );
+    throw err;
+  }
+  return create();
 }

@@ -18,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { IMAGE, startTestServer } from '../testing/server.js';
 import type { TestServer } from '../testing/server.js';
 import { testEnv } from '../testing/env.js';
+import { registryOnlyImage, removeLocalImage } from '../testing/registry-image.js';
 
 const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -130,6 +131,64 @@ function makeTree(root: string): void {
   symlinkSync('hello.txt', join(root, 'link'));
 }
 
+/** Records every module a child resolves (ESM) or requires (CommonJS) while it runs `sbx ARGS`. */
+const RECORD_HOOKS = `
+import { appendFileSync } from 'node:fs';
+let file;
+export function initialize(data) { file = data.file; }
+export async function resolve(specifier, context, next) {
+  const r = await next(specifier, context);
+  appendFileSync(file, r.url + '\\n');
+  return r;
+}`;
+
+async function modulesLoadedBy(args: string[]): Promise<{ result: Result; modules: string[] }> {
+  const log = join(dir, `modules-${randomBytes(4).toString('hex')}.txt`);
+  writeFileSync(log, '');
+  const recorder = join(dir, `record-${randomBytes(4).toString('hex')}.mjs`);
+  const register = `import { register, createRequire } from 'node:module';
+    register('data:text/javascript,' + encodeURIComponent(${JSON.stringify(RECORD_HOOKS)}), { data: { file: ${JSON.stringify(log)} } });
+    const require = createRequire(import.meta.url);
+    process.on('exit', () => require('node:fs').appendFileSync(${JSON.stringify(log)}, Object.keys(require.cache).join('\\n') + '\\n'));`;
+  writeFileSync(recorder, register);
+  const result = await run(process.execPath, ['--import', 'tsx', '--import', recorder, MAIN, ...args]);
+  const modules = [...new Set(readFileSync(log, 'utf8').split('\n').filter(Boolean))].map((u) => (u.startsWith('file:') ? fileURLToPath(u) : u));
+  return { result, modules };
+}
+
+/** What neither `--help` nor a command that talks to a server may load: the server, the library's core, the engine clients. */
+const HEAVY = [/\/node_modules\/(fastify|dockerode|docker-modem|@kubernetes|pino|@grpc|@fastify)\//, /\/src\/(sandbox|server|runtime|compat|workspace)\//];
+
+function heavyModules(modules: string[]): string[] {
+  return modules.filter((m) => HEAVY.some((re) => re.test(m)) && !m.endsWith('/src/sandbox/box-path.ts') && !m.endsWith('/src/workspace/workspace-path.ts'));
+}
+
+describe('start-up loads only what the command needs', () => {
+  test('--help: commander and the CLI’s own files, no SDK, no server, no core, no engine client', async () => {
+    const { result, modules } = await modulesLoadedBy(['--help']);
+    assert.equal(result.code, 0, result.stderr);
+    assert.ok(
+      modules.some((m) => m.endsWith('/src/cli/boxes.ts')),
+      'the recorder saw the CLI load',
+    );
+    assert.deepEqual(heavyModules(modules), []);
+    assert.deepEqual(
+      modules.filter((m) => /\/src\/client\/|\/node_modules\/(ws|yaml|tar-stream)\//.test(m)),
+      [],
+    );
+  });
+
+  test('exec against a server: the WebSocket exec and nothing of the server, the core or the engine clients', async () => {
+    const { result, modules } = await modulesLoadedBy(['exec', box, '--', 'sh', '-c', 'exit 7']);
+    assert.equal(result.code, 7, result.stderr);
+    assert.ok(
+      modules.some((m) => m.endsWith('/src/client/stream.ts')),
+      'the recorder saw the exec load',
+    );
+    assert.deepEqual(heavyModules(modules), []);
+  });
+});
+
 describe('sbx exec', () => {
   test("streams stdout and stderr apart and exits with the command's status", async () => {
     const r = await sbx(['exec', box, '--', 'sh', '-c', 'echo out; echo err >&2; exit 3']);
@@ -180,9 +239,12 @@ describe('sbx exec', () => {
     assert.equal(left.stdout.trim(), '0', 'the sleep was killed in the box');
   });
 
-  test('--timeout kills the command: 137', async () => {
+  test('--timeout kills the command: 124 and a line on stderr, as timeout(1) and sbx run', async () => {
     const r = await sbx(['exec', '--timeout', '1s', box, '--', 'sleep', '30']);
-    assert.equal(r.code, 137, r.stderr);
+    assert.equal(r.code, 124, r.stderr);
+    assert.equal(r.stderr, 'sbx: timed out after 1s; the command was killed\n');
+    const killed = await sbx(['exec', '--timeout', '1m', box, '--', 'sh', '-c', 'kill -9 $$']);
+    assert.deepEqual([killed.code, killed.stderr], [137, ''], 'a command killed otherwise keeps 137');
   });
 
   test('usage errors exit 2: no command, unknown option', async () => {
@@ -383,6 +445,14 @@ describe('sbx box lifecycle and --json', () => {
       ['ws'],
       ['ws', 'put'],
       ['images', 'pull'],
+      ['images', 'ls'],
+      ['images', 'rm'],
+      ['url'],
+      ['vnc'],
+      ['renew'],
+      ['whoami'],
+      ['logout'],
+      ['completion'],
       ['keys', 'create'],
       ['pools', 'add'],
     ]) {
@@ -390,6 +460,84 @@ describe('sbx box lifecycle and --json', () => {
       assert.equal(r.code, 0, cmd.join(' '));
       assert.match(r.stdout, /Examples:\n {2}.*sbx /, `${cmd.join(' ')} --help`);
     }
+  });
+});
+
+describe('sbx create, docker’s habits', () => {
+  test('the command follows the image without --, options before the image; --name names the box; -p publishes a port', async () => {
+    const name = `cli-named-${process.pid}`;
+    const made = await sbx([
+      'create',
+      '--name',
+      name,
+      '-p',
+      '8080',
+      '-p',
+      '127.0.0.1::9090/udp',
+      IMAGE,
+      'sh',
+      '-c',
+      'echo "$0 $1" > /tmp/args; exec sleep 3600',
+      '-x',
+      '--y',
+    ]);
+    assert.equal(made.code, 0, made.stderr);
+    assert.equal(made.stdout, `${name}\n`);
+    try {
+      assert.equal((await sbx(['exec', name, 'cat', '/tmp/args'])).stdout, '-x --y\n');
+      const info = JSON.parse((await sbx(['info', '--json', name])).stdout) as { ports: Array<{ containerPort: number; protocol: string; hostPort: number }> };
+      assert.deepEqual(info.ports.map((p) => [p.containerPort, p.protocol]).sort(), [
+        [8080, 'tcp'],
+        [9090, 'udp'],
+      ]);
+      assert.ok(info.ports.every((p) => p.hostPort > 0));
+    } finally {
+      await sbx(['rm', name]);
+    }
+  });
+
+  test('a duration without a unit is a usage error naming the forms; a bad -p too', async () => {
+    const bare = await sbx(['create', '--idle-timeout', '5', IMAGE]);
+    assert.equal(bare.code, 2);
+    assert.match(bare.stderr, /--idle-timeout.*'5' has no unit: write 5s, 5m or 5ms \(e\.g\. 500ms, 30s, 5m, 2h/);
+    const port = await sbx(['create', '-p', 'http', IMAGE]);
+    assert.equal(port.code, 2);
+    assert.match(port.stderr, /'http' is not a port to publish/);
+  });
+
+  test('--pull missing: an admin key pulls the image the pool lacks; a user key is told to ask an admin; never does not pull', async () => {
+    const image = await registryOnlyImage('cli-create-pull');
+    try {
+      const user = (JSON.parse((await sbx(['keys', 'create', `pull-user-${process.pid}`, '--json'])).stdout) as { key: string }).key;
+      const refused = await sbx(['create', image], { env: { SBX_API_KEY: user } });
+      assert.equal(refused.code, 1);
+      assert.match(refused.stderr, /only an admin key may pull one: ask an admin to run `sbx images pull /);
+      const never = await sbx(['create', '--pull', 'never', image]);
+      assert.equal(never.code, 1);
+      assert.match(never.stderr, /^sbx: not_found: image .*cli-create-pull/);
+      const pulled = await sbx(['create', image]);
+      assert.equal(pulled.code, 0, pulled.stderr);
+      assert.match(pulled.stderr, /pulling it/);
+      assert.equal((await sbx(['rm', pulled.stdout.trim()])).code, 0);
+    } finally {
+      await removeLocalImage(image);
+    }
+  });
+
+  test('a workspace by name where an id is taken (create --workspace, ws ls-files); two of one name: an error listing their ids', async () => {
+    const wsName = `named-${process.pid}`;
+    const id = (await sbx(['ws', 'create', wsName])).stdout.trim();
+    assert.match(id, /^[a-z0-9]/);
+    const made = await sbx(['create', '--workspace', wsName, IMAGE]);
+    assert.equal(made.code, 0, made.stderr);
+    assert.equal((await sbx(['exec', made.stdout.trim(), 'sh', '-c', 'echo hi > /workspace/f'])).code, 0);
+    assert.match((await sbx(['ws', 'ls-files', wsName])).stdout, /\bf\n/);
+    await sbx(['rm', made.stdout.trim()]);
+    const twin = (await sbx(['ws', 'create', wsName])).stdout.trim();
+    const ambiguous = await sbx(['ws', 'ls-files', wsName]);
+    assert.equal(ambiguous.code, 1);
+    assert.match(ambiguous.stderr, new RegExp(`2 workspaces are named '${wsName}' \\((${id}, ${twin}|${twin}, ${id})\\): give an id`));
+    assert.equal((await sbx(['ws', 'rm', '-f', id, twin])).code, 0);
   });
 });
 
@@ -463,6 +611,189 @@ describe('sbx keys, login and errors', () => {
     const dead = `http://127.0.0.1:${await deadPort()}`;
     const viaEnv = await sbx(['ls'], { env: { ...env, SBX_URL: dead } });
     assert.match(viaEnv.stderr, new RegExp(`cannot reach the sbx server at ${dead.replace(/[.:/]/g, '\\$&')} \\(from SBX_URL\\)`));
+  });
+});
+
+/** A user key (made with the admin key) and its owner. */
+async function userKey(name: string): Promise<{ key: string; owner: string }> {
+  const made = await sbx(['keys', 'create', `${name}-${process.pid}`, '--json']);
+  assert.equal(made.code, 0, made.stderr);
+  return JSON.parse(made.stdout) as { key: string; owner: string };
+}
+
+/** Opens a signed URL as a browser does: the token becomes a cookie on a redirect to the clean URL. */
+async function openAsBrowser(url: string): Promise<Response> {
+  const first = await fetch(url, { redirect: 'manual' });
+  if (first.status !== 303) return first;
+  const cookie = first.headers.get('set-cookie')!.split(';')[0]!;
+  return fetch(new URL(first.headers.get('location')!, url), { headers: { cookie } });
+}
+
+describe('box id prefixes', () => {
+  test('a unique prefix of a box the caller may see stands for it; an ambiguous one lists the caller’s matches; another owner’s box never matches nor counts', async () => {
+    const p = `pfx${process.pid}`;
+    const user = await userKey('prefix-user');
+    const asUser = { env: { SBX_API_KEY: user.key } };
+    const made = [
+      await sbx(['create', '--name', `${p}-admin-a1`, IMAGE]),
+      await sbx(['create', '--name', `${p}-admin-b2`, IMAGE]),
+      await sbx(['create', '--name', `${p}-user-c3`, IMAGE], asUser),
+    ];
+    for (const m of made) assert.equal(m.code, 0, m.stderr);
+    try {
+      const unique = await sbx(['exec', `${p}-admin-a`, 'sh', '-c', 'echo $SBX_SANDBOX_ID']);
+      assert.deepEqual([unique.code, unique.stdout], [0, `${p}-admin-a1\n`], unique.stderr);
+      assert.equal((JSON.parse((await sbx(['info', '--json', `${p}-admin-b`])).stdout) as { id: string }).id, `${p}-admin-b2`);
+      const ambiguous = await sbx(['exec', `${p}-admin-`, 'true']);
+      assert.equal(ambiguous.code, 1);
+      assert.match(ambiguous.stderr, new RegExp(`box id prefix '${p}-admin-' is ambiguous: it starts 2 of your boxes \\(${p}-admin-a1, ${p}-admin-b2\\)`));
+      // The user: the admin's boxes are not there at all, and do not make `${p}-` ambiguous.
+      const hidden = await sbx(['exec', `${p}-admin-a`, 'true'], asUser);
+      assert.equal(hidden.code, 1);
+      assert.match(hidden.stderr, new RegExp(`^sbx: not_found: box '${p}-admin-a' not found`));
+      const own = await sbx(['exec', `${p}-`, 'sh', '-c', 'echo $SBX_SANDBOX_ID'], asUser);
+      assert.deepEqual([own.code, own.stdout], [0, `${p}-user-c3\n`], own.stderr);
+      // The admin sees all three: the same prefix is ambiguous for it, and says so.
+      assert.match((await sbx(['info', `${p}-`])).stderr, /starts 3 of your boxes/);
+      assert.equal((await sbx(['rm', `${p}-user`], asUser)).code, 0, 'rm takes a prefix too');
+    } finally {
+      await sbx(['rm', `${p}-admin-a1`, `${p}-admin-b2`, `${p}-user-c3`]);
+    }
+  });
+});
+
+describe('sbx url, vnc, renew, whoami, logout, images, completion', () => {
+  test('url: the proxy URL of a published port; --share signs one a browser opens without a key', async () => {
+    const made = await sbx([
+      'create',
+      '-p',
+      '8080',
+      IMAGE,
+      'sh',
+      '-c',
+      'mkdir -p /tmp/www; echo hello-www > /tmp/www/index.html; exec httpd -f -p 8080 -h /tmp/www',
+    ]);
+    assert.equal(made.code, 0, made.stderr);
+    const id = made.stdout.trim();
+    try {
+      const plain = await sbx(['url', id, '8080']);
+      assert.deepEqual([plain.code, plain.stdout], [0, `${t.url}/v1/boxes/${id}/ports/8080/\n`], plain.stderr);
+      assert.equal((await fetch(plain.stdout.trim())).status, 401, 'a plain URL needs the key');
+      const shared = (await sbx(['url', '--share', '--ttl', '5m', id, '8080'])).stdout.trim();
+      assert.match(shared, /\?sbx_token=/);
+      let body = '';
+      for (let i = 0; i < 50 && body !== 'hello-www\n'; i++) {
+        const res = await openAsBrowser(shared);
+        body = await res.text();
+        // httpd may not listen yet the moment the box runs: wait for it, not for a time.
+        if (res.status !== 200) await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.equal(body, 'hello-www\n');
+      const ttlAlone = await sbx(['url', '--ttl', '5m', id, '8080']);
+      assert.equal(ttlAlone.code, 2);
+      assert.match(ttlAlone.stderr, /--ttl is for --share/);
+    } finally {
+      await sbx(['rm', id]);
+    }
+  });
+
+  test('vnc: a box made with --vnc has a viewer URL that serves the viewer page', async () => {
+    const made = await sbx(['create', '--vnc', testEnv.desktopImage]);
+    assert.equal(made.code, 0, made.stderr);
+    const id = made.stdout.trim();
+    try {
+      const url = await sbx(['vnc', '--ttl', '10m', id]);
+      assert.equal(url.code, 0, url.stderr);
+      const res = await openAsBrowser(url.stdout.trim());
+      assert.equal(res.status, 200);
+      assert.match(await res.text(), /<html/i);
+      const noVnc = await sbx(['vnc', box]);
+      assert.equal(noVnc.code, 1);
+    } finally {
+      await sbx(['rm', id]);
+    }
+  });
+
+  test('renew: the max lifetime runs from now', async () => {
+    const r = await sbx(['renew', box, '2h']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, `${box}\n`);
+    const info = JSON.parse((await sbx(['info', '--json', box])).stdout) as { maxLifetimeMs: number; createdAt: string };
+    const end = Date.parse(info.createdAt) + info.maxLifetimeMs;
+    assert.ok(end > Date.now() + 7_000_000 && end <= Date.now() + 7_200_000, `ends at ${new Date(end).toISOString()}`);
+    assert.equal((await sbx(['renew', box, '2'])).code, 2, 'a duration needs a unit');
+  });
+
+  test('whoami: the key in use, never its secret; a user key sees its own owner', async () => {
+    const admin = JSON.parse((await sbx(['whoami', '--json'])).stdout) as Record<string, unknown>;
+    assert.deepEqual([admin['role'], admin['admin'], admin['url']], ['admin', true, t.url]);
+    const user = await userKey('whoami-user');
+    const me = await sbx(['whoami'], { env: { SBX_API_KEY: user.key } });
+    assert.equal(me.code, 0, me.stderr);
+    assert.match(me.stdout, new RegExp(`Role: +user\n.*Owner: +${user.owner}`, 's'));
+    assert.ok(!me.stdout.includes(user.key), 'the secret is not shown');
+  });
+
+  test('logout forgets the saved key; later commands are unauthorized and say how to log in', async () => {
+    const env = { XDG_CONFIG_HOME: join(dir, 'logout'), SBX_URL: undefined, SBX_API_KEY: undefined };
+    assert.equal((await sbx(['login', t.url, '--api-key', t.admin], { env })).code, 0);
+    assert.equal((await sbx(['whoami'], { env })).code, 0);
+    const out = await sbx(['logout'], { env });
+    assert.equal(out.code, 0, out.stderr);
+    assert.match(out.stderr, /forgot the key of profile 'default'/);
+    assert.ok(!readFileSync(join(dir, 'logout', 'sbx', 'config.yaml'), 'utf8').includes(t.admin));
+    const after = await sbx(['whoami'], { env });
+    assert.equal(after.code, 1);
+    assert.match(after.stderr, /no API key was given/);
+  });
+
+  test('images ls and rm: admin only (an engine’s images are every owner’s); rm removes it from the pool', async () => {
+    const listed = JSON.parse((await sbx(['images', 'ls', '--json'])).stdout) as Array<{ tags: string[] }>;
+    assert.ok(
+      listed.some((i) => i.tags.includes(IMAGE)),
+      'the base image is listed',
+    );
+    assert.match((await sbx(['images', 'ls'])).stdout, /^REPOSITORY +TAG +IMAGE ID +CREATED +SIZE\n/);
+    const user = await userKey('images-user');
+    for (const args of [
+      ['images', 'ls'],
+      ['images', 'rm', IMAGE],
+    ]) {
+      const r = await sbx(args, { env: { SBX_API_KEY: user.key } });
+      assert.equal(r.code, 1, args.join(' '));
+      assert.match(r.stderr, /^sbx: forbidden: .*\n.*admin key/);
+    }
+    const image = await registryOnlyImage('cli-images-rm');
+    try {
+      assert.equal((await sbx(['images', 'pull', image])).code, 0);
+      assert.ok((await sbx(['images', 'ls'])).stdout.includes(image.replace(/:latest$/, '')));
+      const rm = await sbx(['images', 'rm', image]);
+      assert.deepEqual([rm.code, rm.stdout], [0, `${image}\n`], rm.stderr);
+      assert.ok(!(await sbx(['images', 'ls'])).stdout.includes(image.replace(/:latest$/, '')));
+      assert.equal((await sbx(['images', 'rm', image])).code, 1, 'a second rm: not found');
+    } finally {
+      await removeLocalImage(image);
+    }
+  });
+
+  test('completion bash: commands, subcommands, flags, and box ids from the server', async () => {
+    const script = await sbx(['completion', 'bash']);
+    assert.equal(script.code, 0, script.stderr);
+    const file = join(dir, 'completion.bash');
+    writeFileSync(file, script.stdout);
+    const probe = `sbx() { ${[process.execPath, '--import', 'tsx', MAIN].map(shellQuote).join(' ')} "$@"; }
+source ${shellQuote(file)}
+t() { COMP_WORDS=("$@"); COMP_CWORD=$(( \${#COMP_WORDS[@]} - 1 )); COMPREPLY=(); _sbx_complete; echo "\${COMPREPLY[*]}"; }
+t sbx im; t sbx images ""; t sbx exec --t; t sbx exec ""; t sbx --url ${shellQuote(t.url)} ex`;
+    const r = await run('bash', ['-c', probe]);
+    assert.equal(r.code, 0, r.stderr);
+    const [im, images, tty, ids, afterFlag] = r.stdout.split('\n');
+    assert.equal(im, 'images');
+    assert.equal(images, 'pull ls list rm remove --help');
+    assert.equal(tty, '--timeout --tty');
+    assert.ok(ids!.split(' ').includes(box), ids);
+    assert.equal(afterFlag, 'exec');
+    assert.match((await sbx(['completion', 'zsh'])).stdout, /bashcompinit/);
   });
 });
 

@@ -8,9 +8,16 @@ import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import type { Command } from 'commander';
 import { CommanderError, InvalidArgumentError } from 'commander';
-import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
-import { DEFAULT_URL, Sbx, SbxError } from '../client/index.js';
+import type { Box, Sbx } from '../client/index.js';
+import { SbxError } from '../errors.js';
 import { parseDuration } from '../util/duration.js';
+import { isPort } from '../runtime/ports.js';
+
+/**
+ * The SDK's DEFAULT_URL, written out so that help texts need not load the SDK (the CLI loads
+ * only what a command uses: docs/cli.md, "Start-up"); output.test.ts checks that they agree.
+ */
+export const DEFAULT_URL = 'http://127.0.0.1:7070';
 
 /** Exit statuses of the commands that talk to a server (`run` keeps docker's 125 for its own errors). */
 export const REMOTE_EXIT = { sbx: 1, usage: 2, cannotRun: 126, notFound: 127 } as const;
@@ -60,6 +67,7 @@ export async function readProfiles(file: string): Promise<ProfileFile> {
     throw new SbxError('invalid_argument', `cannot read ${file}: ${(err as Error).message}`, { details: { field: 'profile' } });
   }
   let parsed: unknown;
+  const { parse: parseYaml } = await import('yaml');
   try {
     parsed = parseYaml(text);
   } catch (err) {
@@ -77,6 +85,7 @@ export async function readProfiles(file: string): Promise<ProfileFile> {
  * readable by others, not even for a moment, and a crash leaves the old file whole.
  */
 export async function writeProfiles(file: string, content: ProfileFile): Promise<void> {
+  const { stringify: stringifyYaml } = await import('yaml');
   await mkdir(dirname(file), { recursive: true, mode: 0o700 });
   const tmp = `${file}.${process.pid}.tmp`;
   const fh = await open(tmp, 'w', 0o600);
@@ -128,8 +137,9 @@ export async function resolveConnection(flags: ConnectionFlags, env: NodeJS.Proc
   };
 }
 
-/** The SDK client for a connection; the env is not consulted again (the connection already did). */
-export function client(conn: Connection): Sbx {
+/** The SDK client for a connection, loaded on first use; the env is not consulted again (the connection already did). */
+export async function client(conn: Connection): Promise<Sbx> {
+  const { Sbx } = await import('../client/index.js');
   return new Sbx({ url: conn.url, apiKey: conn.apiKey ?? '' });
 }
 
@@ -205,18 +215,43 @@ export interface RemoteContext {
  * with its hint and exits 1 (not `run`'s 125).
  */
 export function remoteAction<A extends unknown[]>(fn: (ctx: RemoteContext, ...args: A) => Promise<void>): (...args: unknown[]) => Promise<void> {
+  return connectedAction(async (conn, ...args: A) => fn({ sbx: await client(conn), conn }, ...args));
+}
+
+/** remoteAction without the SDK client: for the commands that need only the connection (exec, shell). */
+export function connectedAction<A extends unknown[]>(fn: (conn: Connection, ...args: A) => Promise<void>): (...args: unknown[]) => Promise<void> {
   return async (...args: unknown[]) => {
     const cmd = args[args.length - 1] as Command;
     let conn: Connection | undefined;
     try {
       conn = await resolveConnection(connectionFlags(cmd));
-      await fn({ sbx: client(conn), conn }, ...(args.slice(0, -1) as A));
+      await fn(conn, ...(args.slice(0, -1) as A));
     } catch (err) {
       if (err instanceof CommanderError) throw err;
       process.stderr.write(explain(err, conn) + '\n');
       process.exitCode = REMOTE_EXIT.sbx;
     }
   };
+}
+
+/** What `sbx exec` needs of a box: its id and a stream. */
+export type ExecTarget = Pick<Box, 'id' | 'stream'>;
+
+/**
+ * A box to run commands in over the WebSocket exec, with no GET first and without the rest of
+ * the SDK: the exec route answers for an unknown box (not_found) as the GET would, and `sbx
+ * exec`'s start-up is half of what the SDK's index and the first fetch would make it.
+ */
+export async function execTarget(conn: Connection, id: string): Promise<ExecTarget> {
+  const [{ Transport }, { openStream }] = await Promise.all([import('../client/http.js'), import('../client/stream.js')]);
+  let url: URL;
+  try {
+    url = new URL(conn.url);
+  } catch {
+    throw new SbxError('invalid_argument', `url: is not a URL: ${JSON.stringify(conn.url)}`, { details: { field: 'url' } });
+  }
+  const transport = new Transport({ url: url.href, apiKey: conn.apiKey, retries: 0, retryDelayMs: 0 });
+  return { id, stream: (cmd, opts) => openStream(transport, id, cmd, opts) };
 }
 
 export function duration(value: string): number {
@@ -271,4 +306,30 @@ export function envVar(value: string, previous: Record<string, string> = {}): Re
   const inherited = process.env[key];
   if (inherited === undefined) throw new InvalidArgumentError(`${key} is not set in this environment; write ${key}=VALUE`);
   return { ...previous, [key]: inherited };
+}
+
+/** A published port as CreateOptions takes it. */
+export interface PortSpec {
+  containerPort: number;
+  hostPort?: number;
+  hostIp?: string;
+  protocol?: 'tcp' | 'udp';
+}
+
+/**
+ * docker's `-p`: `PORT`, `HOSTPORT:PORT` or `IP:HOSTPORT:PORT` (IP may be empty: `IP::PORT` takes
+ * any free host port), each with an optional `/tcp` or `/udp` (repeatable).
+ */
+export function publish(value: string, previous: PortSpec[] = []): PortSpec[] {
+  const m = /^(?:(?:(\[[0-9a-fA-F:]+\]|[0-9.]+|localhost):)?(\d*):)?(\d+)(?:\/(tcp|udp))?$/.exec(value.trim());
+  const toPort = (s: string) => (s === '' ? undefined : Number(s));
+  const containerPort = m ? Number(m[3]) : NaN;
+  const hostPort = m ? toPort(m[2] ?? '') : undefined;
+  if (!m || !isPort(containerPort) || (hostPort !== undefined && !isPort(hostPort, { bind: true })))
+    throw new InvalidArgumentError(`'${value}' is not a port to publish (use PORT, HOSTPORT:PORT or IP:HOSTPORT:PORT, each optionally /tcp or /udp)`);
+  const hostIp = m[1] === 'localhost' ? '127.0.0.1' : m[1]?.replace(/^\[|\]$/g, '');
+  return [
+    ...previous,
+    { containerPort, ...(hostPort !== undefined ? { hostPort } : {}), ...(hostIp ? { hostIp } : {}), ...(m[4] ? { protocol: m[4] as 'tcp' | 'udp' } : {}) },
+  ];
 }

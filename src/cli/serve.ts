@@ -1,23 +1,27 @@
 /**
- * `sbx serve`: the HTTP API (and optionally the gRPC heartbeat) until SIGINT/SIGTERM.
- * src/cli/main.ts adds it with `program.addCommand(serveCommand())`.
+ * `sbx serve`: the HTTP API (and optionally the gRPC heartbeat) until SIGINT/SIGTERM. Its flags
+ * and help are in serve-command.ts, which loads this file only when the command runs.
  *
  * Flags win over `SBX_*` variables, which win over the config file's `server:` section, which
  * wins over defaults. The Manager's own settings (pools, data dir, timeouts) come from the rest
  * of the config file and its `SBX_*` variables, as for every other command.
  */
-import { Command, InvalidArgumentError } from 'commander';
+import type { Command } from 'commander';
 import { loadConfig } from '../sandbox/config.js';
 import { SbxError } from '../errors.js';
-import { parseDuration } from '../util/duration.js';
+import { bytes, duration, port } from './serve-command.js';
 import { readServerSection } from '../server/config-file.js';
 import { serve } from '../server/index.js';
 import { logUncaughtErrors } from '../server/process-errors.js';
 import pino from 'pino';
 import type { ServeOptions } from '../server/index.js';
-import { MAX_PORT, isPort } from '../runtime/ports.js';
+import { LOG_FORMATS, LOG_LEVELS } from '../util/log-settings.js';
+import type { LogFormat, LogLevel } from '../util/log-settings.js';
+import { logDestination } from './log-format.js';
 
-interface ServeFlags {
+export { serveCommand } from './serve-command.js';
+
+export interface ServeFlags {
   host?: string;
   port?: number;
   config?: string;
@@ -33,26 +37,8 @@ interface ServeFlags {
   execOutputBudget?: number;
   publicUrl?: string;
   proxyDomain?: string;
-}
-
-function port(value: string): number {
-  const n = Number(value);
-  if (!isPort(n, { bind: true })) throw new InvalidArgumentError(`expected a port number 0-${MAX_PORT}`);
-  return n;
-}
-
-function bytes(value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('expected a number of bytes');
-  return n;
-}
-
-function duration(value: string): number {
-  try {
-    return parseDuration(value);
-  } catch (err) {
-    throw new InvalidArgumentError((err as Error).message.replace(/^duration: /, ''));
-  }
+  logLevel?: LogLevel;
+  logFormat?: LogFormat;
 }
 
 /**
@@ -100,44 +86,42 @@ export function serveOptions(flags: ServeFlags, env: NodeJS.ProcessEnv = process
   };
 }
 
-export function serveCommand(): Command {
-  return new Command('serve')
-    .description(
-      'Serve the HTTP API (boxes, exec, files, workspaces, pools, keys) and the e2b-compatible endpoints (/e2b/api, /e2b/envd; templates under server.e2b in the config file) until SIGINT/SIGTERM; the first start prints an admin key',
-    )
-    .option('--host <addr>', 'address to bind (default $SBX_HOST or 127.0.0.1; other addresses need TLS)')
-    .option('--port <n>', 'port (default $SBX_PORT or 7070)', port)
-    .option('-c, --config <file>', 'YAML config file (default $SBX_CONFIG)')
-    .option('--data-dir <dir>', 'data directory: keys, box-token secret, workspaces (default $SBX_DATA_DIR or ~/.sbx)')
-    .option('--tls-cert <file>', 'PEM certificate (or $SBX_TLS_CERT)')
-    .option('--tls-key <file>', 'PEM private key (or $SBX_TLS_KEY)')
-    .option('--allow-insecure', 'plain HTTP on a non-loopback address (behind a TLS proxy)')
-    .option('--grpc-port <n>', 'serve the gRPC heartbeat on this port (or $SBX_GRPC_PORT; off by default)', port)
-    .option('--grpc-host <addr>', 'address for the gRPC heartbeat (default the --host; boxes reach the host on the bridge gateway)')
-    .option('--grpc-advertise <host:port>', 'what boxes get as SBX_GRPC_ADDR (or $SBX_GRPC_ADVERTISE; default the gRPC address when a box can dial it)')
-    .option('--shutdown-grace <duration>', 'grace for in-flight work on shutdown, e.g. 10s (or $SBX_SHUTDOWN_GRACE)', duration)
-    .option('--body-limit <bytes>', 'largest JSON body (or $SBX_BODY_LIMIT; default 1048576)', bytes)
-    .option('--exec-output-budget <bytes>', 'buffered exec output held at once, all requests together (or $SBX_EXEC_OUTPUT_BUDGET; default 268435456)', bytes)
-    .option('--public-url <url>', 'base URL clients reach this server at, for box.proxy() URLs (or $SBX_PUBLIC_URL; default the listening URL)')
-    .option('--proxy-domain <domain>', 'host-based proxy: <port>-<id>.<domain> reaches that port of that box at / (or $SBX_PROXY_DOMAIN; needs wildcard DNS)')
-    .action(async (flags: ServeFlags, cmd: Command) => {
-      const parentConfig = cmd.parent?.opts<{ config?: string }>().config;
-      const opts = serveOptions({ ...flags, ...(flags.config === undefined && parentConfig ? { config: parentConfig } : {}) });
-      const log = pino({ name: 'sbx-server', level: process.env['SBX_LOG_LEVEL'] ?? 'info' });
-      // Logged, never fatal: one request that reaches a bug must not take every box's API down.
-      const restore = logUncaughtErrors(log);
-      const server = await serve({ ...opts, logger: log });
-      const dial = server.boxGrpcAddr ? `, boxes dial ${server.boxGrpcAddr}` : '';
-      process.stderr.write(`sbx: serving ${server.url}${server.grpc ? ` (gRPC heartbeat on ${server.grpc.address}${dial})` : ''}\n`);
-      await new Promise<void>((resolve) => {
-        const stop = (signal: NodeJS.Signals) => {
-          process.stderr.write(`sbx: ${signal}, shutting down\n`);
-          resolve();
-        };
-        process.once('SIGINT', stop);
-        process.once('SIGTERM', stop);
-      });
-      await server.close();
-      restore();
-    });
+/** A log setting: the flag, else the variable (checked against the same list), else the file's, else the default. */
+function logSetting<T extends string>(variable: string, allowed: readonly T[], flag: T | undefined, fromFile: T | undefined, fallback: T): T {
+  const env = process.env[variable];
+  if (flag !== undefined) return flag;
+  if (env !== undefined && env !== '') {
+    if (!(allowed as readonly string[]).includes(env))
+      throw new SbxError('invalid_argument', `${variable}: '${env}' is not one of ${allowed.join(', ')}`, { details: { field: variable } });
+    return env as T;
+  }
+  return fromFile ?? fallback;
+}
+
+/** The serve command's action: loaded only when `sbx serve` runs (the server's modules are most of sbx's). */
+export async function runServe(flags: ServeFlags, cmd: Command): Promise<void> {
+  const parentConfig = cmd.parent?.opts<{ config?: string }>().config;
+  const opts = serveOptions({ ...flags, ...(flags.config === undefined && parentConfig ? { config: parentConfig } : {}) });
+  const configFile = flags.config ?? parentConfig ?? (process.env['SBX_CONFIG'] || undefined);
+  const file = configFile ? readServerSection(configFile) : {};
+  const level = logSetting('SBX_LOG_LEVEL', LOG_LEVELS, flags.logLevel, file.logLevel, 'info');
+  const log = pino({ name: 'sbx-server', level }, logDestination(logSetting('SBX_LOG_FORMAT', LOG_FORMATS, flags.logFormat, file.logFormat, 'auto')));
+  // Logged, never fatal: one request that reaches a bug must not take every box's API down.
+  const restore = logUncaughtErrors(log);
+  const server = await serve({ ...opts, logger: log });
+  const dial = server.boxGrpcAddr ? `, boxes dial ${server.boxGrpcAddr}` : '';
+  // The handlers first, the line after: a supervisor that signals as soon as it reads the line
+  // must find them (the other order lost that race: the default action killed the process).
+  const stopped = new Promise<void>((resolve) => {
+    const stop = (signal: NodeJS.Signals) => {
+      process.stderr.write(`sbx: ${signal}, shutting down\n`);
+      resolve();
+    };
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
+  process.stderr.write(`sbx: serving ${server.url}${server.grpc ? ` (gRPC heartbeat on ${server.grpc.address}${dial})` : ''}\n`);
+  await stopped;
+  await server.close();
+  restore();
 }

@@ -11,7 +11,7 @@ import type { Readable } from 'node:stream';
 import { PassThrough, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
-import { SbxError } from '../client/index.js';
+import { SbxError } from '../errors.js';
 import { formatBytes } from './output.js';
 
 /** Bytes that pass, drawn as `label  12.3 MiB / 40 MiB  31%` on a terminal (stderr), at most 10 times a second. */

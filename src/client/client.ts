@@ -3,7 +3,7 @@
  * changing the line that makes the Manager.
  */
 import { SbxError, invalidArgument } from '../errors.js';
-import type { PullProgress, RegistryAuth } from '../runtime/types.js';
+import type { ImageInfo, PullProgress, RegistryAuth } from '../runtime/types.js';
 import type { PoolConfig } from '../sandbox/config.js';
 import type { BoxInfo, CreateOptions, HeartbeatInput, ListOptions, PoolInfo } from '../sandbox/types.js';
 import type { ApiKeyInfo, Role } from '../server/keys.js';
@@ -25,6 +25,15 @@ export interface SbxOptions {
 }
 
 export const DEFAULT_URL = 'http://127.0.0.1:7070';
+
+/** What `Sbx.whoami()` answers. */
+export interface WhoAmI {
+  keyId: string;
+  name: string;
+  role: Role;
+  owner: string;
+  admin: boolean;
+}
 
 export interface PullOptions {
   auth?: RegistryAuth;
@@ -55,6 +64,9 @@ export class Sbx {
   readonly images: {
     exists(ref: string, opts?: { pool?: string }): Promise<boolean>;
     pull(ref: string, opts?: PullOptions & { pool?: string }): AsyncIterable<PullProgress>;
+    list(opts?: { pool?: string }): Promise<ImageInfo[]>;
+    /** `force`: as the engine takes it (docker: untag an image a box uses). */
+    remove(ref: string, opts?: { pool?: string; force?: boolean }): Promise<void>;
   };
   private readonly transport: Transport;
 
@@ -83,7 +95,14 @@ export class Sbx {
     this.images = {
       exists: async (ref, opts = {}) => (await t.json<{ exists: boolean }>('GET', '/v1/images/exists', { query: { ref, pool: opts.pool } })).exists,
       pull: (ref, opts = {}) => this.pull(opts.pool, ref, opts),
+      list: async (opts = {}) => (await t.json<{ images: ImageInfo[] }>('GET', '/v1/images', { query: { pool: opts.pool } })).images,
+      remove: async (ref, opts = {}) => void (await t.json('DELETE', '/v1/images', { query: { ref, pool: opts.pool, force: opts.force } })),
     };
+  }
+
+  /** The API key this client calls with: its id, name, role and owner (GET /v1/whoami). */
+  whoami(): Promise<WhoAmI> {
+    return this.transport.json<WhoAmI>('GET', '/v1/whoami');
   }
 
   /** Nothing to connect ahead of time: there for code written against the Manager. */

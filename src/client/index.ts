@@ -10,7 +10,7 @@
  * console.log((await box.exec(['echo', 'hello'])).stdout);
  */
 export { Sbx, DEFAULT_URL } from './client.js';
-export type { SbxOptions, PullOptions } from './client.js';
+export type { SbxOptions, PullOptions, WhoAmI } from './client.js';
 export { RemoteBox } from './box.js';
 export type { Box } from './box.js';
 export { RemoteWorkspaces, RemoteWorkspaceFS } from './workspace.js';
@@ -32,7 +32,7 @@ export type {
   WsMessage,
   WsServiceConn,
 } from '../attach/types.js';
-export type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, PullProgress, RegistryAuth } from '../runtime/types.js';
+export type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, ImageInfo, PullProgress, RegistryAuth } from '../runtime/types.js';
 export type {
   DirEntry,
   FileContent,

@@ -17,9 +17,14 @@ function file(name: string, text: string): string {
 }
 
 describe('config', () => {
-  test('durations accept milliseconds and human strings', () => {
+  test('durations: numbers are milliseconds; strings need a unit (a bare 0 aside), never milliseconds silently', () => {
     assert.equal(parseDuration(1500), 1500);
-    assert.equal(parseDuration('1500'), 1500);
+    assert.throws(() => parseDuration('1500'), /'1500' has no unit: write 1500s, 1500m or 1500ms/);
+    assert.throws(
+      () => parseDuration('5'),
+      (e) => isSbxError(e, 'invalid_argument') && /30s, 5m, 2h/.test((e as Error).message),
+    );
+    assert.equal(parseDuration('0'), 0);
     assert.equal(parseDuration('30m'), 1_800_000);
     assert.equal(parseDuration('1h30m'), 5_400_000);
     assert.equal(parseDuration('250ms'), 250);
@@ -68,6 +73,19 @@ describe('config', () => {
       () => loadConfig({ file: r, env: {} }),
       (e) => isSbxError(e, 'invalid_argument') && /cleanupInterval/.test(e.message) && /dur\.yaml:1/.test(e.message),
     );
+  });
+
+  test('a duration without a unit is refused in a file and in a variable, as in flags; 0 needs none', () => {
+    const p = file('bare.yaml', 'cleanupInterval: 0\npools:\n  - name: local\n    idleTimeout: 300\n');
+    assert.throws(
+      () => loadConfig({ file: p, env: {} }),
+      (e) => isSbxError(e, 'invalid_argument') && /pools\.0\.idleTimeout: '300' has no unit/.test(e.message) && /bare\.yaml:4/.test(e.message),
+    );
+    assert.throws(
+      () => loadConfig({ env: { SBX_POOL_LOCAL_IDLE_TIMEOUT: '5' } }),
+      (e) => isSbxError(e, 'invalid_argument') && /'5' has no unit/.test(e.message),
+    );
+    assert.equal(loadConfig({ file: file('zero.yaml', 'cleanupInterval: 0\n'), env: {} }).cleanupIntervalMs, 0);
   });
 
   test('SBX_* variables override the file', () => {

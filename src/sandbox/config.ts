@@ -510,13 +510,14 @@ function fromFileDurations(obj: Record<string, unknown>, keys: Record<string, st
     );
   }
   for (const [fileKey, msKey] of Object.entries(keys)) {
-    if (msKey in out) throw invalidArgument(`${prefix}${msKey}`, `config files write durations as '${fileKey}: 30m' (or a number of ms)`);
+    if (msKey in out) throw invalidArgument(`${prefix}${msKey}`, `config files write durations with a unit, as '${fileKey}: 30m'`);
     if (!(fileKey in out)) continue;
     const value = out[fileKey];
     delete out[fileKey];
     if (typeof value !== 'number' && typeof value !== 'string') throw invalidArgument(`${prefix}${fileKey}`, 'must be a duration like 30s, 30m or 2h');
     try {
-      out[msKey] = parseDuration(value);
+      // A YAML number is a duration without a unit, refused as in flags (only 0 needs none).
+      out[msKey] = parseDuration(String(value));
     } catch (e) {
       throw invalidArgument(`${prefix}${fileKey}`, (e as Error).message.replace(/^duration: /, ''));
     }

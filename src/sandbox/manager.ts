@@ -4,7 +4,7 @@ import pino from 'pino';
 import type { Logger } from 'pino';
 import { SbxError, isSbxError } from '../errors.js';
 import { parseImageRef } from '../runtime/image-ref.js';
-import type { HostEndpoint, PullProgress, RegistryAuth } from '../runtime/types.js';
+import type { HostEndpoint, ImageInfo, PullProgress, RegistryAuth } from '../runtime/types.js';
 import type { EngineCall, EngineCallObserver } from '../runtime/timed-runtime.js';
 import { mapSettled } from '../util/concurrency.js';
 import { WorkspaceManager } from '../workspace/index.js';
@@ -593,6 +593,17 @@ export class Manager {
   pullImage(pool: string, ref: string, opts: { auth?: RegistryAuth; signal?: AbortSignal } = {}): AsyncIterable<PullProgress> {
     parseImageRef(ref, 'ref');
     return this.pool(pool).runtime().images.pull(ref, opts);
+  }
+
+  /** The images on a pool's engine. */
+  async listImages(pool: string): Promise<ImageInfo[]> {
+    return this.pool(pool).runtime().images.list();
+  }
+
+  /** Removes an image from a pool's engine; `force` as the engine takes it (docker: untag one a container uses). */
+  async removeImage(pool: string, ref: string, opts: { force?: boolean } = {}): Promise<void> {
+    parseImageRef(ref, 'ref');
+    await this.pool(pool).runtime().images.remove(ref, opts);
   }
 
   /** Pulls `ref` unless the pool already has it. */

@@ -16,6 +16,8 @@ import type { ServerContext, ServerPlugin } from './context.js';
 import { boundBodyReads } from './body-timeout.js';
 import { mapError, retryAfterSeconds } from './errors.js';
 import { adminRoutes } from './routes-admin.js';
+import { imageRoutes } from './routes-images.js';
+import { whoamiRoutes } from './routes-whoami.js';
 import { proxyRoutes, rewriteHostBased } from './routes-proxy.js';
 import { authorizePortRequest } from './port-auth.js';
 import { vncRoutes } from './vnc.js';
@@ -174,6 +176,8 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   workspaceRoutes(app, ctx);
   boxFileRoutes(app, ctx);
   adminRoutes(app, ctx);
+  imageRoutes(app, ctx);
+  whoamiRoutes(app);
   proxyRoutes(app, ctx);
   vncRoutes(app, opts.vnc ?? boxVncDeps(ctx));
   for (const plugin of opts.plugins ?? []) await plugin(app, ctx);

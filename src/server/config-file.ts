@@ -15,6 +15,8 @@
  * //   execOutputBudget: 256m      # buffered exec output held at once
  * //   bodyTimeout: 30s            # a request body idle this long: 408 (0 = never)
  * //   wsMaxPayload: 16m           # larger WebSocket messages close with 1009
+ * //   logLevel: info              # fatal, error, warn, info, debug, trace, silent
+ * //   logFormat: auto             # auto (readable on a terminal, else JSON), pretty, json
  * const section = readServerSection('/etc/sbx/config.yaml');
  */
 import { dirname, resolve } from 'node:path';
@@ -25,6 +27,8 @@ import { imageRef } from '../runtime/spec.js';
 import { parseBytes, readConfigFile } from '../sandbox/config.js';
 import { parseDuration } from '../util/duration.js';
 import { parseOrThrow } from '../util/validation.js';
+import { LOG_FORMATS, LOG_LEVELS } from '../util/log-settings.js';
+import type { LogFormat, LogLevel } from '../util/log-settings.js';
 
 /** What the section gives serveOptions: the same names and units as ServeOptions. */
 export interface ServerFileSection {
@@ -39,6 +43,8 @@ export interface ServerFileSection {
   execOutputBudgetBytes?: number;
   bodyTimeoutMs?: number;
   wsMaxPayloadBytes?: number;
+  logLevel?: LogLevel;
+  logFormat?: LogFormat;
   publicUrl?: string;
   proxyDomain?: string;
   /** The e2b-compatible API (docs/e2b.md): template name → image. */
@@ -49,7 +55,8 @@ const port = bindPortNumber;
 const host = z.string().min(1);
 const duration = z.union([z.string(), z.number()]).transform((v, ctx) => {
   try {
-    return parseDuration(v);
+    // A YAML number is a duration without a unit, refused as in flags (only 0 needs none).
+    return parseDuration(String(v));
   } catch (e) {
     ctx.addIssue({ code: 'custom', message: (e as Error).message.replace(/^duration: /, '') });
     return z.NEVER;
@@ -84,6 +91,8 @@ const sectionSchema = z
     execOutputBudget: size('execOutputBudget').optional(),
     bodyTimeout: duration.optional(),
     wsMaxPayload: size('wsMaxPayload').optional(),
+    logLevel: z.enum(LOG_LEVELS).optional(),
+    logFormat: z.enum(LOG_FORMATS).optional(),
     publicUrl: z.string().url().optional(),
     proxyDomain: z.string().min(1).optional(),
     e2b: z
@@ -139,6 +148,8 @@ export function readServerSection(file: string): ServerFileSection {
     ...(v.execOutputBudget !== undefined ? { execOutputBudgetBytes: v.execOutputBudget } : {}),
     ...(v.bodyTimeout !== undefined ? { bodyTimeoutMs: v.bodyTimeout } : {}),
     ...(v.wsMaxPayload !== undefined ? { wsMaxPayloadBytes: v.wsMaxPayload } : {}),
+    ...(v.logLevel !== undefined ? { logLevel: v.logLevel } : {}),
+    ...(v.logFormat !== undefined ? { logFormat: v.logFormat } : {}),
     ...(v.publicUrl !== undefined ? { publicUrl: v.publicUrl } : {}),
     ...(v.proxyDomain !== undefined ? { proxyDomain: v.proxyDomain } : {}),
     ...(v.e2b !== undefined ? { e2b: { templates: v.e2b.templates } } : {}),

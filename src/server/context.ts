@@ -86,6 +86,11 @@ export function boxNotFound(id: string): SbxError {
 /**
  * The box `id` if the caller may use it; another owner's box answers exactly like a missing
  * one, so ids do not leak. Looking it up does not count as activity.
+ *
+ * Where no box has that id, `id` may be a prefix of one, as docker takes them: the one box the
+ * caller may see whose id starts with it. Only the caller's own boxes (every box for an admin)
+ * match or count, so another owner's box neither resolves nor makes a prefix ambiguous, and an
+ * ambiguous prefix lists only the caller's own matches.
  */
 export async function boxFor(ctx: ServerContext, caller: Caller | undefined, id: string): Promise<LocalBox> {
   const p = requireKey(caller);
@@ -94,8 +99,20 @@ export async function boxFor(ctx: ServerContext, caller: Caller | undefined, id:
     if (err instanceof SbxError && err.code === 'not_found') return undefined;
     throw err;
   });
-  if (!box || !mayAccess(p, box.owner)) throw boxNotFound(id);
-  return box;
+  if (box && mayAccess(p, box.owner)) return box;
+  const matches = (await ctx.manager.list()).filter((b) => b.id.startsWith(id) && mayAccess(p, b.owner));
+  if (matches.length === 1) return matches[0]!;
+  if (matches.length > 1) {
+    const ids = matches.map((b) => b.id).sort();
+    throw new SbxError(
+      'invalid_argument',
+      `box id prefix '${id}' is ambiguous: it starts ${ids.length} of your boxes (${ids.join(', ')}); give more of the id`,
+      {
+        details: { field: 'id', id, matches: ids },
+      },
+    );
+  }
+  throw boxNotFound(id);
 }
 
 /** The workspace `id` if the caller may use it; another owner's answers 404. */
