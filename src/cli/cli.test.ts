@@ -242,7 +242,8 @@ describe('sbx run, docker’s flags', () => {
       .join(' ');
     const r = await sbx([], { command: ['script', '-qefc', line, '/dev/null'] });
     assert.equal(r.code, 3, r.stderr);
-    assert.match(r.stdout, /^\/dev\/pts\/\d+\r*\n/);
+    // script(1) may echo what its own stdin held first (^@ when that is not a terminal either).
+    assert.match(r.stdout, /\/dev\/pts\/\d+\r*\n/);
   });
 
   test('-w, -u and --name, as docker run takes them; --rm is accepted (run always removes its box)', async () => {
