@@ -513,6 +513,31 @@ describe(`Manager on a real engine (${runId})`, () => {
     await assert.rejects(m.removePool('second'), (e) => isSbxError(e, 'pool_not_found'));
   });
 
+  test('errors of a box name the box, not its container', async () => {
+    const m = newManager();
+    const box = await m.create({ image: IMAGE, stopTimeoutMs: 1000 });
+    const short = box.containerId.slice(0, 12);
+    const namesTheBox = (e: unknown) => {
+      assert.ok(isSbxError(e), String(e));
+      assert.ok(e.message.includes(box.id) && !e.message.includes(short), e.message);
+      assert.ok(
+        Object.entries(e.details ?? {}).every(([k, v]) => k === 'containerId' || !String(v).includes(short)),
+        JSON.stringify(e.details),
+      );
+      return true;
+    };
+    await assert.rejects(box.exec(['no-such-program']), (e) => isSbxError(e, 'not_found') && namesTheBox(e));
+    await assert.rejects(box.exec(['true'], { workDir: '/no/such/dir' }), (e) => isSbxError(e, 'invalid_argument') && namesTheBox(e));
+    await box.stop();
+    await assert.rejects(box.exec(['true']), (e) => isSbxError(e, 'conflict') && namesTheBox(e));
+    await assert.rejects(box.stream(['true']), (e) => isSbxError(e, 'conflict') && namesTheBox(e));
+    await box.remove();
+    await assert.rejects(
+      m.create({ id: 'sb-cmd-fails', image: IMAGE, cmd: ['/no/such/binary'] }),
+      (e) => isSbxError(e) && e.message.includes('box sb-cmd-fails') && !/[0-9a-f]{64}/.test(e.message),
+    );
+  });
+
   test('a runtime failure on remove keeps the box registered; a vanished container is forgotten cleanly', async () => {
     let failRemove = true;
     const real = new DockerRuntime(testEnv.engineAddr);

@@ -10,6 +10,7 @@ import { mapSettled } from '../util/concurrency.js';
 import { WorkspaceManager } from '../workspace/index.js';
 import type { WorkspaceNode } from '../workspace/index.js';
 import { ManagedBox } from './box.js';
+import { boxRuntime } from './box-errors.js';
 import type { BoxHost, LocalBox, ProxyBase } from './box.js';
 import { buildContainerSpec, checkNetwork, newBoxRecord } from './box-spec.js';
 import { CleanupLoop, planCleanup } from './cleanup.js';
@@ -548,7 +549,7 @@ export class Manager {
       throw err;
     }
     try {
-      await runtime.start(containerId);
+      await boxRuntime(runtime, containerId, id).start(containerId);
     } catch (err) {
       // A box that cannot start must not linger half-made.
       await runtime
@@ -655,7 +656,7 @@ export class Manager {
 
   private async removeBox(box: ManagedBox, graceful: boolean): Promise<void> {
     try {
-      const runtime = this.pool(box.pool).runtime();
+      const runtime = boxRuntime(this.pool(box.pool).runtime(), box.containerId, box.id);
       if (graceful) await runtime.stop(box.containerId, { timeoutMs: box.record.stopTimeoutMs });
       await runtime.remove(box.containerId, { force: true });
     } catch (err) {

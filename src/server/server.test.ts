@@ -444,6 +444,20 @@ describe('admin: keys, pools, images', () => {
 });
 
 describe('malformed requests', () => {
+  test('errors of a box name its id, never its container id', async () => {
+    const id = await newBox(alice, { stopTimeoutMs: 1000 });
+    const containerId = (await t.call('GET', `/v1/boxes/${id}`, { key: alice })).json.containerId as string;
+    const missing = await t.call('POST', `/v1/boxes/${id}/exec`, { key: alice, body: { cmd: ['no-such-program'] } });
+    assert.equal(missing.status, 404);
+    assert.match(missing.json.error.message, new RegExp(`'no-such-program' was not found in box ${id}`));
+    assert.equal((await t.call('POST', `/v1/boxes/${id}/stop`, { key: alice })).status, 200);
+    const stopped = await t.call('POST', `/v1/boxes/${id}/exec`, { key: alice, body: { cmd: ['true'] } });
+    assert.equal(stopped.status, 409);
+    assert.match(stopped.json.error.message, new RegExp(`box ${id} is not running`));
+    for (const r of [missing, stopped]) assert.ok(!r.json.error.message.includes(containerId.slice(0, 12)), r.json.error.message);
+    await t.call('DELETE', `/v1/boxes/${id}`, { key: alice });
+  });
+
   test('each is a 4xx with its code; the server stays healthy', async () => {
     const box = await newBox(alice);
     const ws = await t.call('POST', '/v1/workspaces', { key: alice, body: { name: 'bad-input' } });
