@@ -78,16 +78,29 @@ export function mapError(err: unknown): MappedError {
   return { status: 500, body: { error: sbx.toJSON() }, error: sbx };
 }
 
-function fromFastify(fe: Partial<FastifyError> & { validation?: Array<{ instancePath?: string; message?: string }> }, status: number): SbxError {
+/** Where a request field was, as OpenAPI's `in` says it: fastify's validation contexts by name. */
+const PLACE: Record<string, string> = { body: 'body', querystring: 'query', params: 'path', headers: 'header' };
+const UNKNOWN: Record<string, string> = { body: 'unknown field', query: 'unknown query parameter', path: 'unknown path parameter', header: 'unknown header' };
+
+interface ValidationIssue {
+  instancePath?: string;
+  keyword?: string;
+  message?: string;
+  params?: Record<string, unknown>;
+}
+
+function fromFastify(fe: Partial<FastifyError> & { validation?: ValidationIssue[] }, status: number): SbxError {
   if (fe.code === 'FST_ERR_VALIDATION') {
     const first = fe.validation?.[0];
-    const where = fe.validationContext ?? 'body';
+    const place = PLACE[fe.validationContext ?? 'body'] ?? 'body';
     const path = (first?.instancePath ?? '').replace(/^\//, '').replace(/\//g, '.');
-    const field = path ? `${where}.${path}` : where;
-    const message = first?.message ?? fe.message ?? 'invalid';
-    return new SbxError('invalid_argument', `${field}: ${message}`, { cause: fe, details: { field } });
+    const unknown = first?.keyword === 'unrecognized_keys' && Array.isArray(first.params?.['keys']) ? String(first.params['keys'][0]) : undefined;
+    const field = unknown !== undefined ? (path ? `${path}.${unknown}` : unknown) : path || place;
+    const message = unknown !== undefined ? UNKNOWN[place]! : (first?.message ?? fe.message ?? 'invalid');
+    return new SbxError('invalid_argument', `${field}: ${message}`, { cause: fe, details: { field, in: place } });
   }
   if (fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE')
+    // The field as the caller wrote it (`image`, not `body.image`); `details.in` says where it was.
     return new SbxError('invalid_argument', 'body is larger than the server accepts', { cause: fe, details: { field: 'body', limit: 'bodyLimitBytes' } });
   if (status === 415)
     return new SbxError('invalid_argument', `${fe.message ?? 'unsupported media type'}; send application/json`, {

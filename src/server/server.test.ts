@@ -444,6 +444,31 @@ describe('admin: keys, pools, images', () => {
 });
 
 describe('malformed requests', () => {
+  test('a bad field is named as the caller sent it, with where it was (body, query, path)', async () => {
+    const box = await newBox(alice);
+    const cases: Array<[string, string, unknown, string, string, RegExp]> = [
+      ['POST', '/v1/boxes', {}, 'image', 'body', /^image: is required/],
+      ['POST', '/v1/boxes', { image: 42 }, 'image', 'body', /^image: /],
+      ['POST', '/v1/boxes', { image: IMAGE, memory: '1g' }, 'memory', 'body', /^memory: /],
+      ['POST', '/v1/boxes', { image: IMAGE, labels: { k: 5 } }, 'labels.k', 'body', /^labels\.k: /],
+      ['POST', '/v1/boxes', { image: IMAGE, bogus: 1 }, 'bogus', 'body', /^bogus: unknown field/],
+      ['GET', '/v1/boxes?colour=red', undefined, 'colour', 'query', /^colour: unknown query parameter/],
+      ['POST', '/v1/boxes?getOrCreate=maybe', { image: IMAGE, id: 'x1' }, 'getOrCreate', 'query', /^getOrCreate: /],
+      ['POST', `/v1/boxes/${box}/exec`, { cmd: ['true'], timeoutMs: -5 }, 'timeoutMs', 'body', /^timeoutMs: /],
+      ['GET', `/v1/boxes/${'a'.repeat(64)}`, undefined, 'id', 'path', /^id: /],
+    ];
+    const failures: string[] = [];
+    for (const [method, path, body, field, place, message] of cases) {
+      const r = await t.call(method, path, body === undefined ? { key: alice } : { key: alice, body });
+      const e = r.json?.error;
+      if (r.status !== 400 || e?.details?.field !== field || e?.details?.in !== place || !message.test(e?.message ?? ''))
+        failures.push(`${method} ${path.slice(0, 60)} ${JSON.stringify(body)}: got ${r.status} ${r.text.slice(0, 200)}; want ${field} in ${place}`);
+      if (/\b(body|querystring|params)\./.test(r.text)) failures.push(`${method} ${path}: a wire path in ${r.text.slice(0, 200)}`);
+    }
+    assert.deepEqual(failures, []);
+    await t.call('DELETE', `/v1/boxes/${box}`);
+  });
+
   test('errors of a box name its id, never its container id', async () => {
     const id = await newBox(alice, { stopTimeoutMs: 1000 });
     const containerId = (await t.call('GET', `/v1/boxes/${id}`, { key: alice })).json.containerId as string;
