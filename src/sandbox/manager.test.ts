@@ -513,6 +513,32 @@ describe(`Manager on a real engine (${runId})`, () => {
     await assert.rejects(m.removePool('second'), (e) => isSbxError(e, 'pool_not_found'));
   });
 
+  test('a refused pool leaves nothing behind: not in pools(), not a workspace node, creates still work', async () => {
+    for (const started of [false, true]) {
+      const m = newManager();
+      if (started) await m.start();
+      const before = await m.pools();
+      await assert.rejects(
+        m.addPool({ name: 'bad', addr: 'ftp://x' }),
+        (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'addr' && /ftp/.test(e.message),
+      );
+      assert.deepEqual(await m.pools(), before, `started: ${started}`);
+      assert.deepEqual(
+        m.nodes().map((n) => n.name),
+        ['local'],
+      );
+      await assert.rejects(m.create({ image: IMAGE, pool: 'bad' }), (e) => isSbxError(e, 'pool_not_found'));
+      const ws = await m.workspaces.create({ name: `after-bad-${started}`, owner: 'alice', node: 'local' });
+      const box = await m.create({ image: IMAGE, owner: 'alice', workspaceId: ws.id });
+      assert.equal((await box.exec(['true'])).exitCode, 0);
+      // The name is free: the same pool with a good address is taken.
+      assert.equal((await m.addPool({ name: 'bad', addr: testEnv.engineAddr })).name, 'bad');
+      await m.removePool('bad');
+      await box.remove();
+      await m.workspaces.delete(ws.id);
+    }
+  });
+
   test('errors of a box name the box, not its container', async () => {
     const m = newManager();
     const box = await m.create({ image: IMAGE, stopTimeoutMs: 1000 });

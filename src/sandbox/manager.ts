@@ -409,12 +409,20 @@ export class Manager {
     return first.value;
   }
 
-  /** Adds a pool (validated; names are unique). Takes what `pools()` returns; its status fields are ignored. */
+  /**
+   * Adds a pool (validated; names are unique). Takes what `pools()` returns; its status fields are
+   * ignored. All or nothing: a refused pool (a bad setting, an address no runtime takes) leaves
+   * nothing behind, in pools(), the workspaces' nodes or the engine watches. An engine that is
+   * merely unreachable is no refusal: the pool is added, disconnected, and adopted when it answers.
+   */
   async addPool(def: PoolConfig | PoolInfo): Promise<PoolInfo> {
     const { connected: _c, boxes: _b, ...settings } = def as PoolInfo;
     const resolved = resolvePool(settings);
     if (this.poolsByName.has(resolved.name)) throw new SbxError('conflict', `pool '${resolved.name}' already exists`, { details: { pool: resolved.name } });
     const pool = this.newPool(resolved);
+    // Opening dials nothing, but it parses the address: a bad one is refused before the pool is
+    // known. Nothing below throws (a reconcile that fails is logged; the next cleanup pass tries again).
+    pool.runtime();
     this.poolsByName.set(resolved.name, pool);
     if (this.started) {
       await this.reconcilePool(pool, { revive: true }).catch((err: unknown) => this.reconcileFailed(pool, err));

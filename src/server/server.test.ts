@@ -430,6 +430,20 @@ describe('admin: keys, pools, images', () => {
     assert.equal(gone.json.error.code, 'pool_not_found');
   });
 
+  test('a refused pool leaves nothing behind: the list is unchanged, workspaces and boxes are still created', async () => {
+    const before = (await t.call('GET', '/v1/pools')).json;
+    const bad = await t.call('POST', '/v1/pools', { body: { name: 'bad', addr: 'ftp://x' } });
+    assert.equal(bad.status, 400, bad.text);
+    assert.deepEqual([bad.json.error.code, bad.json.error.details?.field], ['invalid_argument', 'addr']);
+    assert.deepEqual((await t.call('GET', '/v1/pools')).json, before);
+    assert.equal((await t.call('DELETE', '/v1/pools/bad')).status, 404);
+    const ws = await t.call('POST', '/v1/workspaces', { key: alice, body: { name: 'after-a-bad-pool' } });
+    assert.equal(ws.status, 201, ws.text);
+    const id = await newBox(alice, { workspaceId: ws.json.id });
+    assert.equal((await t.call('DELETE', `/v1/boxes/${id}`)).status, 204);
+    assert.equal((await t.call('DELETE', `/v1/workspaces/${ws.json.id}`)).status, 204);
+  });
+
   test('images: exists, and pull progress as SSE (an error event for an unknown image)', async () => {
     const yes = await t.call('GET', `/v1/images/exists?ref=${encodeURIComponent(IMAGE)}`);
     assert.deepEqual(yes.json, { pool: 'local', ref: IMAGE, exists: true });
