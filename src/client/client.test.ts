@@ -246,6 +246,14 @@ describe('SDK: the network', () => {
     assert.equal(err.details?.['field'], 'memory');
     assert.equal(err.details?.['in'], 'body');
     assert.match(err.message, /^memory: /, 'the field as the caller passed it, not a wire path');
+    const box = await sbx.create({ image: IMAGE });
+    try {
+      const inUse = await rejectsWith(sbx.removePool('local'), 'pool_in_use');
+      assert.match(inUse.message, /pass \{ force: true \}$/, 'the option as an SDK caller passes it');
+      assert.equal(inUse.details?.['hint'], 'pass { force: true }');
+    } finally {
+      await box.remove();
+    }
     const user = await sbx.keys.create({ name: 'bob', role: 'user' });
     assert.match(user.key, /^sbxk_/);
     assert.ok((await sbx.keys.list()).some((k) => k.id === user.id && k.role === 'user'));

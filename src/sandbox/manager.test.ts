@@ -502,7 +502,10 @@ describe(`Manager on a real engine (${runId})`, () => {
     const info = await m.addPool({ name: 'third', addr: testEnv.engineAddr, maxTotal: 2 });
     assert.equal(info.maxTotal, 2);
     const box = await m.create({ image: IMAGE, pool: 'second' });
-    await assert.rejects(m.removePool('second'), (e) => isSbxError(e, 'pool_in_use'));
+    await assert.rejects(
+      m.removePool('second'),
+      (e) => isSbxError(e, 'pool_in_use') && e.message.endsWith('pass { force: true }') && e.details?.['option'] === 'force',
+    );
     await m.removePool('third');
     await m.removePool('second', { force: true });
     await assert.rejects(engine.inspect(box.containerId), (e) => isSbxError(e, 'not_found'));
@@ -537,6 +540,38 @@ describe(`Manager on a real engine (${runId})`, () => {
       await box.remove();
       await m.workspaces.delete(ws.id);
     }
+  });
+
+  test('removePool, even with force, refuses while a create is in flight on the pool, and keeps the pool', async () => {
+    const real = new DockerRuntime(testEnv.engineAddr);
+    let entered!: () => void;
+    const inCreate = new Promise<void>((resolve) => (entered = resolve));
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const gated: Runtime = Object.assign(Object.create(real) as Runtime, {
+      create: async (spec: Parameters<Runtime['create']>[0]) => {
+        entered();
+        await gate;
+        return real.create(spec);
+      },
+    });
+    const m = newManager([
+      { name: 'local', addr: testEnv.engineAddr },
+      { name: 'gated', runtime: gated },
+    ]);
+    const creating = m.create({ image: IMAGE, pool: 'gated' });
+    await inCreate;
+    await assert.rejects(m.removePool('gated', { force: true }), (e) => isSbxError(e, 'pool_in_use') && /being created/.test(e.message));
+    release();
+    const box = await creating;
+    assert.deepEqual(
+      (await m.pools()).map((p) => p.name),
+      ['local', 'gated'],
+    );
+    assert.equal((await box.exec(['echo', 'kept'])).stdout, 'kept\n', 'the box landed on a pool that is still there');
+    await m.removePool('gated', { force: true });
+    await assert.rejects(engine.inspect(box.containerId), (e) => isSbxError(e, 'not_found'));
+    await real.close();
   });
 
   test('errors of a box name the box, not its container', async () => {

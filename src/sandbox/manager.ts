@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import pino from 'pino';
 import type { Logger } from 'pino';
-import { SbxError, isSbxError } from '../errors.js';
+import { SbxError, isSbxError, withOptionHint } from '../errors.js';
 import { parseImageRef } from '../runtime/image-ref.js';
 import type { ContainerEvent, HostEndpoint, PullProgress, RegistryAuth } from '../runtime/types.js';
 import type { EngineCall, EngineCallObserver } from '../runtime/timed-runtime.js';
@@ -435,9 +435,11 @@ export class Manager {
   async removePool(name: string, opts: { force?: boolean } = {}): Promise<void> {
     const pool = this.pool(name);
     const boxes = this.registry.ofPool(name);
-    if ((boxes.length > 0 || this.registry.hasReservationsIn(name)) && !opts.force) {
-      throw new SbxError('pool_in_use', `pool '${name}' has ${boxes.length} box(es); remove them or pass force`, {
-        details: { pool: name, boxes: boxes.length },
+    this.checkNoCreates(name);
+    if (boxes.length > 0 && !opts.force) {
+      throw withOptionHint('pool_in_use', `pool '${name}' has ${boxes.length} box(es); remove them first, or remove them with the pool:`, 'force', {
+        pool: name,
+        boxes: boxes.length,
       });
     }
     const results = await mapSettled(boxes, CLEANUP_PARALLELISM, (b) => this.remove(b.id));
@@ -447,10 +449,19 @@ export class Manager {
         cause: (failed[0] as PromiseRejectedResult).reason,
       });
     }
+    // Creates that began while the boxes were being removed would land on a pool that is gone.
+    this.checkNoCreates(name);
     this.poolsByName.delete(name);
     await pool.warm?.removeAll();
     await this.closeVolumes(pool);
     await pool.close();
+  }
+
+  /** pool_in_use while boxes are being created on the pool: force cannot remove what does not exist yet. */
+  private checkNoCreates(name: string): void {
+    if (this.registry.hasReservationsIn(name)) {
+      throw new SbxError('pool_in_use', `pool '${name}' has boxes being created; try again once they are made`, { details: { pool: name, creating: true } });
+    }
   }
 
   private newPool(def: ResolvedPool): Pool {

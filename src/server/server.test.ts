@@ -444,6 +444,33 @@ describe('admin: keys, pools, images', () => {
     assert.equal((await t.call('DELETE', `/v1/workspaces/${ws.json.id}`)).status, 204);
   });
 
+  test('a refusal that force would let through says ?force=true over HTTP', async () => {
+    const ws = await t.call('POST', '/v1/workspaces', { key: alice, body: { name: 'force-hint' } });
+    const id = await newBox(alice, { workspaceId: ws.json.id });
+    const pool = await t.call('DELETE', '/v1/pools/local');
+    assert.equal(pool.status, 409);
+    assert.equal(pool.json.error.code, 'pool_in_use');
+    assert.match(pool.json.error.message, /add \?force=true$/);
+    assert.doesNotMatch(pool.json.error.message, /pass|\{ force/);
+    assert.deepEqual([pool.json.error.details.option, pool.json.error.details.hint], ['force', 'add ?force=true']);
+    const mounted = await t.call('DELETE', `/v1/workspaces/${ws.json.id}`, { key: alice });
+    assert.equal(mounted.status, 409);
+    assert.match(mounted.json.error.message, /mounted by a running box.*add \?force=true$/);
+    await t.call('DELETE', `/v1/boxes/${id}`);
+    assert.equal((await t.call('DELETE', `/v1/workspaces/${ws.json.id}`, { key: alice })).status, 204);
+  });
+
+  test('pull from a registry whose name does not resolve: not_available naming the registry host, not internal', async () => {
+    const pull = await t.call('POST', '/v1/images/pull', { body: { ref: 'nosuchhost.invalid/img:1' }, headers: { accept: 'text/event-stream' } });
+    assert.equal(pull.status, 200);
+    const data = /event: error\ndata: (.*)\n/.exec(pull.text)?.[1];
+    assert.ok(data, pull.text);
+    const { error } = JSON.parse(data) as { error: { code: string; message: string; details: Record<string, unknown> } };
+    assert.equal(error.code, 'not_available', error.message);
+    assert.match(error.message, /registry nosuchhost\.invalid cannot be reached/);
+    assert.equal(error.details['registry'], 'nosuchhost.invalid');
+  });
+
   test('images: exists, and pull progress as SSE (an error event for an unknown image)', async () => {
     const yes = await t.call('GET', `/v1/images/exists?ref=${encodeURIComponent(IMAGE)}`);
     assert.deepEqual(yes.json, { pool: 'local', ref: IMAGE, exists: true });
