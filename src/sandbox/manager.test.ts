@@ -599,6 +599,22 @@ describe(`Manager on a real engine (${runId})`, () => {
     );
   });
 
+  test('a host port already taken is conflict naming ports, not internal, and leaves no container', async () => {
+    const m = newManager();
+    const first = await m.create({ image: IMAGE, ports: [{ containerPort: 8080, hostPort: 0 }] });
+    const taken = (await first.info()).ports.find((p) => p.containerPort === 8080)?.hostPort;
+    assert.ok(taken, 'the engine chose a host port');
+    await assert.rejects(
+      m.create({ image: IMAGE, ports: [{ containerPort: 8080, hostPort: taken }] }),
+      (e) => isSbxError(e, 'conflict') && e.details?.['field'] === 'ports' && /already allocated|already in use/.test(e.message),
+    );
+    assert.deepEqual(
+      (await containersOf(m)).map((c) => c.id),
+      [first.containerId],
+    );
+    await first.remove();
+  });
+
   test('a runtime failure on remove keeps the box registered; a vanished container is forgotten cleanly', async () => {
     let failRemove = true;
     const real = new DockerRuntime(testEnv.engineAddr);
