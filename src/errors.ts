@@ -87,3 +87,36 @@ export async function existsBy(stat: Promise<unknown>): Promise<boolean> {
 export function invalidArgument(field: string, message: string): SbxError {
   return new SbxError('invalid_argument', `${field}: ${message}`, { details: { field } });
 }
+
+/**
+ * How the library asks for an option that would let a refused call through: `pass { force: true }`.
+ * An error built with withOptionHint ends its message with these words.
+ */
+export function libraryOptionHint(option: string): string {
+  return `pass { ${option}: true }`;
+}
+
+/**
+ * An error a call's option would have let through (`force`): `message` followed by how to pass
+ * the option, worded for the library. `details.option` names the option and `details.hint` holds
+ * the words, so each surface rewords them for its callers with rewordOptionHint (the HTTP API says
+ * `?force=true`, the CLI `-f/--force`).
+ *
+ * @example
+ * throw withOptionHint('pool_in_use', `pool 'gpu' has 2 box(es); remove them first, or remove them with the pool:`, 'force', { pool: 'gpu' });
+ * // pool 'gpu' has 2 box(es); remove them first, or remove them with the pool: pass { force: true }
+ */
+export function withOptionHint(code: ErrorCode, message: string, option: string, details: Record<string, unknown> = {}): SbxError {
+  const hint = libraryOptionHint(option);
+  return new SbxError(code, `${message} ${hint}`, { details: { ...details, option, hint } });
+}
+
+/** `err` with its option hint (withOptionHint) in the words of another surface; any other error as it is. */
+export function rewordOptionHint(err: SbxError, hint: (option: string) => string): SbxError {
+  const option = err.details?.['option'];
+  const old = err.details?.['hint'];
+  if (typeof option !== 'string' || typeof old !== 'string' || !err.message.includes(old)) return err;
+  const words = hint(option);
+  if (words === old) return err;
+  return new SbxError(err.code, err.message.replace(old, words), { cause: err.cause, details: { ...err.details, hint: words } });
+}

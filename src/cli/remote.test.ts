@@ -563,6 +563,12 @@ describe('sbx keys, login and errors', () => {
     assert.match(refused.stderr, /sbx login/);
   });
 
+  test('a refusal that force would let through names the flag, -f/--force', async () => {
+    const r = await sbx(['pools', 'rm', 'local']);
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(r.stderr, /^sbx: pool_in_use: pool 'local' has \d+ box\(es\); remove them first, or remove them with the pool: use -f\/--force\n/);
+  });
+
   test('no key at all: the same advice', async () => {
     const r = await sbx(['ls'], { env: { SBX_API_KEY: undefined } });
     assert.equal(r.code, 1);

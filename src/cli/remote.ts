@@ -3,6 +3,7 @@
  * (flags, then SBX_URL/SBX_API_KEY, then the profile file `sbx login` writes), the SDK client,
  * and errors turned into sentences that say what to do next.
  */
+import { rewordOptionHint } from '../errors.js';
 import { chmod, mkdir, open, readFile, rename } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -155,8 +156,9 @@ function describeSource(conn: Connection, what: 'url' | 'key'): string {
  * The message for an error, with a line on what to do where one helps: the URL tried and
  * `sbx serve` for an unreachable server, how to get a key for a 401, which id for a not_found.
  */
-export function explain(err: unknown, conn: Connection | undefined): string {
-  if (!(err instanceof SbxError)) return `sbx: ${(err as Error)?.message ?? String(err)}`;
+export function explain(error: unknown, conn: Connection | undefined): string {
+  if (!(error instanceof SbxError)) return `sbx: ${(error as Error)?.message ?? String(error)}`;
+  const err = rewordOptionHint(error, cliOptionHint);
   const lines = [`sbx: ${err.code}: ${err.message}`];
   const hint = (text: string) => lines.push(`  ${text}`);
   const url = conn?.url ?? String(err.details?.['url'] ?? DEFAULT_URL);
@@ -177,6 +179,11 @@ export function explain(err: unknown, conn: Connection | undefined): string {
     else if (/^workspace /.test(err.message)) hint('`sbx ws ls` lists the workspaces you can see.');
   }
   return lines.join('\n');
+}
+
+/** An option that would let a refused call through, as the CLI's flag: `force` is `-f/--force` on every command that has it. */
+function cliOptionHint(option: string): string {
+  return option === 'force' ? 'use -f/--force' : `use --${option}`;
 }
 
 export const CONNECTION_HELP = `

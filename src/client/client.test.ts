@@ -228,7 +228,7 @@ describe('SDK: the network', () => {
       await rejectsWith(openStream(transport, box.id, ['true']), 'unauthorized');
       const bad = await rejectsWith(box.stream(['true'], { timeoutMs: -1 }), 'invalid_argument');
       assert.equal(bad.details?.['field'], 'timeoutMs', 'the option, as the library names it');
-      assert.equal(bad.details?.['wireField'], 'querystring.timeoutMs');
+      assert.equal(bad.details?.['in'], 'query', 'where the server found it');
       await rejectsWith(
         good.get('sb-000000000000').then((b) => b.stream(['true'])),
         'not_found',
@@ -244,7 +244,16 @@ describe('SDK: the network', () => {
     assert.ok(err instanceof LibrarySbxError, 'instanceof the SbxError that sbx exports');
     assert.equal(SbxError, LibrarySbxError);
     assert.equal(err.details?.['field'], 'memory');
-    assert.equal(err.details?.['wireField'], 'body.memory');
+    assert.equal(err.details?.['in'], 'body');
+    assert.match(err.message, /^memory: /, 'the field as the caller passed it, not a wire path');
+    const box = await sbx.create({ image: IMAGE });
+    try {
+      const inUse = await rejectsWith(sbx.removePool('local'), 'pool_in_use');
+      assert.match(inUse.message, /pass \{ force: true \}$/, 'the option as an SDK caller passes it');
+      assert.equal(inUse.details?.['hint'], 'pass { force: true }');
+    } finally {
+      await box.remove();
+    }
     const user = await sbx.keys.create({ name: 'bob', role: 'user' });
     assert.match(user.key, /^sbxk_/);
     assert.ok((await sbx.keys.list()).some((k) => k.id === user.id && k.role === 'user'));

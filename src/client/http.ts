@@ -5,7 +5,7 @@
  */
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import { ERROR_CODES, SbxError } from '../errors.js';
+import { ERROR_CODES, SbxError, libraryOptionHint, rewordOptionHint } from '../errors.js';
 import type { ErrorCode } from '../errors.js';
 import { JsonReader } from './json-reader.js';
 
@@ -222,10 +222,11 @@ function parseErrorBody(text: string): WireError | undefined {
 }
 
 /**
- * The wire form back into an SbxError. The server names request fields by where they were
- * (`body.memory`); SDK callers passed an options object, so `field` names the option as the
- * library does (`memory`), and `wireField` keeps the server's. `prefixes` are the parts of the
- * request the SDK built from the caller's options.
+ * The wire form back into an SbxError. The server names a request field as the caller wrote it
+ * (`memory`) with `details.in` saying where; a server before that named it by where it was
+ * (`body.memory`), so those `prefixes` (the parts of the request the SDK built from the caller's
+ * options) are cut, the library's name in `field`, the server's in `wireField`. An option hint
+ * (`add ?force=true`) is worded back as the SDK's caller passes the option (`pass { force: true }`).
  */
 export function fromWire(wire: WireError, prefixes: string[] = ['body.']): SbxError {
   const code = (ERROR_CODES as readonly string[]).includes(wire.code) ? (wire.code as ErrorCode) : 'internal';
@@ -233,7 +234,7 @@ export function fromWire(wire: WireError, prefixes: string[] = ['body.']): SbxEr
   const field = details?.['field'];
   const prefix = typeof field === 'string' ? prefixes.find((p) => field.startsWith(p)) : undefined;
   if (typeof field === 'string' && prefix) details = { ...details, field: field.slice(prefix.length), wireField: field };
-  return new SbxError(code, wire.message, details ? { details } : {});
+  return rewordOptionHint(new SbxError(code, wire.message, details ? { details } : {}), libraryOptionHint);
 }
 
 function errCode(err: unknown): string | undefined {

@@ -7,6 +7,7 @@ import { validateExec, validateExecStream } from '../runtime/spec.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, Runtime } from '../runtime/types.js';
 import type { WorkspaceFS } from '../workspace/index.js';
 import { attachPath, validateAttach } from './attach-options.js';
+import { boxRuntime } from './box-errors.js';
 import { BoxFS, type BoxFilesOptions } from './box-fs.js';
 import { VNC_PORT } from './box-spec.js';
 import type { BoxRecord } from './labels.js';
@@ -215,6 +216,7 @@ export class ManagedBox implements LocalBox {
   /** When this Manager learnt of the box: a list taken before cannot contain it. */
   readonly registeredAt: number;
   status: BoxStatus;
+  private boxRt: { of: Runtime; rt: Runtime } | undefined;
 
   constructor(
     readonly record: BoxRecord,
@@ -261,8 +263,11 @@ export class ManagedBox implements LocalBox {
     return this.record.maxLifetimeMs;
   }
 
+  /** The pool's runtime, its errors naming this box rather than its container (box-errors.ts). */
   private get runtime(): Runtime {
-    return this.host.runtimeFor(this.record.pool);
+    const rt = this.host.runtimeFor(this.record.pool);
+    if (this.boxRt?.of !== rt) this.boxRt = { of: rt, rt: boxRuntime(rt, this.containerId, this.id) };
+    return this.boxRt.rt;
   }
 
   /** Whether a stop can be undone by start on this box's runtime (`capabilities.stopStart`; not on Kubernetes). */

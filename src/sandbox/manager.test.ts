@@ -532,7 +532,10 @@ describe(`Manager on a real engine (${runId})`, () => {
     const info = await m.addPool({ name: 'third', addr: testEnv.engineAddr, maxTotal: 2 });
     assert.equal(info.maxTotal, 2);
     const box = await m.create({ image: IMAGE, pool: 'second' });
-    await assert.rejects(m.removePool('second'), (e) => isSbxError(e, 'pool_in_use'));
+    await assert.rejects(
+      m.removePool('second'),
+      (e) => isSbxError(e, 'pool_in_use') && e.message.endsWith('pass { force: true }') && e.details?.['option'] === 'force',
+    );
     await m.removePool('third');
     await m.removePool('second', { force: true });
     await assert.rejects(engine.inspect(box.containerId), (e) => isSbxError(e, 'not_found'));
@@ -541,6 +544,105 @@ describe(`Manager on a real engine (${runId})`, () => {
       ['local'],
     );
     await assert.rejects(m.removePool('second'), (e) => isSbxError(e, 'pool_not_found'));
+  });
+
+  test('a refused pool leaves nothing behind: not in pools(), not a workspace node, creates still work', async () => {
+    for (const started of [false, true]) {
+      const m = newManager();
+      if (started) await m.start();
+      const before = await m.pools();
+      await assert.rejects(
+        m.addPool({ name: 'bad', addr: 'ftp://x' }),
+        (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'addr' && /ftp/.test(e.message),
+      );
+      assert.deepEqual(await m.pools(), before, `started: ${started}`);
+      assert.deepEqual(
+        m.nodes().map((n) => n.name),
+        ['local'],
+      );
+      await assert.rejects(m.create({ image: IMAGE, pool: 'bad' }), (e) => isSbxError(e, 'pool_not_found'));
+      const ws = await m.workspaces.create({ name: `after-bad-${started}`, owner: 'alice', node: 'local' });
+      const box = await m.create({ image: IMAGE, owner: 'alice', workspaceId: ws.id });
+      assert.equal((await box.exec(['true'])).exitCode, 0);
+      // The name is free: the same pool with a good address is taken.
+      assert.equal((await m.addPool({ name: 'bad', addr: testEnv.engineAddr })).name, 'bad');
+      await m.removePool('bad');
+      await box.remove();
+      await m.workspaces.delete(ws.id);
+    }
+  });
+
+  test('removePool, even with force, refuses while a create is in flight on the pool, and keeps the pool', async () => {
+    const real = new DockerRuntime(testEnv.engineAddr);
+    let entered!: () => void;
+    const inCreate = new Promise<void>((resolve) => (entered = resolve));
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const gated: Runtime = Object.assign(Object.create(real) as Runtime, {
+      create: async (spec: Parameters<Runtime['create']>[0]) => {
+        entered();
+        await gate;
+        return real.create(spec);
+      },
+    });
+    const m = newManager([
+      { name: 'local', addr: testEnv.engineAddr },
+      { name: 'gated', runtime: gated },
+    ]);
+    const creating = m.create({ image: IMAGE, pool: 'gated' });
+    await inCreate;
+    await assert.rejects(m.removePool('gated', { force: true }), (e) => isSbxError(e, 'pool_in_use') && /being created/.test(e.message));
+    release();
+    const box = await creating;
+    assert.deepEqual(
+      (await m.pools()).map((p) => p.name),
+      ['local', 'gated'],
+    );
+    assert.equal((await box.exec(['echo', 'kept'])).stdout, 'kept\n', 'the box landed on a pool that is still there');
+    await m.removePool('gated', { force: true });
+    await assert.rejects(engine.inspect(box.containerId), (e) => isSbxError(e, 'not_found'));
+    await real.close();
+  });
+
+  test('errors of a box name the box, not its container', async () => {
+    const m = newManager();
+    const box = await m.create({ image: IMAGE, stopTimeoutMs: 1000 });
+    const short = box.containerId.slice(0, 12);
+    const namesTheBox = (e: unknown) => {
+      assert.ok(isSbxError(e), String(e));
+      assert.ok(e.message.includes(box.id) && !e.message.includes(short), e.message);
+      assert.ok(
+        Object.entries(e.details ?? {}).every(([k, v]) => k === 'containerId' || !String(v).includes(short)),
+        JSON.stringify(e.details),
+      );
+      return true;
+    };
+    await assert.rejects(box.exec(['no-such-program']), (e) => isSbxError(e, 'not_found') && namesTheBox(e));
+    await assert.rejects(box.exec(['true'], { workDir: '/no/such/dir' }), (e) => isSbxError(e, 'invalid_argument') && namesTheBox(e));
+    await box.stop();
+    await assert.rejects(box.exec(['true']), (e) => isSbxError(e, 'conflict') && namesTheBox(e));
+    await assert.rejects(box.stream(['true']), (e) => isSbxError(e, 'conflict') && namesTheBox(e));
+    await box.remove();
+    await assert.rejects(
+      m.create({ id: 'sb-cmd-fails', image: IMAGE, cmd: ['/no/such/binary'] }),
+      (e) => isSbxError(e) && e.message.includes('box sb-cmd-fails') && !/[0-9a-f]{64}/.test(e.message),
+    );
+  });
+
+  test('a host port already taken is conflict naming ports, not internal, and leaves no container', async () => {
+    const m = newManager();
+    const first = await m.create({ image: IMAGE, ports: [{ containerPort: 8080, hostPort: 0 }] });
+    const taken = (await first.info()).ports.find((p) => p.containerPort === 8080)?.hostPort;
+    assert.ok(taken, 'the engine chose a host port');
+    await assert.rejects(
+      m.create({ image: IMAGE, ports: [{ containerPort: 8080, hostPort: taken }] }),
+      (e) => isSbxError(e, 'conflict') && e.details?.['field'] === 'ports' && /already allocated|already in use/.test(e.message),
+    );
+    assert.deepEqual(
+      (await containersOf(m)).map((c) => c.id),
+      [first.containerId],
+    );
+    await first.remove();
   });
 
   test('a runtime failure on remove keeps the box registered; a vanished container is forgotten cleanly', async () => {

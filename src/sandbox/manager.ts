@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import pino from 'pino';
 import type { Logger } from 'pino';
-import { SbxError, isSbxError } from '../errors.js';
+import { SbxError, isSbxError, withOptionHint } from '../errors.js';
 import { parseImageRef } from '../runtime/image-ref.js';
 import type { HostEndpoint, ImageInfo, PullProgress, RegistryAuth } from '../runtime/types.js';
 import type { EngineCall, EngineCallObserver } from '../runtime/timed-runtime.js';
@@ -10,6 +10,7 @@ import { mapSettled } from '../util/concurrency.js';
 import { WorkspaceManager } from '../workspace/index.js';
 import type { WorkspaceNode } from '../workspace/index.js';
 import { ManagedBox } from './box.js';
+import { boxRuntime } from './box-errors.js';
 import type { BoxHost, LocalBox, ProxyBase } from './box.js';
 import { buildContainerSpec, checkNetwork, newBoxRecord } from './box-spec.js';
 import { CleanupLoop, planCleanup } from './cleanup.js';
@@ -299,12 +300,20 @@ export class Manager {
     return first.value;
   }
 
-  /** Adds a pool (validated; names are unique). Takes what `pools()` returns; its status fields are ignored. */
+  /**
+   * Adds a pool (validated; names are unique). Takes what `pools()` returns; its status fields are
+   * ignored. All or nothing: a refused pool (a bad setting, an address no runtime takes) leaves
+   * nothing behind, in pools(), the workspaces' nodes or the engine watches. An engine that is
+   * merely unreachable is no refusal: the pool is added, disconnected, and adopted when it answers.
+   */
   async addPool(def: PoolConfig | PoolInfo): Promise<PoolInfo> {
     const { connected: _c, boxes: _b, ...settings } = def as PoolInfo;
     const resolved = resolvePool(settings);
     if (this.poolsByName.has(resolved.name)) throw new SbxError('conflict', `pool '${resolved.name}' already exists`, { details: { pool: resolved.name } });
     const pool = this.newPool(resolved);
+    // Opening dials nothing, but it parses the address: a bad one is refused before the pool is
+    // known. Nothing below throws (a reconcile that fails is logged; the next cleanup pass tries again).
+    pool.runtime();
     this.poolsByName.set(resolved.name, pool);
     if (this.started) {
       await this.recovery.reconcile(pool, { revive: true }).catch((err: unknown) => this.recovery.failed(pool, err));
@@ -317,9 +326,11 @@ export class Manager {
   async removePool(name: string, opts: { force?: boolean } = {}): Promise<void> {
     const pool = this.pool(name);
     const boxes = this.registry.ofPool(name);
-    if ((boxes.length > 0 || this.registry.hasReservationsIn(name)) && !opts.force) {
-      throw new SbxError('pool_in_use', `pool '${name}' has ${boxes.length} box(es); remove them or pass force`, {
-        details: { pool: name, boxes: boxes.length },
+    this.checkNoCreates(name);
+    if (boxes.length > 0 && !opts.force) {
+      throw withOptionHint('pool_in_use', `pool '${name}' has ${boxes.length} box(es); remove them first, or remove them with the pool:`, 'force', {
+        pool: name,
+        boxes: boxes.length,
       });
     }
     const results = await mapSettled(boxes, CLEANUP_PARALLELISM, (b) => this.remove(b.id));
@@ -329,10 +340,19 @@ export class Manager {
         cause: (failed[0] as PromiseRejectedResult).reason,
       });
     }
+    // Creates that began while the boxes were being removed would land on a pool that is gone.
+    this.checkNoCreates(name);
     this.poolsByName.delete(name);
     await pool.warm?.removeAll();
     await this.closeVolumes(pool);
     await pool.close();
+  }
+
+  /** pool_in_use while boxes are being created on the pool: force cannot remove what does not exist yet. */
+  private checkNoCreates(name: string): void {
+    if (this.registry.hasReservationsIn(name)) {
+      throw new SbxError('pool_in_use', `pool '${name}' has boxes being created; try again once they are made`, { details: { pool: name, creating: true } });
+    }
   }
 
   private newPool(def: ResolvedPool): Pool {
@@ -441,7 +461,7 @@ export class Manager {
       throw err;
     }
     try {
-      await runtime.start(containerId);
+      await boxRuntime(runtime, containerId, id).start(containerId);
     } catch (err) {
       // A box that cannot start must not linger half-made.
       await runtime
@@ -550,7 +570,7 @@ export class Manager {
 
   private async removeBox(box: ManagedBox, graceful: boolean): Promise<void> {
     try {
-      const runtime = this.pool(box.pool).runtime();
+      const runtime = boxRuntime(this.pool(box.pool).runtime(), box.containerId, box.id);
       if (graceful) await runtime.stop(box.containerId, { timeoutMs: box.record.stopTimeoutMs });
       await runtime.remove(box.containerId, { force: true });
     } catch (err) {

@@ -4,7 +4,7 @@
  * body `{"error":{"code","message","details"?}}`.
  */
 import type { FastifyError } from 'fastify';
-import { SbxError } from '../errors.js';
+import { SbxError, rewordOptionHint } from '../errors.js';
 import type { ErrorCode } from '../errors.js';
 
 export const STATUS_BY_CODE: Record<ErrorCode, number> = {
@@ -60,9 +60,17 @@ export function retryAfterSeconds(err: unknown): string | undefined {
   return typeof ms === 'number' ? String(Math.ceil(ms / 1000)) : undefined;
 }
 
+/** An option that would let a refused call through, as an HTTP caller gives it: the routes' flags are query parameters. */
+function httpOptionHint(option: string): string {
+  return `add ?${option}=true`;
+}
+
 /** Turns anything thrown while serving a request into a status and an error body. */
 export function mapError(err: unknown): MappedError {
-  if (err instanceof SbxError) return { status: STATUS_BY_CODE[err.code] ?? 500, body: { error: err.toJSON() }, error: err };
+  if (err instanceof SbxError) {
+    const e = rewordOptionHint(err, httpOptionHint);
+    return { status: STATUS_BY_CODE[e.code] ?? 500, body: { error: e.toJSON() }, error: e };
+  }
   const fe = err as Partial<FastifyError> & { validation?: Array<{ instancePath?: string; message?: string; params?: Record<string, unknown> }> };
   if (fe && typeof fe === 'object' && typeof fe.code === 'string' && fe.code in FASTIFY_CLIENT_ERRORS) {
     const status = FASTIFY_CLIENT_ERRORS[fe.code]!;
@@ -78,14 +86,27 @@ export function mapError(err: unknown): MappedError {
   return { status: 500, body: { error: sbx.toJSON() }, error: sbx };
 }
 
-function fromFastify(fe: Partial<FastifyError> & { validation?: Array<{ instancePath?: string; message?: string }> }, status: number): SbxError {
+/** Where a request field was, as OpenAPI's `in` says it: fastify's validation contexts by name. */
+const PLACE: Record<string, string> = { body: 'body', querystring: 'query', params: 'path', headers: 'header' };
+const UNKNOWN: Record<string, string> = { body: 'unknown field', query: 'unknown query parameter', path: 'unknown path parameter', header: 'unknown header' };
+
+interface ValidationIssue {
+  instancePath?: string;
+  keyword?: string;
+  message?: string;
+  params?: Record<string, unknown>;
+}
+
+function fromFastify(fe: Partial<FastifyError> & { validation?: ValidationIssue[] }, status: number): SbxError {
   if (fe.code === 'FST_ERR_VALIDATION') {
+    // The field as the caller wrote it (`image`, not `body.image`); `details.in` says where it was.
     const first = fe.validation?.[0];
-    const where = fe.validationContext ?? 'body';
+    const place = PLACE[fe.validationContext ?? 'body'] ?? 'body';
     const path = (first?.instancePath ?? '').replace(/^\//, '').replace(/\//g, '.');
-    const field = path ? `${where}.${path}` : where;
-    const message = first?.message ?? fe.message ?? 'invalid';
-    return new SbxError('invalid_argument', `${field}: ${message}`, { cause: fe, details: { field } });
+    const unknown = first?.keyword === 'unrecognized_keys' && Array.isArray(first.params?.['keys']) ? String(first.params['keys'][0]) : undefined;
+    const field = unknown !== undefined ? (path ? `${path}.${unknown}` : unknown) : path || place;
+    const message = unknown !== undefined ? UNKNOWN[place]! : (first?.message ?? fe.message ?? 'invalid');
+    return new SbxError('invalid_argument', `${field}: ${message}`, { cause: fe, details: { field, in: place } });
   }
   if (fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE')
     return new SbxError('invalid_argument', 'body is larger than the server accepts', { cause: fe, details: { field: 'body', limit: 'bodyLimitBytes' } });

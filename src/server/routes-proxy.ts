@@ -66,9 +66,9 @@ export function rewriteHostBased(domain: string | undefined): ((req: IncomingMes
 
 function target(req: FastifyRequest): { id: string; port: number } {
   const params = req.params as { id: string; port: string };
-  if (!BOX_ID_PATTERN.test(params.id)) throw new SbxError('invalid_argument', 'id: is not a valid box id', { details: { field: 'params.id' } });
+  if (!BOX_ID_PATTERN.test(params.id)) throw new SbxError('invalid_argument', 'id: is not a valid box id', { details: { field: 'id', in: 'path' } });
   const port = /^\d{1,5}$/.test(params.port) ? Number(params.port) : NaN;
-  checkPort(port, 'params.port');
+  checkPort(port);
   return { id: params.id, port };
 }
 

@@ -65,7 +65,7 @@ export function parseLabelFilters(list: string[] | undefined): Record<string, st
   const out: Record<string, string> = {};
   for (const item of list) {
     const i = item.indexOf('=');
-    if (i <= 0) throw invalidArgument('query.label', `must be key=value, got ${JSON.stringify(item)}`);
+    if (i <= 0) throw invalidArgument('label', `must be key=value, got ${JSON.stringify(item)}`);
     out[item.slice(0, i)] = item.slice(i + 1);
   }
   return out;

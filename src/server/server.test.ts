@@ -444,6 +444,47 @@ describe('admin: keys, pools, images', () => {
     assert.equal(gone.json.error.code, 'pool_not_found');
   });
 
+  test('a refused pool leaves nothing behind: the list is unchanged, workspaces and boxes are still created', async () => {
+    const before = (await t.call('GET', '/v1/pools')).json;
+    const bad = await t.call('POST', '/v1/pools', { body: { name: 'bad', addr: 'ftp://x' } });
+    assert.equal(bad.status, 400, bad.text);
+    assert.deepEqual([bad.json.error.code, bad.json.error.details?.field], ['invalid_argument', 'addr']);
+    assert.deepEqual((await t.call('GET', '/v1/pools')).json, before);
+    assert.equal((await t.call('DELETE', '/v1/pools/bad')).status, 404);
+    const ws = await t.call('POST', '/v1/workspaces', { key: alice, body: { name: 'after-a-bad-pool' } });
+    assert.equal(ws.status, 201, ws.text);
+    const id = await newBox(alice, { workspaceId: ws.json.id });
+    assert.equal((await t.call('DELETE', `/v1/boxes/${id}`)).status, 204);
+    assert.equal((await t.call('DELETE', `/v1/workspaces/${ws.json.id}`)).status, 204);
+  });
+
+  test('a refusal that force would let through says ?force=true over HTTP', async () => {
+    const ws = await t.call('POST', '/v1/workspaces', { key: alice, body: { name: 'force-hint' } });
+    const id = await newBox(alice, { workspaceId: ws.json.id });
+    const pool = await t.call('DELETE', '/v1/pools/local');
+    assert.equal(pool.status, 409);
+    assert.equal(pool.json.error.code, 'pool_in_use');
+    assert.match(pool.json.error.message, /add \?force=true$/);
+    assert.doesNotMatch(pool.json.error.message, /pass|\{ force/);
+    assert.deepEqual([pool.json.error.details.option, pool.json.error.details.hint], ['force', 'add ?force=true']);
+    const mounted = await t.call('DELETE', `/v1/workspaces/${ws.json.id}`, { key: alice });
+    assert.equal(mounted.status, 409);
+    assert.match(mounted.json.error.message, /mounted by a running box.*add \?force=true$/);
+    await t.call('DELETE', `/v1/boxes/${id}`);
+    assert.equal((await t.call('DELETE', `/v1/workspaces/${ws.json.id}`, { key: alice })).status, 204);
+  });
+
+  test('pull from a registry whose name does not resolve: not_available naming the registry host, not internal', async () => {
+    const pull = await t.call('POST', '/v1/images/pull', { body: { ref: 'nosuchhost.invalid/img:1' }, headers: { accept: 'text/event-stream' } });
+    assert.equal(pull.status, 200);
+    const data = /event: error\ndata: (.*)\n/.exec(pull.text)?.[1];
+    assert.ok(data, pull.text);
+    const { error } = JSON.parse(data) as { error: { code: string; message: string; details: Record<string, unknown> } };
+    assert.equal(error.code, 'not_available', error.message);
+    assert.match(error.message, /registry nosuchhost\.invalid cannot be reached/);
+    assert.equal(error.details['registry'], 'nosuchhost.invalid');
+  });
+
   test('images: exists, and pull progress as SSE (an error event for an unknown image)', async () => {
     const yes = await t.call('GET', `/v1/images/exists?ref=${encodeURIComponent(IMAGE)}`);
     assert.deepEqual(yes.json, { pool: 'local', ref: IMAGE, exists: true });
@@ -458,6 +499,45 @@ describe('admin: keys, pools, images', () => {
 });
 
 describe('malformed requests', () => {
+  test('a bad field is named as the caller sent it, with where it was (body, query, path)', async () => {
+    const box = await newBox(alice);
+    const cases: Array<[string, string, unknown, string, string, RegExp]> = [
+      ['POST', '/v1/boxes', {}, 'image', 'body', /^image: is required/],
+      ['POST', '/v1/boxes', { image: 42 }, 'image', 'body', /^image: /],
+      ['POST', '/v1/boxes', { image: IMAGE, memory: '1g' }, 'memory', 'body', /^memory: /],
+      ['POST', '/v1/boxes', { image: IMAGE, labels: { k: 5 } }, 'labels.k', 'body', /^labels\.k: /],
+      ['POST', '/v1/boxes', { image: IMAGE, bogus: 1 }, 'bogus', 'body', /^bogus: unknown field/],
+      ['GET', '/v1/boxes?colour=red', undefined, 'colour', 'query', /^colour: unknown query parameter/],
+      ['POST', '/v1/boxes?getOrCreate=maybe', { image: IMAGE, id: 'x1' }, 'getOrCreate', 'query', /^getOrCreate: /],
+      ['POST', `/v1/boxes/${box}/exec`, { cmd: ['true'], timeoutMs: -5 }, 'timeoutMs', 'body', /^timeoutMs: /],
+      ['GET', `/v1/boxes/${'a'.repeat(64)}`, undefined, 'id', 'path', /^id: /],
+    ];
+    const failures: string[] = [];
+    for (const [method, path, body, field, place, message] of cases) {
+      const r = await t.call(method, path, body === undefined ? { key: alice } : { key: alice, body });
+      const e = r.json?.error;
+      if (r.status !== 400 || e?.details?.field !== field || e?.details?.in !== place || !message.test(e?.message ?? ''))
+        failures.push(`${method} ${path.slice(0, 60)} ${JSON.stringify(body)}: got ${r.status} ${r.text.slice(0, 200)}; want ${field} in ${place}`);
+      if (/\b(body|querystring|params)\./.test(r.text)) failures.push(`${method} ${path}: a wire path in ${r.text.slice(0, 200)}`);
+    }
+    assert.deepEqual(failures, []);
+    await t.call('DELETE', `/v1/boxes/${box}`);
+  });
+
+  test('errors of a box name its id, never its container id', async () => {
+    const id = await newBox(alice, { stopTimeoutMs: 1000 });
+    const containerId = (await t.call('GET', `/v1/boxes/${id}`, { key: alice })).json.containerId as string;
+    const missing = await t.call('POST', `/v1/boxes/${id}/exec`, { key: alice, body: { cmd: ['no-such-program'] } });
+    assert.equal(missing.status, 404);
+    assert.match(missing.json.error.message, new RegExp(`'no-such-program' was not found in box ${id}`));
+    assert.equal((await t.call('POST', `/v1/boxes/${id}/stop`, { key: alice })).status, 200);
+    const stopped = await t.call('POST', `/v1/boxes/${id}/exec`, { key: alice, body: { cmd: ['true'] } });
+    assert.equal(stopped.status, 409);
+    assert.match(stopped.json.error.message, new RegExp(`box ${id} is not running`));
+    for (const r of [missing, stopped]) assert.ok(!r.json.error.message.includes(containerId.slice(0, 12)), r.json.error.message);
+    await t.call('DELETE', `/v1/boxes/${id}`, { key: alice });
+  });
+
   test('each is a 4xx with its code; the server stays healthy', async () => {
     const box = await newBox(alice);
     const ws = await t.call('POST', '/v1/workspaces', { key: alice, body: { name: 'bad-input' } });

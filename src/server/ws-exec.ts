@@ -63,7 +63,7 @@ function fromQuery(q: z.infer<typeof WsExecQuery>): WsExec | undefined {
   const env: Record<string, string> = {};
   for (const item of q.env ?? []) {
     const i = item.indexOf('=');
-    if (i <= 0) throw invalidArgument('query.env', `must be NAME=value, got ${JSON.stringify(item)}`);
+    if (i <= 0) throw invalidArgument('env', `must be NAME=value, got ${JSON.stringify(item)}`);
     env[item.slice(0, i)] = item.slice(i + 1);
   }
   const spec: Record<string, unknown> = { cmd: q.cmd };
@@ -73,7 +73,7 @@ function fromQuery(q: z.infer<typeof WsExecQuery>): WsExec | undefined {
   if (q.workDir !== undefined) spec['workDir'] = q.workDir;
   if (q.user !== undefined) spec['user'] = q.user;
   if (q.timeoutMs !== undefined) spec['timeoutMs'] = q.timeoutMs;
-  return parseOrThrow(WsExecSchema, spec, 'exec', 'query');
+  return parseOrThrow(WsExecSchema, spec, 'exec');
 }
 
 export function wsExecRoutes(app: FastifyInstance, ctx: ServerContext): void {

@@ -434,6 +434,20 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
         const ref = `${pull.ref.split('/')[0]}/sbx/absent-${fx.runId}:none`;
         await assert.rejects(drain(rt.images.pull(ref)), (e) => isSbxError(e, 'not_found') && e.message.includes('absent'));
       });
+
+      test('pull from a registry the engine cannot reach is not_available naming the registry, never internal', async () => {
+        // .invalid never resolves (RFC 2606); a closed port refuses.
+        for (const [ref, registry] of [
+          ['nosuchhost.invalid/img:1', 'nosuchhost.invalid'],
+          ['127.0.0.1:1/sbx/nothing:latest', '127.0.0.1:1'],
+        ] as const) {
+          await assert.rejects(
+            drain(rt.images.pull(ref)),
+            (e) => isSbxError(e, 'not_available') && e.details?.['registry'] === registry && e.message.includes(`registry ${registry} cannot be reached`),
+            ref,
+          );
+        }
+      });
     }
   });
 }

@@ -8,7 +8,7 @@
 import { access, chmod, chown, lstat, mkdir, readdir, rename } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { SbxError, invalidArgument } from '../errors.js';
+import { SbxError, invalidArgument, withOptionHint } from '../errors.js';
 import { DirHandle } from './contained-path.js';
 import { errnoOf, storageError } from './fs-errors.js';
 import { HostWorkspaceFS } from './fs.js';
@@ -223,7 +223,7 @@ export class WorkspaceManager {
     await this.locks.run(id, async () => {
       const workspace = await this.find(id);
       if (!options.force && (await this.mountChecker(id))) {
-        throw new SbxError('conflict', `workspace ${id} is mounted by a running box; stop or remove the box first, or delete with force`, { details: { id } });
+        throw withOptionHint('conflict', `workspace ${id} is mounted by a running box; stop or remove the box first, or delete it anyway:`, 'force', { id });
       }
       const storage = await this.storageOf(workspace).catch((err: unknown) => {
         if (options.force && err instanceof SbxError && err.code === 'not_available') return undefined;

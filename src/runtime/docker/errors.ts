@@ -11,6 +11,11 @@ interface EngineError {
 
 const UNREACHABLE = new Set(['ECONNREFUSED', 'ENOENT', 'EACCES', 'ECONNRESET', 'EHOSTUNREACH', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND']);
 
+/** Engine 500s that the caller caused, by the engine's words: a host port another container or process holds. */
+const CALLER_FAULTS: Array<[RegExp, ErrorCode, Record<string, unknown>]> = [
+  [/port is already allocated|address already in use/i, 'conflict', { field: 'ports' }],
+];
+
 /**
  * Turns whatever dockerode or node:http threw into an SbxError with a stable code; the raw
  * error stays as `cause`, its stack never reaches the caller's message.
@@ -28,6 +33,8 @@ export function toSbxError(err: unknown, address: string, what: string): SbxErro
   }
   const engineMessage = engineText(e);
   const status = e.statusCode;
+  const fault = status === 500 ? CALLER_FAULTS.find(([re]) => re.test(engineMessage)) : undefined;
+  if (fault) return new SbxError(fault[1], `${what}: ${engineMessage}`, { cause: err, details: { address, status, ...fault[2] } });
   const code: ErrorCode =
     status === 404
       ? 'not_found'

@@ -2,9 +2,9 @@ import type { Readable } from 'node:stream';
 import { SbxError } from '../../errors.js';
 import type { ImageInfo, Images, PullProgress, RegistryAuth } from '../types.js';
 import type { DockerConnection } from './connection.js';
-import { toSbxError } from './errors.js';
+import { engineText, toSbxError } from './errors.js';
 import { jsonLines } from './json-lines.js';
-import { toPullProgress } from './pull-progress.js';
+import { pullFailure, toPullProgress } from './pull-progress.js';
 
 /** Image operations of one Docker Engine. */
 export class DockerImages implements Images {
@@ -32,10 +32,12 @@ export class DockerImages implements Images {
         ...(opts.signal ? { abortSignal: opts.signal } : {}),
       })) as Readable;
     } catch (err) {
-      throw toSbxError(err, this.conn.address.raw, what);
+      // The engine answers 500 when it cannot reach the registry at all: its words say why.
+      const e = toSbxError(err, this.conn.address.raw, what);
+      throw e.code === 'internal' ? pullFailure(engineText(err as object), ref, this.conn.address.raw, err) : e;
     }
     try {
-      for await (const line of jsonLines(body)) yield toPullProgress(line, ref);
+      for await (const line of jsonLines(body)) yield toPullProgress(line, ref, this.conn.address.raw);
     } finally {
       body.destroy();
     }

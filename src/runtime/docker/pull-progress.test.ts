@@ -39,6 +39,23 @@ test('pull progress parser yields typed events, then throws on the error line', 
 test('pull error lines map to stable codes', async () => {
   await assert.rejects(parse(['{"error":"manifest for r/x:1 not found: manifest unknown"}\n']), (e) => isSbxError(e, 'not_found'));
   await assert.rejects(parse(['{"error":"unauthorized: authentication required"}\n']), (e) => isSbxError(e, 'unauthorized'));
+  await assert.rejects(parse(['{"error":"toomanyrequests: You have reached your pull rate limit."}\n']), (e) => isSbxError(e, 'limit_exceeded'));
+});
+
+test('a registry the engine cannot reach is not_available naming its host, whatever the reason', async () => {
+  // Docker Engine 20.10's words, recorded.
+  for (const [text, registry] of [
+    ['Get \\"https://registry-1.docker.io/v2/\\": dial tcp: lookup registry-1.docker.io on 10.0.0.53:53: no such host', 'registry-1.docker.io'],
+    ['Get \\"http://127.0.0.1:5999/v2/\\": dial tcp 127.0.0.1:5999: connect: connection refused', '127.0.0.1:5999'],
+    ['Get \\"https://r.example/v2/\\": net/http: request canceled while waiting for connection (Client.Timeout exceeded while awaiting headers)', 'r.example'],
+    ['Get \\"https://r.example/v2/\\": http: server gave HTTP response to HTTPS client', 'r.example'],
+  ]) {
+    await assert.rejects(
+      parse([`{"error":"${text}"}\n`]),
+      (e) => isSbxError(e, 'not_available') && e.details?.['registry'] === registry && e.message.includes(`registry ${registry} cannot be reached`),
+      text,
+    );
+  }
 });
 
 test('a clean pull yields every event and no error', async () => {
