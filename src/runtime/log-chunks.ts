@@ -20,13 +20,23 @@ export interface LogPiece {
  * @param since nanoseconds since the epoch: pieces written before are dropped.
  * @param close releases the engine's stream (called once, at the end or when the reader leaves).
  * @param signal an abort ends the iteration quietly.
+ * @param settled awaited when the pieces ended by themselves, before the iteration ends (the
+ *   engine's state catching up with the end of a followed log).
  */
-export function logChunks(pieces: AsyncIterable<LogPiece> | Iterable<LogPiece>, since: bigint | undefined, close?: () => void, signal?: AbortSignal): AsyncIterable<LogChunk> {
+export function logChunks(
+  pieces: AsyncIterable<LogPiece> | Iterable<LogPiece>,
+  since: bigint | undefined,
+  close?: () => void,
+  signal?: AbortSignal,
+  settled?: () => Promise<void>,
+): AsyncIterable<LogChunk> {
   return (async function* () {
     const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
     const onAbort = () => close?.();
     signal?.addEventListener('abort', onAbort, { once: true });
     try {
+      // Aborted before the first read: the listener above will never fire.
+      if (signal?.aborted) return;
       for await (const p of pieces) {
         if (signal?.aborted) return;
         if (since !== undefined && isoNanos(p.time) < since) continue;
@@ -37,6 +47,7 @@ export function logChunks(pieces: AsyncIterable<LogPiece> | Iterable<LogPiece>, 
         const rest = decoders[stream].end();
         if (rest) yield { stream, data: rest, time: new Date().toISOString() };
       }
+      if (settled && !signal?.aborted) await settled();
     } catch (err) {
       if (signal?.aborted) return;
       if (err instanceof SbxError) throw err;

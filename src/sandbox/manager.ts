@@ -21,7 +21,7 @@ import type { BoxRecord } from './labels.js';
 import { Pool } from './pool.js';
 import { hostEndpoints } from './host-endpoints.js';
 import { PoolWatch } from './pool-watch.js';
-import { planReconcile } from './reconcile.js';
+import { planReconcile, statusOf } from './reconcile.js';
 import { BoxRegistry } from './registry.js';
 import { BoxSecrets } from './secrets.js';
 import { BoxTokenService } from './tokens.js';
@@ -342,7 +342,7 @@ export class Manager {
       record.maxLifetimeMs = this.lifetimes.get(container.id) ?? record.maxLifetimeMs;
       // The idle clock restarts at adoption: a restart never reaps boxes on the spot.
       const execEnv = this.claims.get(container.id)?.env;
-      const box = new ManagedBox(record, container.id, this.boxHost, container.running ? 'running' : 'stopped', execEnv);
+      const box = new ManagedBox(record, container.id, this.boxHost, statusOf(container.status), execEnv);
       this.registry.add(box);
       // The agent may be a new one (the engine restarted the container): it learns the box again.
       if (execEnv && box.status === 'running') await this.handEnv(pool, box);

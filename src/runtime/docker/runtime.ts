@@ -272,7 +272,22 @@ export class DockerRuntime implements Runtime {
     }
     const stream = Buffer.isBuffer(body) ? undefined : body;
     const frames = wholeFrames(stream ?? [body as Buffer]);
-    return logChunks(frameLines(frames), since, () => stream?.destroy(), valid.signal);
+    // The engine ends a follow as the process exits, a moment before its state says so: the
+    // follow ends once an inspect agrees, so a caller that reads the box next sees it stopped.
+    const settled = valid.follow ? () => this.untilNotRunning(id) : undefined;
+    return logChunks(frameLines(frames), since, () => stream?.destroy(), valid.signal, settled);
+  }
+
+  private async untilNotRunning(id: string): Promise<void> {
+    const deadline = Date.now() + AGENT_START_WAIT_MS;
+    while (Date.now() < deadline) {
+      const c = await this.docker
+        .getContainer(id)
+        .inspect()
+        .catch(() => undefined);
+      if (!c?.State.Running || c.State.Restarting) return;
+      await new Promise((r) => setTimeout(r, 5));
+    }
   }
 
   /** The last lines a container wrote (stdout and stderr), for messages. */
@@ -337,7 +352,8 @@ export class DockerRuntime implements Runtime {
       image: c.Config.Image,
       status: c.State.Status as ContainerStatus,
       running: c.State.Running,
-      exitCode: c.State.Running || !started ? null : c.State.ExitCode,
+      // While restarting (a policy someone else gave it) the last run's code is the news.
+      exitCode: !started || (c.State.Running && !c.State.Restarting) ? null : c.State.ExitCode,
       oomKilled: c.State.OOMKilled,
       labels: c.Config.Labels ?? {},
       ports,
@@ -699,7 +715,9 @@ function pickVerdict(box: AgentBox | undefined): Partial<AgentBox> {
 }
 
 /** The engine's log frames as timestamped lines (`timestamps: true` puts the time and a space first). */
-async function* frameLines(frames: AsyncIterable<{ type: number; payload: Buffer }>): AsyncGenerator<{ stream: 'stdout' | 'stderr'; time: string; data: Buffer }> {
+async function* frameLines(
+  frames: AsyncIterable<{ type: number; payload: Buffer }>,
+): AsyncGenerator<{ stream: 'stdout' | 'stderr'; time: string; data: Buffer }> {
   for await (const f of frames) {
     if (f.type !== 1 && f.type !== 2) continue;
     const space = f.payload.indexOf(0x20);

@@ -59,6 +59,8 @@ const DEFAULT_READY_TIMEOUT_MS = 120_000;
 const DEFAULT_STARTING_EXECS = 8;
 /** How long `remove` waits for the pod to be gone. */
 const REMOVE_WAIT_MS = 60_000;
+/** How long the end of a followed log waits for the pod's status to say its container ended. */
+const LOG_SETTLE_MS = 5_000;
 /** After the pod is ready, how long the agent may take to answer (it listens within milliseconds of its start). */
 const AGENT_LISTEN_WAIT_MS = 10_000;
 /** An exec retries an agent that does not answer for this long (a port-forward refused while the pod settles). */
@@ -393,15 +395,34 @@ export class KubernetesRuntime implements Runtime {
     if (since !== undefined) q.set('sinceTime', new Date(Number(since / 1_000_000n)).toISOString().replace(/\.\d+Z$/, 'Z'));
     let body: Readable;
     try {
-      body = await this.conn.getStream(`/api/v1/namespaces/${encodeURIComponent(this.conn.namespace)}/pods/${encodeURIComponent(id)}/log?${q}`, `pod ${id}`, valid.signal);
+      body = await this.conn.getStream(
+        `/api/v1/namespaces/${encodeURIComponent(this.conn.namespace)}/pods/${encodeURIComponent(id)}/log?${q}`,
+        `pod ${id}`,
+        valid.signal,
+      );
     } catch (err) {
       if (valid.signal?.aborted) return logChunks([], since);
       if (isSbxError(err, 'invalid_argument') && /waiting to start|ContainerCreating|PodInitializing/i.test(err.message)) {
-        throw new SbxError('not_available', `pod ${id} has not started its container yet: it has no log`, { cause: err, details: { id, reason: 'not_started' } });
+        throw new SbxError('not_available', `pod ${id} has not started its container yet: it has no log`, {
+          cause: err,
+          details: { id, reason: 'not_started' },
+        });
       }
       throw err;
     }
-    return logChunks(podLogLines(body), since, () => body.destroy(), valid.signal);
+    // The log ends as the container exits, before the pod's status says so: the follow ends
+    // once it does, so a caller that reads the box next sees it stopped.
+    const settled = valid.follow ? () => this.untilNotRunning(id) : undefined;
+    return logChunks(podLogLines(body), since, () => body.destroy(), valid.signal, settled);
+  }
+
+  private async untilNotRunning(id: string): Promise<void> {
+    const deadline = Date.now() + LOG_SETTLE_MS;
+    while (Date.now() < deadline) {
+      const pod = await this.readPod(id).catch(() => undefined);
+      if (!pod || !isRunning(pod)) return;
+      await new Promise((r) => setTimeout(r, 50));
+    }
   }
 
   /** The nodes' allocatable cores and memory; zero (no ceiling known) when nodes cannot be read. */
