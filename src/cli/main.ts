@@ -195,6 +195,7 @@ const pools = program
 
 boxCommands(program);
 fileCommands(program);
+(await import('./logs.js')).logsCommand(program);
 adminCommands(program, pools);
 
 // Usage errors exit 2 here too: the settings above are copied, as .command() does for the others.
