@@ -375,6 +375,14 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
       }
     });
 
+    test('a follow ends when the container is removed', async () => {
+      const id = await started({ cmd: ['sh', '-c', "echo up; trap 'exit 0' TERM; while :; do sleep 1; done"] });
+      const it = (await rt.logs(id, { follow: true }))[Symbol.asyncIterator]();
+      assert.equal((await it.next()).value?.data, 'up\n');
+      await rt.remove(id, { force: true });
+      for (let n = await it.next(); !n.done; n = await it.next()) void n;
+    });
+
     test('a follow of a running box ends when its signal aborts', async () => {
       const ac = new AbortController();
       const logs = await rt.logs(box, { follow: true, signal: ac.signal });
