@@ -134,6 +134,7 @@ boxCommands(program);
 // `sbx logs` (src/cli/logs.ts, a box's main process output) registers here, beside the box commands.
 fileCommands(program);
 accessCommands(program);
+(await import('./logs.js')).logsCommand(program);
 adminCommands(program, pools);
 completionCommand(program);
 

@@ -2,10 +2,10 @@
 import { connectService } from '../attach/connect.js';
 import type { AttachOptions, ServiceConn, SseAttachOptions, SseServiceConn, WsAttachOptions, WsServiceConn } from '../attach/types.js';
 import { SbxError, invalidArgument } from '../errors.js';
-import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from '../runtime/types.js';
+import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, LogChunk, LogOptions } from '../runtime/types.js';
 import type { Box as LibraryBox, ProxyUrlOptions, VncUrlOptions } from '../sandbox/box.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from '../sandbox/types.js';
-import { abortError } from './http.js';
+import { abortError, fromWire } from './http.js';
 import type { Transport } from './http.js';
 import { openStream } from './stream.js';
 import { RemoteWorkspaceFS } from './workspace.js';
@@ -25,6 +25,44 @@ export type Box = Omit<LibraryBox, 'workspace' | 'files'> & {
   /** Files anywhere in the box, as its user or `user` (the library's BoxFS, over HTTP). */
   files(opts?: BoxFilesOptions): BoxFS;
 };
+
+const LOG_OPTIONS = new Set(['follow', 'tail', 'since', 'sinceMs', 'signal']);
+const QUERY_FIELDS = ['querystring.', 'query.'];
+
+/** The chunks of a logs answer: one JSON object a line; empty lines are the server's keep-alives; `{error}` ends it with that error. */
+async function* jsonLines(res: Response, signal: AbortSignal | undefined): AsyncGenerator<LogChunk> {
+  if (!res.body) return;
+  const reader = res.body.getReader();
+  // A read in flight does not always see fetch's abort at once: cancelling the reader ends it.
+  const onAbort = () => void reader.cancel().catch(() => undefined);
+  signal?.addEventListener('abort', onAbort, { once: true });
+  const decoder = new TextDecoder();
+  let buffer = '';
+  try {
+    for (;;) {
+      if (signal?.aborted) return;
+      const { done, value } = await reader.read();
+      if (done || signal?.aborted) return;
+      buffer += decoder.decode(value, { stream: true });
+      let nl: number;
+      while ((nl = buffer.indexOf('\n')) >= 0) {
+        const line = buffer.slice(0, nl);
+        buffer = buffer.slice(nl + 1);
+        if (line.trim() === '') continue;
+        const v = JSON.parse(line) as LogChunk | { error: { code: string; message: string; details?: Record<string, unknown> } };
+        if ('error' in v) throw fromWire(v.error);
+        yield v;
+      }
+    }
+  } catch (err) {
+    if (signal?.aborted) return;
+    if (err instanceof SbxError) throw err;
+    throw new SbxError('runtime_unavailable', `the log stream broke off: ${(err as Error).message}`, { cause: err });
+  } finally {
+    signal?.removeEventListener('abort', onAbort);
+    await reader.cancel().catch(() => undefined);
+  }
+}
 
 export class RemoteBox implements Box {
   private fields: BoxInfo;
@@ -154,6 +192,33 @@ export class RemoteBox implements Box {
   async info(): Promise<BoxInfo> {
     this.fields = await this.transport.json<BoxInfo>('GET', this.path);
     return { ...this.fields };
+  }
+
+  /**
+   * The output of the box's command, as the library's `box.logs()` reads it (GET
+   * /v1/boxes/:id/logs, JSON lines). Resolves once the server answered; an aborted `signal` ends
+   * the iteration.
+   */
+  async logs(opts: LogOptions = {}): Promise<AsyncIterable<LogChunk>> {
+    if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) throw invalidArgument('options', 'must be an object');
+    for (const k of Object.keys(opts)) if (!LOG_OPTIONS.has(k)) throw invalidArgument('options', `Unrecognized key: "${k}"`);
+    if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) throw invalidArgument('signal', 'must be an AbortSignal');
+    const { signal } = opts;
+    const query = {
+      follow: opts.follow === true ? true : undefined,
+      tail: opts.tail === undefined ? undefined : String(opts.tail),
+      since: opts.since,
+      sinceMs: opts.sinceMs === undefined ? undefined : String(opts.sinceMs),
+    };
+    if (opts.follow !== undefined && typeof opts.follow !== 'boolean') throw invalidArgument('follow', 'must be a boolean');
+    let res: Response;
+    try {
+      res = await this.transport.request('GET', `${this.path}/logs`, { query, ...(signal ? { signal } : {}) });
+    } catch (err) {
+      // The server names the query's fields by where they were; the caller gave options.
+      throw err instanceof SbxError ? fromWire({ code: err.code, message: err.message, ...(err.details ? { details: err.details } : {}) }, QUERY_FIELDS) : err;
+    }
+    return jsonLines(res, signal);
   }
 
   async start(): Promise<void> {

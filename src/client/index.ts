@@ -32,7 +32,7 @@ export type {
   WsMessage,
   WsServiceConn,
 } from '../attach/types.js';
-export type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, ImageInfo, PullProgress, RegistryAuth } from '../runtime/types.js';
+export type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, ImageInfo, LogChunk, LogOptions, PullProgress, RegistryAuth } from '../runtime/types.js';
 export type {
   DirEntry,
   FileContent,

@@ -54,7 +54,7 @@ export interface BoxInfo {
   container_id: string;
   pool: string;
   owner: string;
-  status: 'running' | 'stopped' | 'creating';
+  status: 'creating' | 'running' | 'paused' | 'restarting' | 'stopped';
   image: string;
   vnc: boolean;
   policy: 'oneshot' | 'session' | 'longrunning' | 'persistent';

@@ -25,6 +25,8 @@ export const DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024;
  */
 export const MAX_OUTPUT_BYTES = 2 ** 29 - 24;
 export const MAX_PIDS = 1_000_000;
+/** Most lines a log read's `tail` may ask for. */
+export const MAX_LOG_TAIL = 1_000_000;
 export const MAX_LABELS = 64;
 export const MAX_LABEL_VALUE = 1024;
 export const MAX_ENV = 1024;

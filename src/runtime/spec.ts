@@ -3,6 +3,7 @@ import { invalidArgument } from '../errors.js';
 import { parseOrThrow } from '../util/validation.js';
 import {
   MAX_LABEL_VALUE,
+  MAX_LOG_TAIL,
   MAX_OUTPUT_BYTES,
   MAX_PIDS,
   MIN_CPUS,
@@ -17,7 +18,7 @@ import {
   userSpec,
 } from './bounds.js';
 import { parseImageRef } from './image-ref.js';
-import type { ContainerSpec, ExecOptions, ExecStreamOptions, OutputBudget } from './types.js';
+import type { ContainerSpec, ExecOptions, ExecStreamOptions, LogOptions, OutputBudget } from './types.js';
 
 const port = portNumber;
 const labelKey = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/;
@@ -139,6 +140,44 @@ export function validateExec(cmd: unknown, opts: ExecOptions | undefined): ExecO
 export function validateExecStream(cmd: unknown, opts: ExecStreamOptions | undefined): ExecStreamOptions {
   parseOrThrow(commandLine, cmd, 'cmd', 'cmd');
   return opts === undefined ? {} : (parseOrThrow(ExecStreamOptionsSchema, objectOrThrow(opts), 'options') as ExecStreamOptions);
+}
+
+/** The fields of a log read the HTTP query carries too (all but the signal). */
+export const logQueryFields = {
+  follow: z.boolean().optional(),
+  tail: z.number().int('must be a whole number of lines').min(0, 'must not be negative').max(MAX_LOG_TAIL, `at most ${MAX_LOG_TAIL} lines`).optional(),
+  since: z.iso.datetime({ offset: true, error: 'must be an ISO 8601 time, e.g. 2026-01-02T15:04:05Z' }).optional(),
+  sinceMs: durationMs.optional(),
+};
+
+/** LogOptions (Box.logs, Runtime.logs): `since` and `sinceMs` exclude each other. */
+export const LogOptionsSchema = z
+  .object({ ...logQueryFields, signal: z.instanceof(AbortSignal, { message: 'must be an AbortSignal' }).optional() })
+  .strict()
+  .refine((o) => o.since === undefined || o.sinceMs === undefined, { message: 'give since or sinceMs, not both', path: ['sinceMs'] });
+
+/** Checks log options before anything reaches an engine. */
+export function validateLogs(opts: LogOptions | undefined): LogOptions {
+  return opts === undefined ? {} : (parseOrThrow(LogOptionsSchema, objectOrThrow(opts), 'options') as LogOptions);
+}
+
+/**
+ * An ISO 8601 time as nanoseconds since the epoch, its fraction kept to the nanosecond (engines
+ * write log times that precise, and a read from a chunk's own time must include that chunk).
+ */
+export function isoNanos(time: string): bigint {
+  const m = /^(.*T\d\d:\d\d:\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)$/i.exec(time);
+  const whole = Date.parse(m ? `${m[1]}${m[3]}` : time);
+  if (Number.isNaN(whole)) return 0n;
+  const fraction = m?.[2] ? BigInt(m[2].slice(0, 9).padEnd(9, '0')) : 0n;
+  return BigInt(whole) * 1_000_000n + fraction;
+}
+
+/** Where a log read starts, in nanoseconds since the epoch, or undefined for all of it. */
+export function logSinceNanos(opts: LogOptions, now = Date.now()): bigint | undefined {
+  if (opts.since !== undefined) return isoNanos(opts.since);
+  if (opts.sinceMs !== undefined) return BigInt(now - opts.sinceMs) * 1_000_000n;
+  return undefined;
 }
 
 function objectOrThrow(v: unknown): object {

@@ -203,6 +203,38 @@ export interface ExecStream {
 export const PROCESS_SIGNALS = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGKILL: 9, SIGUSR1: 10, SIGUSR2: 12, SIGTERM: 15 } as const;
 export type ProcessSignal = keyof typeof PROCESS_SIGNALS;
 
+/**
+ * What `Runtime.logs` (and `Box.logs`) read of a container's main process output: everything
+ * the engine kept, or the last `tail` lines, or what was written since a time; with `follow`,
+ * also what it writes from now on, until the process ends (or the container is removed, or
+ * `signal` aborts).
+ */
+export interface LogOptions {
+  /** Keep reading what the process writes until it ends (then the iteration ends). */
+  follow?: boolean;
+  /** Only the last this many lines (0: none of the past, with `follow` only what comes). */
+  tail?: number;
+  /** Only what was written at or after this time (ISO 8601). Not with `sinceMs`. */
+  since?: string;
+  /** Only what was written in the last this many milliseconds. Not with `since`. */
+  sinceMs?: number;
+  /** Abort: stop reading (the iteration ends). */
+  signal?: AbortSignal;
+}
+
+/** A piece of a container's output as the engine logged it: one line, or a part of a long one. */
+export interface LogChunk {
+  /**
+   * Which output it was written to. A runtime whose log does not tell them apart
+   * (`capabilities.logStreams` false: Kubernetes) says `stdout` for both.
+   */
+  stream: 'stdout' | 'stderr';
+  /** The text (UTF-8), its line end included. */
+  data: string;
+  /** When the engine took it, ISO 8601 as the engine wrote it (up to nanoseconds). */
+  time: string;
+}
+
 export interface RegistryAuth {
   username: string;
   password: string;
@@ -333,6 +365,8 @@ export interface RuntimeCapabilities {
   pidsLimit?: boolean;
   /** An exec may run as another user than the box's (absent means true). Kubernetes: false until the in-box agent serves exec there. */
   execUser?: boolean;
+  /** `logs` tells stdout from stderr (absent means true). Kubernetes: false, a pod's log holds both as one. */
+  logStreams?: boolean;
 }
 
 /** A TCP service of the engine's machine that boxes may reach: one of its IPv4 addresses and a port. */
@@ -367,6 +401,15 @@ export interface Runtime {
   stats(id: string): Promise<ContainerStats>;
   exec(id: string, cmd: string[], opts?: ExecOptions): Promise<ExecResult>;
   execStream(id: string, cmd: string[], opts?: ExecStreamOptions): Promise<ExecStream>;
+  /**
+   * The output of the container's main process (its command; the in-box agent's own rare
+   * diagnostics are lines starting `sbx-agent: ` on stderr), as the engine keeps it. Resolves once
+   * the engine answered (an unknown id is not_found, bad options invalid_argument); the iteration
+   * then yields chunks in order and ends when the log does: at once without `follow`, else when
+   * the process ends, the container is removed or `signal` aborts. Leaving the loop early closes
+   * the engine's stream.
+   */
+  logs(id: string, opts?: LogOptions): Promise<AsyncIterable<LogChunk>>;
   /**
    * Hands variables to the in-box agent of a running container: every later exec gets them under
    * its own and the agent's heartbeat reads its identity from them (a claimed warm spare). False

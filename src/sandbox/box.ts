@@ -3,8 +3,8 @@ import { connectService } from '../attach/connect.js';
 import type { AttachOptions, ServiceConn, SseAttachOptions, SseServiceConn, WsAttachOptions, WsServiceConn } from '../attach/types.js';
 import { SbxError, invalidArgument } from '../errors.js';
 import { MAX_DURATION_MS } from '../runtime/bounds.js';
-import { validateExec, validateExecStream } from '../runtime/spec.js';
-import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, Runtime } from '../runtime/types.js';
+import { validateExec, validateExecStream, validateLogs } from '../runtime/spec.js';
+import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, LogChunk, LogOptions, Runtime } from '../runtime/types.js';
 import type { WorkspaceFS } from '../workspace/index.js';
 import { attachPath, validateAttach } from './attach-options.js';
 import { boxRuntime } from './box-errors.js';
@@ -14,6 +14,7 @@ import type { BoxRecord } from './labels.js';
 import type { PortGrant } from './port-tokens.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from './types.js';
 import { checkPort } from '../runtime/ports.js';
+import { statusOf } from './reconcile.js';
 
 /**
  * One sandbox, as its user sees it. Exec, stream and workspace calls are use: they keep a
@@ -63,6 +64,17 @@ export interface Box extends AsyncDisposable {
   attach(port: number, opts: AttachOptions): Promise<ServiceConn>;
   /** The box's fields and its status, asked of the engine now. */
   info(): Promise<BoxInfo>;
+  /**
+   * The output of the box's command (its main process: stdout and stderr as the engine logged
+   * them; on a pool whose runtime cannot tell them apart, Kubernetes, all is `stdout`). Resolves
+   * once the engine answered; the iteration ends at the end of the log, or with `follow` when
+   * the command ends, the box is removed or `signal` aborts. `tail` keeps the last lines, `since`
+   * (ISO 8601) or `sinceMs` (that long ago) the recent ones. A read: not use, like `info()`.
+   *
+   * @example
+   * for await (const c of await box.logs({ follow: true, tail: 10 })) process[c.stream].write(c.data);
+   */
+  logs(opts?: LogOptions): Promise<AsyncIterable<LogChunk>>;
   start(): Promise<void>;
   /**
    * SIGTERM, then SIGKILL after the box's stop timeout. The box stays registered, unless its
@@ -504,7 +516,7 @@ export class ManagedBox implements LocalBox {
 
   async info(): Promise<BoxInfo> {
     const c = await this.runtime.inspect(this.containerId);
-    this.status = c.running ? 'running' : c.status === 'created' ? 'creating' : 'stopped';
+    this.status = statusOf(c.status);
     return {
       id: this.id,
       containerId: this.containerId,
@@ -525,9 +537,14 @@ export class ManagedBox implements LocalBox {
       stopTimeoutMs: this.record.stopTimeoutMs,
       ports: c.ports,
       execPath: c.execPath ?? 'engine',
-      exitCode: c.running ? null : c.exitCode,
-      oomKilled: !c.running && c.oomKilled,
+      exitCode: this.status === 'stopped' || this.status === 'restarting' ? c.exitCode : null,
+      oomKilled: (this.status === 'stopped' || this.status === 'restarting') && c.oomKilled,
     };
+  }
+
+  async logs(opts?: LogOptions): Promise<AsyncIterable<LogChunk>> {
+    // A read, as info() is: no touch.
+    return this.runtime.logs(this.containerId, validateLogs(opts));
   }
 
   async start(): Promise<void> {

@@ -15,7 +15,8 @@ export function planCleanup(boxes: ManagedBox[], now: number): PlannedCleanup[] 
       lastActive: box.activity.lastActive(now),
       inFlight: box.activity.inFlight,
       execsCompleted: box.activity.execsCompleted,
-      running: box.status === 'running',
+      // A paused or restarting container is still there, alive: idle rules apply as when running.
+      running: box.status === 'running' || box.status === 'paused' || box.status === 'restarting',
       idleTimeoutMs: box.record.idleTimeoutMs,
       maxLifetimeMs: box.record.maxLifetimeMs,
       restartable: box.restartable,

@@ -30,8 +30,18 @@ export interface ReconcilePlan {
   statuses: Array<{ box: ManagedBox; status: BoxStatus }>;
 }
 
+/** A box's status from its container's (docs: BoxStatus): `removing` and `dead` are stopped. */
 export function statusOf(status: ContainerStatus): BoxStatus {
-  return status === 'running' || status === 'restarting' ? 'running' : status === 'created' ? 'creating' : 'stopped';
+  switch (status) {
+    case 'created':
+      return 'creating';
+    case 'running':
+    case 'paused':
+    case 'restarting':
+      return status;
+    default:
+      return 'stopped';
+  }
 }
 
 /**

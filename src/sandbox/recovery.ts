@@ -16,7 +16,7 @@ import { managerSelector } from './labels.js';
 import type { LifetimeStore } from './lifetimes.js';
 import type { Pool } from './pool.js';
 import { PoolWatch } from './pool-watch.js';
-import { planReconcile } from './reconcile.js';
+import { planReconcile, statusOf } from './reconcile.js';
 import type { BoxRegistry } from './registry.js';
 import type { StopIntents } from './stop-intents.js';
 import type { CleanupStats } from './types.js';
@@ -129,7 +129,7 @@ export class Recovery {
       record.maxLifetimeMs = this.d.lifetimes.get(container.id) ?? record.maxLifetimeMs;
       // The idle clock restarts at adoption: a restart never reaps boxes on the spot.
       const execEnv = this.d.claims.get(container.id)?.env;
-      const box = new ManagedBox(record, container.id, this.d.boxHost, container.running ? 'running' : 'stopped', execEnv);
+      const box = new ManagedBox(record, container.id, this.d.boxHost, statusOf(container.status), execEnv);
       this.d.registry.add(box);
       // The agent may be a new one (the engine restarted the container): it learns the box again.
       if (execEnv && box.status === 'running') await this.d.handEnv(pool, box);

@@ -62,7 +62,18 @@ export interface ListOptions {
   labels?: Record<string, string>;
 }
 
-export type BoxStatus = 'running' | 'stopped' | 'creating';
+/**
+ * What the engine says of a box's main process, one word per state:
+ * - `creating`: created, not started yet;
+ * - `running`: its process runs;
+ * - `paused`: frozen by the engine (`docker pause`, never by sbx); exec waits or fails until unpaused;
+ * - `restarting`: it ended and the engine is starting it again (a restart policy someone else
+ *   gave it: sbx gives none), `exitCode` says how the last run ended;
+ * - `stopped`: it ended or was stopped, and nothing starts it again by itself; `exitCode` (and
+ *   `oomKilled`) say how, whether it exited on its own or `stop()` ended it.
+ */
+export type BoxStatus = 'creating' | 'running' | 'paused' | 'restarting' | 'stopped';
+export const BOX_STATUSES: readonly BoxStatus[] = ['creating', 'running', 'paused', 'restarting', 'stopped'];
 
 /** A server in front of a Manager (Manager.registerServer). */
 export interface ServerEndpoints {

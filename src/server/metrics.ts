@@ -4,6 +4,7 @@
  * touching any box (monitoring never counts as activity).
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { BOX_STATUSES } from '../sandbox/types.js';
 import type { WarmInfo } from '../sandbox/types.js';
 
 export interface MetricsSource {
@@ -18,8 +19,6 @@ export interface MetricsSource {
   /** The budget for buffered exec output: what open execs hold or reserve, and its size. */
   execOutput?(): { usedBytes: number; totalBytes: number };
 }
-
-const BOX_STATUSES = ['running', 'stopped', 'creating'];
 
 export class ServerMetrics {
   readonly registry = new Registry();

@@ -32,6 +32,7 @@ import {
 } from './schemas.js';
 import type { ExecBody } from './schemas.js';
 import { startSse } from './sse.js';
+import { boxLogRoutes } from './routes-box-logs.js';
 
 /** Boxes inspected at once for a list. */
 const LIST_PARALLELISM = 8;
@@ -39,6 +40,7 @@ const LIST_PARALLELISM = 8;
 export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
   const r = app.withTypeProvider<ZodTypeProvider>();
   const execOutput = ctx.execOutput ?? new ExecOutputBudget(DEFAULT_EXEC_OUTPUT_BUDGET_BYTES);
+  boxLogRoutes(app, ctx);
 
   r.post(
     '/v1/boxes',

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
+import { readSse } from '../client/sse.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { BoxTokenService } from '../sandbox/tokens.js';
 import { testEnv } from '../testing/env.js';
@@ -304,6 +305,75 @@ describe('boxes and exec', () => {
     } finally {
       await engine.close();
     }
+  });
+
+  test('GET /v1/boxes/:id/logs: SSE follows the command to its end, JSON lines otherwise; a read, not use; owner-checked; bad input names the field', async () => {
+    const cmd = ['sh', '-c', 'echo one; echo two >&2; until [ -e /tmp/go ]; do sleep 0.05; done; echo three; exit 4'];
+    const c = await t.call('POST', '/v1/boxes', { key: alice, body: { image: IMAGE, cmd } });
+    assert.equal(c.status, 201, c.text);
+    const id = c.json.id as string;
+    const res = await fetch(`${t.url}/v1/boxes/${id}/logs?follow=true`, { headers: { authorization: `Bearer ${alice}`, accept: 'text/event-stream' } });
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type') ?? '', /text\/event-stream/);
+    const events = readSse(res.body as unknown as AsyncIterable<Uint8Array>);
+    const followed: Array<{ stream: string; data: string }> = [];
+    while (followed.length < 2) {
+      const e = (await events.next()).value!;
+      if (e.event === 'log') followed.push(JSON.parse(e.data));
+    }
+    assert.equal((await t.call('POST', `/v1/boxes/${id}/exec`, { key: alice, body: { cmd: ['touch', '/tmp/go'] } })).json.exitCode, 0);
+    const rest = [];
+    for await (const e of events) rest.push(e);
+    assert.equal(rest.at(-1)?.event, 'end', 'the follow ends with the command');
+    followed.push(...rest.filter((e) => e.event === 'log').map((e) => JSON.parse(e.data)));
+    const by = (stream: string) => followed.filter((x) => x.stream === stream).map((x) => x.data);
+    assert.deepEqual([by('stdout'), by('stderr')], [['one\n', 'three\n'], ['two\n']]);
+    const box = await t.call('GET', `/v1/boxes/${id}`, { key: alice });
+    assert.deepEqual([box.json.status, box.json.exitCode], ['stopped', 4]);
+
+    const lines = await t.call('GET', `/v1/boxes/${id}/logs?tail=1`, { key: alice });
+    assert.equal(lines.status, 200, lines.text);
+    assert.match(lines.headers.get('content-type') ?? '', /application\/x-ndjson/);
+    const chunks = lines.text
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l));
+    assert.deepEqual(
+      chunks.map((x: { stream: string; data: string }) => [x.stream, x.data]),
+      [['stdout', 'three\n']],
+    );
+    assert.ok(!Number.isNaN(Date.parse(chunks[0].time)));
+    const since = await t.call('GET', `/v1/boxes/${id}/logs?since=${encodeURIComponent(chunks[0].time)}`, { key: alice });
+    assert.deepEqual(
+      since.text
+        .split('\n')
+        .filter((l) => l !== '')
+        .map((l) => JSON.parse(l).data),
+      ['three\n'],
+    );
+    const recent = await t.call('GET', `/v1/boxes/${id}/logs?sinceMs=3600000`, { key: alice });
+    assert.equal(recent.text.split('\n').filter((l) => l !== '').length, 3);
+    assert.equal((await t.call('GET', `/v1/boxes/${id}`, { key: alice })).json.lastActive, box.json.lastActive, 'reading logs is not use');
+
+    const bobs = await t.call('GET', `/v1/boxes/${id}/logs`, { key: bob });
+    assert.equal(bobs.status, 404);
+    const missing = await t.call('GET', `/v1/boxes/${id}-gone/logs`, { key: alice });
+    assert.deepEqual(bobs.json, JSON.parse(JSON.stringify(missing.json).replaceAll(`${id}-gone`, id)), 'the same body as for a box that does not exist');
+    for (const [query, field] of [
+      ['tail=-1', 'tail'],
+      ['tail=1.5', 'tail'],
+      ['since=yesterday', 'since'],
+      ['sinceMs=10m', 'sinceMs'],
+      [`since=${encodeURIComponent(new Date().toISOString())}&sinceMs=5`, 'sinceMs'],
+      ['follow=maybe', 'follow'],
+      ['nope=1', ''],
+    ] as const) {
+      const bad = await t.call('GET', `/v1/boxes/${id}/logs?${query}`, { key: alice });
+      assert.equal(bad.status, 400, `${query}: ${bad.text}`);
+      assert.equal(bad.json.error.code, 'invalid_argument');
+      if (field) assert.match(String(bad.json.error.details?.field), new RegExp(`(^|\\.)${field}$`), `${query}: ${bad.text}`);
+    }
+    assert.equal((await t.call('DELETE', `/v1/boxes/${id}`, { key: alice })).status, 204);
   });
 
   test('getOrCreate racing another owner’s create of the same id: 404 like a missing box, never 409', async () => {

@@ -35,16 +35,7 @@ export function startSse(req: FastifyRequest, reply: FastifyReply): SseWriter {
       return out.write(`event: ${name}\ndata: ${JSON.stringify(data)}\n\n`);
     },
     drained() {
-      if (closed || out.destroyed || !out.writableNeedDrain) return Promise.resolve();
-      return new Promise((resolve) => {
-        const done = () => {
-          out.off('drain', done);
-          reply.raw.off('close', done);
-          resolve();
-        };
-        out.once('drain', done);
-        reply.raw.once('close', done);
-      });
+      return closed ? Promise.resolve() : whenDrained(out, reply);
     },
     end() {
       if (!out.writableEnded) out.end();
@@ -54,4 +45,18 @@ export function startSse(req: FastifyRequest, reply: FastifyReply): SseWriter {
     },
     onClose,
   };
+}
+
+/** Resolves once `out` (a reply's body) has room again, or the client went away. */
+export function whenDrained(out: PassThrough, reply: FastifyReply): Promise<void> {
+  if (out.destroyed || !out.writableNeedDrain) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      out.off('drain', done);
+      reply.raw.off('close', done);
+      resolve();
+    };
+    out.once('drain', done);
+    reply.raw.once('close', done);
+  });
 }

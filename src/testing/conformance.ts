@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { isSbxError } from '../errors.js';
-import type { ContainerSpec, ExecStream, RegistryAuth, Runtime } from '../runtime/types.js';
+import type { ContainerSpec, ExecStream, LogChunk, RegistryAuth, Runtime } from '../runtime/types.js';
 import { assertNoContainersLeft } from './cleanup.js';
 import { TEST_LABEL } from './env.js';
 import { waitFor } from './wait.js';
@@ -336,6 +336,74 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
       await assert.rejects(rt.inspect(id), (e) => isSbxError(e, 'not_found'));
     });
 
+    test("logs: the main process's output, stdout and stderr apart; follow ends with the process; tail, since", async () => {
+      const id = await started({ cmd: ['sh', '-c', 'echo one; echo two >&2; echo three; until [ -e /tmp/go ]; do sleep 0.05; done; echo four; exit 3'] });
+      try {
+        const followed: LogChunk[] = [];
+        const it = (await rt.logs(id, { follow: true }))[Symbol.asyncIterator]();
+        while (!followed.some((c) => c.data === 'three\n')) {
+          const n = await it.next();
+          assert.ok(!n.done, `the follow ended before 'three': ${JSON.stringify(followed)}`);
+          followed.push(n.value);
+        }
+        // What the process writes after the follow began arrives too; then the process ends, and so does the follow.
+        await rt.exec(id, ['touch', '/tmp/go']);
+        for (let n = await it.next(); !n.done; n = await it.next()) followed.push(n.value);
+        const all: LogChunk[] = [];
+        for await (const c of await rt.logs(id)) all.push(c);
+        // Each stream keeps its order; across the two the engine's copiers may interleave.
+        const separate = rt.capabilities.logStreams !== false;
+        for (const got of [followed, all]) {
+          assert.deepEqual(
+            got.filter((c) => c.data !== 'two\n').map((c) => [c.stream, c.data]),
+            [
+              ['stdout', 'one\n'],
+              ['stdout', 'three\n'],
+              ['stdout', 'four\n'],
+            ],
+          );
+          assert.deepEqual(
+            got.filter((c) => c.data === 'two\n').map((c) => c.stream),
+            [separate ? 'stderr' : 'stdout'],
+          );
+          for (const c of got) assert.ok(!Number.isNaN(Date.parse(c.time)), c.time);
+        }
+        assert.equal((await rt.inspect(id)).exitCode, 3);
+        const tail: string[] = [];
+        for await (const c of await rt.logs(id, { tail: 1 })) tail.push(c.data);
+        assert.deepEqual(tail, ['four\n']);
+        const since: string[] = [];
+        const three = all.find((c) => c.data === 'three\n')!;
+        for await (const c of await rt.logs(id, { since: three.time })) if (c.stream === 'stdout' && c.data !== 'two\n') since.push(c.data);
+        assert.deepEqual(since, ['three\n', 'four\n'], 'from that chunk on, to the nanosecond');
+        const recent: string[] = [];
+        for await (const c of await rt.logs(id, { sinceMs: 3_600_000 })) recent.push(c.data);
+        assert.equal(recent.length, 4);
+        await assert.rejects(rt.logs(id, { tail: -1 }), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'tail');
+        await assert.rejects(rt.logs(id, { since: 'yesterday' }), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'since');
+      } finally {
+        await rt.remove(id, { force: true });
+      }
+    });
+
+    test('a follow ends when the container is removed', async () => {
+      const id = await started({ cmd: ['sh', '-c', "echo up; trap 'exit 0' TERM; while :; do sleep 1; done"] });
+      const it = (await rt.logs(id, { follow: true }))[Symbol.asyncIterator]();
+      assert.equal((await it.next()).value?.data, 'up\n');
+      await rt.remove(id, { force: true });
+      for (let n = await it.next(); !n.done; n = await it.next()) void n;
+    });
+
+    test('a follow of a running box ends when its signal aborts', async () => {
+      const ac = new AbortController();
+      const logs = await rt.logs(box, { follow: true, signal: ac.signal });
+      const done = (async () => {
+        for await (const _ of logs) void _;
+      })();
+      ac.abort();
+      await done;
+    });
+
     test('processes and stats describe a running container', async () => {
       const ps = await rt.processes(box);
       assert.ok(ps.some((p) => p.command.includes('sleep 86400')));
@@ -354,6 +422,7 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
         () => rt.exec(ghost, ['true']),
         () => rt.execStream(ghost, ['true']),
         () => rt.processes(ghost),
+        () => rt.logs(ghost),
       ]) {
         await assert.rejects(call(), (e) => isSbxError(e, 'not_found'));
       }

@@ -29,6 +29,7 @@ const CALLS: Record<RuntimeOp, (rt: Runtime, id: string) => Promise<unknown>> = 
   stats: (rt, id) => rt.stats(id),
   exec: (rt, id) => rt.exec(id, ['true']),
   execStream: async (rt, id) => (await rt.execStream(id, ['true'])).wait(),
+  logs: async (rt, id) => drain(await rt.logs(id)),
   setBoxEnv: (rt, id) => rt.setBoxEnv(id, { A: '1' }),
   dialPort: (rt, id) => rt.dialPort(id, 3000).catch(() => undefined),
   close: (rt) => rt.close(),

@@ -9,6 +9,7 @@
  */
 import type { Readable } from 'node:stream';
 import type {
+  LogOptions,
   ContainerEvent,
   ContainerListOptions,
   ContainerSpec,
@@ -43,6 +44,7 @@ const RUNTIME_METHODS = {
   stats: true,
   exec: true,
   execStream: true,
+  logs: true,
   setBoxEnv: true,
   dialPort: true,
   close: true,
@@ -160,6 +162,9 @@ export class CountingRuntime implements Runtime {
   }
   execStream(id: string, cmd: string[], opts?: ExecStreamOptions) {
     return this.count('execStream', () => this.inner.execStream(id, cmd, opts));
+  }
+  logs(id: string, opts?: LogOptions) {
+    return this.count('logs', () => this.inner.logs(id, opts));
   }
   setBoxEnv(id: string, env: Record<string, string>) {
     return this.count('setBoxEnv', () => this.inner.setBoxEnv(id, env));

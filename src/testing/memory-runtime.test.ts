@@ -730,6 +730,8 @@ function callOp(rt: Runtime, op: (typeof RUNTIME_OPS)[number], id: string): Prom
       return rt.exec(id, ['true']);
     case 'execStream':
       return rt.execStream(id, ['true']);
+    case 'logs':
+      return rt.logs(id);
     case 'setBoxEnv':
       return rt.setBoxEnv(id, { A: '1' });
     case 'dialPort':

@@ -57,9 +57,11 @@ import type { Duplex, Readable } from 'node:stream';
 import { finished } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SbxError } from '../errors.js';
-import { validateExec, validateExecStream, validateSpec } from '../runtime/spec.js';
+import { isoNanos, logSinceNanos, validateExec, validateExecStream, validateLogs, validateSpec } from '../runtime/spec.js';
 import { KILLED_EXIT_CODE } from '../runtime/types.js';
 import type {
+  LogChunk,
+  LogOptions,
   ContainerEvent,
   ContainerInfo,
   ContainerListOptions,
@@ -169,6 +171,9 @@ interface MemoryContainer {
   startedAt: number | null;
   ports: PublishedPort[];
   seq: number;
+  /** What its main process wrote (`writeLog`), and the follows waiting for more. */
+  log: LogChunk[];
+  logWaiters: Set<() => void>;
 }
 
 type KillReason = 'timeout' | 'aborted' | 'cancelled' | 'container' | 'failed';
@@ -268,6 +273,8 @@ export class MemoryRuntime implements Runtime {
       startedAt: status === 'created' ? null : createdAt,
       ports: [],
       seq,
+      log: [],
+      logWaiters: new Set(),
     };
     this.containers.set(id, c);
     this.emit(c, 'created');
@@ -335,6 +342,8 @@ export class MemoryRuntime implements Runtime {
       startedAt: null,
       ports: [],
       seq,
+      log: [],
+      logWaiters: new Set(),
     };
     this.containers.set(id, c);
     this.emit(c, 'created');
@@ -470,6 +479,39 @@ export class MemoryRuntime implements Runtime {
     };
   }
 
+  /** Main-process output for `logs` (nothing runs in memory to write it): appends a chunk now. */
+  writeLog(id: string, stream: 'stdout' | 'stderr', data: string): void {
+    const c = this.find(id);
+    c.log.push({ stream, data, time: new Date(this.clock()).toISOString() });
+    this.wakeLog(c);
+  }
+
+  async logs(id: string, options?: LogOptions): Promise<AsyncIterable<LogChunk>> {
+    const opts = validateLogs(options);
+    await this.engine('logs');
+    const c = this.find(id);
+    const since = logSinceNanos(opts, this.clock());
+    const past = c.log.filter((l) => since === undefined || isoNanos(l.time) >= since);
+    let next = opts.tail === undefined ? c.log.length - past.length : c.log.length - Math.min(opts.tail, past.length);
+    const containers = this.containers;
+    return (async function* () {
+      for (;;) {
+        while (next < c.log.length) yield c.log[next++]!;
+        if (!opts.follow || c.status !== 'running' || !containers.has(c.id) || opts.signal?.aborted) return;
+        await new Promise<void>((wake) => {
+          c.logWaiters.add(wake);
+          opts.signal?.addEventListener('abort', () => wake(), { once: true });
+        });
+      }
+    })();
+  }
+
+  private wakeLog(c: MemoryContainer): void {
+    const waiters = [...c.logWaiters];
+    c.logWaiters.clear();
+    for (const w of waiters) w();
+  }
+
   /** No in-box agent here: the caller passes the variables with each exec, as on the engine path. */
   /** No services run in memory: every port is one the box did not expose. */
   async dialPort(id: string, port: number): Promise<Duplex> {
@@ -587,6 +629,7 @@ export class MemoryRuntime implements Runtime {
     c.status = 'exited';
     c.exitCode = exitCode;
     c.ports = [];
+    this.wakeLog(c);
     this.emit(c, 'stopped');
   }
 
@@ -594,6 +637,7 @@ export class MemoryRuntime implements Runtime {
   private delete(c: MemoryContainer): void {
     if (c.status === 'running') this.halt(c, KILLED_EXIT_CODE);
     this.containers.delete(c.id);
+    this.wakeLog(c);
     this.emit(c, 'removed');
   }
 

@@ -78,3 +78,23 @@ export class StdStreamDemuxer extends Writable {
     return undefined;
   }
 }
+
+/**
+ * Whole frames of the same multiplexed stream, for a reader that wants each frame as one piece
+ * (the logs: the engine writes one log message per frame). `type` is the stream type (1 stdout,
+ * 2 stderr); a frame is at most one log message, so gathering it is bounded.
+ */
+export async function* wholeFrames(body: AsyncIterable<Buffer> | Iterable<Buffer>): AsyncGenerator<{ type: number; payload: Buffer }> {
+  let pending: Buffer = Buffer.alloc(0);
+  for await (const chunk of body) {
+    pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
+    let at = 0;
+    while (pending.length - at >= HEADER) {
+      const size = pending.readUInt32BE(at + 4);
+      if (pending.length - at - HEADER < size) break;
+      yield { type: pending[at]!, payload: pending.subarray(at + HEADER, at + HEADER + size) };
+      at += HEADER + size;
+    }
+    pending = pending.subarray(at);
+  }
+}

@@ -5,7 +5,9 @@ import type Docker from 'dockerode';
 import { SbxError, invalidArgument } from '../../errors.js';
 import { parseRuntimeAddress } from './address.js';
 import type { RuntimeAddress } from './address.js';
-import { validateExec, validateExecStream, validateSpec } from '../spec.js';
+import { logSinceNanos, validateExec, validateExecStream, validateLogs, validateSpec } from '../spec.js';
+import { logChunks } from '../log-chunks.js';
+import { wholeFrames } from './demux.js';
 import type {
   ContainerInfo,
   ContainerSpec,
@@ -20,6 +22,8 @@ import type {
   ContainerEvent,
   ProcessInfo,
   HostEndpoint,
+  LogChunk,
+  LogOptions,
   PublishedPort,
   Runtime,
   RuntimeCapabilities,
@@ -245,6 +249,47 @@ export class DockerRuntime implements Runtime {
     }
   }
 
+  async logs(id: string, opts?: LogOptions): Promise<AsyncIterable<LogChunk>> {
+    const valid = validateLogs(opts);
+    const since = logSinceNanos(valid);
+    if (valid.signal?.aborted) return logChunks([], since);
+    let body: Readable | Buffer;
+    try {
+      const container = this.docker.getContainer(id) as unknown as { logs(o: Record<string, unknown>): Promise<Readable | Buffer> };
+      body = await container.logs({
+        stdout: true,
+        stderr: true,
+        timestamps: true,
+        follow: valid.follow ?? false,
+        tail: valid.tail ?? 'all',
+        // Whole seconds to the engine; the exact time is filtered by logChunks.
+        ...(since !== undefined ? { since: Math.max(0, Number(since / 1_000_000_000n)) } : {}),
+        ...(valid.signal ? { abortSignal: valid.signal } : {}),
+      });
+    } catch (err) {
+      if (valid.signal?.aborted) return logChunks([], since);
+      this.fail(err, `container ${id}`);
+    }
+    const stream = Buffer.isBuffer(body) ? undefined : body;
+    const frames = wholeFrames(stream ?? [body as Buffer]);
+    // The engine ends a follow as the process exits, a moment before its state says so: the
+    // follow ends once an inspect agrees, so a caller that reads the box next sees it stopped.
+    const settled = valid.follow ? () => this.untilNotRunning(id) : undefined;
+    return logChunks(frameLines(frames), since, () => stream?.destroy(), valid.signal, settled);
+  }
+
+  private async untilNotRunning(id: string): Promise<void> {
+    const deadline = Date.now() + AGENT_START_WAIT_MS;
+    while (Date.now() < deadline) {
+      const c = await this.docker
+        .getContainer(id)
+        .inspect()
+        .catch(() => undefined);
+      if (!c?.State.Running || c.State.Restarting) return;
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  }
+
   /** The last lines a container wrote (stdout and stderr), for messages. */
   private async logTail(id: string): Promise<string> {
     try {
@@ -307,7 +352,8 @@ export class DockerRuntime implements Runtime {
       image: c.Config.Image,
       status: c.State.Status as ContainerStatus,
       running: c.State.Running,
-      exitCode: c.State.Running || !started ? null : c.State.ExitCode,
+      // While restarting (a policy someone else gave it) the last run's code is the news.
+      exitCode: !started || (c.State.Running && !c.State.Restarting) ? null : c.State.ExitCode,
       oomKilled: c.State.OOMKilled,
       labels: c.Config.Labels ?? {},
       ports,
@@ -666,6 +712,18 @@ function pickVerdict(box: AgentBox | undefined): Partial<AgentBox> {
     ...(box?.refused ? { refused: box.refused } : {}),
     ...(box?.verifiedStart ? { verifiedStart: box.verifiedStart } : {}),
   };
+}
+
+/** The engine's log frames as timestamped lines (`timestamps: true` puts the time and a space first). */
+async function* frameLines(
+  frames: AsyncIterable<{ type: number; payload: Buffer }>,
+): AsyncGenerator<{ stream: 'stdout' | 'stderr'; time: string; data: Buffer }> {
+  for await (const f of frames) {
+    if (f.type !== 1 && f.type !== 2) continue;
+    const space = f.payload.indexOf(0x20);
+    if (space < 0) continue;
+    yield { stream: f.type === 2 ? 'stderr' : 'stdout', time: f.payload.subarray(0, space).toString('latin1'), data: f.payload.subarray(space + 1) };
+  }
 }
 
 function statusOf(err: unknown): number | undefined {

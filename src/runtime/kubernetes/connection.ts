@@ -3,6 +3,7 @@
  * the typed API client, and WebSockets (exec, port-forward) with the same credentials. TLS is
  * always verified: a kubeconfig that asks to skip verification is refused, not obeyed.
  */
+import type { IncomingMessage } from 'node:http';
 import https from 'node:https';
 import { CoreV1Api, KubeConfig, ServerConfiguration, VersionApi, Watch, createConfiguration } from '@kubernetes/client-node';
 import type { RequestContext, SecurityAuthentication } from '@kubernetes/client-node';
@@ -65,6 +66,32 @@ export class KubeConnection {
   /** The API server's base URL, e.g. https://127.0.0.1:6443. */
   get server(): string {
     return this.config.getCurrentCluster()!.server.replace(/\/+$/, '');
+  }
+
+  /**
+   * A GET of an API path whose answer is read as a stream (pod logs), with the kubeconfig's
+   * credentials and CA. Resolves with the response once it is 200; any other status is the
+   * API server's Status as an SbxError.
+   */
+  async getStream(path: string, what: string, signal?: AbortSignal): Promise<IncomingMessage> {
+    const opts: https.RequestOptions = { method: 'GET', rejectUnauthorized: true, ...(signal ? { signal } : {}) };
+    try {
+      await this.config.applyToHTTPSOptions(opts);
+    } catch (err) {
+      throw toSbxError(err, this.address.raw, what);
+    }
+    const url = new URL(this.server + path);
+    return new Promise<IncomingMessage>((resolve, reject) => {
+      const req = https.request(url, { ...opts, rejectUnauthorized: true }, (res) => {
+        if (res.statusCode === 200) return resolve(res);
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => reject(statusError(res.statusCode ?? 0, Buffer.concat(chunks).toString('utf8'), this.address.raw, what)));
+        res.on('error', (err) => reject(toSbxError(err, this.address.raw, what)));
+      });
+      req.on('error', (err) => reject(signal?.aborted ? new SbxError('cancelled', `${what} cancelled`) : toSbxError(err, this.address.raw, what)));
+      req.end();
+    });
   }
 
   /**

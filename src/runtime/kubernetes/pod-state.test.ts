@@ -30,6 +30,24 @@ test('phase and main container state map to the runtime status', () => {
   assert.equal(statusOf(pod({ phase: 'Unknown' })), 'dead');
 });
 
+test('a container waiting to run again after its run ended (another policy than sbx’s Never) is restarting, with the last exit code', () => {
+  const crashing = pod({
+    phase: 'Running',
+    containerStatuses: [
+      {
+        name: 'main',
+        ready: false,
+        restartCount: 3,
+        image: '',
+        imageID: '',
+        state: { waiting: { reason: 'CrashLoopBackOff' } },
+        lastState: { terminated: { exitCode: 4, reason: 'Error' } },
+      },
+    ],
+  });
+  assert.deepEqual([statusOf(crashing), infoOf(crashing).exitCode, infoOf(crashing).running], ['restarting', 4, false]);
+});
+
 test('an OOM kill and an exit code are read from the terminated state', () => {
   const oom = pod({
     phase: 'Failed',

@@ -30,9 +30,13 @@ export function labelsOf(pod: V1Pod): Record<string, string> {
 
 export function statusOf(pod: V1Pod): ContainerStatus {
   if (pod.metadata?.deletionTimestamp) return 'removing';
-  const state = mainStatus(pod)?.state;
+  const main = mainStatus(pod);
+  const state = main?.state;
   if (state?.running) return 'running';
   if (state?.terminated) return 'exited';
+  // Waiting after a run that ended (CrashLoopBackOff): a pod someone gave restartPolicy Always
+  // (sbx's pods have Never) is being started again.
+  if (state?.waiting && main?.lastState?.terminated) return 'restarting';
   switch (pod.status?.phase) {
     case 'Succeeded':
     case 'Failed':
@@ -74,8 +78,10 @@ export function summaryOf(pod: V1Pod): ContainerSummary {
 }
 
 export function infoOf(pod: V1Pod): ContainerInfo {
-  const s = mainStatus(pod)?.state;
-  const terminated = s?.terminated;
+  const main = mainStatus(pod);
+  const s = main?.state;
+  // A container waiting to run again reports how its last run ended.
+  const terminated = s?.terminated ?? (s?.waiting ? main?.lastState?.terminated : undefined);
   return {
     ...summaryOf(pod),
     exitCode: terminated ? terminated.exitCode : null,

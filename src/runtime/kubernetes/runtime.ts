@@ -1,8 +1,10 @@
 import { randomBytes } from 'node:crypto';
-import type { Duplex } from 'node:stream';
+import type { Duplex, Readable } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
-import { SbxError } from '../../errors.js';
-import { validateExec, validateExecStream, validateSpec } from '../spec.js';
+import { SbxError, isSbxError } from '../../errors.js';
+import { logSinceNanos, validateExec, validateExecStream, validateLogs, validateSpec } from '../spec.js';
+import { logChunks } from '../log-chunks.js';
+import type { LogPiece } from '../log-chunks.js';
 import type {
   ContainerEvent,
   ContainerInfo,
@@ -14,6 +16,8 @@ import type {
   ExecResult,
   ExecStream,
   ExecStreamOptions,
+  LogChunk,
+  LogOptions,
   PortSpec,
   ProcessInfo,
   Runtime,
@@ -55,6 +59,8 @@ const DEFAULT_READY_TIMEOUT_MS = 120_000;
 const DEFAULT_STARTING_EXECS = 8;
 /** How long `remove` waits for the pod to be gone. */
 const REMOVE_WAIT_MS = 60_000;
+/** How long the end of a followed log waits for the pod's status to say its container ended. */
+const LOG_SETTLE_MS = 5_000;
 /** After the pod is ready, how long the agent may take to answer (it listens within milliseconds of its start). */
 const AGENT_LISTEN_WAIT_MS = 10_000;
 /** An exec retries an agent that does not answer for this long (a port-forward refused while the pod settles). */
@@ -95,7 +101,7 @@ export class KubernetesRuntime implements Runtime {
     this.options = options;
     this.agentEnabled = (options.agent ?? true) && !!options.agentImage;
     // Only the agent can switch users in a pod (Kubernetes' exec has no user).
-    this.capabilities = { hostMounts: false, stopStart: false, publishedPorts: false, pidsLimit: false, execUser: this.agentEnabled };
+    this.capabilities = { hostMounts: false, stopStart: false, publishedPorts: false, pidsLimit: false, execUser: this.agentEnabled, logStreams: false };
     this.gate = new StartGate(options.maxConnections ?? DEFAULT_STARTING_EXECS);
     this.images = new KubeImages(() => this.conn);
   }
@@ -372,6 +378,53 @@ export class KubernetesRuntime implements Runtime {
     if (!opts.signal.aborted) throw new SbxError('runtime_unavailable', `the pod watch of ${this.address} ended`);
   }
 
+  /**
+   * The pod log of the box's container (stdout and stderr as one: the API has no way to tell
+   * them apart, so every chunk says stdout; `capabilities.logStreams` is false). A pod whose
+   * container has not started yet has no log: not_available.
+   */
+  async logs(id: string, opts?: LogOptions): Promise<AsyncIterable<LogChunk>> {
+    const valid = validateLogs(opts);
+    if (!isPodName(id)) throw new SbxError('not_found', `pod ${id} not found on ${this.address}`, { details: { id } });
+    const since = logSinceNanos(valid);
+    if (valid.signal?.aborted) return logChunks([], since);
+    const q = new URLSearchParams({ container: MAIN_CONTAINER, timestamps: 'true' });
+    if (valid.follow) q.set('follow', 'true');
+    if (valid.tail !== undefined) q.set('tailLines', String(valid.tail));
+    // Whole seconds to the API server (sinceTime has no fraction); the exact time is filtered by logChunks.
+    if (since !== undefined) q.set('sinceTime', new Date(Number(since / 1_000_000n)).toISOString().replace(/\.\d+Z$/, 'Z'));
+    let body: Readable;
+    try {
+      body = await this.conn.getStream(
+        `/api/v1/namespaces/${encodeURIComponent(this.conn.namespace)}/pods/${encodeURIComponent(id)}/log?${q}`,
+        `pod ${id}`,
+        valid.signal,
+      );
+    } catch (err) {
+      if (valid.signal?.aborted) return logChunks([], since);
+      if (isSbxError(err, 'invalid_argument') && /waiting to start|ContainerCreating|PodInitializing/i.test(err.message)) {
+        throw new SbxError('not_available', `pod ${id} has not started its container yet: it has no log`, {
+          cause: err,
+          details: { id, reason: 'not_started' },
+        });
+      }
+      throw err;
+    }
+    // The log ends as the container exits, before the pod's status says so: the follow ends
+    // once it does, so a caller that reads the box next sees it stopped.
+    const settled = valid.follow ? () => this.untilNotRunning(id) : undefined;
+    return logChunks(podLogLines(body), since, () => body.destroy(), valid.signal, settled);
+  }
+
+  private async untilNotRunning(id: string): Promise<void> {
+    const deadline = Date.now() + LOG_SETTLE_MS;
+    while (Date.now() < deadline) {
+      const pod = await this.readPod(id).catch(() => undefined);
+      if (!pod || !isRunning(pod)) return;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
   /** The nodes' allocatable cores and memory; zero (no ceiling known) when nodes cannot be read. */
   async resources(): Promise<RuntimeResources> {
     try {
@@ -512,6 +565,27 @@ export class KubernetesRuntime implements Runtime {
 }
 
 /** A Kubernetes quantity (`2`, `1500m`, `8Gi`, `16318892Ki`, `1e3`) as a number. */
+/** A pod log read with timestamps: each line is `<RFC 3339 time> <text>\n`. */
+async function* podLogLines(body: AsyncIterable<Buffer>): AsyncGenerator<LogPiece> {
+  let pending: Buffer = Buffer.alloc(0);
+  const piece = (line: Buffer): LogPiece | undefined => {
+    const space = line.indexOf(0x20);
+    return space < 0 ? undefined : { stream: 'stdout', time: line.subarray(0, space).toString('latin1'), data: line.subarray(space + 1) };
+  };
+  for await (const chunk of body) {
+    pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
+    let at = 0;
+    for (let nl = pending.indexOf(0x0a, at); nl >= 0; nl = pending.indexOf(0x0a, at)) {
+      const p = piece(pending.subarray(at, nl + 1));
+      if (p) yield p;
+      at = nl + 1;
+    }
+    pending = pending.subarray(at);
+  }
+  const last = pending.length > 0 ? piece(pending) : undefined;
+  if (last) yield last;
+}
+
 export function quantity(q: string): number {
   const m = /^([0-9.]+(?:e[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$/.exec(q.trim());
   if (!m) return 0;

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { after, before, describe, test as nodeTest } from 'node:test';
-import type { ExecStream } from '../../runtime/types.js';
+import type { ExecStream, LogChunk } from '../../runtime/types.js';
 import type { Box } from '../../client/box.js';
 import type { Sbx } from '../../client/client.js';
 import { SbxError } from '../../client/index.js';
@@ -158,6 +158,56 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
       assert.equal((await b.info()).status, 'running');
       assert.equal((await b.exec(['echo', 'back'])).stdout, 'back\n');
       await b.remove();
+    });
+
+    test('a command that exits 4 leaves the box stopped with exit code 4; logs() reads its output: followed to its end, all, tail, since', async () => {
+      const b = await s.api.create({
+        image: s.image,
+        owner: OWNER,
+        labels: { suite: run },
+        cmd: ['sh', '-c', 'echo one; echo two >&2; until [ -e /tmp/go ]; do sleep 0.05; done; echo three; exit 4'],
+      });
+      try {
+        const followed: LogChunk[] = [];
+        const it = (await b.logs({ follow: true }))[Symbol.asyncIterator]();
+        while (followed.length < 2) {
+          const n = await it.next();
+          assert.ok(!n.done, 'the follow ended early');
+          followed.push(n.value);
+        }
+        await b.exec(['touch', '/tmp/go']);
+        // The follow ends by itself once the command has ended.
+        for (let n = await it.next(); !n.done; n = await it.next()) followed.push(n.value);
+        const info = await b.info();
+        assert.deepEqual([info.status, info.exitCode, info.oomKilled], ['stopped', 4, false]);
+        const all: LogChunk[] = [];
+        for await (const c of await b.logs()) all.push(c);
+        for (const got of [followed, all]) {
+          const by = (stream: string) => got.filter((c) => c.stream === stream).map((c) => c.data);
+          assert.deepEqual([by('stdout'), by('stderr')], [['one\n', 'three\n'], ['two\n']]);
+        }
+        const tail: string[] = [];
+        for await (const c of await b.logs({ tail: 1 })) tail.push(c.data);
+        assert.deepEqual(tail, ['three\n']);
+        const since: string[] = [];
+        for await (const c of await b.logs({ since: all.find((c) => c.data === 'three\n')!.time })) since.push(c.data);
+        assert.deepEqual(since, ['three\n']);
+        await rejectsWith(b.logs({ tail: -1 }), 'invalid_argument', { field: 'tail' });
+        await rejectsWith(b.logs({ since: 'yesterday' }), 'invalid_argument', { field: 'since' });
+        await rejectsWith(b.logs({ since: new Date().toISOString(), sinceMs: 1000 }), 'invalid_argument', { field: 'sinceMs' });
+      } finally {
+        await b.remove();
+      }
+    });
+
+    test('logs: a follow of a box whose command runs on ends when its signal aborts', async () => {
+      const ac = new AbortController();
+      const logs = await box.logs({ follow: true, signal: ac.signal });
+      const done = (async () => {
+        for await (const _ of logs) void _;
+      })();
+      ac.abort();
+      await done;
     });
 
     test('exec: stdout, stderr, exit codes, stdin, env, workDir', async () => {

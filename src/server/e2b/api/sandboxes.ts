@@ -48,7 +48,7 @@ function templateOf(box: LocalBox): string | undefined {
 function stateOf(box: LocalBox): SandboxState {
   // sbx stops an e2b sandbox only when asked through its own API; a stopped box is e2b's "paused"
   // (connect starts it again), everything else is running.
-  return box.status === 'stopped' ? 'paused' : 'running';
+  return box.status === 'stopped' || box.status === 'paused' ? 'paused' : 'running';
 }
 
 function endAt(box: LocalBox): number {
