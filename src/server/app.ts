@@ -7,7 +7,9 @@ import swagger from '@fastify/swagger';
 import websocket from '@fastify/websocket';
 import Fastify, { LogController } from 'fastify';
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply } from 'fastify';
-import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
+import { z } from 'zod';
 import { SbxError } from '../errors.js';
 import { WS_PROTOCOL } from './auth.js';
 import type { Caller, FailureLimiter } from './auth.js';
@@ -19,6 +21,8 @@ import { adminRoutes } from './routes-admin.js';
 import { proxyRoutes, rewriteHostBased } from './routes-proxy.js';
 import { authorizePortRequest } from './port-auth.js';
 import { vncRoutes } from './vnc.js';
+import { swaggerOptions } from './openapi.js';
+import { replies } from './schemas.js';
 import type { VncDeps } from './vnc.js';
 import { boxRoutes } from './routes-boxes.js';
 import { workspaceRoutes } from './routes-workspaces.js';
@@ -86,14 +90,7 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
 
-  await app.register(swagger, {
-    openapi: {
-      info: { title: 'sbx', version: '1', description: 'sbx HTTP API; see docs/api.md' },
-      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
-      security: [{ bearer: [] }],
-    },
-    transform: jsonSchemaTransform,
-  });
+  await app.register(swagger, swaggerOptions);
   await app.register(websocket, {
     options: {
       maxPayload: opts.wsMaxPayloadBytes ?? DEFAULT_WS_MAX_PAYLOAD_BYTES,
@@ -147,22 +144,45 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   });
 
   // --- public
-  app.get('/healthz', { config: { auth: 'public' }, schema: { summary: 'The process is alive (no auth)', tags: ['health'] } }, async () => ({ ok: true }));
-  app.get(
+  const r = app.withTypeProvider<ZodTypeProvider>();
+  r.get(
+    '/healthz',
+    {
+      config: { auth: 'public' },
+      schema: { summary: 'The process is alive (no auth)', tags: ['health'], response: { 200: z.object({ ok: z.literal(true) }) } },
+    },
+    async () => ({ ok: true as const }),
+  );
+  const poolsReady = z.array(z.object({ name: z.string(), connected: z.boolean() }));
+  r.get(
     '/readyz',
-    { config: { auth: 'public' }, schema: { summary: 'Every pool answered its last check (no auth)', tags: ['health'] } },
+    {
+      config: { auth: 'public' },
+      schema: {
+        summary: 'Every pool answered its last check (no auth)',
+        tags: ['health'],
+        response: replies({ 200: z.object({ ready: z.literal(true), pools: poolsReady }) }, [503]),
+      },
+    },
     async (_req, reply) => {
       const pools = (await ctx.manager.pools()).map((p) => ({ name: p.name, connected: p.connected }));
       const ready = !ctx.shuttingDown() && pools.length > 0 && pools.every((p) => p.connected);
-      if (ready) return { ready, pools };
+      if (ready) return { ready: true as const, pools };
       return reply
         .code(503)
         .send({ error: { code: 'not_available', message: ctx.shuttingDown() ? 'shutting down' : 'a pool did not answer its last check', details: { pools } } });
     },
   );
-  app.get(
+  r.get(
     '/metrics',
-    { config: { auth: 'public' }, schema: { summary: 'Prometheus metrics (no auth)', tags: ['health'], hide: true } },
+    {
+      config: { auth: 'public' },
+      schema: {
+        summary: 'Prometheus metrics (no auth)',
+        tags: ['health'],
+        response: { 200: { description: 'the Prometheus text format', content: { 'text/plain': { schema: z.string() } } } },
+      },
+    },
     async (_req, reply) => {
       return reply.type(ctx.metrics.registry.contentType).send(await ctx.metrics.registry.metrics());
     },
