@@ -3,6 +3,8 @@
  * schemas, one error mapping, one log line per request, metrics, /openapi.json.
  */
 import { randomBytes } from 'node:crypto';
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import swagger from '@fastify/swagger';
 import websocket from '@fastify/websocket';
 import Fastify, { LogController } from 'fastify';
@@ -79,6 +81,9 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
       ctx.metrics.errors.inc({ code: mapped.error.code });
       void (reply as unknown as FastifyReply).code(mapped.status).type('application/json').send(mapped.body);
     },
+    // Requests node's parser refuses before fastify sees them (a request line and headers over
+    // 16 KiB: a long path or query) are answered with sbx's error body, not fastify's own shape.
+    clientErrorHandler: answerClientError,
     forceCloseConnections: 'idle',
     ...(opts.proxyDomain ? { rewriteUrl: rewriteHostBased(opts.proxyDomain)! } : {}),
     ...(opts.https ? { https: { cert: opts.https.cert, key: opts.https.key } } : {}),
@@ -198,6 +203,24 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   vncRoutes(app, opts.vnc ?? boxVncDeps(ctx));
   for (const plugin of opts.plugins ?? []) await plugin(app, ctx);
   return app;
+}
+
+/** The answer to a request node's HTTP parser refused (fastify's clientErrorHandler), in sbx's error body. */
+export function answerClientError(err: Error & { code?: string }, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const [status, code, message, field] =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'invalid_argument', 'the request line and headers are larger than the server accepts (16 KiB): a shorter path or query', 'headers']
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'timeout', 'the request did not arrive in time', 'request']
+        : [400, 'invalid_argument', `malformed HTTP request (${err.code ?? 'parse error'})`, 'request'];
+  const body = JSON.stringify({ error: { code, message, details: { field } } });
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy(err);
 }
 
 /** The VNC routes on the real boxes: the proxy's port authorization, the box's dial (in use while open). */

@@ -258,6 +258,7 @@ const ERROR_STATUSES = {
   409: 'conflict / pool_in_use: the resource’s state forbids it',
   413: 'quota_exceeded, or a body larger than the server accepts (invalid_argument)',
   415: 'invalid_argument: a content type the route does not take',
+  431: 'invalid_argument: the request line and headers are over 16 KiB (a long path or query)',
   429: 'limit_exceeded: a quota of boxes, or too many failed authentications (Retry-After)',
   500: 'internal: a bug; the server log has the details',
   503: 'not_available / runtime_unavailable: shutting down, or the engine does not answer',
@@ -266,7 +267,7 @@ const ERROR_STATUSES = {
 export type ErrorStatus = keyof typeof ERROR_STATUSES;
 
 /** The error statuses every route with a key may answer (validation, auth, a missing resource, a limit, the engine). */
-export const COMMON_ERRORS: readonly ErrorStatus[] = [400, 401, 403, 404, 413, 415, 429, 500, 503];
+export const COMMON_ERRORS: readonly ErrorStatus[] = [400, 401, 403, 404, 413, 415, 429, 431, 500, 503];
 
 /** A route's `response`: its successes as given, and the error body under each error status. */
 export function replies(ok: Record<number, z.ZodType>, errors: readonly ErrorStatus[] = COMMON_ERRORS): Record<number, z.ZodType> {
