@@ -10,7 +10,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -21,14 +21,21 @@ import type { TestServer } from '../testing/server.js';
 
 /* eslint-disable @typescript-eslint/no-explicit-any -- the document is JSON read by path */
 
-const toolsBin = process.env['SBX_PYTOOLS_BIN'] ?? join(process.cwd(), '.build', 'pytools', 'bin');
+/** Where scripts/pytools.sh put the tools: SBX_PYTOOLS_BIN, else a venv of it under .build/. */
+function findToolsBin(): string | undefined {
+  if (process.env['SBX_PYTOOLS_BIN']) return process.env['SBX_PYTOOLS_BIN'];
+  const build = join(process.cwd(), '.build');
+  const venv = existsSync(build) ? readdirSync(build).find((d) => d.startsWith('pytools-') && existsSync(join(build, d, '.complete'))) : undefined;
+  return venv ? join(build, venv, 'bin') : undefined;
+}
+const toolsBin = findToolsBin();
 const dir = mkdtempSync(join(tmpdir(), 'sbx-openapi-'));
 
 /** The tool's path, or undefined after skipping (failing when SBX_REQUIRE_SCHEMATHESIS is set). */
 function tool(t: TestContext, name: string): string | undefined {
-  const path = join(toolsBin, name);
-  if (existsSync(path)) return path;
-  const missing = `${path} is missing (bash scripts/pytools.sh installs it; SBX_PYTOOLS_BIN names its bin dir)`;
+  const path = toolsBin ? join(toolsBin, name) : undefined;
+  if (path && existsSync(path)) return path;
+  const missing = `${name} is missing${path ? ` at ${path}` : ''} (bash scripts/pytools.sh installs it; SBX_PYTOOLS_BIN names its bin dir)`;
   if (process.env['SBX_REQUIRE_SCHEMATHESIS']) assert.fail(`SBX_REQUIRE_SCHEMATHESIS is set but ${missing}`);
   t.skip(missing);
   return undefined;
@@ -36,7 +43,8 @@ function tool(t: TestContext, name: string): string | undefined {
 
 function run(cmd: string, args: string[]): Promise<{ code: number | null; out: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NO_COLOR: '1' } });
+    // In the temp dir: schemathesis keeps its example database in ./.schemathesis.
+    const child = spawn(cmd, args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NO_COLOR: '1' } });
     let out = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));
     child.stderr.on('data', (c: Buffer) => (out += c.toString()));
