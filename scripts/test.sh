@@ -28,6 +28,9 @@ export SBX_TEST_REGISTRY_PASS=sbx-test-pass
 export SBX_TEST_PULL_IMAGE=127.0.0.1:5000/sbx/pulltest:latest
 # engine.sh installed Debian's chromium: the browser tests must run, never skip.
 export SBX_REQUIRE_BROWSER=1
+# The API document's tests (src/server/openapi.test.ts) validate it and fuzz a server with schemathesis: never skipped here.
+SBX_PYTOOLS_BIN=$(bash scripts/pytools.sh) || die "installing schemathesis and openapi-spec-validator failed (scripts/pytools.sh)"
+export SBX_PYTOOLS_BIN SBX_REQUIRE_SCHEMATHESIS=1
 
 opts=()
 files=()

@@ -3,11 +3,15 @@
  * schemas, one error mapping, one log line per request, metrics, /openapi.json.
  */
 import { randomBytes } from 'node:crypto';
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import swagger from '@fastify/swagger';
 import websocket from '@fastify/websocket';
 import Fastify, { LogController } from 'fastify';
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply } from 'fastify';
-import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
+import { z } from 'zod';
 import { SbxError } from '../errors.js';
 import { WS_PROTOCOL } from './auth.js';
 import type { Caller, FailureLimiter } from './auth.js';
@@ -21,6 +25,8 @@ import { whoamiRoutes } from './routes-whoami.js';
 import { proxyRoutes, rewriteHostBased } from './routes-proxy.js';
 import { authorizePortRequest } from './port-auth.js';
 import { vncRoutes } from './vnc.js';
+import { swaggerOptions } from './openapi.js';
+import { replies } from './schemas.js';
 import type { VncDeps } from './vnc.js';
 import { boxRoutes } from './routes-boxes.js';
 import { workspaceRoutes } from './routes-workspaces.js';
@@ -77,6 +83,9 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
       ctx.metrics.errors.inc({ code: mapped.error.code });
       void (reply as unknown as FastifyReply).code(mapped.status).type('application/json').send(mapped.body);
     },
+    // Requests node's parser refuses before fastify sees them (a request line and headers over
+    // 16 KiB: a long path or query) are answered with sbx's error body, not fastify's own shape.
+    clientErrorHandler: answerClientError,
     forceCloseConnections: 'idle',
     ...(opts.proxyDomain ? { rewriteUrl: rewriteHostBased(opts.proxyDomain)! } : {}),
     ...(opts.https ? { https: { cert: opts.https.cert, key: opts.https.key } } : {}),
@@ -88,14 +97,7 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
 
-  await app.register(swagger, {
-    openapi: {
-      info: { title: 'sbx', version: '1', description: 'sbx HTTP API; see docs/api.md' },
-      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
-      security: [{ bearer: [] }],
-    },
-    transform: jsonSchemaTransform,
-  });
+  await app.register(swagger, swaggerOptions);
   await app.register(websocket, {
     options: {
       maxPayload: opts.wsMaxPayloadBytes ?? DEFAULT_WS_MAX_PAYLOAD_BYTES,
@@ -149,22 +151,45 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   });
 
   // --- public
-  app.get('/healthz', { config: { auth: 'public' }, schema: { summary: 'The process is alive (no auth)', tags: ['health'] } }, async () => ({ ok: true }));
-  app.get(
+  const r = app.withTypeProvider<ZodTypeProvider>();
+  r.get(
+    '/healthz',
+    {
+      config: { auth: 'public' },
+      schema: { summary: 'The process is alive (no auth)', tags: ['health'], response: { 200: z.object({ ok: z.literal(true) }) } },
+    },
+    async () => ({ ok: true as const }),
+  );
+  const poolsReady = z.array(z.object({ name: z.string(), connected: z.boolean() }));
+  r.get(
     '/readyz',
-    { config: { auth: 'public' }, schema: { summary: 'Every pool answered its last check (no auth)', tags: ['health'] } },
+    {
+      config: { auth: 'public' },
+      schema: {
+        summary: 'Every pool answered its last check (no auth)',
+        tags: ['health'],
+        response: replies({ 200: z.object({ ready: z.literal(true), pools: poolsReady }) }, [503]),
+      },
+    },
     async (_req, reply) => {
       const pools = (await ctx.manager.pools()).map((p) => ({ name: p.name, connected: p.connected }));
       const ready = !ctx.shuttingDown() && pools.length > 0 && pools.every((p) => p.connected);
-      if (ready) return { ready, pools };
+      if (ready) return { ready: true as const, pools };
       return reply
         .code(503)
         .send({ error: { code: 'not_available', message: ctx.shuttingDown() ? 'shutting down' : 'a pool did not answer its last check', details: { pools } } });
     },
   );
-  app.get(
+  r.get(
     '/metrics',
-    { config: { auth: 'public' }, schema: { summary: 'Prometheus metrics (no auth)', tags: ['health'], hide: true } },
+    {
+      config: { auth: 'public' },
+      schema: {
+        summary: 'Prometheus metrics (no auth)',
+        tags: ['health'],
+        response: { 200: { description: 'the Prometheus text format', content: { 'text/plain': { schema: z.string() } } } },
+      },
+    },
     async (_req, reply) => {
       return reply.type(ctx.metrics.registry.contentType).send(await ctx.metrics.registry.metrics());
     },
@@ -182,6 +207,24 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   vncRoutes(app, opts.vnc ?? boxVncDeps(ctx));
   for (const plugin of opts.plugins ?? []) await plugin(app, ctx);
   return app;
+}
+
+/** The answer to a request node's HTTP parser refused (fastify's clientErrorHandler), in sbx's error body. */
+export function answerClientError(err: Error & { code?: string }, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const [status, code, message, field] =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'invalid_argument', 'the request line and headers are larger than the server accepts (16 KiB): a shorter path or query', 'headers']
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'timeout', 'the request did not arrive in time', 'request']
+        : [400, 'invalid_argument', `malformed HTTP request (${err.code ?? 'parse error'})`, 'request'];
+  const body = JSON.stringify({ error: { code, message, details: { field } } });
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy(err);
 }
 
 /** The VNC routes on the real boxes: the proxy's port authorization, the box's dial (in use while open). */

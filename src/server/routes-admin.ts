@@ -10,7 +10,7 @@ import { OWNER_PATTERN } from '../sandbox/create-options.js';
 import { requireAdmin } from './auth.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
-import { flag } from './schemas.js';
+import { COMMON_ERRORS, CreatedKeySchema, KeyListSchema, PoolInfoSchema, PoolListSchema, flag, noContent, replies } from './schemas.js';
 import { startSse } from './sse.js';
 
 const poolName = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,31}$/, 'must be 1-32 of [a-z0-9_-]');
@@ -51,14 +51,18 @@ export function adminRoutes(app: FastifyInstance, ctx: ServerContext): void {
   };
 
   // --- pools
-  r.get('/v1/pools', { schema: { summary: 'List pools (admin)', tags: ['pools'] } }, async (req) => {
+  r.get('/v1/pools', { schema: { summary: 'List pools (admin)', tags: ['pools'], response: replies({ 200: PoolListSchema }) } }, async (req) => {
     requireAdmin(req.caller);
     return { pools: await ctx.manager.pools() };
   });
-  r.post('/v1/pools', { schema: { summary: 'Add a pool (admin)', tags: ['pools'], body: AddPoolBody } }, async (req, reply) => {
-    requireAdmin(req.caller);
-    return reply.code(201).send(await ctx.manager.addPool(req.body as PoolConfig));
-  });
+  r.post(
+    '/v1/pools',
+    { schema: { summary: 'Add a pool (admin)', tags: ['pools'], body: AddPoolBody, response: replies({ 201: PoolInfoSchema }, [...COMMON_ERRORS, 409, 504]) } },
+    async (req, reply) => {
+      requireAdmin(req.caller);
+      return reply.code(201).send(await ctx.manager.addPool(req.body as PoolConfig));
+    },
+  );
   r.delete(
     '/v1/pools/:name',
     {
@@ -67,6 +71,7 @@ export function adminRoutes(app: FastifyInstance, ctx: ServerContext): void {
         tags: ['pools'],
         params: z.object({ name: poolName }).strict(),
         querystring: z.object({ force: flag.optional() }).strict(),
+        response: replies({ 204: noContent('Removed') }, [...COMMON_ERRORS, 409, 504]),
       },
     },
     async (req, reply) => {
@@ -84,6 +89,7 @@ export function adminRoutes(app: FastifyInstance, ctx: ServerContext): void {
         summary: 'Whether a pool has an image (admin)',
         tags: ['images'],
         querystring: z.object({ ref: imageRef, pool: poolName.optional() }).strict(),
+        response: replies({ 200: z.object({ pool: z.string(), ref: z.string(), exists: z.boolean() }) }, [...COMMON_ERRORS, 504]),
       },
     },
     async (req) => {
@@ -94,7 +100,19 @@ export function adminRoutes(app: FastifyInstance, ctx: ServerContext): void {
   );
   r.post(
     '/v1/images/pull',
-    { schema: { summary: 'Pull an image; progress as Server-Sent Events (admin)', tags: ['images'], body: PullBody } },
+    {
+      schema: {
+        summary: 'Pull an image; progress as Server-Sent Events (admin)',
+        tags: ['images'],
+        body: PullBody,
+        response: replies({
+          200: {
+            description: 'Server-Sent Events: progress (the engine’s), then done ({"pool","ref"}) or error (the error body)',
+            content: { 'text/event-stream': { schema: z.string() } },
+          } as unknown as z.ZodType,
+        }),
+      },
+    },
     async (req, reply) => {
       requireAdmin(req.caller);
       const pool = req.body.pool ?? (await defaultPool());
@@ -132,13 +150,24 @@ export function adminRoutes(app: FastifyInstance, ctx: ServerContext): void {
   );
 
   // --- keys
-  r.get('/v1/keys', { schema: { summary: 'List API keys (admin; never the secrets)', tags: ['keys'] } }, async (req) => {
-    requireAdmin(req.caller);
-    return { keys: ctx.keys.list() };
-  });
+  r.get(
+    '/v1/keys',
+    { schema: { summary: 'List API keys (admin; never the secrets)', tags: ['keys'], response: replies({ 200: KeyListSchema }) } },
+    async (req) => {
+      requireAdmin(req.caller);
+      return { keys: ctx.keys.list() };
+    },
+  );
   r.post(
     '/v1/keys',
-    { schema: { summary: 'Create an API key (admin); the key is in this answer only', tags: ['keys'], body: CreateKeyBody } },
+    {
+      schema: {
+        summary: 'Create an API key (admin); the key is in this answer only',
+        tags: ['keys'],
+        body: CreateKeyBody,
+        response: replies({ 201: CreatedKeySchema }, [...COMMON_ERRORS, 409]),
+      },
+    },
     async (req, reply) => {
       requireAdmin(req.caller);
       return reply.code(201).send(await ctx.keys.create(req.body));
@@ -151,6 +180,7 @@ export function adminRoutes(app: FastifyInstance, ctx: ServerContext): void {
         summary: 'Revoke an API key (admin; effective at once)',
         tags: ['keys'],
         params: z.object({ id: z.string().regex(/^[0-9a-f]{16}$/, 'is not a key id') }).strict(),
+        response: replies({ 204: noContent('Revoked') }, [...COMMON_ERRORS, 409]),
       },
     },
     async (req, reply) => {

@@ -14,7 +14,19 @@ import type { BoxFS } from '../sandbox/box-fs.js';
 import { boxFor } from './context.js';
 import type { ServerContext } from './context.js';
 import { FileOpBody, FileQuery, counting, drain, filePath } from './routes-workspaces.js';
-import { boxIdParam, flag } from './schemas.js';
+import { binary } from './routes-workspaces.js';
+import { COMMON_ERRORS, DirListSchema, FileStatSchema, boxIdParam, flag, noContent, replies } from './schemas.js';
+
+const BOX_FILE_ERRORS = [...COMMON_ERRORS, 409, 504] as const;
+/** The workspace read's answers, and ?watch's NDJSON. */
+const boxFileReadAnswer = {
+  description: 'The file’s bytes; with ?stat a FileStat, with ?list {"entries": [DirEntry]}; with ?watch NDJSON: {"ready":true}, then one event per line',
+  content: {
+    'application/octet-stream': { schema: binary },
+    'application/json': { schema: z.union([FileStatSchema, DirListSchema]) },
+    'application/x-ndjson': { schema: z.string() },
+  },
+} as unknown as z.ZodType;
 
 const boxPathParams = boxIdParam.extend({ '*': z.string().max(4096) }).strict();
 const BoxFileQuery = FileQuery.extend({ user: userSpec.optional(), watch: flag.optional() }).strict();
@@ -44,6 +56,7 @@ export function boxFileRoutes(app: FastifyInstance, ctx: ServerContext): void {
           tags: ['box files'],
           params,
           querystring: BoxFileQuery,
+          response: replies({ 200: boxFileReadAnswer }, BOX_FILE_ERRORS),
         },
       },
       async (req, reply) => {
@@ -62,7 +75,13 @@ export function boxFileRoutes(app: FastifyInstance, ctx: ServerContext): void {
     r.delete(
       url,
       {
-        schema: { summary: 'Remove a box file or empty directory (?recursive=true for a tree)', tags: ['box files'], params, querystring: BoxDeleteQuery },
+        schema: {
+          summary: 'Remove a box file or empty directory (?recursive=true for a tree)',
+          tags: ['box files'],
+          params,
+          querystring: BoxDeleteQuery,
+          response: replies({ 204: noContent('Removed') }, BOX_FILE_ERRORS),
+        },
       },
       async (req, reply) => {
         const files = await filesOf(req.caller, req.params.id, req.query.user);
@@ -82,6 +101,7 @@ export function boxFileRoutes(app: FastifyInstance, ctx: ServerContext): void {
           params,
           querystring: BoxWriteQuery.pick({ user: true }),
           body: BoxFileOpBody,
+          response: replies({ 204: noContent('Done') }, BOX_FILE_ERRORS),
         },
       },
       async (req, reply) => {
@@ -102,7 +122,13 @@ export function boxFileRoutes(app: FastifyInstance, ctx: ServerContext): void {
       '/v1/boxes/:id/files/*',
       {
         bodyLimit: Number.MAX_SAFE_INTEGER,
-        schema: { summary: 'Write a box file from the raw body (streamed; atomic)', tags: ['box files'], params: boxPathParams, querystring: BoxWriteQuery },
+        schema: {
+          summary: 'Write a box file from the raw body (streamed; atomic)',
+          tags: ['box files'],
+          params: boxPathParams,
+          querystring: BoxWriteQuery,
+          response: replies({ 204: noContent('Written') }, BOX_FILE_ERRORS),
+        },
       },
       async (req, reply) => {
         // A client whose source failed aborts the upload: the write fails on its own, and the

@@ -18,8 +18,17 @@ import { mapError } from './errors.js';
 import { execResultJson } from './exec-json.js';
 import { authenticateRequest } from './request-auth.js';
 import { DEFAULT_EXEC_OUTPUT_BUDGET_BYTES, ExecOutputBudget } from './output-budget.js';
+import { KEY_SECURITY } from './openapi.js';
 import {
+  BoxInfoSchema,
+  BoxListSchema,
+  COMMON_ERRORS,
   ExecBodySchema,
+  ExecResultSchema,
+  SignedUrlSchema,
+  VncUrlSchema,
+  noContent,
+  replies,
   HeartbeatBodySchema,
   ProxyUrlBodySchema,
   RenewLifetimeBodySchema,
@@ -33,6 +42,9 @@ import {
 import type { ExecBody } from './schemas.js';
 import { startSse } from './sse.js';
 import { boxLogRoutes } from './routes-box-logs.js';
+
+/** What an operation on a box may also answer: its state forbids it (409), the engine took too long (504). */
+const BOX_ERRORS = [...COMMON_ERRORS, 409, 504] as const;
 
 /** Boxes inspected at once for a list. */
 const LIST_PARALLELISM = 8;
@@ -50,6 +62,11 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
         tags: ['boxes'],
         body: CreateOptionsSchema,
         querystring: z.object({ getOrCreate: flag.optional() }).strict(),
+        response: replies({ 201: BoxInfoSchema.describe('Created'), 200: BoxInfoSchema.describe('getOrCreate: the box that was there') }, [
+          ...COMMON_ERRORS,
+          409,
+          504,
+        ]),
       },
     },
     async (req, reply) => {
@@ -84,40 +101,56 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
     },
   );
 
-  r.get('/v1/boxes', { schema: { summary: 'List boxes', tags: ['boxes'], querystring: ListBoxesQuery } }, async (req) => {
-    const p = requireKey(req.caller);
-    const owner = actingOwner(p, req.query.owner);
-    const labels = parseLabelFilters(req.query.label);
-    const boxes = await ctx.manager.list({
-      ...(owner !== undefined ? { owner } : {}),
-      ...(req.query.pool !== undefined ? { pool: req.query.pool } : {}),
-      ...(labels ? { labels } : {}),
-    });
-    const infos = await mapSettled(boxes, LIST_PARALLELISM, (b) => b.info());
-    const out: BoxInfo[] = [];
-    for (const res of infos) {
-      if (res.status === 'fulfilled') out.push(res.value);
-      else if (!(res.reason instanceof SbxError && res.reason.code === 'not_found')) throw res.reason;
-    }
-    return { boxes: out };
-  });
+  r.get(
+    '/v1/boxes',
+    { schema: { summary: 'List boxes', tags: ['boxes'], querystring: ListBoxesQuery, response: replies({ 200: BoxListSchema }) } },
+    async (req) => {
+      const p = requireKey(req.caller);
+      const owner = actingOwner(p, req.query.owner);
+      const labels = parseLabelFilters(req.query.label);
+      const boxes = await ctx.manager.list({
+        ...(owner !== undefined ? { owner } : {}),
+        ...(req.query.pool !== undefined ? { pool: req.query.pool } : {}),
+        ...(labels ? { labels } : {}),
+      });
+      const infos = await mapSettled(boxes, LIST_PARALLELISM, (b) => b.info());
+      const out: BoxInfo[] = [];
+      for (const res of infos) {
+        if (res.status === 'fulfilled') out.push(res.value);
+        else if (!(res.reason instanceof SbxError && res.reason.code === 'not_found')) throw res.reason;
+      }
+      return { boxes: out };
+    },
+  );
 
-  r.get('/v1/boxes/:id', { schema: { summary: 'Describe a box', tags: ['boxes'], params: boxIdParam } }, async (req) => {
-    return (await boxFor(ctx, req.caller, req.params.id)).info();
-  });
+  r.get(
+    '/v1/boxes/:id',
+    { schema: { summary: 'Describe a box', tags: ['boxes'], params: boxIdParam, response: replies({ 200: BoxInfoSchema }) } },
+    async (req) => {
+      return (await boxFor(ctx, req.caller, req.params.id)).info();
+    },
+  );
 
-  r.delete('/v1/boxes/:id', { schema: { summary: 'Remove a box (force)', tags: ['boxes'], params: boxIdParam } }, async (req, reply) => {
-    const box = await boxFor(ctx, req.caller, req.params.id);
-    await ctx.manager.remove(box.id);
-    ctx.metrics.removes.inc({ pool: box.pool });
-    return reply.code(204).send();
-  });
+  r.delete(
+    '/v1/boxes/:id',
+    { schema: { summary: 'Remove a box (force)', tags: ['boxes'], params: boxIdParam, response: replies({ 204: noContent('Removed') }, BOX_ERRORS) } },
+    async (req, reply) => {
+      const box = await boxFor(ctx, req.caller, req.params.id);
+      await ctx.manager.remove(box.id);
+      ctx.metrics.removes.inc({ pool: box.pool });
+      return reply.code(204).send();
+    },
+  );
 
-  r.post('/v1/boxes/:id/start', { schema: { summary: 'Start a stopped box', tags: ['boxes'], params: boxIdParam } }, async (req) => {
-    const box = await boxFor(ctx, req.caller, req.params.id);
-    await box.start();
-    return box.info();
-  });
+  r.post(
+    '/v1/boxes/:id/start',
+    { schema: { summary: 'Start a stopped box', tags: ['boxes'], params: boxIdParam, response: replies({ 200: BoxInfoSchema }, BOX_ERRORS) } },
+    async (req) => {
+      const box = await boxFor(ctx, req.caller, req.params.id);
+      await box.start();
+      return box.info();
+    },
+  );
 
   r.post(
     '/v1/boxes/:id/stop',
@@ -126,6 +159,7 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
         summary: 'Stop a box (it stays registered; on a pool that cannot start it again, Kubernetes, it is removed)',
         tags: ['boxes'],
         params: boxIdParam,
+        response: replies({ 200: BoxInfoSchema }, BOX_ERRORS),
       },
     },
     async (req) => {
@@ -149,6 +183,7 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
         tags: ['boxes'],
         params: boxIdParam,
         body: RenewLifetimeBodySchema,
+        response: replies({ 200: BoxInfoSchema }, BOX_ERRORS),
       },
     },
     async (req) => {
@@ -166,6 +201,16 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
         tags: ['exec'],
         params: boxIdParam,
         body: ExecBodySchema,
+        response: replies(
+          {
+            200: {
+              description:
+                'The result (JSON), or with Accept: text/event-stream the events stdout, stderr ({"text"}), then exit ({"exitCode","durationMs"}) or error',
+              content: { 'application/json': { schema: ExecResultSchema }, 'text/event-stream': { schema: z.string() } },
+            } as unknown as z.ZodType,
+          },
+          BOX_ERRORS,
+        ),
       },
     },
     async (req, reply) => {
@@ -228,6 +273,7 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
         tags: ['proxy'],
         params: boxIdParam,
         body: ProxyUrlBodySchema,
+        response: replies({ 200: SignedUrlSchema }),
       },
     },
     async (req) => {
@@ -247,6 +293,7 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
         tags: ['vnc'],
         params: boxIdParam,
         body: VncUrlBodySchema.optional(),
+        response: replies({ 200: VncUrlSchema }),
       },
     },
     async (req) => {
@@ -265,6 +312,8 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
         tags: ['boxes'],
         params: boxIdParam,
         body: HeartbeatBodySchema,
+        security: KEY_SECURITY,
+        response: replies({ 204: noContent('Recorded') }),
       },
     },
     async (req, reply) => {

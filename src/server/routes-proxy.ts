@@ -29,6 +29,10 @@ import {
   withoutQuery,
 } from './port-auth.js';
 import { checkPort } from '../runtime/ports.js';
+import { PORT_SECURITY } from './openapi.js';
+import { binary } from './routes-workspaces.js';
+import { COMMON_ERRORS, noContent, replies } from './schemas.js';
+import type { z } from 'zod';
 
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
 /** Methods without side effects by contract (RFC 9110 safe methods): any page may send them with the cookie. */
@@ -282,6 +286,14 @@ export function proxyRoutes(app: FastifyInstance, ctx: ServerContext): void {
       schema: {
         summary: "Proxy to a port of a box (HTTP, SSE, WebSocket); the owner's key or a port access token (?sbx_token=, then a cookie)",
         tags: ['proxy'],
+        security: PORT_SECURITY,
+        response: replies(
+          {
+            default: { description: 'what the service on the port answers, passed through', content: { '*/*': { schema: binary } } } as unknown as z.ZodType,
+            303: noContent('a ?sbx_token= on a GET swapped for the cookie: the same URL without it'),
+          } as Record<number, z.ZodType>,
+          [...COMMON_ERRORS, 504],
+        ),
       },
       preHandler: async (req, reply) => {
         if (!(req as FastifyRequest & { ws?: boolean }).ws) return;

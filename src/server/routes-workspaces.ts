@@ -10,7 +10,32 @@ import { actingOwner, requireKey } from './auth.js';
 import { workspaceFor } from './context.js';
 import { CreateWorkspaceOptionsSchema, UpdateWorkspaceOptionsSchema } from '../workspace/schemas.js';
 import type { ServerContext } from './context.js';
-import { flag, workspaceIdParam, workspacePathParams } from './schemas.js';
+import {
+  COMMON_ERRORS,
+  DirListSchema,
+  FileStatSchema,
+  ImportResultSchema,
+  WorkspaceInfoSchema,
+  WorkspaceListSchema,
+  WorkspaceUsageSchema,
+  flag,
+  noContent,
+  replies,
+  workspaceIdParam,
+  workspacePathParams,
+} from './schemas.js';
+
+/** What a workspace operation may also answer: a state that forbids it (409: mounted, exists, not empty), and the node's storage timing out. */
+const WS_ERRORS = [...COMMON_ERRORS, 409, 504] as const;
+
+/** Raw bytes, in the document. */
+export const binary = z.string().meta({ format: 'binary' });
+
+/** GET on a file path: the bytes, or with ?stat / ?list JSON. */
+export const fileReadAnswer = {
+  description: 'The file’s bytes; with ?stat a FileStat, with ?list {"entries": [DirEntry]}',
+  content: { 'application/octet-stream': { schema: binary }, 'application/json': { schema: z.union([FileStatSchema, DirListSchema]) } },
+} as unknown as z.ZodType;
 
 // The library's schemas; over HTTP the owner is the caller's unless an admin names one, and the node may be left to the server.
 const CreateWorkspaceBody = CreateWorkspaceOptionsSchema.extend({
@@ -64,20 +89,24 @@ export function workspaceRoutes(app: FastifyInstance, ctx: ServerContext): void 
   const r = app.withTypeProvider<ZodTypeProvider>();
   const wsm = () => ctx.manager.workspaces;
 
-  r.post('/v1/workspaces', { schema: { summary: 'Create a workspace', tags: ['workspaces'], body: CreateWorkspaceBody } }, async (req, reply) => {
-    const p = requireKey(req.caller);
-    const owner = actingOwner(p, req.body.owner) ?? p.owner;
-    const node =
-      req.body.node ??
-      wsm()
-        .nodes()
-        .find((n) => n.online)?.name ??
-      wsm().nodes()[0]?.name;
-    if (!node) throw new SbxError('not_available', 'no node can hold workspaces');
-    const { owner: _o, node: _n, ...rest } = req.body;
-    const ws = await wsm().create({ ...rest, owner, node });
-    return reply.code(201).send(ws);
-  });
+  r.post(
+    '/v1/workspaces',
+    { schema: { summary: 'Create a workspace', tags: ['workspaces'], body: CreateWorkspaceBody, response: replies({ 201: WorkspaceInfoSchema }, WS_ERRORS) } },
+    async (req, reply) => {
+      const p = requireKey(req.caller);
+      const owner = actingOwner(p, req.body.owner) ?? p.owner;
+      const node =
+        req.body.node ??
+        wsm()
+          .nodes()
+          .find((n) => n.online)?.name ??
+        wsm().nodes()[0]?.name;
+      if (!node) throw new SbxError('not_available', 'no node can hold workspaces');
+      const { owner: _o, node: _n, ...rest } = req.body;
+      const ws = await wsm().create({ ...rest, owner, node });
+      return reply.code(201).send(ws);
+    },
+  );
 
   r.get(
     '/v1/workspaces',
@@ -86,6 +115,7 @@ export function workspaceRoutes(app: FastifyInstance, ctx: ServerContext): void 
         summary: 'List workspaces',
         tags: ['workspaces'],
         querystring: z.object({ owner: z.string().regex(OWNER_PATTERN).optional(), node: z.string().min(1).max(63).optional() }).strict(),
+        response: replies({ 200: WorkspaceListSchema }),
       },
     },
     async (req) => {
@@ -95,13 +125,25 @@ export function workspaceRoutes(app: FastifyInstance, ctx: ServerContext): void 
     },
   );
 
-  r.get('/v1/workspaces/:id', { schema: { summary: 'Describe a workspace', tags: ['workspaces'], params: workspaceIdParam } }, async (req) => {
-    return workspaceFor(ctx, requireKey(req.caller), req.params.id);
-  });
+  r.get(
+    '/v1/workspaces/:id',
+    { schema: { summary: 'Describe a workspace', tags: ['workspaces'], params: workspaceIdParam, response: replies({ 200: WorkspaceInfoSchema }) } },
+    async (req) => {
+      return workspaceFor(ctx, requireKey(req.caller), req.params.id);
+    },
+  );
 
   r.patch(
     '/v1/workspaces/:id',
-    { schema: { summary: 'Rename or relabel a workspace', tags: ['workspaces'], params: workspaceIdParam, body: UpdateWorkspaceBody } },
+    {
+      schema: {
+        summary: 'Rename or relabel a workspace',
+        tags: ['workspaces'],
+        params: workspaceIdParam,
+        body: UpdateWorkspaceBody,
+        response: replies({ 200: WorkspaceInfoSchema }, WS_ERRORS),
+      },
+    },
     async (req) => {
       await workspaceFor(ctx, requireKey(req.caller), req.params.id);
       return wsm().update(req.params.id, req.body);
@@ -116,6 +158,7 @@ export function workspaceRoutes(app: FastifyInstance, ctx: ServerContext): void 
         tags: ['workspaces'],
         params: workspaceIdParam,
         querystring: z.object({ force: flag.optional() }).strict(),
+        response: replies({ 204: noContent('Deleted') }, WS_ERRORS),
       },
     },
     async (req, reply) => {
@@ -127,7 +170,14 @@ export function workspaceRoutes(app: FastifyInstance, ctx: ServerContext): void 
 
   r.get(
     '/v1/workspaces/:id/usage',
-    { schema: { summary: 'Bytes and files a workspace holds', tags: ['workspaces'], params: workspaceIdParam } },
+    {
+      schema: {
+        summary: 'Bytes and files a workspace holds',
+        tags: ['workspaces'],
+        params: workspaceIdParam,
+        response: replies({ 200: WorkspaceUsageSchema }),
+      },
+    },
     async (req) => {
       await workspaceFor(ctx, requireKey(req.caller), req.params.id);
       return wsm().usage(req.params.id);
@@ -148,6 +198,7 @@ export function workspaceRoutes(app: FastifyInstance, ctx: ServerContext): void 
           tags: ['files'],
           params: url.endsWith('*') ? workspacePathParams : workspaceIdParam,
           querystring: FileQuery,
+          response: replies({ 200: fileReadAnswer }, WS_ERRORS),
         },
       },
       async (req, reply) => {
@@ -168,6 +219,7 @@ export function workspaceRoutes(app: FastifyInstance, ctx: ServerContext): void 
           tags: ['files'],
           params: url.endsWith('*') ? workspacePathParams : workspaceIdParam,
           querystring: z.object({ recursive: flag.optional() }).strict(),
+          response: replies({ 204: noContent('Removed') }, WS_ERRORS),
         },
       },
       async (req, reply) => {
@@ -188,6 +240,7 @@ export function workspaceRoutes(app: FastifyInstance, ctx: ServerContext): void 
           tags: ['files'],
           params: url.endsWith('*') ? workspacePathParams : workspaceIdParam,
           body: FileOpBody,
+          response: replies({ 204: noContent('Done') }, WS_ERRORS),
         },
       },
       async (req, reply) => {
@@ -204,7 +257,14 @@ export function workspaceRoutes(app: FastifyInstance, ctx: ServerContext): void 
 
   r.get(
     '/v1/workspaces/:id/tar/*',
-    { schema: { summary: 'Download a directory as a tar stream', tags: ['files'], params: workspacePathParams } },
+    {
+      schema: {
+        summary: 'Download a directory as a tar stream',
+        tags: ['files'],
+        params: workspacePathParams,
+        response: replies({ 200: { description: 'a tar stream', content: { 'application/x-tar': { schema: binary } } } as unknown as z.ZodType }, WS_ERRORS),
+      },
+    },
     async (req, reply) => {
       const fs = await fsOf(req.caller, req.params.id);
       const tar = await fs.exportTar(filePath(req.params));
@@ -227,6 +287,7 @@ export function workspaceRoutes(app: FastifyInstance, ctx: ServerContext): void 
           tags: ['files'],
           params: workspacePathParams,
           querystring: FileQuery,
+          response: replies({ 204: noContent('Written') }, WS_ERRORS),
         },
       },
       async (req, reply) => {
@@ -245,7 +306,15 @@ export function workspaceRoutes(app: FastifyInstance, ctx: ServerContext): void 
     );
     rr.put(
       '/v1/workspaces/:id/tar/*',
-      { bodyLimit: Number.MAX_SAFE_INTEGER, schema: { summary: 'Unpack a tar stream into a directory', tags: ['files'], params: workspacePathParams } },
+      {
+        bodyLimit: Number.MAX_SAFE_INTEGER,
+        schema: {
+          summary: 'Unpack a tar stream into a directory',
+          tags: ['files'],
+          params: workspacePathParams,
+          response: replies({ 200: ImportResultSchema }, WS_ERRORS),
+        },
+      },
       async (req) => {
         const fs = await fsOf(req.caller, req.params.id);
         const body = (req.body ?? req.raw) as Readable;

@@ -3,9 +3,14 @@
  * what exists on the wire alone (ids in paths, base64 stdin, query flags) is defined here.
  */
 import { z } from 'zod';
-import { invalidArgument } from '../errors.js';
+import { ERROR_CODES, invalidArgument } from '../errors.js';
 import { MAX_DURATION_MS, commandLine, portNumber } from '../runtime/bounds.js';
 import { ExecOptionsSchema, ExecStreamOptionsSchema } from '../runtime/spec.js';
+import type { ExecResult } from '../runtime/types.js';
+import type { BoxInfo, PoolInfo } from '../sandbox/index.js';
+import type { DirEntry, FileStat, ImportResult, Workspace, WorkspaceUsage } from '../workspace/index.js';
+import type { ErrorBody } from './errors.js';
+import type { ApiKeyInfo, CreatedKey } from './keys.js';
 import { PROXY_TTL_MAX_MS } from '../sandbox/box.js';
 import { BOX_ID_PATTERN, OWNER_PATTERN } from '../sandbox/create-options.js';
 import { WORKSPACE_ID_PATTERN } from './context.js';
@@ -89,3 +94,184 @@ export const RenewLifetimeBodySchema = z.object({ lifetimeMs: z.number().int().m
 
 /** POST /v1/boxes/:id/vnc-url — box.vnc()'s options. */
 export const VncUrlBodySchema = z.object({ ttlMs: TokenTtlMsSchema }).strict();
+
+// --- Answers. With fastify-type-provider-zod a route's `response` schema is also its serializer:
+// an object answer is encoded through it (fields it does not name are dropped) and one that does
+// not fit is a 500. So each schema below is the wire form exactly; `Exact` makes the compiler
+// hold it to the library's type, so a field added there fails the typecheck until it is here.
+
+type Exact<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+function exact<T>(_check: T extends true ? true : never): void {}
+
+const isoTime = z.string().describe('ISO 8601');
+
+/** Every error answer: `{"error":{"code","message","details"?}}` (src/server/errors.ts). */
+export const ErrorBodySchema = z
+  .object({
+    error: z.object({
+      code: z.enum(ERROR_CODES).describe('stable; callers switch on it, never on message'),
+      message: z.string(),
+      details: z.record(z.string(), z.unknown()).optional().describe('plain data to act on: the bad field, the limit, ...'),
+    }),
+  })
+  .meta({ id: 'Error' });
+exact<Exact<z.infer<typeof ErrorBodySchema>, ErrorBody>>(true);
+
+export const BoxInfoSchema = z
+  .object({
+    id: z.string(),
+    containerId: z.string(),
+    pool: z.string(),
+    owner: z.string(),
+    status: z.enum(['running', 'stopped', 'creating']),
+    policy: z.enum(['oneshot', 'session', 'longrunning', 'persistent']),
+    labels: z.record(z.string(), z.string()),
+    image: z.string(),
+    createdAt: isoTime,
+    lastActive: isoTime,
+    processCount: z.number().int(),
+    vnc: z.boolean(),
+    workspaceId: z.string().nullable(),
+    mountPath: z.string(),
+    idleTimeoutMs: z.number().int(),
+    maxLifetimeMs: z.number().int(),
+    stopTimeoutMs: z.number().int(),
+    ports: z.array(z.object({ containerPort: z.number().int(), hostIp: z.string(), hostPort: z.number().int(), protocol: z.enum(['tcp', 'udp']) })),
+    execPath: z.enum(['agent', 'engine']),
+    exitCode: z.number().int().nullable(),
+    oomKilled: z.boolean(),
+  })
+  .meta({ id: 'BoxInfo' });
+exact<Exact<z.infer<typeof BoxInfoSchema>, BoxInfo>>(true);
+
+export const BoxListSchema = z.object({ boxes: z.array(BoxInfoSchema) });
+
+/** A buffered exec's answer (written by exec-json.ts, not encoded: the schema documents it). */
+export const ExecResultSchema = z
+  .object({
+    exitCode: z.number().int(),
+    stdout: z.string(),
+    stderr: z.string(),
+    truncated: z.boolean(),
+    timedOut: z.boolean(),
+    durationMs: z.number(),
+  })
+  .meta({ id: 'ExecResult' });
+exact<Exact<z.infer<typeof ExecResultSchema>, ExecResult>>(true);
+
+export const SignedUrlSchema = z.object({ url: z.string(), expiresAt: isoTime.optional() });
+export const VncUrlSchema = z.object({ url: z.string(), expiresAt: isoTime });
+
+export const WorkspaceInfoSchema = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    owner: z.string(),
+    node: z.string(),
+    labels: z.record(z.string(), z.string()),
+    createdAt: isoTime,
+    updatedAt: isoTime,
+    quotaBytes: z.number().int().optional(),
+  })
+  .meta({ id: 'WorkspaceInfo' });
+exact<Exact<z.infer<typeof WorkspaceInfoSchema>, Workspace>>(true);
+
+export const WorkspaceListSchema = z.object({ workspaces: z.array(WorkspaceInfoSchema) });
+export const WorkspaceUsageSchema = z.object({ bytes: z.number().int(), files: z.number().int(), quotaBytes: z.number().int().optional() });
+exact<Exact<z.infer<typeof WorkspaceUsageSchema>, WorkspaceUsage>>(true);
+
+const dirEntryShape = {
+  name: z.string(),
+  isDir: z.boolean(),
+  isSymlink: z.boolean(),
+  size: z.number().int(),
+  mode: z.number().int().describe('permission bits, e.g. 420 (0o644)'),
+  mtime: isoTime,
+};
+export const DirEntrySchema = z.object(dirEntryShape).meta({ id: 'DirEntry' });
+exact<Exact<z.infer<typeof DirEntrySchema>, DirEntry>>(true);
+export const FileStatSchema = z.object({ ...dirEntryShape, isFile: z.boolean() }).meta({ id: 'FileStat' });
+exact<Exact<z.infer<typeof FileStatSchema>, FileStat>>(true);
+export const DirListSchema = z.object({ entries: z.array(DirEntrySchema) });
+export const ImportResultSchema = z.object({ entries: z.number().int(), bytes: z.number().int() });
+exact<Exact<z.infer<typeof ImportResultSchema>, ImportResult>>(true);
+
+const warmTemplateSchema = z.object({
+  image: z.string(),
+  size: z.number().int(),
+  security: z.enum(['standard', 'strict']).optional(),
+  memory: z.number().int().optional(),
+  cpus: z.number().optional(),
+  network: z.string().optional(),
+});
+export const PoolInfoSchema = z
+  .object({
+    name: z.string(),
+    addr: z.string(),
+    connected: z.boolean(),
+    boxes: z.number().int(),
+    maxPerUser: z.number().int(),
+    maxTotal: z.number().int(),
+    idleTimeoutMs: z.number().int(),
+    maxLifetimeMs: z.number().int(),
+    stopTimeoutMs: z.number().int(),
+    security: z.enum(['standard', 'strict']),
+    memory: z.number().int(),
+    cpus: z.number(),
+    agent: z.boolean(),
+    networks: z.array(z.string()),
+    warm: z.array(warmTemplateSchema),
+    ociRuntime: z.string().optional(),
+    pidsLimit: z.number().int().optional(),
+    maxMemory: z.number().int().optional(),
+    maxCpus: z.number().optional(),
+    agentImage: z.string().optional(),
+    readyTimeoutMs: z.number().int().optional(),
+    storageClass: z.string().optional(),
+  })
+  .meta({ id: 'PoolInfo' });
+exact<Exact<z.infer<typeof PoolInfoSchema>, PoolInfo>>(true);
+export const PoolListSchema = z.object({ pools: z.array(PoolInfoSchema) });
+
+const keyInfoShape = { id: z.string(), name: z.string(), role: z.enum(['admin', 'user']), owner: z.string(), createdAt: isoTime };
+export const KeyInfoSchema = z.object(keyInfoShape).meta({ id: 'KeyInfo' });
+exact<Exact<z.infer<typeof KeyInfoSchema>, ApiKeyInfo>>(true);
+export const KeyListSchema = z.object({ keys: z.array(KeyInfoSchema) });
+export const CreatedKeySchema = z.object({
+  ...keyInfoShape,
+  key: z.string().describe('the secret; shown in this answer only'),
+  e2bKey: z.string().describe('the same key as the e2b SDK spells it'),
+});
+exact<Exact<z.infer<typeof CreatedKeySchema>, CreatedKey>>(true);
+
+/** An answer without a body (204, 101, a redirect): the document gives it no content. */
+export function noContent(description: string): z.ZodNull {
+  return z.null().describe(description);
+}
+
+/** What each error status means, for the document. */
+const ERROR_STATUSES = {
+  400: 'invalid_argument: a field, parameter or body the route refuses (details.field names it)',
+  401: 'unauthorized: no credential, or one that is unknown, revoked or expired',
+  403: 'forbidden: the credential may not do this (a user key on an admin route, another owner named)',
+  404: 'not_found / pool_not_found: no such resource, or another owner’s (which looks the same)',
+  409: 'conflict / pool_in_use: the resource’s state forbids it',
+  413: 'quota_exceeded, or a body larger than the server accepts (invalid_argument)',
+  415: 'invalid_argument: a content type the route does not take',
+  431: 'invalid_argument: the request line and headers are over 16 KiB (a long path or query)',
+  429: 'limit_exceeded: a quota of boxes, or too many failed authentications (Retry-After)',
+  500: 'internal: a bug; the server log has the details',
+  503: 'not_available / runtime_unavailable: shutting down, or the engine does not answer',
+  504: 'timeout: the engine or the box did not answer in time',
+} as const;
+export type ErrorStatus = keyof typeof ERROR_STATUSES;
+
+/** The error statuses every route with a key may answer (validation, auth, a missing resource, a limit, the engine). */
+export const COMMON_ERRORS: readonly ErrorStatus[] = [400, 401, 403, 404, 413, 415, 429, 431, 500, 503];
+
+/** A route's `response`: its successes as given, and the error body under each error status. */
+export function replies(ok: Record<number, z.ZodType>, errors: readonly ErrorStatus[] = COMMON_ERRORS): Record<number, z.ZodType> {
+  const out: Record<number, z.ZodType> = { ...ok };
+  for (const status of errors) out[status] = ErrorBodySchema.describe(ERROR_STATUSES[status]);
+  return out;
+}

@@ -24,7 +24,8 @@ import { VNC_PORT } from '../sandbox/box-spec.js';
 import type { StreamRegistry } from './context.js';
 import { mapError } from './errors.js';
 import { requireOwnOrigin, swapTokenForCookie } from './port-auth.js';
-import { boxIdParam } from './schemas.js';
+import { PORT_SECURITY } from './openapi.js';
+import { COMMON_ERRORS, boxIdParam, noContent, replies } from './schemas.js';
 
 /** How a request was let in: a token that came as `?sbx_token=` is swapped for a cookie by the page. */
 export interface VncGrant {
@@ -78,7 +79,15 @@ export function vncRoutes(app: FastifyInstance, deps: VncDeps): void {
   // Relative URLs in the page need the trailing slash; the redirect is relative too (path prefixes).
   r.get(
     '/v1/boxes/:id/vnc',
-    { config: { auth: 'public' }, schema: { summary: 'Redirects to the VNC viewer page (vnc/)', tags: ['vnc'], params: boxIdParam } },
+    {
+      config: { auth: 'public' },
+      schema: {
+        summary: 'Redirects to the VNC viewer page (vnc/)',
+        tags: ['vnc'],
+        params: boxIdParam,
+        response: replies({ 308: noContent('to vnc/') }, [400]),
+      },
+    },
     async (req, reply) => {
       const query = req.url.includes('?') ? req.url.slice(req.url.indexOf('?')) : '';
       return reply.code(308).header('location', `vnc/${query}`).send();
@@ -89,7 +98,19 @@ export function vncRoutes(app: FastifyInstance, deps: VncDeps): void {
     '/v1/boxes/:id/vnc/',
     {
       config: { auth: 'box' },
-      schema: { summary: 'The VNC viewer page of a box created with vnc: true (noVNC, served by sbx)', tags: ['vnc'], params: boxIdParam },
+      schema: {
+        summary: 'The VNC viewer page of a box created with vnc: true (noVNC, served by sbx)',
+        tags: ['vnc'],
+        params: boxIdParam,
+        security: PORT_SECURITY,
+        response: replies(
+          {
+            200: { description: 'the viewer page', content: { 'text/html': { schema: z.string() } } } as unknown as z.ZodType,
+            303: noContent('a ?sbx_token= swapped for the cookie: the same URL without it'),
+          },
+          [...COMMON_ERRORS, 504],
+        ),
+      },
     },
     async (req, reply) => {
       const { id } = req.params;
@@ -115,7 +136,18 @@ export function vncRoutes(app: FastifyInstance, deps: VncDeps): void {
 
   r.get(
     '/v1/vnc/assets/*',
-    { config: { auth: 'public' }, schema: { summary: "noVNC's modules for the viewer page (public: library code only)", tags: ['vnc'], params: assetParams } },
+    {
+      config: { auth: 'public' },
+      schema: {
+        summary: "noVNC's modules for the viewer page (public: library code only)",
+        tags: ['vnc'],
+        params: assetParams,
+        response: replies(
+          { 200: { description: 'a script', content: { 'text/javascript': { schema: z.string() } } } as unknown as z.ZodType },
+          [400, 404, 500, 503],
+        ),
+      },
+    },
     async (req, reply) => {
       const file = await assetFile(await novnc, req.params['*']);
       return reply
@@ -132,7 +164,13 @@ export function vncRoutes(app: FastifyInstance, deps: VncDeps): void {
     {
       websocket: true,
       config: { auth: 'box' },
-      schema: { summary: "The viewer's WebSocket: binary frames bridged to the box's VNC port (RFB)", tags: ['vnc'], params: boxIdParam },
+      schema: {
+        summary: "The viewer's WebSocket (websockify): binary frames bridged to the box's VNC port (RFB)",
+        tags: ['vnc'],
+        params: boxIdParam,
+        security: PORT_SECURITY,
+        response: replies({ 101: noContent('Switching Protocols: binary frames both ways, byte for byte to and from the VNC port') }, [...COMMON_ERRORS, 504]),
+      },
       // Authorization, the box's vnc flag and the stream to it before the upgrade: a refusal is a
       // plain HTTP error with its code, never a socket that opens and closes.
       preHandler: async (req) => {

@@ -17,7 +17,7 @@ import { parseOrThrow } from '../util/validation.js';
 import { boxFor } from './context.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
-import { WsExecSchema, boxIdParam, flag } from './schemas.js';
+import { COMMON_ERRORS, WsExecSchema, boxIdParam, flag, noContent, replies } from './schemas.js';
 import type { WsExec } from './schemas.js';
 
 export const CHANNEL = { stdin: 0, stdout: 1, stderr: 2, control: 3, stdinEof: 4 } as const;
@@ -88,6 +88,10 @@ export function wsExecRoutes(app: FastifyInstance, ctx: ServerContext): void {
         tags: ['exec'],
         params: boxIdParam,
         querystring: WsExecQuery,
+        response: replies(
+          { 101: noContent('Switching Protocols: the WebSocket (subprotocol sbx.v1), framed as docs/api.md says; errors after it are control frames') },
+          [...COMMON_ERRORS, 409, 504],
+        ),
       },
       // Authorization, ownership and the query are checked before the upgrade: a bad request
       // gets a plain HTTP error, never a socket.
