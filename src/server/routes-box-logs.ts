@@ -13,7 +13,7 @@ import type { LogChunk } from '../runtime/types.js';
 import { boxFor } from './context.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
-import { boxIdParam, flag } from './schemas.js';
+import { boxIdParam, flag, replies } from './schemas.js';
 import { startSse, whenDrained } from './sse.js';
 
 /** While following, a keep-alive this often (an SSE comment, an empty JSON line): proxies and fetch's 300 s body timeout must not cut a quiet log. */
@@ -48,6 +48,12 @@ export function boxLogRoutes(app: FastifyInstance, ctx: ServerContext): void {
         tags: ['boxes'],
         params: boxIdParam,
         querystring: LogsQuery,
+        response: replies({
+          200: {
+            description: 'JSON lines ({"stream","data","time"} each), or with Accept: text/event-stream Server-Sent Events (log, keepalive, end, error)',
+            content: { 'application/x-ndjson': { schema: z.string() }, 'text/event-stream': { schema: z.string() } },
+          } as unknown as z.ZodType,
+        }),
       },
     },
     async (req, reply) => {

@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { imageRef } from '../runtime/spec.js';
 import { requireAdmin } from './auth.js';
 import type { ServerContext } from './context.js';
-import { flag } from './schemas.js';
+import { COMMON_ERRORS, ImageListSchema, flag, noContent, replies } from './schemas.js';
 
 const poolName = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,31}$/, 'must be 1-32 of [a-z0-9_-]');
 
@@ -24,6 +24,7 @@ export function imageRoutes(app: FastifyInstance, ctx: ServerContext): void {
         summary: 'List the images of a pool (admin; default the first pool)',
         tags: ['images'],
         querystring: z.object({ pool: poolName.optional() }).strict(),
+        response: replies({ 200: ImageListSchema }),
       },
     },
     async (req) => {
@@ -39,6 +40,7 @@ export function imageRoutes(app: FastifyInstance, ctx: ServerContext): void {
         summary: 'Remove an image from a pool (admin; the engine refuses one a box uses unless force, which only untags it)',
         tags: ['images'],
         querystring: z.object({ ref: imageRef, pool: poolName.optional(), force: flag.optional() }).strict(),
+        response: replies({ 204: noContent('Removed') }, [...COMMON_ERRORS, 409]),
       },
     },
     async (req, reply) => {

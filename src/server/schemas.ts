@@ -7,6 +7,7 @@ import { ERROR_CODES, invalidArgument } from '../errors.js';
 import { MAX_DURATION_MS, commandLine, portNumber } from '../runtime/bounds.js';
 import { ExecOptionsSchema, ExecStreamOptionsSchema } from '../runtime/spec.js';
 import type { ExecResult } from '../runtime/types.js';
+import { BOX_STATUSES } from '../sandbox/types.js';
 import type { BoxInfo, PoolInfo } from '../sandbox/index.js';
 import type { DirEntry, FileStat, ImportResult, Workspace, WorkspaceUsage } from '../workspace/index.js';
 import type { ErrorBody } from './errors.js';
@@ -123,7 +124,7 @@ export const BoxInfoSchema = z
     containerId: z.string(),
     pool: z.string(),
     owner: z.string(),
-    status: z.enum(['running', 'stopped', 'creating']),
+    status: z.enum(BOX_STATUSES),
     policy: z.enum(['oneshot', 'session', 'longrunning', 'persistent']),
     labels: z.record(z.string(), z.string()),
     image: z.string(),
@@ -237,6 +238,13 @@ const keyInfoShape = { id: z.string(), name: z.string(), role: z.enum(['admin', 
 export const KeyInfoSchema = z.object(keyInfoShape).meta({ id: 'KeyInfo' });
 exact<Exact<z.infer<typeof KeyInfoSchema>, ApiKeyInfo>>(true);
 export const KeyListSchema = z.object({ keys: z.array(KeyInfoSchema) });
+/** GET /v1/whoami: the calling key, never its secret. */
+export const WhoamiSchema = z.object({ keyId: z.string(), name: z.string(), role: z.enum(['admin', 'user']), owner: z.string(), admin: z.boolean() });
+/** GET /v1/images: a pool's images. */
+export const ImageListSchema = z.object({
+  pool: z.string(),
+  images: z.array(z.object({ id: z.string(), tags: z.array(z.string()), sizeBytes: z.number().int(), createdAt: isoTime }).meta({ id: 'ImageInfo' })),
+});
 export const CreatedKeySchema = z.object({
   ...keyInfoShape,
   key: z.string().describe('the secret; shown in this answer only'),
