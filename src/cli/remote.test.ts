@@ -638,34 +638,40 @@ async function openAsBrowser(url: string): Promise<Response> {
 }
 
 describe('box id prefixes', () => {
-  test('a unique prefix of a box the caller may see stands for it; an ambiguous one lists the caller’s matches; another owner’s box never matches nor counts', async () => {
+  test('a unique prefix of a generated id the caller may see stands for it; an ambiguous one lists the caller’s matches; another owner’s box never matches nor counts; a chosen id never matches by prefix', async () => {
     const p = `pfx${process.pid}`;
     const user = await userKey('prefix-user');
     const asUser = { env: { SBX_API_KEY: user.key } };
     const made = [
-      await sbx(['create', '--name', `${p}-admin-a1`, IMAGE]),
-      await sbx(['create', '--name', `${p}-admin-b2`, IMAGE]),
-      await sbx(['create', '--name', `${p}-user-c3`, IMAGE], asUser),
+      await sbx(['create', IMAGE]),
+      await sbx(['create', IMAGE]),
+      await sbx(['create', IMAGE], asUser),
+      await sbx(['create', '--name', `${p}-named1`, IMAGE]),
     ];
     for (const m of made) assert.equal(m.code, 0, m.stderr);
+    const [a, b, c] = made.map((m) => m.stdout.trim()) as [string, string, string];
     try {
-      const unique = await sbx(['exec', `${p}-admin-a`, 'sh', '-c', 'echo $SBX_SANDBOX_ID']);
-      assert.deepEqual([unique.code, unique.stdout], [0, `${p}-admin-a1\n`], unique.stderr);
-      assert.equal((JSON.parse((await sbx(['info', '--json', `${p}-admin-b`])).stdout) as { id: string }).id, `${p}-admin-b2`);
-      const ambiguous = await sbx(['exec', `${p}-admin-`, 'true']);
+      const unique = await sbx(['exec', a.slice(0, -1), 'sh', '-c', 'echo $SBX_SANDBOX_ID']);
+      assert.deepEqual([unique.code, unique.stdout], [0, `${a}\n`], unique.stderr);
+      assert.equal((JSON.parse((await sbx(['info', '--json', b.slice(0, -1)])).stdout) as { id: string }).id, b);
+      // The admin sees all three generated boxes: `sb-` is ambiguous for it, and says which.
+      const ambiguous = await sbx(['exec', 'sb-', 'true']);
       assert.equal(ambiguous.code, 1);
-      assert.match(ambiguous.stderr, new RegExp(`box id prefix '${p}-admin-' is ambiguous: it starts 2 of your boxes \\(${p}-admin-a1, ${p}-admin-b2\\)`));
-      // The user: the admin's boxes are not there at all, and do not make `${p}-` ambiguous.
-      const hidden = await sbx(['exec', `${p}-admin-a`, 'true'], asUser);
+      assert.match(ambiguous.stderr, /box id prefix 'sb-' is ambiguous: it starts 3 of your boxes/);
+      // The user: the admin's boxes are not there at all, and do not make `sb-` ambiguous.
+      const hidden = await sbx(['exec', a.slice(0, -1), 'true'], asUser);
       assert.equal(hidden.code, 1);
-      assert.match(hidden.stderr, new RegExp(`^sbx: not_found: box '${p}-admin-a' not found`));
-      const own = await sbx(['exec', `${p}-`, 'sh', '-c', 'echo $SBX_SANDBOX_ID'], asUser);
-      assert.deepEqual([own.code, own.stdout], [0, `${p}-user-c3\n`], own.stderr);
-      // The admin sees all three: the same prefix is ambiguous for it, and says so.
-      assert.match((await sbx(['info', `${p}-`])).stderr, /starts 3 of your boxes/);
-      assert.equal((await sbx(['rm', `${p}-user`], asUser)).code, 0, 'rm takes a prefix too');
+      assert.match(hidden.stderr, new RegExp(`^sbx: not_found: box '${a.slice(0, -1)}' not found`));
+      const own = await sbx(['exec', 'sb-', 'sh', '-c', 'echo $SBX_SANDBOX_ID'], asUser);
+      assert.deepEqual([own.code, own.stdout], [0, `${c}\n`], own.stderr);
+      // A chosen id is a name: it never stands for a longer one (a removed agent-1 is never agent-10).
+      const named = await sbx(['exec', `${p}-named`, 'true']);
+      assert.equal(named.code, 1);
+      assert.match(named.stderr, /not_found/);
+      assert.equal((await sbx(['rm', 'sb-'], asUser)).code, 0, 'rm takes a prefix too');
+      assert.equal((await sbx(['info', c])).code, 1, "the user's box is gone");
     } finally {
-      await sbx(['rm', `${p}-admin-a1`, `${p}-admin-b2`, `${p}-user-c3`]);
+      await sbx(['rm', a, b, c, `${p}-named1`]);
     }
   });
 });

@@ -211,7 +211,11 @@ export interface ManagerConfig {
   apiUrl?: string;
   /** HMAC secret for box tokens; default generated once and kept in the data dir. */
   tokenSecret?: string;
-  /** Base URL of the sbx server in front of this Manager: box.proxy() URLs start with it (sbx serve sets its own). */
+  /**
+   * Base URL of the sbx server in front of this Manager: box.proxy() URLs start with it. Unset, they
+   * start with the URL of the sbx serve registered last on this Manager (Manager.registerServer);
+   * each server's own routes always issue URLs under its own address.
+   */
   publicUrl?: string;
   /** With publicUrl: box.proxy() answers host-based URLs `<port>-<id>.<proxyDomain>`. */
   proxyDomain?: string;
@@ -463,7 +467,8 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
   } catch (e) {
     if (e instanceof SbxError && typeof e.details?.['field'] === 'string') {
       // Name the key as the file wrote it: `idleTimeout`, not the `idleTimeoutMs` it became.
-      const field = e.details['field'].replace(/(cleanupInterval|tokenTtl|idleTimeout|maxLifetime|stopTimeout)Ms$/, '$1');
+      const fileKey = new RegExp(`(${[...Object.keys(FILE_DURATIONS), ...Object.keys(FILE_POOL_DURATIONS)].join('|')})Ms$`);
+      const field = e.details['field'].replace(fileKey, '$1');
       throw located(new SbxError('invalid_argument', e.message.replace(e.details['field'], field), { details: { field } }), toPath(field));
     }
     throw e;

@@ -22,6 +22,7 @@ import type { BoxRecord } from './labels.js';
 import { Pool } from './pool.js';
 import { hostEndpoints } from './host-endpoints.js';
 import { CLEANUP_PARALLELISM, Recovery } from './recovery.js';
+import { GENERATED_ID_BYTES } from './box-id.js';
 import { BoxRegistry } from './registry.js';
 import { BoxSecrets } from './secrets.js';
 import { BoxTokenService } from './tokens.js';
@@ -381,7 +382,7 @@ export class Manager {
   }
 
   private async createBox(opts: CreateOptions): Promise<ManagedBox> {
-    const id = opts.id ?? `sb-${randomBytes(6).toString('hex')}`;
+    const id = opts.id ?? `sb-${randomBytes(GENERATED_ID_BYTES).toString('hex')}`;
     if (this.creating.has(id)) throw new SbxError('conflict', `box '${id}' already exists`, { details: { id } });
     const creation = this.placeAndCreate(id, opts).finally(() => this.creating.delete(id));
     this.creating.set(id, creation);

@@ -232,7 +232,8 @@ function boxVncDeps(ctx: ServerContext): VncDeps {
   return {
     authorize: async (req, id, port) => {
       const grant = await authorizePortRequest(req, id, port);
-      return grant.expiresAt !== undefined ? { via: grant.via, expiresAt: grant.expiresAt } : { via: grant.via };
+      const boxId = grant.box.id;
+      return grant.expiresAt !== undefined ? { boxId, via: grant.via, expiresAt: grant.expiresAt } : { boxId, via: grant.via };
     },
     dial: async (id, port) => (await ctx.manager.get(id)).dial(port),
     hasVnc: async (id) => (await (await ctx.manager.get(id)).info()).vnc,

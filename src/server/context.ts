@@ -9,6 +9,7 @@ import type { LocalBox, Manager, PortUrlIssuer } from '../sandbox/index.js';
 import type { Workspace } from '../workspace/index.js';
 import type { Caller } from './auth.js';
 import { mayAccess, requireKey } from './auth.js';
+import { isGeneratedIdPrefix } from '../sandbox/box-id.js';
 import type { KeyStore, Principal } from './keys.js';
 import type { ServerMetrics } from './metrics.js';
 import type { ExecOutputBudget } from './output-budget.js';
@@ -100,7 +101,8 @@ export async function boxFor(ctx: ServerContext, caller: Caller | undefined, id:
     throw err;
   });
   if (box && mayAccess(p, box.owner)) return box;
-  const matches = (await ctx.manager.list()).filter((b) => b.id.startsWith(id) && mayAccess(p, b.owner));
+  // A prefix stands only for a generated id, among the caller's boxes (src/sandbox/box-id.ts).
+  const matches = (await ctx.manager.list()).filter((b) => isGeneratedIdPrefix(id, b.id) && mayAccess(p, b.owner));
   if (matches.length === 1) return matches[0]!;
   if (matches.length > 1) {
     const ids = matches.map((b) => b.id).sort();

@@ -16,13 +16,14 @@ declare module 'fastify' {
 }
 
 /**
- * `Bearer <credential>` from `Authorization`, else from `X-API-KEY` (what the e2b SDK sends), else
- * on a WebSocket upgrade from the `sbx.bearer.<credential>` subprotocol (browsers cannot set headers).
+ * `Bearer <credential>` from `X-API-KEY` (what the e2b SDK sends: an explicit key wins over an
+ * Authorization a proxy or another SDK setting may carry), else `Authorization`, else on a
+ * WebSocket upgrade the `sbx.bearer.<credential>` subprotocol (browsers cannot set headers).
  */
 export function credentialOf(req: FastifyRequest): string | undefined {
-  if (req.headers.authorization !== undefined) return req.headers.authorization;
   const apiKey = req.headers['x-api-key'];
   if (typeof apiKey === 'string') return `Bearer ${apiKey}`;
+  if (req.headers.authorization !== undefined) return req.headers.authorization;
   if (req.headers.upgrade?.toLowerCase() === 'websocket') return bearerFromProtocols(req.headers['sec-websocket-protocol']);
   return undefined;
 }

@@ -89,7 +89,7 @@ export function boxLogRoutes(app: FastifyInstance, ctx: ServerContext): void {
         }
         if (!cut) out.end();
       } catch (err) {
-        out.error(mapError(err).body.error);
+        if (!cut) out.error(mapError(err).body.error); // a shutdown's cut wrote its own last line
       } finally {
         clearInterval(keepalive);
         out.close();

@@ -319,12 +319,13 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
     async (req, reply) => {
       // Its box's token, or a key that may see the box.
       const caller = (req.caller = await authenticateRequest(req));
+      let id = req.params.id;
       if (caller.kind === 'box') {
-        if (caller.boxId !== req.params.id) throw new SbxError('forbidden', 'this box token speaks for another box');
+        if (caller.boxId !== id) throw new SbxError('forbidden', 'this box token speaks for another box');
       } else {
-        await boxFor(ctx, caller, req.params.id);
+        id = (await boxFor(ctx, caller, id)).id; // the box the key may see, never the raw path id
       }
-      await ctx.manager.heartbeat(req.params.id, {
+      await ctx.manager.heartbeat(id, {
         active: req.body.active,
         ...(req.body.processCount !== undefined ? { processCount: req.body.processCount } : {}),
       });

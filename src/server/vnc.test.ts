@@ -73,7 +73,7 @@ const vncDeps: VncDeps = {
     if (given === undefined) throw new SbxError('unauthorized', 'no credential');
     if (given !== secret) throw new SbxError('forbidden', 'wrong credential');
     await manager.get(boxId);
-    return { via: 'cookie' };
+    return { boxId, via: 'cookie' };
   },
   async dial(boxId, port) {
     const fake = dialOverride.get(boxId);

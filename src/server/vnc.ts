@@ -29,6 +29,8 @@ import { COMMON_ERRORS, boxIdParam, noContent, replies } from './schemas.js';
 
 /** How a request was let in: a token that came as `?sbx_token=` is swapped for a cookie by the page. */
 export interface VncGrant {
+  /** The box the grant is for: a prefix in the path resolved to its id. Everything after uses this id. */
+  boxId: string;
   via: 'key' | 'query' | 'cookie';
   /** With a token: when it expires (epoch ms). */
   expiresAt?: number;
@@ -178,7 +180,7 @@ export function vncRoutes(app: FastifyInstance, deps: VncDeps): void {
         const grant = await allowVnc(deps, req, id);
         // The cookie rides along with an upgrade from any page: only the server's own may use it.
         requireOwnOrigin(req, grant.via, deps.publicUrl?.());
-        const tcp = await dialWithin(deps, id, DIAL_TIMEOUT_MS);
+        const tcp = await dialWithin(deps, grant.boxId, DIAL_TIMEOUT_MS);
         dialed.set(req, tcp);
         // An upgrade that never completes must not leave the stream open.
         req.raw.socket.once('close', () => {
@@ -202,7 +204,7 @@ export function vncRoutes(app: FastifyInstance, deps: VncDeps): void {
 /** The caller may use the box's VNC, and the box has it: unauthorized/forbidden/not_found, else not_available. */
 async function allowVnc(deps: VncDeps, req: FastifyRequest, id: string): Promise<VncGrant> {
   const grant = await deps.authorize(req, id, VNC_PORT);
-  if (!(await deps.hasVnc(id))) {
+  if (!(await deps.hasVnc(grant.boxId))) {
     throw new SbxError('not_available', `box '${id}' was created without vnc; create it with vnc: true (and a desktop image such as sbx-desktop)`, {
       details: { id, reason: 'vnc_not_enabled' },
     });
