@@ -10,8 +10,6 @@
  */
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -25,8 +23,7 @@ import { defineRow } from '../core/row.js';
 import type { AnyRow, Named } from '../core/row.js';
 import { runPairRows } from '../core/run-rows.js';
 import type { RunContext } from '../core/run-rows.js';
-import { sweep } from '../core/sweep.js';
-import { EngineClient } from '../engine/client.js';
+import { runStandalone } from '../core/standalone.js';
 import { PoolSubject } from '../subjects/pool.js';
 
 const run = promisify(execFile);
@@ -99,30 +96,4 @@ export async function runCliRows(
   }
 }
 
-async function main(): Promise<void> {
-  const mode = process.argv.includes('--quick') ? 'quick' : 'full';
-  const runId = String(process.pid);
-  const tmp = await mkdtemp(join(os.tmpdir(), 'sbx-bench-cli-'));
-  const log = (line: string) => process.stderr.write(`bench: ${line}\n`);
-  const engine = new EngineClient();
-  try {
-    const rows = await runCliRows({ mode, log, signal: new AbortController().signal }, { managerName: `bench-cli-${process.pid}`, dataDir: tmp, runId });
-    const out = ['row        sbx p50 ms  docker p50 ms  ratio'];
-    for (const r of rows) {
-      if (r.sides.length !== 2) out.push(`${r.name.padEnd(11)}${r.status}: ${r.reason ?? ''}`);
-      else {
-        const [s, d] = r.sides;
-        out.push(
-          `${r.name.padEnd(11)}${s.stats.p50.toFixed(1).padStart(10)}  ${d.stats.p50.toFixed(1).padStart(13)}  ${(r.ratio ?? 0).toFixed(2).padStart(5)}x   (n=${s.stats.n})`,
-        );
-      }
-    }
-    process.stdout.write(`${out.join('\n')}\n`);
-  } finally {
-    await sweep(engine, runId).catch(() => 0);
-    engine.close();
-    await rm(tmp, { recursive: true, force: true });
-  }
-}
-
-if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) await main();
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) await runStandalone('cli', ['sbx', 'docker'], runCliRows);

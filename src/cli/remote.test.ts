@@ -19,6 +19,8 @@ import { IMAGE, startTestServer } from '../testing/server.js';
 import type { TestServer } from '../testing/server.js';
 import { testEnv } from '../testing/env.js';
 import { registryOnlyImage, removeLocalImage } from '../testing/registry-image.js';
+import { RESOLVE_RECORDER_HOOKS } from '../testing/module-recorder.js';
+import { waitFor } from '../testing/wait.js';
 
 const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -131,23 +133,12 @@ function makeTree(root: string): void {
   symlinkSync('hello.txt', join(root, 'link'));
 }
 
-/** Records every module a child resolves (ESM) or requires (CommonJS) while it runs `sbx ARGS`. */
-const RECORD_HOOKS = `
-import { appendFileSync } from 'node:fs';
-let file;
-export function initialize(data) { file = data.file; }
-export async function resolve(specifier, context, next) {
-  const r = await next(specifier, context);
-  appendFileSync(file, r.url + '\\n');
-  return r;
-}`;
-
 async function modulesLoadedBy(args: string[]): Promise<{ result: Result; modules: string[] }> {
   const log = join(dir, `modules-${randomBytes(4).toString('hex')}.txt`);
   writeFileSync(log, '');
   const recorder = join(dir, `record-${randomBytes(4).toString('hex')}.mjs`);
   const register = `import { register, createRequire } from 'node:module';
-    register('data:text/javascript,' + encodeURIComponent(${JSON.stringify(RECORD_HOOKS)}), { data: { file: ${JSON.stringify(log)} } });
+    register('data:text/javascript,' + encodeURIComponent(${JSON.stringify(RESOLVE_RECORDER_HOOKS)}), { data: { file: ${JSON.stringify(log)} } });
     const require = createRequire(import.meta.url);
     process.on('exit', () => require('node:fs').appendFileSync(${JSON.stringify(log)}, Object.keys(require.cache).join('\\n') + '\\n'));`;
   writeFileSync(recorder, register);
@@ -697,13 +688,14 @@ describe('sbx url, vnc, renew, whoami, logout, images, completion', () => {
       assert.equal((await fetch(plain.stdout.trim())).status, 401, 'a plain URL needs the key');
       const shared = (await sbx(['url', '--share', '--ttl', '5m', id, '8080'])).stdout.trim();
       assert.match(shared, /\?sbx_token=/);
-      let body = '';
-      for (let i = 0; i < 50 && body !== 'hello-www\n'; i++) {
-        const res = await openAsBrowser(shared);
-        body = await res.text();
-        // httpd may not listen yet the moment the box runs: wait for it, not for a time.
-        if (res.status !== 200) await new Promise((r) => setTimeout(r, 100));
-      }
+      // httpd may not listen yet the moment the box runs: wait for it, not for a number of tries.
+      const body = await waitFor(
+        async () => {
+          const res = await openAsBrowser(shared);
+          return res.status === 200 ? res.text() : false;
+        },
+        { what: 'the shared URL serving the page', intervalMs: 100 },
+      );
       assert.equal(body, 'hello-www\n');
       const ttlAlone = await sbx(['url', '--ttl', '5m', id, '8080']);
       assert.equal(ttlAlone.code, 2);

@@ -13,6 +13,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
+import { RESOLVE_RECORDER_HOOKS } from '../testing/module-recorder.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, '../..');
@@ -69,16 +70,6 @@ test('static: the walker sees through a mixed import, so it can fail', () => {
   ]);
 });
 
-const HOOKS = `
-import { appendFileSync } from 'node:fs';
-let file;
-export function initialize(data) { file = data.file; }
-export async function resolve(specifier, context, next) {
-  const r = await next(specifier, context);
-  appendFileSync(file, r.url + '\\n');
-  return r;
-}`;
-
 test('at run time: loading the SDK loads no core dependency (ESM resolutions and CommonJS requires recorded in a child)', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'sbx-sdk-graph-'));
   try {
@@ -87,7 +78,7 @@ test('at run time: loading the SDK loads no core dependency (ESM resolutions and
       import { register, createRequire } from 'node:module';
       const require = createRequire(import.meta.url);
       const before = new Set(Object.keys(require.cache));
-      register('data:text/javascript,' + encodeURIComponent(${JSON.stringify(HOOKS)}), { data: { file: ${JSON.stringify(log)} } });
+      register('data:text/javascript,' + encodeURIComponent(${JSON.stringify(RESOLVE_RECORDER_HOOKS)}), { data: { file: ${JSON.stringify(log)} } });
       const sdk = await import(${JSON.stringify(pathToFileURL(entry).href)});
       if (typeof sdk.Sbx !== 'function') throw new Error('no Sbx export');
       const required = Object.keys(require.cache).filter((k) => !before.has(k));
