@@ -15,6 +15,7 @@ import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { managerSelector } from '../sandbox/labels.js';
 import { testEnv } from '../testing/env.js';
 import { registryOnlyImage, removeLocalImage } from '../testing/registry-image.js';
+import { waitFor } from '../testing/wait.js';
 
 const IMAGE = testEnv.baseImage;
 const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
@@ -413,9 +414,8 @@ describe('sbx help and pools', () => {
           const made = await call('POST', '/v1/boxes', { image: IMAGE, cmd: ['sh', '-c', 'exit 4'] });
           try {
             // The server sees its command end (the event it gets from the engine), not a time.
-            let status = made.status;
-            for (let i = 0; i < 600 && status !== 'stopped'; i++) status = (await call('GET', `/v1/boxes/${made.id}`)).status;
-            assert.equal(status, 'stopped');
+            if (made.status !== 'stopped')
+              await waitFor(async () => (await call('GET', `/v1/boxes/${made.id}`)).status === 'stopped', { what: 'the box stopped', intervalMs: 50 });
             const before = (await docker.getContainer(made.containerId).inspect()).State;
             const pools = await sbx(['pools'], { env });
             assert.deepEqual([pools.code, pools.stdout], [0, 'local\tlocal\tconnected\tboxes=1\n'], pools.stderr);

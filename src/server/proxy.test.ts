@@ -421,12 +421,15 @@ describe('box.proxy()', () => {
       });
       const direct = await own.proxy(3002, '/d');
       assert.match(direct, /^http:\/\/127\.0\.0\.1:\d+\/d$/);
-      let page = '';
-      for (let i = 0; i < 100 && page !== 'direct\n'; i++)
-        page = await fetch(direct).then(
-          (r) => r.text(),
-          () => '',
-        );
+      // Until httpd listens: wait for the page, not a number of tries.
+      const page = await waitFor(
+        () =>
+          fetch(direct).then(
+            async (r) => (r.ok ? r.text() : false),
+            () => false,
+          ),
+        { what: 'the box service on its published port' },
+      );
       assert.equal(page, 'direct\n');
       await assert.rejects(own.proxy(3002, '/', { signed: true }), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'signed');
       await own.remove();
