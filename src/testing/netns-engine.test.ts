@@ -5,6 +5,7 @@
  * loopback, and a link taken down is a partition. Needs root, like the rest of the harness.
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { existsSync, readlinkSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import type { AddressInfo, Server } from 'node:net';
@@ -167,6 +168,24 @@ describe(`network namespace engines (${runId})`, { timeout: 300_000 }, () => {
     assert.deepEqual(again.start.did, [], 'nothing to do');
     assert.deepEqual(again.start.loaded, [], 'every image was there with the same id');
     console.log(`# second start of ${again.netns}: ${again.start.loadMs} ms to check the images`);
+  });
+
+  test('leftovers of a killed run: a stale pid file, then a dockerd in an orphaned namespace', async () => {
+    const e = engines[0]!;
+    process.kill(e.pid, 'SIGKILL');
+    await waitFor(() => !existsSync(`/proc/${e.pid}`), { what: `dockerd ${e.pid} to be gone` });
+    const back = await startNetnsEngine(1);
+    assert.notEqual(back.pid, e.pid);
+    assert.ok(back.start.did.includes('removed stale /run/sbx-t1/docker.pid'), back.start.did.join('; '));
+    assert.deepEqual(back.start.loaded, [], 'the data root kept the images');
+    // The namespace deleted under a running dockerd (a half-finished stop): its veth goes with it, the dockerd stays.
+    execFileSync('ip', ['netns', 'delete', e.netns], { env: { PATH: `${process.env['PATH']}:/usr/sbin:/sbin` } });
+    const again = await startNetnsEngine(1);
+    assert.ok(again.start.did.includes(`stopped dockerd ${back.pid} of an orphaned namespace (exited)`), again.start.did.join('; '));
+    assert.ok(again.start.did.includes('created netns sbx-t1'), again.start.did.join('; '));
+    assert.equal(netnsOf(again.pid), `net:[${statSync('/run/netns/sbx-t1').ino}]`);
+    assert.equal(await probeFromNamespace(again, again.hostAddress, await greeter(again.hostAddress, 'again')), 'ok again');
+    console.log(`# ${e.netns} after kill -9: ${back.start.engineMs} ms (${back.start.did.join('; ')}); orphaned: ${again.start.engineMs} ms`);
   });
 
   test('stop ends dockerd and removes the veth and the namespace, keeping the image cache', async () => {

@@ -390,9 +390,11 @@ function clearStale(l: Layout, did: string[]): void {
 }
 
 /**
- * The host (the test process) may open connections to the boxes' bridges through the veth; Docker's
- * FORWARD rules would drop them (only published ports pass), DOCKER-USER is the chain Docker leaves
- * to its administrator. Replies and the boxes' own traffic out are Docker's as usual.
+ * The host (the test process) may open connections to the boxes' bridges through the veth. Where
+ * Docker set FORWARD's policy to DROP (it does when it turned ip_forward on itself; a namespace
+ * inherits the host's, and then the policy stays ACCEPT) only published ports would pass:
+ * DOCKER-USER is the chain Docker leaves to its administrator. Replies and the boxes' own traffic
+ * out are Docker's as usual.
  */
 async function allowHostToBoxes(l: Layout, did: string[]): Promise<void> {
   const rule = ['DOCKER-USER', '-i', l.nsLink, '-s', `${l.hostAddress}/32`, '-j', 'ACCEPT'];
