@@ -117,6 +117,13 @@ if [ -n "${kubectl_bin:-}" ]; then
     echo "test.sh: FAIL: leaked pods or claims" >&2
   fi
 fi
+# Network namespace engines (src/testing/netns-engine.ts) that a test left up, or an earlier killed
+# run: their dockerds, veths and namespaces end with the suite; the image caches stay for the next run.
+netns_left=$(bash scripts/netns-engines.sh down all 2>&1) || {
+  echo "test.sh: FAIL: scripts/netns-engines.sh down all: $netns_left" >&2
+  rc=1
+}
+[ -z "$netns_left" ] || echo "test.sh: network namespace engines were left up, now stopped: $netns_left" >&2
 older=$(test_containers | wc -l)
 [ "$older" -eq 0 ] || warn "$older older sbx.test/sbx.managed-by container(s) remain from other runs: docker rm -f \$(docker ps -aq --filter label=sbx.test)"
 
