@@ -490,7 +490,7 @@ function handle(index: number, l: Layout, pid: number, start: NetnsEngineStart):
     pid,
     start,
     spawn: (cmd, args = [], opts = {}) =>
-      spawn('nsenter', [`--net=${l.netnsPath}`, '--', cmd, ...args], { ...opts, env: { PATH: SBIN_PATH, ...process.env, ...opts.env } }),
+      spawn('nsenter', [`--net=${l.netnsPath}`, '--', cmd, ...args], { ...opts, env: { ...process.env, PATH: SBIN_PATH, ...opts.env } }),
     linkDown: async () => {
       await run('ip', ['link', 'set', l.hostLink, 'down']);
     },
