@@ -313,6 +313,11 @@ export class NodeService {
     return relay ? { ...rest, SBX_API_URL: relay.url } : rest;
   }
 
+  /** Where this node's boxes post heartbeats (`SBX_API_URL` in their env); undefined when the node has no box gateway. */
+  async relayUrl(): Promise<string | undefined> {
+    return (await this.relayReady())?.url;
+  }
+
   /** The relay, listening on the box network's gateway and opened in the host firewall, once. */
   private relayReady(): Promise<{ relay: HeartbeatRelay; url: string } | undefined> {
     this.relay ??= this.startRelay().catch((err: unknown) => {
