@@ -217,6 +217,39 @@ describe('node service', () => {
     assert.equal(await post('/v1/boxes/sb-1/heartbeat', '{"active":true,"processCount":1}'), 204);
   });
 
+  test('box ports are reached through the node (dialPort), and signals cross the exec stream', async () => {
+    const id = await started({
+      ports: [{ containerPort: 8081 }],
+      dialAnyPort: true,
+      cmd: ['sh', '-c', 'mkdir -p /tmp/w && echo served-by-box > /tmp/w/index.html && httpd -p 8080 -h /tmp/w && httpd -p 8081 -h /tmp/w && exec sleep 86400'],
+    });
+    try {
+      const get = async (port: number) => {
+        const conn = await node.runtime.dialPort(id, port);
+        conn.end('GET / HTTP/1.0\r\n\r\n');
+        const chunks: Buffer[] = [];
+        for await (const c of conn) chunks.push(c as Buffer);
+        return Buffer.concat(chunks).toString();
+      };
+      const served = (port: number) => waitFor(async () => (await get(port).catch(() => '')).includes('served-by-box'), { what: `port ${port} to serve` });
+      await served(8081);
+      await served(8080);
+      await assert.rejects(node.runtime.dialPort(id, 9999), (e: SbxError) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'port_not_listening');
+
+      // A single signal reaches the process itself, which handles it.
+      const s = await node.runtime.execStream(id, ['sh', '-c', 'trap "echo got-usr1; exit 7" USR1; echo ready; while :; do sleep 0.05; done']);
+      let out = '';
+      s.stdout.on('data', (c: Buffer) => (out += c.toString()));
+      await waitFor(() => out.includes('ready'), { what: 'the trap to be set' });
+      assert.equal(typeof s.signal, 'function');
+      await s.signal!('SIGUSR1');
+      assert.equal(await s.wait(), 7);
+      assert.match(out, /got-usr1/);
+    } finally {
+      await node.runtime.remove(id, { force: true });
+    }
+  });
+
   test("the node's SbxErrors arrive with the same code, message and details as the local runtime's", async () => {
     const id = await started();
     try {
