@@ -46,6 +46,19 @@ describe('node service', () => {
     return id;
   }
 
+  test("the node's facts: its name, engine, size, OCI runtimes and free disk", async () => {
+    const f = await node.runtime.facts();
+    const v = await local.version();
+    assert.equal(f.name, `svc-${process.pid}`);
+    assert.equal(f.engine, 'docker');
+    assert.equal(f.engineVersion, v.version);
+    assert.equal(f.os, v.os);
+    assert.equal(f.arch, v.arch);
+    assert.ok(f.cpus >= 1 && f.memoryBytes > 0);
+    assert.ok(f.ociRuntimes.includes('runc'), f.ociRuntimes.join(','));
+    assert.ok(f.freeDiskBytes > 0);
+  });
+
   test('a container the node did not create is not_found for every call, and never listed', async () => {
     const other = await local.create(spec());
     try {

@@ -286,7 +286,7 @@ export class RemoteRuntime implements Runtime {
    * Opens one process on the node: resolves once it runs (a command that cannot start rejects
    * with the node's error). `timeoutMs` goes to the node, whose timer kills inside the box.
    */
-  private async openExec(id: string, cmd: string[], opts: ExecStreamOptions): Promise<ExecSession> {
+  private async openExec(id: string, cmd: string[], opts: ExecStreamOptions, input?: Uint8Array): Promise<ExecSession> {
     const outbox = new Outbox<ExecRequestInit>();
     const ac = new AbortController();
     const signal = AbortSignal.any([ac.signal, this.closing.signal]);
@@ -305,6 +305,12 @@ export class RemoteRuntime implements Runtime {
         },
       },
     });
+    if (input) {
+      // A buffered exec's whole stdin and its end go right behind the start, not a round trip
+      // later (views of the caller's bytes, taken as the stream's flow control allows).
+      if (input.length > 0) for (const part of splitChunks(input)) void outbox.push({ msg: { case: 'stdin', value: part } });
+      void outbox.push({ msg: { case: 'stdinEof', value: {} } });
+    }
     const it = this.client.exec(outbox, { signal })[Symbol.asyncIterator]();
     let first: IteratorResult<ExecResponse>;
     try {
@@ -386,15 +392,19 @@ export class RemoteRuntime implements Runtime {
     const valid = validateExec(cmd, opts);
     const t0 = performance.now();
     if (valid.signal?.aborted) throw abortError(valid.signal);
-    const session = await this.openExec(id, cmd, {
-      ...(valid.workDir !== undefined ? { workDir: valid.workDir } : {}),
-      ...(valid.env ? { env: valid.env } : {}),
-      ...(valid.user !== undefined ? { user: valid.user } : {}),
-      ...(valid.timeoutMs ? { timeoutMs: valid.timeoutMs } : {}),
-    });
+    const session = await this.openExec(
+      id,
+      cmd,
+      {
+        ...(valid.workDir !== undefined ? { workDir: valid.workDir } : {}),
+        ...(valid.env ? { env: valid.env } : {}),
+        ...(valid.user !== undefined ? { user: valid.user } : {}),
+        ...(valid.timeoutMs ? { timeoutMs: valid.timeoutMs } : {}),
+      },
+      valid.stdin === undefined ? new Uint8Array(0) : typeof valid.stdin === 'string' ? Buffer.from(valid.stdin) : valid.stdin,
+    );
     const stdout = collectOutput(session.stdout, valid);
     const stderr = collectOutput(session.stderr, valid);
-    session.stdin.end(valid.stdin !== undefined ? Buffer.from(valid.stdin) : undefined);
     const killed = watchForKill({ kill: () => session.cancel() }, valid.signal ? { signal: valid.signal } : {});
     try {
       const exit = await session.exited;
