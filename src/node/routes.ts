@@ -120,16 +120,17 @@ async function* exec(svc: NodeService, requests: AsyncIterable<ExecRequest>, ctx
   // After the process ended its stdin may say EPIPE: nothing to tell anyone.
   stream.stdin.on('error', () => undefined);
   const killed = watchForKill({ kill: () => stream.cancel() }, { ...(s.timeoutMs > 0 ? { timeoutMs: s.timeoutMs } : {}), signal: ctx.signal });
+  const apply = async (m: ExecRequest['msg']) => {
+    if (m.case === 'stdin') await write(stream.stdin, m.value);
+    else if (m.case === 'stdinEof') stream.stdin.end();
+    else if (m.case === 'resize') await stream.resize({ cols: m.value.cols, rows: m.value.rows });
+    else if (m.case === 'signal') await stream.signal?.(signalName(m.value));
+    else if (m.case === 'cancel') await killed.kill('cancelled');
+  };
   const input = (async () => {
     for (let n = await it.next(); !n.done; n = await it.next()) {
-      const m = n.value.msg;
-      if (m.case === 'stdin') await write(stream.stdin, m.value);
-      else if (m.case === 'stdinEof') stream.stdin.end();
-      else if (m.case === 'resize') await stream.resize({ cols: m.value.cols, rows: m.value.rows });
-      else if (m.case === 'signal') {
-        if (!stream.signal) throw new SbxError('not_available', 'this exec cannot send single signals (the engine serves it, not the in-box agent)');
-        await stream.signal(signalName(m.value));
-      } else if (m.case === 'cancel') await killed.kill('cancelled');
+      // A resize or signal that fails (the process just ended, a bad name) does not stop the input: a cancel may follow.
+      await apply(n.value.msg).catch(() => undefined);
     }
   })();
   // The client's half of the stream ending (or breaking) is not the process's end: the client

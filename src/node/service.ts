@@ -359,8 +359,13 @@ export class NodeService {
       queue.push(hb);
       wake?.();
     });
-    const onAbort = () => wake?.();
-    signal.addEventListener('abort', onAbort, { once: true });
+    // The call's end unsubscribes even when the iteration never started (a client gone right after `ready`).
+    const onAbort = () => {
+      unsubscribe?.();
+      wake?.();
+    };
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
     return (async function* () {
       try {
         while (!signal.aborted) {
