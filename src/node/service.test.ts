@@ -88,6 +88,44 @@ describe('node service', () => {
     }
   });
 
+  test("events carry the node's own containers only", async () => {
+    const ac = new AbortController();
+    const seen: string[] = [];
+    const it = node.runtime.events({ labels, signal: ac.signal })[Symbol.asyncIterator]();
+    // The subscription is made by the first next(); the node's own container's event ends the wait.
+    const reading = (async () => {
+      for (let n = await it.next(); !n.done; n = await it.next()) seen.push(n.value.id);
+    })();
+    const first = await node.runtime.create(spec());
+    await waitFor(() => seen.includes(first), { what: 'the subscription to be live' });
+    await node.runtime.remove(first);
+    const other = await local.create(spec());
+    const mine = await node.runtime.create(spec());
+    try {
+      await waitFor(() => seen.includes(mine), { what: "the node's container's event" });
+      assert.ok(!seen.includes(other), 'an unmanaged container was reported');
+    } finally {
+      ac.abort();
+      await reading;
+      await local.remove(other, { force: true });
+      await node.runtime.remove(mine, { force: true });
+    }
+  });
+
+  test('a client that goes away kills its processes in the box', async () => {
+    const id = await started();
+    const client = node.connect();
+    try {
+      await client.execStream(id, ['sleep', '341']);
+      const sleeping = async () => (await node.runtime.processes(id)).some((p) => p.command.includes('sleep 341'));
+      await waitFor(sleeping, { what: 'the sleep to run' });
+      await client.close();
+      await waitFor(async () => !(await sleeping()), { what: 'the sleep to be killed' });
+    } finally {
+      await node.runtime.remove(id, { force: true });
+    }
+  });
+
   test("the host's network, another container's, a named network, the engine socket and added capabilities are refused", async () => {
     const refused = async (extra: Partial<ContainerSpec>, field: string) =>
       assert.rejects(
