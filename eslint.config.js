@@ -3,7 +3,17 @@ import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'packages/*/dist/**', 'node_modules/**', 'bench/results/**', 'images/**/rootfs/**', 'src/server/e2b/envd/gen/**'] },
+  {
+    ignores: [
+      'dist/**',
+      'packages/*/dist/**',
+      'node_modules/**',
+      'bench/results/**',
+      'images/**/rootfs/**',
+      'src/server/e2b/envd/gen/**',
+      'src/runtime/remote/gen/**',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

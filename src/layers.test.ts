@@ -18,6 +18,8 @@ const AREAS: Array<{ area: string; match: (f: string) => boolean; may: string[];
   { area: 'util', match: (f) => f.startsWith('util/'), may: ['errors'] },
   { area: 'attach', match: (f) => f.startsWith('attach/'), may: ['errors', 'util'] },
   { area: 'runtime', match: (f) => f.startsWith('runtime/'), may: ['errors', 'util', 'attach'] },
+  // sbx node: the node machine's own runtime served to a Manager (src/node).
+  { area: 'node', match: (f) => f.startsWith('node/'), may: ['errors', 'util', 'runtime'] },
   { area: 'workspace', match: (f) => f.startsWith('workspace/'), may: ['errors', 'util', 'runtime'] },
   { area: 'sandbox', match: (f) => f.startsWith('sandbox/'), may: ['errors', 'util', 'attach', 'runtime', 'workspace'] },
   // serve() in server/index.ts composes the server: its core and the plugins on it.
@@ -30,7 +32,7 @@ const AREAS: Array<{ area: string; match: (f: string) => boolean; may: string[];
   {
     area: 'cli',
     match: (f) => f.startsWith('cli/'),
-    may: ['errors', 'util', 'attach', 'runtime', 'workspace', 'sandbox', 'server', 'server-entry', 'e2b', 'client'],
+    may: ['errors', 'util', 'attach', 'runtime', 'workspace', 'sandbox', 'server', 'server-entry', 'e2b', 'client', 'node'],
   },
   { area: 'library', match: (f) => f === 'index.ts', may: ['errors', 'util', 'attach', 'runtime', 'workspace', 'sandbox'] },
 ];

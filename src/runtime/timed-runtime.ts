@@ -24,10 +24,10 @@ export interface EngineCall {
 export type EngineCallObserver = (call: EngineCall) => void;
 
 /**
- * Not timed: `events` is a subscription that lives as long as the pool, not a call. `execStream`
+ * Not timed: `events` and `heartbeats` are subscriptions that live as long as the pool, not calls. `execStream`
  * is timed until the stream is ready; the process's own run time is the exec metrics' business.
  */
-const UNTIMED = new Set<PropertyKey>(['events']);
+const UNTIMED = new Set<PropertyKey>(['events', 'heartbeats']);
 
 function outcomeOf(err: unknown): string {
   return err instanceof SbxError ? err.code : 'internal';

@@ -369,6 +369,15 @@ export interface RuntimeCapabilities {
   logStreams?: boolean;
 }
 
+/** One heartbeat a box sent (agent/heartbeat.go), as a node relays it. */
+export interface BoxHeartbeat {
+  boxId: string;
+  /** The box token it presented (Bearer), for the Manager to check. */
+  token: string;
+  active: boolean;
+  processCount: number;
+}
+
 /** A TCP service of the engine's machine that boxes may reach: one of its IPv4 addresses and a port. */
 export interface HostEndpoint {
   address: string;
@@ -453,6 +462,25 @@ export interface Runtime {
    * firewall) leave it out. Docker: allowed for every box of the isolated network; IPv4 only.
    */
   allowHostEndpoints?(endpoints: HostEndpoint[]): Promise<void>;
+  /**
+   * The OCI runtimes the engine offers (`runc`, `runsc`, …), for a node's facts. Runtimes that
+   * cannot tell leave it out.
+   */
+  ociRuntimes?(): Promise<string[]>;
+  /**
+   * The address of the engine's machine that boxes on the runtime's isolated network reach it at
+   * (Docker: the box network's gateway), made ready first; undefined when there is none. What a
+   * node listens on for its boxes' heartbeats (src/node/heartbeat-relay.ts).
+   */
+  boxGateway?(): Promise<string | undefined>;
+  /**
+   * The heartbeats of the boxes behind this runtime that cannot reach the Manager themselves
+   * (RemoteRuntime: the node relays what its boxes post to it), from now on until `signal`
+   * aborts (then the iteration ends) or the connection is lost (then it throws
+   * runtime_unavailable). The token is the box's own, unchecked: the Manager checks it as it
+   * does a heartbeat the box posts itself.
+   */
+  heartbeats?(signal: AbortSignal): AsyncIterable<BoxHeartbeat>;
   /** Releases connections (and what `allowHostEndpoints` declared); containers are not touched. */
   close(): Promise<void>;
 }

@@ -123,6 +123,13 @@ export class BoxIsolation {
     await this.firewall.allowEndpoints(endpoints);
   }
 
+  /** The gateway (this machine's address) of the first box network, made if need be: every box network's boxes reach it. */
+  async gateway(): Promise<string | undefined> {
+    await this.readyNetwork(0);
+    const net = await this.docker().getNetwork(boxNetworkName(0)).inspect();
+    return (net.IPAM?.Config ?? []).map((c: { Gateway?: string }) => c.Gateway).find((g: string | undefined) => !!g && !g.includes(':'));
+  }
+
   async close(): Promise<void> {
     await this.firewall?.release().catch(() => undefined);
   }

@@ -664,6 +664,23 @@ export class DockerRuntime implements Runtime {
     }
   }
 
+  async ociRuntimes(): Promise<string[]> {
+    try {
+      const info = (await this.docker.info()) as { Runtimes?: Record<string, unknown> };
+      return Object.keys(info.Runtimes ?? {}).sort();
+    } catch (err) {
+      this.fail(err, 'info');
+    }
+  }
+
+  async boxGateway(): Promise<string | undefined> {
+    try {
+      return await this.isolation.gateway();
+    } catch (err) {
+      this.fail(err, `the boxes' network`);
+    }
+  }
+
   async close(): Promise<void> {
     await this.isolation.close();
     this.conn.close();

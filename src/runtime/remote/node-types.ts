@@ -1,0 +1,24 @@
+/** The node's own answers besides the Runtime's types (both ends of the node wire use them). */
+
+/** What a node is, as a Manager learns it on connect (`RemoteRuntime.facts`). */
+export interface NodeFacts {
+  /** The node's name (its containers' `sbx.node` label). */
+  name: string;
+  engine: string;
+  engineVersion: string;
+  os: string;
+  arch: string;
+  cpus: number;
+  memoryBytes: number;
+  /** The OCI runtimes its engine offers (runc, runsc, …). */
+  ociRuntimes: string[];
+  /** Free bytes of the file system of the node's data directory (workspaces live there). */
+  freeDiskBytes: number;
+}
+
+/** A workspace volume a node holds: its name (the workspace's path on the Manager's machine) and labels. */
+export interface NodeVolume {
+  hostPath: string;
+  labels: Record<string, string>;
+  createdAt: string;
+}
