@@ -446,6 +446,13 @@ export interface Runtime {
    */
   startWorkspaceHelper?(hostPath: string, opts: WorkspaceHelperOptions): Promise<WorkspaceHelper>;
   /**
+   * The workspace volumes this runtime holds (those `createWorkspaceVolume` made and not yet
+   * removed), each with the `hostPath` that names it and the labels it was created with. Optional,
+   * beside the three workspace volume methods: a runtime over several machines (NodeSet) asks it
+   * to learn which machine holds a workspace (a box mounting it must run there).
+   */
+  listVolumes?(): Promise<{ hostPath: string; labels: Record<string, string> }[]>;
+  /**
    * Declares the TCP endpoints of the engine's machine boxes may reach: sbx's own (the API that
    * takes heartbeats, the gRPC heartbeat), each an address of that machine and a port, replacing
    * this runtime's earlier declaration. Every other service of the host is closed to boxes, the
@@ -453,6 +460,12 @@ export interface Runtime {
    * firewall) leave it out. Docker: allowed for every box of the isolated network; IPv4 only.
    */
   allowHostEndpoints?(endpoints: HostEndpoint[]): Promise<void>;
+  /**
+   * The heartbeats of the boxes of this runtime's machine, for runtimes whose boxes cannot reach
+   * sbx themselves (a remote node relays them): each as the box sent it, its token unchecked
+   * (the Manager checks it). Ends when `signal` aborts.
+   */
+  heartbeats?(signal: AbortSignal): AsyncIterable<{ boxId: string; token: string; active: boolean; processCount?: number }>;
   /** Releases connections (and what `allowHostEndpoints` declared); containers are not touched. */
   close(): Promise<void>;
 }
