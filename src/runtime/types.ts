@@ -455,6 +455,13 @@ export interface Runtime {
    */
   startWorkspaceHelper?(hostPath: string, opts: WorkspaceHelperOptions): Promise<WorkspaceHelper>;
   /**
+   * The workspace volumes this runtime holds (those `createWorkspaceVolume` made and not yet
+   * removed), each with the `hostPath` that names it and the labels it was created with. Optional,
+   * beside the three workspace volume methods: a runtime over several machines (NodeSet) asks it
+   * to learn which machine holds a workspace (a box mounting it must run there).
+   */
+  listVolumes?(): Promise<{ hostPath: string; labels: Record<string, string> }[]>;
+  /**
    * Declares the TCP endpoints of the engine's machine boxes may reach: sbx's own (the API that
    * takes heartbeats, the gRPC heartbeat), each an address of that machine and a port, replacing
    * this runtime's earlier declaration. Every other service of the host is closed to boxes, the

@@ -62,7 +62,7 @@ export class ClaimStore {
 
   private file(containerId: string): string {
     // Container ids come from the runtime; one that could leave this directory never names a file.
-    if (!/^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/.test(containerId)) throw new SbxError('internal', `claims: '${containerId}' is not a container id`);
+    if (!/^[A-Za-z0-9][A-Za-z0-9_.:-]{0,200}$/.test(containerId)) throw new SbxError('internal', `claims: '${containerId}' is not a container id`);
     return join(this.dir, `${containerId}.json`);
   }
 }
