@@ -76,6 +76,13 @@ class NodeRuntime extends MemoryRuntime {
     return [...this.vols].map(([hostPath, labels]) => ({ hostPath, labels }));
   }
 
+  readonly declared: string[] = [];
+
+  async allowHostEndpoints(endpoints: { address: string; port: number }[]): Promise<void> {
+    await this.ping();
+    this.declared.push(endpoints.map((e) => `${e.address}:${e.port}`).join(','));
+  }
+
   beat(b: Beat): void {
     for (const s of this.beats) {
       s.queue.push(b);
@@ -496,6 +503,22 @@ describe('NodeSet: the machine', () => {
     await c.set.images.remove('only-a:1');
     assert.equal(c.rt('a').images.has('only-a:1'), false);
     await assert.rejects(c.set.images.remove('only-a:1'), rejectsWith('not_found'));
+  });
+});
+
+describe('NodeSet: host endpoints', () => {
+  test('declared to every online node once; a node away at the time gets them at the next list', async () => {
+    const c = cluster(['a', 'b']);
+    c.down('b');
+    await c.set.allowHostEndpoints([{ address: '10.0.0.1', port: 8080 }]);
+    await c.set.allowHostEndpoints([{ address: '10.0.0.1', port: 8080 }]);
+    assert.deepEqual(c.rt('a').declared, ['10.0.0.1:8080'], 'once: unchanged');
+    assert.deepEqual(c.rt('b').declared, []);
+    c.up('b');
+    await c.set.list();
+    await waitFor(() => c.rt('b').declared.length === 1, { what: "b's declaration" });
+    assert.deepEqual(c.rt('b').declared, ['10.0.0.1:8080']);
+    assert.deepEqual(c.rt('a').declared, ['10.0.0.1:8080']);
   });
 });
 

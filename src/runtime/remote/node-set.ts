@@ -328,6 +328,10 @@ export class NodeSet implements Runtime {
     const lists = await Promise.all(
       members.map(async (m) => {
         if (m.state !== 'online') return { m, list: this.knownOf(m.name, opts) };
+        // A node that was away when the endpoints were declared gets them here (every reconcile
+        // lists; the Pool declares again only when they change). A failure is tried again at
+        // the next list, and surfaces at the next create on that node.
+        void this.declare(m).catch(() => undefined);
         try {
           return { m, list: await this.listOf(m, opts) };
         } catch (err) {
