@@ -552,7 +552,10 @@ describe('NodeSet under a Manager', () => {
     );
     await assert.rejects(
       warmBox.exec(['true']),
-      rejectsWith('runtime_unavailable', (e) => assert.equal(e.details?.['node'], node)),
+      rejectsWith('runtime_unavailable', (e) => {
+        assert.equal(e.details?.['node'], node);
+        assert.match(e.message, new RegExp(`box ${warmBox.id}: node '${node}' is offline`), 'in the words of the box (box-errors.ts)');
+      }),
     );
     // The node's engine restarted while it was away: back, its box is started again.
     c.rt(node).simulateEngineRestart();
