@@ -475,6 +475,15 @@ describe('NodeSet: merged streams', () => {
     await waitFor(() => (beat('b', 'sb-b2'), beats.seen.some((h) => h.boxId === 'sb-b2')), { what: 'b heard while a is down' });
     c.up('a');
     await waitFor(() => (beat('a', 'sb-a2'), beats.seen.some((h) => h.boxId === 'sb-a2')), { what: 'a heard again' });
+    // Taken out of the pool while away, then put back: followed again.
+    const b = c.node('b');
+    c.down('b');
+    c.members.splice(c.members.indexOf(b), 1);
+    c.set.membersChanged();
+    await waitFor(() => (beat('a', 'sb-a3'), beats.seen.some((h) => h.boxId === 'sb-a3')), { what: 'a heard without b' });
+    c.members.push(b);
+    c.up('b');
+    await waitFor(() => (beat('b', 'sb-b3'), beats.seen.some((h) => h.boxId === 'sb-b3')), { what: 'b heard once back in the pool' });
     ac.abort();
     await within(beats.done, 'the stream to end on abort');
     assert.equal(beats.error(), undefined);

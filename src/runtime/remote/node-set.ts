@@ -751,7 +751,11 @@ export class NodeSet implements Runtime {
       poke();
     };
     const look = () => {
-      for (const m of this.members()) if (!loops.has(m.name)) loops.set(m.name, this.follow(m.name, signal, o, { push, broke: look, end }));
+      for (const m of this.members()) {
+        // A node taken out of the members and put back later is followed again.
+        const gone = () => loops.delete(m.name);
+        if (!loops.has(m.name)) loops.set(m.name, this.follow(m.name, signal, o, { push, broke: look, end, gone }));
+      }
       if (o.endWhenNoneOnline && this.online().length === 0) failure ??= this.noneOnline('events');
       poke();
     };
@@ -786,12 +790,12 @@ export class NodeSet implements Runtime {
       onItem: (m: NodeMember, item: T) => T;
       catchUp?: (m: NodeMember, push: (item: T) => void) => Promise<SbxError | undefined>;
     },
-    to: { push: (item: T) => void; broke: () => void; end: (err: SbxError) => void },
+    to: { push: (item: T) => void; broke: () => void; end: (err: SbxError) => void; gone: () => void },
   ): Promise<void> {
     let behind = false;
     while (!signal.aborted) {
       const m = this.member(name);
-      if (!m) return;
+      if (!m) return void to.gone();
       if (m.state === 'online') {
         const stream = o.open(m, signal);
         if (!stream) return;
