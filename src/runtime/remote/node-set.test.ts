@@ -76,6 +76,13 @@ class NodeRuntime extends MemoryRuntime {
     return [...this.vols].map(([hostPath, labels]) => ({ hostPath, labels }));
   }
 
+  readonly declared: string[] = [];
+
+  async allowHostEndpoints(endpoints: { address: string; port: number }[]): Promise<void> {
+    await this.ping();
+    this.declared.push(endpoints.map((e) => `${e.address}:${e.port}`).join(','));
+  }
+
   beat(b: Beat): void {
     for (const s of this.beats) {
       s.queue.push(b);
@@ -397,7 +404,7 @@ function collect<T>(it: AsyncIterable<T>) {
 }
 
 describe('NodeSet: merged streams', () => {
-  test("events: one node's stream breaking does not end it; back online, what changed meanwhile is told; no node online ends it", async () => {
+  test("events: one node's stream breaking does not end it; back online, what changed meanwhile is told", async () => {
     const c = cluster(['a', 'b']);
     const x = await startedOn(c, 'a');
     const gone = await startedOn(c, 'a');
@@ -411,22 +418,43 @@ describe('NodeSet: merged streams', () => {
     const later = await started(c.set);
     assert.equal(c.set.nodeOf(later), 'b');
     await events.until('b still reported while a is down', (e) => e.id === later && e.action === 'started');
-    assert.equal(events.error(), undefined);
-    // Behind everyone's back while a is away: one box vanishes, the engine restart stops the other.
-    c.rt('a').vanish(split(gone)[1]);
-    c.rt('a').simulateEngineRestart();
-    const seenBefore = events.seen.length;
+    c.rt('a').vanish(split(gone)[1]); // behind everyone's back while a is away
     c.up('a');
     await events.until('a: the vanished box removed', (e) => e.id === gone && e.action === 'removed');
-    await events.until('a: the box its engine stopped', (e) => e.id === x && e.action === 'stopped');
-    assert.ok(events.seen.length > seenBefore);
     const onA = await startedOn(c, 'a');
     await events.until('a followed again', (e) => e.id === onA && e.action === 'started');
+    assert.equal(events.error(), undefined, 'a partition does not end the stream');
+    assert.ok(!events.seen.some((e) => e.id === x && e.action !== 'created' && e.action !== 'started'), 'x untouched');
+    ac.abort();
+    await within(events.done, 'the stream to end on abort');
+    assert.equal(events.error(), undefined);
+  });
 
+  test('events: a node back whose engine stopped boxes ends the stream (the Manager reconciles and revives); so does no node online', async () => {
+    const c = cluster(['a', 'b']);
+    const x = await startedOn(c, 'a');
+    await startedOn(c, 'b');
+    const ac = new AbortController();
+    const events = collect<ContainerEvent>(c.set.events({ labels: MANAGED, signal: ac.signal }));
     c.down('a');
-    c.down('b');
+    c.rt('a').simulateEngineRestart();
+    c.up('a');
+    await events.until('a: the box its engine stopped', (e) => e.id === x && e.action === 'stopped');
     await within(events.done, 'the stream to end');
     assert.ok(isSbxError(events.error(), 'runtime_unavailable'), String(events.error()));
+    assert.deepEqual([(events.error() as SbxError).details?.['node'], (events.error() as SbxError).details?.['reason']], ['a', 'node_returned']);
+
+    const again = collect<ContainerEvent>(c.set.events({ labels: MANAGED, signal: ac.signal }));
+    c.down('a');
+    const onB = await started(c.set);
+    await again.until('b while a is down', (e) => e.id === onB && e.action === 'started');
+    c.down('b');
+    await within(again.done, 'the stream to end');
+    assert.ok(isSbxError(again.error(), 'runtime_unavailable'), String(again.error()));
+    assert.match((again.error() as SbxError).message, /no node is online/);
+    await assert.rejects(async () => {
+      for await (const _ of c.set.events({ signal: ac.signal }));
+    }, rejectsWith('runtime_unavailable'));
     ac.abort();
   });
 
@@ -447,6 +475,15 @@ describe('NodeSet: merged streams', () => {
     await waitFor(() => (beat('b', 'sb-b2'), beats.seen.some((h) => h.boxId === 'sb-b2')), { what: 'b heard while a is down' });
     c.up('a');
     await waitFor(() => (beat('a', 'sb-a2'), beats.seen.some((h) => h.boxId === 'sb-a2')), { what: 'a heard again' });
+    // Taken out of the pool while away, then put back: followed again.
+    const b = c.node('b');
+    c.down('b');
+    c.members.splice(c.members.indexOf(b), 1);
+    c.set.membersChanged();
+    await waitFor(() => (beat('a', 'sb-a3'), beats.seen.some((h) => h.boxId === 'sb-a3')), { what: 'a heard without b' });
+    c.members.push(b);
+    c.up('b');
+    await waitFor(() => (beat('b', 'sb-b3'), beats.seen.some((h) => h.boxId === 'sb-b3')), { what: 'b heard once back in the pool' });
     ac.abort();
     await within(beats.done, 'the stream to end on abort');
     assert.equal(beats.error(), undefined);
@@ -478,11 +515,27 @@ describe('NodeSet: the machine', () => {
   });
 });
 
+describe('NodeSet: host endpoints', () => {
+  test('declared to every online node once; a node away at the time gets them at the next list', async () => {
+    const c = cluster(['a', 'b']);
+    c.down('b');
+    await c.set.allowHostEndpoints([{ address: '10.0.0.1', port: 8080 }]);
+    await c.set.allowHostEndpoints([{ address: '10.0.0.1', port: 8080 }]);
+    assert.deepEqual(c.rt('a').declared, ['10.0.0.1:8080'], 'once: unchanged');
+    assert.deepEqual(c.rt('b').declared, []);
+    c.up('b');
+    await c.set.list();
+    await waitFor(() => c.rt('b').declared.length === 1, { what: "b's declaration" });
+    assert.deepEqual(c.rt('b').declared, ['10.0.0.1:8080']);
+    assert.deepEqual(c.rt('a').declared, ['10.0.0.1:8080']);
+  });
+});
+
 describe('NodeSet under a Manager', () => {
   const dataDir = mkdtempSync(join(tmpdir(), 'sbx-nodeset-'));
   after(() => rmSync(dataDir, { recursive: true, force: true }));
 
-  test("a warm spare is claimed on its node; an offline node's boxes survive cleanup passes and come back", async () => {
+  test("a warm spare is claimed on its node; an offline node's boxes survive cleanup passes and are started again when its engine restarted", async () => {
     const c = cluster(['a', 'b']);
     const options = (set: NodeSet) => ({
       name: 'nodeset-mgr',
@@ -508,12 +561,18 @@ describe('NodeSet under a Manager', () => {
     );
     await assert.rejects(
       warmBox.exec(['true']),
-      rejectsWith('runtime_unavailable', (e) => assert.equal(e.details?.['node'], node)),
+      rejectsWith('runtime_unavailable', (e) => {
+        assert.equal(e.details?.['node'], node);
+        assert.match(e.message, new RegExp(`box ${warmBox.id}: node '${node}' is offline`), 'in the words of the box (box-errors.ts)');
+      }),
     );
+    // The node's engine restarted while it was away: back, its box is started again.
+    c.rt(node).simulateEngineRestart();
+    c.up(node);
+    await waitFor(async () => (await warmBox.info()).status === 'running', { what: 'the box started again' });
     await manager.close();
 
-    // A restarted Manager with the node back finds the claimed box with its record.
-    c.up(node);
+    // A restarted Manager finds the claimed box with its record.
     const again = new Manager(options(new NodeSet('again', { members: () => c.members })));
     await again.start();
     const back = await again.get(warmBox.id);

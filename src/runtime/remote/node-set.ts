@@ -11,10 +11,11 @@
  * runtime_unavailable naming the node (`details.node`), never waiting for a timeout. `list`
  * answers for such a node what the node last said (its last successful lists, kept current by
  * creates, removes and events), so reconciliation never forgets a box because its node is
- * unreachable. The merged `events` stream survives a node's stream breaking; it throws only when
- * no node is online (the Manager then reconciles once one answers again), and when a node comes
+ * unreachable. The merged `events` stream survives a node's stream breaking, and when a node comes
  * back it emits what changed there meanwhile (created, started, stopped, removed), from a fresh
- * list against the last known one.
+ * list against the last known one. It throws (runtime_unavailable) when no node is online, and
+ * when a node comes back whose engine stopped boxes meanwhile or that was never listed: the
+ * Manager then reconciles the pool and starts the boxes stopped behind sbx, as for one engine.
  *
  * Placement (`create`): a node that is online, not draining, under its `maxBoxes` (sbx's
  * containers listed there plus creates in flight) and with the memory the spec asks for free
@@ -327,6 +328,10 @@ export class NodeSet implements Runtime {
     const lists = await Promise.all(
       members.map(async (m) => {
         if (m.state !== 'online') return { m, list: this.knownOf(m.name, opts) };
+        // A node that was away when the endpoints were declared gets them here (every reconcile
+        // lists; the Pool declares again only when they change). A failure is tried again at
+        // the next list, and surfaces at the next create on that node.
+        void this.declare(m).catch(() => undefined);
         try {
           return { m, list: await this.listOf(m, opts) };
         } catch (err) {
@@ -647,9 +652,12 @@ export class NodeSet implements Runtime {
   /**
    * Every node's events, ids prefixed. A node's stream that breaks (or a node not online) is
    * followed again once the node is online; then what changed there meanwhile is emitted from a
-   * fresh list against the last known one. Throws runtime_unavailable only when no node is
-   * online: for the Manager the pool's engine went away (it reconciles, and starts the boxes
-   * stopped behind sbx, once a node answers again).
+   * fresh list against the last known one. Throws runtime_unavailable when no node is online,
+   * and, after those events, when a node comes back whose engine stopped boxes meanwhile (it
+   * restarted) or that was never listed and holds containers: to the Manager the pool's engine
+   * went away and came back, so it reconciles the pool and starts the boxes stopped behind sbx,
+   * exactly as after a one-engine pool's restart. A node that was only unreachable (a partition)
+   * does not end it.
    */
   events(opts: { labels?: Record<string, string>; signal: AbortSignal }): AsyncIterable<ContainerEvent> {
     const labels = opts.labels ?? {};
@@ -669,12 +677,20 @@ export class NodeSet implements Runtime {
     return this.merge(signal, { endWhenNoneOnline: false, open: (m, s) => m.runtime.heartbeats?.(s), onItem: (_m, h) => h });
   }
 
-  /** A node back online: its changes since the last known list, as the events they were. */
-  private async catchUp(m: NodeMember, labels: Record<string, string>, push: (e: ContainerEvent) => void): Promise<void> {
+  /**
+   * A node back online: its changes since the last known list, as the events they were; the
+   * error to end the merged stream with when the pool must be reconciled (see `events`).
+   */
+  private async catchUp(m: NodeMember, labels: Record<string, string>, push: (e: ContainerEvent) => void): Promise<SbxError | undefined> {
     const had = this.known.has(m.name);
     const before = new Map(this.knownOf(m.name, { labels }).map((c) => [c.id, c]));
     const now = await this.listOf(m, { labels });
-    if (!had) return;
+    const back = (why: string) =>
+      new SbxError('runtime_unavailable', `node '${m.name}' of ${this.address} is back and ${why}: the pool is reconciled again`, {
+        details: { node: m.name, address: this.address, reason: 'node_returned' },
+      });
+    if (!had) return now.length > 0 ? back(`was never listed before (${now.length} container(s))`) : undefined;
+    let stopped = 0;
     const at = new Date().toISOString();
     const event = (c: ContainerSummary, action: ContainerEvent['action']) => push({ id: `${m.name}:${c.id}`, action, labels: { ...c.labels }, at });
     for (const c of now) {
@@ -682,9 +698,13 @@ export class NodeSet implements Runtime {
       before.delete(c.id);
       if (!old) event(c, 'created');
       if (c.running && !old?.running) event(c, 'started');
-      else if (!c.running && old?.running) event(c, 'stopped');
+      else if (!c.running && old?.running) {
+        event(c, 'stopped');
+        stopped++;
+      }
     }
     for (const c of before.values()) event(c, 'removed');
+    return stopped > 0 ? back(`its engine stopped ${stopped} container(s) meanwhile`) : undefined;
   }
 
   /** Waits for a change of the members (membersChanged), the recheck interval or the abort. */
@@ -710,7 +730,7 @@ export class NodeSet implements Runtime {
       endWhenNoneOnline: boolean;
       open: (m: NodeMember, signal: AbortSignal) => AsyncIterable<T> | undefined;
       onItem: (m: NodeMember, item: T) => T;
-      catchUp?: (m: NodeMember, push: (item: T) => void) => Promise<void>;
+      catchUp?: (m: NodeMember, push: (item: T) => void) => Promise<SbxError | undefined>;
     },
   ): AsyncGenerator<T> {
     if (outer.aborted) return;
@@ -726,8 +746,16 @@ export class NodeSet implements Runtime {
       poke();
     };
     const loops = new Map<string, Promise<void>>();
+    const end = (err: SbxError) => {
+      failure ??= err;
+      poke();
+    };
     const look = () => {
-      for (const m of this.members()) if (!loops.has(m.name)) loops.set(m.name, this.follow(m.name, signal, o, push, look));
+      for (const m of this.members()) {
+        // A node taken out of the members and put back later is followed again.
+        const gone = () => loops.delete(m.name);
+        if (!loops.has(m.name)) loops.set(m.name, this.follow(m.name, signal, o, { push, broke: look, end, gone }));
+      }
       if (o.endWhenNoneOnline && this.online().length === 0) failure ??= this.noneOnline('events');
       poke();
     };
@@ -760,15 +788,14 @@ export class NodeSet implements Runtime {
     o: {
       open: (m: NodeMember, signal: AbortSignal) => AsyncIterable<T> | undefined;
       onItem: (m: NodeMember, item: T) => T;
-      catchUp?: (m: NodeMember, push: (item: T) => void) => Promise<void>;
+      catchUp?: (m: NodeMember, push: (item: T) => void) => Promise<SbxError | undefined>;
     },
-    push: (item: T) => void,
-    broke: () => void,
+    to: { push: (item: T) => void; broke: () => void; end: (err: SbxError) => void; gone: () => void },
   ): Promise<void> {
     let behind = false;
     while (!signal.aborted) {
       const m = this.member(name);
-      if (!m) return;
+      if (!m) return void to.gone();
       if (m.state === 'online') {
         const stream = o.open(m, signal);
         if (!stream) return;
@@ -777,17 +804,18 @@ export class NodeSet implements Runtime {
           // Asked for before the catch-up list: what changes while it runs is not missed (at worst told twice).
           let next = it.next();
           next.catch(() => undefined);
-          if (behind && o.catchUp) await o.catchUp(m, push);
+          const reconcile = behind && o.catchUp ? await o.catchUp(m, to.push) : undefined;
+          if (reconcile) return to.end(reconcile);
           behind = false;
           for (let r = await next; !r.done; r = await next) {
-            push(o.onItem(m, r.value));
+            to.push(o.onItem(m, r.value));
             next = it.next();
           }
         } catch {
           /* the node went away: followed again once it is online */
         }
         if (signal.aborted) return;
-        broke();
+        to.broke();
       }
       behind = true;
       await this.changed(signal);
