@@ -19,6 +19,7 @@ import { boxCommands } from './boxes.js';
 import { completionCommand } from './completion.js';
 import { EXIT, SIGNAL_EXIT } from './exit.js';
 import { fileCommands } from './files.js';
+import { nodeCommands } from './nodes.js';
 import type { RunOptions } from './run.js';
 import { PULL_POLICIES } from './pull-progress.js';
 import { duration, envVar, publish, withConnection } from './remote.js';
@@ -136,6 +137,7 @@ fileCommands(program);
 accessCommands(program);
 (await import('./logs.js')).logsCommand(program);
 adminCommands(program, pools);
+nodeCommands(program);
 completionCommand(program);
 
 // Usage errors exit 2 here too: the settings above are copied, as .command() does for the others.

@@ -4,6 +4,7 @@
  */
 import { SbxError, invalidArgument } from '../errors.js';
 import type { ImageInfo, PullProgress, RegistryAuth } from '../runtime/types.js';
+import type { NodeInfo } from '../runtime/remote/hub.js';
 import type { PoolConfig } from '../sandbox/config.js';
 import type { BoxInfo, CreateOptions, HeartbeatInput, ListOptions, PoolInfo } from '../sandbox/types.js';
 import type { ApiKeyInfo, Role } from '../server/keys.js';
@@ -68,6 +69,14 @@ export class Sbx {
     /** `force`: as the engine takes it (docker: untag an image a box uses). */
     remove(ref: string, opts?: { pool?: string; force?: boolean }): Promise<void>;
   };
+  /** Admin: remote nodes (`sbx node`): list, a one-time join token, drain, revoke. */
+  readonly nodes: {
+    list(): Promise<NodeInfo[]>;
+    createJoinToken(opts?: { ttlMs?: number }): Promise<{ token: string; expiresAt: string }>;
+    /** `draining: false` undoes a drain. */
+    drain(name: string, opts?: { draining?: boolean }): Promise<NodeInfo>;
+    revoke(name: string): Promise<NodeInfo>;
+  };
   private readonly transport: Transport;
 
   constructor(options: SbxOptions = {}) {
@@ -97,6 +106,13 @@ export class Sbx {
       pull: (ref, opts = {}) => this.pull(opts.pool, ref, opts),
       list: async (opts = {}) => (await t.json<{ images: ImageInfo[] }>('GET', '/v1/images', { query: { pool: opts.pool } })).images,
       remove: async (ref, opts = {}) => void (await t.json('DELETE', '/v1/images', { query: { ref, pool: opts.pool, force: opts.force } })),
+    };
+    const node = (name: string) => `/v1/nodes/${encodeURIComponent(name)}`;
+    this.nodes = {
+      list: async () => (await t.json<{ nodes: NodeInfo[] }>('GET', '/v1/nodes')).nodes,
+      createJoinToken: (opts = {}) => t.json('POST', '/v1/nodes/join-tokens', { json: opts }),
+      drain: (name, opts = {}) => t.json('POST', `${node(name)}/drain`, { json: { draining: opts.draining ?? true } }),
+      revoke: (name) => t.json('POST', `${node(name)}/revoke`),
     };
   }
 

@@ -46,3 +46,4 @@ export type {
   WriteFileOptions,
 } from '../workspace/types.js';
 export type { ApiKeyInfo, Role } from '../server/keys.js';
+export type { NodeInfo, NodeFacts, NodeState } from '../runtime/remote/hub.js';

@@ -5,6 +5,7 @@
  * as a ConnectError carrying the SbxError (wire.ts). Streams respect flow control: a message is
  * produced when the previous one was taken, and a box's output is paused while too much waits.
  */
+import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import type { Readable, Writable } from 'node:stream';
 import { Readable as ReadableStream } from 'node:stream';
@@ -103,9 +104,10 @@ function signalName(name: string): ProcessSignal {
 }
 
 /**
- * One process: `start`, then the client's input (stdin, its half-close, resizes, signals,
- * cancel) applied as it comes, while the output goes back; `exit` last. The timeout is the
- * node's own timer, and a client that goes away kills the process, both inside the box.
+ * One process: `start`, then the client's input (stdin, its half-close, resizes) applied as it
+ * comes, while the output goes back; `exit` last. Kills and signals come out of band on the
+ * handle `started` gives (NodeService.execs). The timeout is the node's own timer, and a client
+ * that goes away kills the process, both inside the box.
  */
 async function* exec(svc: NodeService, requests: AsyncIterable<ExecRequest>, ctx: HandlerContext): AsyncGenerator<ExecOut> {
   const it = requests[Symbol.asyncIterator]();
@@ -124,8 +126,6 @@ async function* exec(svc: NodeService, requests: AsyncIterable<ExecRequest>, ctx
     if (m.case === 'stdin') await write(stream.stdin, m.value);
     else if (m.case === 'stdinEof') stream.stdin.end();
     else if (m.case === 'resize') await stream.resize({ cols: m.value.cols, rows: m.value.rows });
-    else if (m.case === 'signal') await stream.signal?.(signalName(m.value));
-    else if (m.case === 'cancel') await killed.kill('cancelled');
   };
   const input = (async () => {
     for (let n = await it.next(); !n.done; n = await it.next()) {
@@ -136,11 +136,25 @@ async function* exec(svc: NodeService, requests: AsyncIterable<ExecRequest>, ctx
   // The client's half of the stream ending (or breaking) is not the process's end: the client
   // cancels or goes away, which the signal and the kill watch handle.
   input.catch(() => undefined);
-  yield { msg: { case: 'started', value: { ...(stream.pid !== undefined ? { pid: stream.pid } : {}), signals: typeof stream.signal === 'function' } } };
-  yield* outputs(stream.stdout, stream.stderr);
-  const code = await stream.wait();
-  killed.stop();
-  yield { msg: { case: 'exit', value: { code: killed.reason ? KILLED_EXIT_CODE : code, timedOut: killed.reason === 'timeout' } } };
+  const handle = randomBytes(12).toString('base64url');
+  svc.execs.set(handle, {
+    cancel: () => killed.kill('cancelled'),
+    signal: async (name) => {
+      if (!stream.signal) throw new SbxError('not_available', 'this process takes no single signals (no in-box agent)');
+      await stream.signal(signalName(name));
+    },
+  });
+  try {
+    yield {
+      msg: { case: 'started', value: { ...(stream.pid !== undefined ? { pid: stream.pid } : {}), signals: typeof stream.signal === 'function', handle } },
+    };
+    yield* outputs(stream.stdout, stream.stderr);
+    const code = await stream.wait();
+    killed.stop();
+    yield { msg: { case: 'exit', value: { code: killed.reason ? KILLED_EXIT_CODE : code, timedOut: killed.reason === 'timeout' } } };
+  } finally {
+    svc.execs.delete(handle);
+  }
 }
 
 /** A connection to a port of a box: `open`, then bytes both ways until both sides ended. */

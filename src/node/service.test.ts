@@ -163,7 +163,7 @@ describe('node service', () => {
     try {
       await assert.rejects(node.runtime.createWorkspaceVolume(hostPath, { exclusive: true }), (e) => isSbxError(e, 'conflict'));
       assert.deepEqual(
-        (await node.runtime.listWorkspaceVolumes()).filter((v) => v.hostPath === hostPath).map((v) => v.labels),
+        (await node.runtime.listVolumes()).filter((v) => v.hostPath === hostPath).map((v) => v.labels),
         [{ 'sbx.workspace-id': runId }],
       );
       const binds = [{ hostPath, containerPath: '/workspace' }];

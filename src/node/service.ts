@@ -58,6 +58,12 @@ const HELPER_ROOT = '/workspace';
 /** Containers whose ownership was checked, at most (then the cache starts over). */
 const MAX_CHECKED = 10_000;
 
+/** What the client may do to a running exec besides its stream (routes.ts registers it). */
+export interface ExecControl {
+  cancel(): Promise<void>;
+  signal(name: string): Promise<void>;
+}
+
 export class NodeService {
   readonly name: string;
   readonly volumes: NodeVolumes;
@@ -68,6 +74,8 @@ export class NodeService {
   private relay: Promise<{ relay: HeartbeatRelay; url: string } | undefined> | undefined;
   private helperImage: Promise<string> | undefined;
   private closed = false;
+  /** The execs running now, by the handle their `started` gave the client: its out-of-band kill and signal. */
+  readonly execs = new Map<string, ExecControl>();
 
   constructor(
     readonly runtime: Runtime,
@@ -77,6 +85,18 @@ export class NodeService {
     this.dataDir = opts.dataDir;
     this.volumes = new NodeVolumes(opts.dataDir);
     this.agentDir = opts.agentDir ?? defaultAgentDir();
+  }
+
+  /** Kills a running exec; one that already ended is fine (a cancel races its end). */
+  async execCancel(handle: string): Promise<void> {
+    await this.execs.get(handle)?.cancel();
+  }
+
+  /** Sends one signal to a running exec's process. */
+  async execSignal(handle: string, name: string): Promise<void> {
+    const control = this.execs.get(handle);
+    if (!control) throw new SbxError('not_found', 'the process has ended', { details: { reason: 'exec_ended' } });
+    await control.signal(name);
   }
 
   private notFound(id: string): SbxError {

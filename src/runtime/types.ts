@@ -307,6 +307,13 @@ export interface RuntimeOptions {
    * `SBX_HOST_FIREWALL=off`; false leaves them reachable (boxes stay closed to each other).
    */
   hostFirewall?: boolean;
+  /** Remote nodes (`sbx://` addresses): the Manager's node hub, which holds their connections. */
+  nodes?: NodeRuntimes;
+}
+
+/** What opens the runtime of an `sbx://` address (the Manager's NodeHub). */
+export interface NodeRuntimes {
+  runtimeFor(addr: string): Runtime;
 }
 
 /** What `Runtime.createWorkspaceVolume` takes. */

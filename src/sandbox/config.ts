@@ -105,6 +105,18 @@ export function notListed(network: string, pool: string): string {
   return `'${network}' is not a network boxes of pool '${pool}' may join; a box names 'none' or a network the operator lists for the pool (pool key networks), or names none to join sbx's isolated network`;
 }
 
+/** How the Manager meets its remote nodes (docs/nodes.md). */
+export const NodesConfigSchema = z
+  .object({
+    listen: z
+      .string()
+      .regex(/^(\[[0-9a-fA-F:]+\]|[^:\s]+):\d{1,5}$/, 'must be host:port')
+      .optional(),
+    pingIntervalMs: ms.refine((v) => v >= 100, 'must be at least 100 ms').optional(),
+    offlineAfterMs: ms.refine((v) => v >= 500, 'must be at least 500 ms').optional(),
+  })
+  .strict();
+
 /** A DNS name (at least two labels) under which `<port>-<id>.<domain>` hosts a box's port. */
 export const PROXY_DOMAIN = /^(?=.{1,200}$)([a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?\.)+[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$/;
 
@@ -129,6 +141,7 @@ const configSchema = z
       .regex(PROXY_DOMAIN, 'must be a DNS name like sbx.example.com')
       .transform((d) => d.toLowerCase())
       .optional(),
+    nodes: NodesConfigSchema.optional(),
   })
   .strict();
 
@@ -225,6 +238,8 @@ export interface ManagerConfig {
   heartbeatIntervalMs?: number;
   /** Workspaces one owner may hold (`limit_exceeded` beyond); 0 = unlimited. Default 100. */
   maxWorkspacesPerOwner?: number;
+  /** Remote nodes (`sbx node`): where reverse nodes dial in, how often each is PINGed, when it counts as offline. */
+  nodes?: NodesConfig;
   logger?: Logger;
   /** The Manager's clock (epoch ms); tests inject one. Default `Date.now`. */
   clock?: () => number;
@@ -255,6 +270,15 @@ export interface ResolvedPool {
   warm: WarmTemplate[];
 }
 
+export interface NodesConfig {
+  /** `host:port` of the TLS listener that reverse nodes dial (absent: only direct nodes). */
+  listen?: string;
+  /** How often a node's connection is PINGed. Default 2 s. */
+  pingIntervalMs?: number;
+  /** A node that answers nothing for this long is offline. Default 6 s. */
+  offlineAfterMs?: number;
+}
+
 export interface ResolvedConfig {
   name: string;
   pools: ResolvedPool[];
@@ -267,6 +291,7 @@ export interface ResolvedConfig {
   maxWorkspacesPerOwner: number;
   publicUrl: string | undefined;
   proxyDomain: string | undefined;
+  nodes: NodesConfig;
 }
 
 /** With no config at all: one pool `local` on the local Docker Engine. */
@@ -324,11 +349,13 @@ export function resolveConfig(config: ManagerConfig = {}, env: NodeJS.ProcessEnv
     maxWorkspacesPerOwner: v.maxWorkspacesPerOwner,
     publicUrl: v.publicUrl,
     proxyDomain: v.proxyDomain,
+    nodes: v.nodes ?? {},
   };
 }
 
 /** Config-file keys written as human durations (`30m`, or a number of ms) -> the TS object's `…Ms` key. */
 const FILE_DURATIONS: Record<string, string> = { cleanupInterval: 'cleanupIntervalMs', tokenTtl: 'tokenTtlMs', heartbeatInterval: 'heartbeatIntervalMs' };
+const FILE_NODES_DURATIONS: Record<string, string> = { pingInterval: 'pingIntervalMs', offlineAfter: 'offlineAfterMs' };
 const FILE_POOL_DURATIONS: Record<string, string> = {
   idleTimeout: 'idleTimeoutMs',
   maxLifetime: 'maxLifetimeMs',
@@ -459,6 +486,9 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
   let result: Record<string, unknown>;
   try {
     result = fromFileDurations(config, FILE_DURATIONS, '');
+    const nodes = result['nodes'];
+    if (nodes !== null && typeof nodes === 'object' && !Array.isArray(nodes))
+      result['nodes'] = fromFileDurations(nodes as Record<string, unknown>, FILE_NODES_DURATIONS, 'nodes.');
     if (Array.isArray(result['pools']))
       result['pools'] = (result['pools'] as unknown[]).map((p, i) =>
         p !== null && typeof p === 'object' && !Array.isArray(p) ? fromFileDurations(p as Record<string, unknown>, FILE_POOL_DURATIONS, `pools.${i}.`) : p,
@@ -467,7 +497,9 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
   } catch (e) {
     if (e instanceof SbxError && typeof e.details?.['field'] === 'string') {
       // Name the key as the file wrote it: `idleTimeout`, not the `idleTimeoutMs` it became.
-      const fileKey = new RegExp(`(${[...Object.keys(FILE_DURATIONS), ...Object.keys(FILE_POOL_DURATIONS)].join('|')})Ms$`);
+      const fileKey = new RegExp(
+        `(${[...Object.keys(FILE_DURATIONS), ...Object.keys(FILE_POOL_DURATIONS), ...Object.keys(FILE_NODES_DURATIONS)].join('|')})Ms$`,
+      );
       const field = e.details['field'].replace(fileKey, '$1');
       throw located(new SbxError('invalid_argument', e.message.replace(e.details['field'], field), { details: { field } }), toPath(field));
     }

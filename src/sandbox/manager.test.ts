@@ -557,7 +557,7 @@ describe(`Manager on a real engine (${runId})`, () => {
       );
       assert.deepEqual(await m.pools(), before, `started: ${started}`);
       assert.deepEqual(
-        m.nodes().map((n) => n.name),
+        m.workspaces.nodes().map((n) => n.name),
         ['local'],
       );
       await assert.rejects(m.create({ image: IMAGE, pool: 'bad' }), (e) => isSbxError(e, 'pool_not_found'));

@@ -4,7 +4,11 @@ import pino from 'pino';
 import type { Logger } from 'pino';
 import { SbxError, isSbxError, withOptionHint } from '../errors.js';
 import { parseImageRef } from '../runtime/image-ref.js';
-import type { HostEndpoint, ImageInfo, PullProgress, RegistryAuth } from '../runtime/types.js';
+import type { HostEndpoint, ImageInfo, PullProgress, RegistryAuth, BoxHeartbeat } from '../runtime/types.js';
+import { isNodeAddress } from '../runtime/remote/address.js';
+import { NodeHub } from '../runtime/remote/hub.js';
+import type { NodeInfo } from '../runtime/remote/hub.js';
+import type { JoinRequest } from '../runtime/remote/trust-store.js';
 import type { EngineCall, EngineCallObserver } from '../runtime/timed-runtime.js';
 import { mapSettled } from '../util/concurrency.js';
 import { WorkspaceManager } from '../workspace/index.js';
@@ -95,12 +99,21 @@ export class Manager {
   private readonly lifetimes: LifetimeStore;
   /** The workspace storage of each pool whose runtime keeps workspaces in its cluster (Kubernetes). */
   private readonly workspaceVolumes = new Map<Pool, WorkspaceVolumes>();
+  /** Remote nodes: their trust, their connections (src/runtime/remote/hub.ts, docs/nodes.md). */
+  private readonly nodeHub: NodeHub;
 
   /** With no argument, the config comes from `SBX_CONFIG` and `SBX_*` (see loadConfig). */
   constructor(config: ManagerConfig = loadConfig()) {
     this.config = resolveConfig(config);
     this.now = config.clock ?? Date.now;
     this.log = config.logger ?? pino({ name: 'sbx', level: process.env['SBX_LOG_LEVEL'] ?? 'warn' }, pino.destination(2));
+    this.nodeHub = new NodeHub({
+      dataDir: this.config.dataDir,
+      log: this.log,
+      ...this.config.nodes,
+      onNodeOnline: (name) => this.nodeOnline(name),
+      onHeartbeat: (node, hb) => this.relayedHeartbeat(node, hb),
+    });
     for (const p of this.config.pools) this.poolsByName.set(p.name, this.newPool(p));
     this.claims = new ClaimStore(join(this.config.dataDir, 'claims', this.config.name));
     this.stopIntents = new StopIntents(join(this.config.dataDir, 'stopped', `${this.config.name}.json`));
@@ -146,7 +159,7 @@ export class Manager {
     });
     this.workspaces = new WorkspaceManager({
       dataDir: this.config.dataDir,
-      nodes: () => this.nodes(),
+      nodes: () => this.workspaceNodes(),
       isMounted: (workspaceId) => this.registry.all().some((b) => b.workspaceId === workspaceId),
       maxPerOwner: this.config.maxWorkspacesPerOwner,
     });
@@ -157,7 +170,7 @@ export class Manager {
    * directories keeps them in the data directory; one whose runtime keeps workspaces in its
    * cluster (workspace volumes: Kubernetes) is online with that storage; any other is offline.
    */
-  nodes(): WorkspaceNode[] {
+  private workspaceNodes(): WorkspaceNode[] {
     return [...this.poolsByName.values()].map((p) => {
       if (p.runtime().capabilities.hostMounts) return { name: p.name, addr: p.def.addr, online: true };
       const storage = this.volumesOf(p);
@@ -248,6 +261,8 @@ export class Manager {
       return [];
     });
     if (unreadable.length > 0) this.log.error({ files: unreadable }, 'unreadable warm claims skipped');
+    if (this.config.nodes.listen || [...this.poolsByName.values()].some((p) => isNodeAddress(p.def.addr)))
+      await this.nodeHub.start().catch((err: unknown) => this.log.error({ err }, 'could not start the node hub; remote pools stay offline'));
     await Promise.all(
       [...this.poolsByName.values()].map((p) => this.recovery.reconcile(p, { revive: true }).catch((err: unknown) => this.recovery.failed(p, err))),
     );
@@ -265,6 +280,7 @@ export class Manager {
     await Promise.allSettled([...this.removing.values()]);
     await Promise.all([...this.workspaceVolumes.keys()].map((p) => this.closeVolumes(p)));
     await Promise.all([...this.poolsByName.values()].map((p) => p.close()));
+    await this.nodeHub.close();
   }
 
   private async sweepWorkspaces(): Promise<void> {
@@ -311,6 +327,7 @@ export class Manager {
     const { connected: _c, boxes: _b, ...settings } = def as PoolInfo;
     const resolved = resolvePool(settings);
     if (this.poolsByName.has(resolved.name)) throw new SbxError('conflict', `pool '${resolved.name}' already exists`, { details: { pool: resolved.name } });
+    if (isNodeAddress(resolved.addr)) await this.nodeHub.start();
     const pool = this.newPool(resolved);
     // Opening dials nothing, but it parses the address: a bad one is refused before the pool is
     // known. Nothing below throws (a reconcile that fails is logged; the next cleanup pass tries again).
@@ -357,9 +374,59 @@ export class Manager {
   }
 
   private newPool(def: ResolvedPool): Pool {
-    const pool = new Pool(def, this.observeEngineCall);
+    const pool = new Pool(def, this.observeEngineCall, this.nodeHub);
     if (def.warm.length > 0) pool.warm = new WarmPool(pool, this.config.name, this.log);
     return pool;
+  }
+
+  // --- Remote nodes (docs/nodes.md) --------------------------------------------------------
+
+  /** Every node that joined this Manager: its state, draining, the facts it gave of its machine. A read. */
+  nodes(): NodeInfo[] {
+    return this.nodeHub.nodes();
+  }
+
+  /** A one-time join token for `sbx node join` (shown once; valid `ttlMs`, default 1 h). */
+  async createNodeJoinToken(opts: { ttlMs?: number } = {}): Promise<{ token: string; expiresAt: string }> {
+    return this.nodeHub.createJoinToken(opts.ttlMs);
+  }
+
+  /** Admits a node that holds a join token (`POST /v1/nodes/join`); its credential and the Manager's certificate. */
+  async joinNode(req: JoinRequest): Promise<{ name: string; credential: string; managerCert: string; managerFingerprint: string; listenPort?: number }> {
+    return this.nodeHub.join(req);
+  }
+
+  /** Stops (or resumes) placing new boxes on a node; its boxes keep running. */
+  async drainNode(name: string, draining = true): Promise<NodeInfo> {
+    return this.nodeHub.setDraining(name, draining);
+  }
+
+  /** Refuses a node from now on (its connection ends at once); its boxes are left as they are. */
+  async revokeNode(name: string): Promise<NodeInfo> {
+    return this.nodeHub.revoke(name);
+  }
+
+  /** A node came (back) online: recover the boxes of the pools that span nodes. */
+  private nodeOnline(name: string): void {
+    if (!this.started) return;
+    for (const p of this.poolsByName.values()) {
+      if (!isNodeAddress(p.def.addr)) continue;
+      this.recovery.reconcile(p, { revive: true }).catch((err: unknown) => this.recovery.failed(p, err));
+    }
+    this.log.info({ node: name }, 'recovering the boxes of a node that came online');
+  }
+
+  /**
+   * A heartbeat a node relayed: it counts only when the box token is the box's own and the box
+   * lives on that node (a node cannot speak for boxes elsewhere).
+   */
+  private relayedHeartbeat(node: string, hb: BoxHeartbeat): void {
+    void (async () => {
+      const id = await this.secrets.verifyBoxToken(hb.token);
+      const box = this.registry.get(id);
+      if (id !== hb.boxId || !box || !box.containerId.startsWith(`${node}:`)) throw new SbxError('forbidden', 'a relayed heartbeat for a box of another node');
+      await this.heartbeat(id, { active: hb.active, ...(hb.processCount !== undefined ? { processCount: hb.processCount } : {}) });
+    })().catch((err: unknown) => this.log.warn({ node, box: hb.boxId, err: (err as Error).message }, 'refused a relayed heartbeat'));
   }
 
   /** The warm pools' templates, spares ready, hits and misses (docs/warm-pools.md). A read. */

@@ -1,7 +1,7 @@
 import { openRuntime } from '../runtime/index.js';
 import { timedRuntime } from '../runtime/timed-runtime.js';
 import type { EngineCallObserver } from '../runtime/timed-runtime.js';
-import type { HostEndpoint, Runtime, RuntimeResources } from '../runtime/types.js';
+import type { HostEndpoint, NodeRuntimes, Runtime, RuntimeResources } from '../runtime/types.js';
 import type { ResolvedPool } from './config.js';
 import type { PoolWatch } from './pool-watch.js';
 import type { WarmPool } from './warm-pool.js';
@@ -26,6 +26,8 @@ export class Pool {
   constructor(
     readonly def: ResolvedPool,
     private readonly observe?: EngineCallObserver,
+    /** Opens `sbx://` addresses: the Manager's remote nodes. */
+    private readonly nodes?: NodeRuntimes,
   ) {}
 
   get name(): string {
@@ -42,6 +44,7 @@ export class Pool {
           ...(d.agentImage ? { agentImage: d.agentImage } : {}),
           ...(d.readyTimeoutMs !== undefined ? { readyTimeoutMs: d.readyTimeoutMs } : {}),
           ...(d.storageClass ? { storageClass: d.storageClass } : {}),
+          ...(this.nodes ? { nodes: this.nodes } : {}),
         }),
     );
     return this.rt;

@@ -21,6 +21,7 @@ import { boundBodyReads } from './body-timeout.js';
 import { mapError, retryAfterSeconds } from './errors.js';
 import { adminRoutes } from './routes-admin.js';
 import { imageRoutes } from './routes-images.js';
+import { nodeRoutes } from './routes-nodes.js';
 import { whoamiRoutes } from './routes-whoami.js';
 import { proxyRoutes, rewriteHostBased } from './routes-proxy.js';
 import { authorizePortRequest } from './port-auth.js';
@@ -202,6 +203,7 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   boxFileRoutes(app, ctx);
   adminRoutes(app, ctx);
   imageRoutes(app, ctx);
+  nodeRoutes(app, ctx);
   whoamiRoutes(app);
   proxyRoutes(app, ctx);
   vncRoutes(app, opts.vnc ?? boxVncDeps(ctx));

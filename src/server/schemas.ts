@@ -104,7 +104,7 @@ export const VncUrlBodySchema = z.object({ ttlMs: TokenTtlMsSchema }).strict();
 type Exact<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 function exact<T>(_check: T extends true ? true : never): void {}
 
-const isoTime = z.string().describe('ISO 8601');
+export const isoTime = z.string().describe('ISO 8601');
 
 /** Every error answer: `{"error":{"code","message","details"?}}` (src/server/errors.ts). */
 export const ErrorBodySchema = z

@@ -1,20 +1,31 @@
 /**
- * A node for tests: a NodeService on the local engine behind a plain HTTP/2 (h2c) server on
- * 127.0.0.1, and a RemoteRuntime talking to it over a Connect gRPC transport. The TLS and trust
- * of `sbx node` (src/node/server.ts) are not in it: `transport` lets a test hand its own.
+ * Nodes for tests. `startTestNode`: a NodeService on the local engine behind plain HTTP/2 (h2c)
+ * on 127.0.0.1 and a RemoteRuntime on it, for the service's own behaviour. `startJoinedNode`: the
+ * whole path, a node joined to a Manager's hub and served by `sbx node`'s server over mutual TLS.
  */
 import http2 from 'node:http2';
+import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Transport } from '@connectrpc/connect';
 import { Http2SessionManager, connectNodeAdapter, createGrpcTransport } from '@connectrpc/connect-node';
+import pino from 'pino';
+import type { Logger } from 'pino';
 import { NodeService } from '../node/service.js';
+import { startNode } from '../node/server.js';
+import type { RunningNode } from '../node/server.js';
+import { identityDir, writeNodeState } from '../node/state.js';
+import { NodeHub } from '../runtime/remote/hub.js';
+import type { JoinRequest } from '../runtime/remote/trust-store.js';
+import type { Manager } from '../sandbox/manager.js';
+import { loadOrCreateIdentity } from '../runtime/remote/identity.js';
 import { nodeRoutes } from '../node/routes.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { RemoteRuntime } from '../runtime/remote/runtime.js';
 import { testEnv } from './env.js';
+import { waitFor } from './wait.js';
 
 export interface TestNodeOptions {
   /** The node's name (default `test-node-<pid>`). */
@@ -84,4 +95,154 @@ export async function unreachableRemote(): Promise<{ runtime: RemoteRuntime; clo
   const sessionManager = new Http2SessionManager(baseUrl);
   const runtime = new RemoteRuntime(baseUrl, { transport: createGrpcTransport({ baseUrl, sessionManager }), node: 'unreachable' });
   return { runtime, close: () => sessionManager.abort() };
+}
+
+/** Log lines a test reads back ("refused and logged"): pino JSON objects, in order. */
+export class LogLines {
+  readonly lines: Record<string, unknown>[] = [];
+  readonly logger: Logger = pino({ level: 'info' }, { write: (line: string) => void this.lines.push(JSON.parse(line) as Record<string, unknown>) });
+
+  /** Whether a line's msg contains `text`. */
+  has(text: string): boolean {
+    return this.lines.some((l) => typeof l['msg'] === 'string' && l['msg'].includes(text));
+  }
+}
+
+/** A free TCP port on 127.0.0.1 (bound, then released). */
+export async function freePort(host = '127.0.0.1'): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
+  const port = (server.address() as AddressInfo).port;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** A Manager's node hub for tests, in a fresh data directory (removed by `close`). */
+export async function startTestHub(
+  opts: { listen?: string; log?: Logger; offlineAfterMs?: number; pingIntervalMs?: number } = {},
+): Promise<{ hub: NodeHub; dataDir: string; close(): Promise<void> }> {
+  const dataDir = await mkdtemp(join(tmpdir(), 'sbx-hub-'));
+  const hub = new NodeHub({
+    dataDir,
+    log: opts.log ?? pino({ level: 'silent' }),
+    ...(opts.listen ? { listen: opts.listen } : {}),
+    pingIntervalMs: opts.pingIntervalMs ?? 500,
+    offlineAfterMs: opts.offlineAfterMs ?? 3000,
+  });
+  await hub.start();
+  return {
+    hub,
+    dataDir,
+    async close() {
+      await hub.close();
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface JoinedNode {
+  name: string;
+  /** The node's data directory (identity, node.json, volumes). */
+  dataDir: string;
+  /** Direct mode: the address it listens on. */
+  address?: string;
+  /** `sbx node` running in this process (startNode), until `stop`. */
+  running: RunningNode | undefined;
+  /** Stops the node service (its boxes stay); `start` brings it back. */
+  stop(): Promise<void>;
+  start(): Promise<void>;
+  /** Stops it and removes its data directory. */
+  close(): Promise<void>;
+}
+
+/** What a node joins: a Manager (createNodeJoinToken/joinNode) or its hub alone. */
+interface JoinTarget {
+  token(): Promise<string>;
+  join(req: JoinRequest): Promise<{ credential: string; managerCert: string; managerFingerprint: string }>;
+  state(name: string): string | undefined;
+  /** The Manager's node listener, for reverse nodes. */
+  listening(): { host: string; port: number } | undefined;
+}
+
+/**
+ * A node that joined `hub` for real (a join token spent, certificates pinned both ways, its
+ * credential kept hashed) and runs `sbx node`'s service (src/node/server.ts) in this process over
+ * mutual TLS on 127.0.0.1, direct (the hub dials it) or reverse (it dials the hub's listener).
+ * Resolves once the hub has it online.
+ */
+export async function startJoinedNode(hub: NodeHub, opts: JoinedNodeOptions): Promise<JoinedNode & { runtime(): RemoteRuntime }> {
+  const node = await joinNode(
+    {
+      token: async () => (await hub.createJoinToken()).token,
+      join: (req) => hub.join(req),
+      state: (name) => hub.link(name)?.state,
+      listening: () => hub.listening(),
+    },
+    opts,
+  );
+  // The same object (not a copy): a test that swaps `running` is closed with it.
+  return Object.assign(node, { runtime: () => hub.link(opts.name)!.runtime });
+}
+
+/** The same for a Manager: the node joins through the Manager's own join (as `POST /v1/nodes/join` does). */
+export function joinedNodeOf(manager: Manager, opts: JoinedNodeOptions): Promise<JoinedNode> {
+  return joinNode(
+    {
+      token: async () => (await manager.createNodeJoinToken()).token,
+      join: (req) => manager.joinNode(req),
+      state: (name) => manager.nodes().find((n) => n.name === name)?.state,
+      listening: () => undefined,
+    },
+    opts,
+  );
+}
+
+export interface JoinedNodeOptions {
+  name: string;
+  mode?: 'direct' | 'reverse';
+  log?: Logger;
+  engineAddr?: string;
+}
+
+async function joinNode(target: JoinTarget, opts: JoinedNodeOptions): Promise<JoinedNode> {
+  const mode = opts.mode ?? 'direct';
+  const dataDir = await mkdtemp(join(tmpdir(), 'sbx-node-'));
+  const identity = await loadOrCreateIdentity(identityDir(dataDir), `sbx-node-${opts.name}`);
+  const address = mode === 'direct' ? `127.0.0.1:${await freePort()}` : undefined;
+  const answer = await target.join({ token: await target.token(), name: opts.name, mode, cert: identity.cert, ...(address ? { address } : {}) });
+  await writeNodeState(dataDir, {
+    name: opts.name,
+    mode,
+    managerUrl: 'http://127.0.0.1:1',
+    ...(address ? { listen: address } : { managerNodeAddress: `127.0.0.1:${target.listening()?.port ?? 0}` }),
+    credential: answer.credential,
+    managerCert: answer.managerCert,
+    managerFingerprint: answer.managerFingerprint,
+    joinedAt: new Date().toISOString(),
+  });
+  const node: JoinedNode = {
+    name: opts.name,
+    dataDir,
+    ...(address ? { address } : {}),
+    running: undefined,
+    async start() {
+      node.running = await startNode({
+        dataDir,
+        log: opts.log ?? pino({ level: 'silent' }),
+        engineAddr: opts.engineAddr ?? testEnv.engineAddr,
+        pingIntervalMs: 500,
+      });
+      await waitFor(() => target.state(opts.name) === 'online', { what: `node ${opts.name} to be online` });
+    },
+    async stop() {
+      await node.running?.close();
+      node.running = undefined;
+    },
+    async close() {
+      await node.stop();
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+  await node.start();
+  return node;
 }

@@ -34,23 +34,9 @@ const MANAGED = { 'sbx.managed-by': 'sbx' };
 const box: ContainerSpec = { image: IMAGE, labels: MANAGED };
 let seq = 0;
 
-type Beat = { boxId: string; token: string; active: boolean; processCount?: number };
-
-/** A node: an in-memory runtime with workspace volumes and heartbeats, as a RemoteRuntime has them. */
+/** A node: an in-memory runtime with workspace volumes, as a RemoteRuntime has them. */
 class NodeRuntime extends MemoryRuntime {
   readonly vols = new Map<string, Record<string, string>>();
-  private beats: { queue: Beat[]; wake?: () => void; fail?: Error }[] = [];
-  private up = true;
-
-  override setReachable(reachable: boolean): void {
-    super.setReachable(reachable);
-    this.up = reachable;
-    if (reachable) return;
-    for (const b of this.beats) {
-      b.fail = new SbxError('runtime_unavailable', 'gone');
-      b.wake?.();
-    }
-  }
 
   async createWorkspaceVolume(hostPath: string, opts: WorkspaceVolumeOptions = {}): Promise<string> {
     await this.ping();
@@ -81,32 +67,6 @@ class NodeRuntime extends MemoryRuntime {
   async allowHostEndpoints(endpoints: { address: string; port: number }[]): Promise<void> {
     await this.ping();
     this.declared.push(endpoints.map((e) => `${e.address}:${e.port}`).join(','));
-  }
-
-  beat(b: Beat): void {
-    for (const s of this.beats) {
-      s.queue.push(b);
-      s.wake?.();
-    }
-  }
-
-  async *heartbeats(signal: AbortSignal): AsyncGenerator<Beat> {
-    if (!this.up) throw new SbxError('runtime_unavailable', 'gone');
-    const s: { queue: Beat[]; wake?: () => void; fail?: Error } = { queue: [] };
-    this.beats.push(s);
-    const onAbort = () => s.wake?.();
-    signal.addEventListener('abort', onAbort);
-    try {
-      for (;;) {
-        while (s.queue.length > 0) yield s.queue.shift()!;
-        if (signal.aborted) return;
-        if (s.fail) throw s.fail;
-        await new Promise<void>((r) => (s.wake = r));
-      }
-    } finally {
-      signal.removeEventListener('abort', onAbort);
-      this.beats = this.beats.filter((x) => x !== s);
-    }
   }
 }
 
@@ -458,39 +418,6 @@ describe('NodeSet: merged streams', () => {
     ac.abort();
   });
 
-  test("heartbeats: every node's, a node's stream breaking does not end it", async () => {
-    const c = cluster(['a', 'b']);
-    const ac = new AbortController();
-    const beats = collect(c.set.heartbeats(ac.signal));
-    const beat = (n: string, boxId: string) => c.rt(n).beat({ boxId, token: 't', active: true, processCount: 1 });
-    await waitFor(
-      () => {
-        beat('a', 'sb-a');
-        beat('b', 'sb-b');
-        return beats.seen.some((h) => h.boxId === 'sb-a') && beats.seen.some((h) => h.boxId === 'sb-b');
-      },
-      { what: 'both nodes heard' },
-    );
-    c.down('a');
-    await waitFor(() => (beat('b', 'sb-b2'), beats.seen.some((h) => h.boxId === 'sb-b2')), { what: 'b heard while a is down' });
-    c.up('a');
-    await waitFor(() => (beat('a', 'sb-a2'), beats.seen.some((h) => h.boxId === 'sb-a2')), { what: 'a heard again' });
-    // Taken out of the pool while away, then put back: followed again.
-    const b = c.node('b');
-    c.down('b');
-    c.members.splice(c.members.indexOf(b), 1);
-    c.set.membersChanged();
-    await waitFor(() => (beat('a', 'sb-a3'), beats.seen.some((h) => h.boxId === 'sb-a3')), { what: 'a heard without b' });
-    c.members.push(b);
-    c.up('b');
-    await waitFor(() => (beat('b', 'sb-b3'), beats.seen.some((h) => h.boxId === 'sb-b3')), { what: 'b heard once back in the pool' });
-    ac.abort();
-    await within(beats.done, 'the stream to end on abort');
-    assert.equal(beats.error(), undefined);
-  });
-});
-
-describe('NodeSet: the machine', () => {
   test('resources: the largest node; capabilities: what all share; ping: one online node; images: every online node', async () => {
     const c = cluster(['a', 'b'], { each: (n) => ({ resources: { cpus: n === 'a' ? 8 : 2, memoryBytes: (n === 'a' ? 4 : 16) * 1024 * MiB } }) });
     assert.deepEqual(await c.set.resources(), { cpus: 2, memoryBytes: 16 * 1024 * MiB });

@@ -672,11 +672,6 @@ export class NodeSet implements Runtime {
     });
   }
 
-  /** Every node's box heartbeats (nodes without them add none); ends only when `signal` aborts. */
-  heartbeats(signal: AbortSignal): AsyncIterable<{ boxId: string; token: string; active: boolean; processCount?: number }> {
-    return this.merge(signal, { endWhenNoneOnline: false, open: (m, s) => m.runtime.heartbeats?.(s), onItem: (_m, h) => h });
-  }
-
   /**
    * A node back online: its changes since the last known list, as the events they were; the
    * error to end the merged stream with when the pool must be reconciled (see `events`).

@@ -1,19 +1,22 @@
-// The Runtime conformance suite against RemoteRuntime: the client over a real HTTP/2 connection
-// to a NodeService on 127.0.0.1, which serves the local engine (src/testing/remote-node.ts).
+// The Runtime conformance suite against RemoteRuntime as a Manager has it: a node joined to a
+// hub (token, pinned certificates, credential) and served by `sbx node` over mutual TLS on
+// 127.0.0.1, on the local engine (src/testing/remote-node.ts).
 import { after } from 'node:test';
 import { runtimeConformance } from '../../testing/conformance.js';
 import { testEnv, testRunId } from '../../testing/env.js';
-import { startTestNode, unreachableRemote } from '../../testing/remote-node.js';
+import { startJoinedNode, startTestHub, unreachableRemote } from '../../testing/remote-node.js';
 
-const node = await startTestNode({ name: `conformance-${process.pid}` });
+const hub = await startTestHub();
+const node = await startJoinedNode(hub.hub, { name: `conformance-${process.pid}` });
 const dead = await unreachableRemote();
 after(async () => {
   dead.close();
   await node.close();
+  await hub.close();
 });
 
 runtimeConformance('remote node', {
-  open: () => node.connect(),
+  open: () => node.runtime(),
   openUnreachable: () => dead.runtime,
   baseImage: testEnv.baseImage,
   pull: {

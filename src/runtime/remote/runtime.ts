@@ -19,7 +19,7 @@ import type { Readable } from 'node:stream';
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import { createClient } from '@connectrpc/connect';
 import type { Client, Transport } from '@connectrpc/connect';
-import { SbxError } from '../../errors.js';
+import { SbxError, isSbxError } from '../../errors.js';
 import { collectOutput, execResult } from '../collect-text.js';
 import { abortError, watchForKill } from '../kill-watch.js';
 import { checkPort } from '../ports.js';
@@ -87,6 +87,8 @@ interface ExecSession {
   send(msg: ExecRequestInit): Promise<void>;
   /** Asks the node to kill the process, then waits for its exit. */
   cancel(): Promise<void>;
+  /** One signal to the process itself (when `signals`). */
+  signal(name: ProcessSignal): Promise<void>;
 }
 
 export class RemoteRuntime implements Runtime {
@@ -206,7 +208,7 @@ export class RemoteRuntime implements Runtime {
   }
 
   /** The workspace volumes the node holds, with their labels: which workspaces live on this node. */
-  listWorkspaceVolumes(): Promise<NodeVolume[]> {
+  listVolumes(): Promise<NodeVolume[]> {
     return this.call('listVolumes', []);
   }
 
@@ -381,10 +383,14 @@ export class RemoteRuntime implements Runtime {
       exited,
       drained,
       send,
-      async cancel() {
-        void send({ msg: { case: 'cancel', value: {} } });
+      // Out of band: a kill never waits behind stdin the process does not read.
+      cancel: async () => {
+        await this.call('execCancel', [started.handle]).catch((err: unknown) => {
+          if (!isSbxError(err, 'not_found')) throw err;
+        });
         await exited.catch(() => undefined);
       },
+      signal: (name: ProcessSignal) => this.call<void>('execSignal', [started.handle, name]),
     };
   }
 
@@ -443,9 +449,7 @@ export class RemoteRuntime implements Runtime {
       },
     };
     if (session.signals) {
-      stream.signal = async (name: ProcessSignal) => {
-        await session.send({ msg: { case: 'signal', value: name } });
-      };
+      stream.signal = (name: ProcessSignal) => session.signal(name);
     }
     return stream;
   }

@@ -39,6 +39,8 @@ export interface Subject {
   /** sbx-test: the WebSocket echo on 3000, the SSE service on 3001. */
   testImage: string;
   pullImage: string;
+  /** The pool boxes land on by default (the first): default `local`. */
+  pool?: string;
   dispose(): Promise<void>;
 }
 
@@ -111,7 +113,7 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
       const b = await s.api.create({ image: s.image, owner: OWNER, labels: { suite: run, which: 'crud' } });
       assert.match(b.id, /^sb-[0-9a-f]{12}$/);
       assert.equal(b.owner, OWNER);
-      assert.equal(b.pool, 'local');
+      assert.equal(b.pool, s.pool ?? 'local');
       assert.equal(b.image, s.image);
       assert.equal(b.status, 'running');
       assert.deepEqual(b.labels, { suite: run, which: 'crud' });
@@ -374,7 +376,7 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
     });
 
     test('workspace files: write, read (whole and streamed), readDir, stat, mkdirAll, rename, copy, remove, tar out and in', async () => {
-      const ws = await s.api.workspaces.create({ name: `sdk-${run}`, owner: OWNER, node: 'local', labels: { suite: run } });
+      const ws = await s.api.workspaces.create({ name: `sdk-${run}`, owner: OWNER, node: s.pool ?? 'local', labels: { suite: run } });
       assert.equal((await s.api.workspaces.get(ws.id)).name, `sdk-${run}`);
       const renamed = await s.api.workspaces.update(ws.id, { name: `sdk2-${run}`, labels: { stage: 'two' } });
       assert.equal(renamed.name, `sdk2-${run}`);
@@ -448,7 +450,7 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
 
     test('workspace copyFromHost: a file, and a tree with long names, modes, an empty file and dir, a symlink', async () => {
       const host = mkdtempSync(join(tmpdir(), 'sbx-sdk-host-'));
-      const ws = await s.api.workspaces.create({ name: `host-${run}`, owner: OWNER, node: 'local' });
+      const ws = await s.api.workspaces.create({ name: `host-${run}`, owner: OWNER, node: s.pool ?? 'local' });
       try {
         const long = `${'d'.repeat(90)}/${'n'.repeat(120)}.txt`;
         mkdirSync(join(host, 'tree', 'empty'), { recursive: true });
@@ -605,7 +607,7 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
       const pools = await s.api.pools();
       assert.deepEqual(
         pools.map((p) => p.name),
-        ['local'],
+        [s.pool ?? 'local'],
       );
       assert.equal(pools[0]!.connected, true);
       const added = await s.api.addPool({ name: 'extra', addr: pools[0]!.addr, maxTotal: 3 });
@@ -617,7 +619,7 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
       await s.api.removePool('extra');
       await rejectsWith(s.api.removePool('extra'), 'pool_not_found');
       const events = [];
-      for await (const e of s.api.pullImage('local', s.pullImage)) events.push(e);
+      for await (const e of s.api.pullImage(s.pool ?? 'local', s.pullImage)) events.push(e);
       assert.ok(events.length > 0, 'some progress');
       assert.ok(
         events.every((e) => typeof e.status === 'string'),
@@ -627,10 +629,10 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
         events.some((e) => /digest|up to date|downloaded/i.test(e.status)),
         JSON.stringify(events.map((e) => e.status)),
       );
-      assert.equal(await s.api.imageExists('local', s.pullImage), true);
-      assert.deepEqual(await s.api.ensureImage('local', s.pullImage), { pulled: false });
+      assert.equal(await s.api.imageExists(s.pool ?? 'local', s.pullImage), true);
+      assert.deepEqual(await s.api.ensureImage(s.pool ?? 'local', s.pullImage), { pulled: false });
       const bad = (async () => {
-        for await (const _ of s.api.pullImage('local', '127.0.0.1:5000/sbx/no-such-image:latest')) {
+        for await (const _ of s.api.pullImage(s.pool ?? 'local', '127.0.0.1:5000/sbx/no-such-image:latest')) {
           /* drain */
         }
       })();

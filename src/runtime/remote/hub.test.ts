@@ -1,0 +1,155 @@
+// The trust between a Manager and its nodes, over real mutual TLS on 127.0.0.1 with `sbx node`'s
+// server on the local engine: who gets in, who is refused (and that it is logged), revocation,
+// and a node that goes and comes back. The multi-machine behaviour is src/sandbox/remote-pool.test.ts.
+import assert from 'node:assert/strict';
+import { cp, readFile, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, describe, test } from 'node:test';
+import { isSbxError } from '../../errors.js';
+import { startNode } from '../../node/server.js';
+import { readNodeState, writeNodeState } from '../../node/state.js';
+import { testEnv } from '../../testing/env.js';
+import { LogLines, startJoinedNode, startTestHub } from '../../testing/remote-node.js';
+import { waitFor } from '../../testing/wait.js';
+import { createIdentity } from './identity.js';
+import { dialPinned } from './session.js';
+import { splitHostPort } from './hub.js';
+
+const cleanups: (() => Promise<void>)[] = [];
+after(async () => {
+  for (const c of cleanups.reverse()) await c().catch(() => undefined);
+});
+
+describe('node hub: trust over mutual TLS', () => {
+  test('a direct node joins, comes online with its facts, and serves the engine', async () => {
+    const logs = new LogLines();
+    const { hub, close } = await startTestHub({ log: logs.logger });
+    cleanups.push(close);
+    const node = await startJoinedNode(hub, { name: 'direct-1' });
+    cleanups.push(() => node.close());
+    const [info] = hub.nodes();
+    assert.equal(info!.state, 'online');
+    assert.equal(info!.mode, 'direct');
+    assert.match(info!.fingerprint, /^sha256:[0-9a-f]{64}$/);
+    assert.equal(info!.facts?.name, 'direct-1');
+    assert.ok((info!.facts?.cpus ?? 0) > 0 && (info!.facts?.memoryBytes ?? 0) > 0);
+    assert.ok(info!.facts?.ociRuntimes.includes('runc'));
+    await node.runtime().ping();
+  });
+
+  test('a node with a forged credential is refused and logged; a Manager of another identity cannot get into a node', async () => {
+    const logs = new LogLines();
+    const { hub, close } = await startTestHub({ log: logs.logger });
+    cleanups.push(close);
+    const node = await startJoinedNode(hub, { name: 'forged' });
+    cleanups.push(() => node.close());
+    await node.stop();
+    await waitFor(() => hub.link('forged')?.state === 'offline', { what: 'the stopped node to be offline' });
+    const state = await readNodeState(node.dataDir);
+    await writeNodeState(node.dataDir, { ...state, credential: 'sbxnode_' + 'A'.repeat(43) });
+    node.running = await startNode({ dataDir: node.dataDir, log: new LogLines().logger, engineAddr: testEnv.engineAddr, pingIntervalMs: 500 });
+    await waitFor(() => logs.has('credential does not match'), { what: 'the refusal to be logged' });
+    assert.notEqual(hub.link('forged')!.state, 'online');
+
+    // An impostor Manager: its own key, the node's pinned certificate. The node's TLS refuses it.
+    const [host, port] = splitHostPort(node.address!);
+    const impostor = createIdentity('impostor');
+    const nodeCert = hub.trust.get('forged')!;
+    const refused = await dialPinned(host, port, impostor, nodeCert, 10_000, 'node').then(
+      async (socket) => {
+        // TLS 1.3: the client finishes first; the server's refusal arrives as the socket closes.
+        await new Promise((resolve) => socket.once('close', resolve));
+        return true;
+      },
+      () => true,
+    );
+    assert.equal(refused, true);
+  });
+
+  test('a node presenting a certificate other than the pinned one is refused', async () => {
+    const logs = new LogLines();
+    const { hub, close } = await startTestHub({ log: logs.logger });
+    cleanups.push(close);
+    const node = await startJoinedNode(hub, { name: 'swapped' });
+    cleanups.push(() => node.close());
+    await node.stop();
+    await waitFor(() => hub.link('swapped')?.state === 'offline', { what: 'the node to be offline' });
+    // Same name, same credential, another key: someone who stole node.json but not the key.
+    const other = createIdentity('thief');
+    await writeFile(join(node.dataDir, 'identity', 'tls.key'), other.key);
+    await writeFile(join(node.dataDir, 'identity', 'tls.crt'), other.cert);
+    node.running = await startNode({ dataDir: node.dataDir, log: new LogLines().logger, engineAddr: testEnv.engineAddr, pingIntervalMs: 500 });
+    await waitFor(() => /certificate other than the one pinned/.test(hub.link('swapped')!.error ?? ''), { what: 'the pin mismatch' });
+    assert.equal(hub.link('swapped')!.state, 'offline');
+  });
+
+  test('reverse mode: the node dials in; a second node with the same identity is refused and logged while the first is connected', async () => {
+    const logs = new LogLines();
+    const { hub, close } = await startTestHub({ log: logs.logger, listen: '127.0.0.1:0' });
+    cleanups.push(close);
+    const node = await startJoinedNode(hub, { name: 'rev-1', mode: 'reverse' });
+    cleanups.push(() => node.close());
+    assert.equal(hub.nodes()[0]!.mode, 'reverse');
+    await node.runtime().ping();
+    const first = node.runtime();
+
+    // A copy of the node's whole data directory: key, certificate and credential.
+    const twinDir = node.dataDir + '-twin';
+    await cp(node.dataDir, twinDir, { recursive: true });
+    cleanups.push(() => rm(twinDir, { recursive: true, force: true }));
+    const twin = await startNode({ dataDir: twinDir, log: new LogLines().logger, engineAddr: testEnv.engineAddr, pingIntervalMs: 500 });
+    cleanups.push(() => twin.close());
+    await waitFor(() => logs.has('refused a second connection'), { what: 'the twin to be refused and logged' });
+    assert.equal(node.runtime(), first, 'the first connection is still the one in use');
+    await node.runtime().ping();
+  });
+
+  test('revocation ends the connection at once and refuses the node from then on', async () => {
+    const logs = new LogLines();
+    const { hub, close } = await startTestHub({ log: logs.logger, listen: '127.0.0.1:0' });
+    cleanups.push(close);
+    const direct = await startJoinedNode(hub, { name: 'rv-direct' });
+    const reverse = await startJoinedNode(hub, { name: 'rv-reverse', mode: 'reverse' });
+    cleanups.push(
+      () => direct.close(),
+      () => reverse.close(),
+    );
+    const rt = reverse.runtime();
+    await hub.revoke('rv-reverse');
+    await hub.revoke('rv-direct');
+    assert.equal(hub.link('rv-reverse')!.state, 'revoked');
+    await assert.rejects(rt.ping(), (e) => isSbxError(e, 'runtime_unavailable'));
+    // The reverse node keeps redialling; each attempt is refused by TLS (its certificate is no longer a CA of the listener).
+    await waitFor(() => logs.has('refused a node connection'), { what: 'the revoked node to be refused' });
+    assert.equal(hub.link('rv-reverse')!.state, 'revoked');
+    assert.equal(hub.link('rv-direct')!.state, 'revoked');
+    assert.equal(
+      hub.nodes().every((n) => n.revokedAt !== undefined),
+      true,
+    );
+  });
+
+  test('a node that goes away is offline, calls fail fast naming it; back, it is online again', async () => {
+    const { hub, close } = await startTestHub();
+    cleanups.push(close);
+    const node = await startJoinedNode(hub, { name: 'flaky' });
+    cleanups.push(() => node.close());
+    const rt = node.runtime();
+    await node.stop();
+    await waitFor(() => hub.link('flaky')?.state === 'offline', { what: 'offline' });
+    await assert.rejects(rt.ping(), (e) => isSbxError(e, 'runtime_unavailable'));
+    await node.start();
+    await node.runtime().ping();
+    assert.equal(hub.nodes()[0]!.state, 'online');
+  });
+
+  test('nothing secret is on disk in clear on the Manager side', async () => {
+    const { hub, dataDir, close } = await startTestHub();
+    cleanups.push(close);
+    const node = await startJoinedNode(hub, { name: 'disk' });
+    cleanups.push(() => node.close());
+    const credential = (await readNodeState(node.dataDir)).credential;
+    const kept = await readFile(join(dataDir, 'nodes', 'nodes.json'), 'utf8');
+    assert.equal(kept.includes(credential), false);
+  });
+});
