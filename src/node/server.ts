@@ -52,15 +52,24 @@ function helloHandler(state: NodeState) {
 /** Keeps a served HTTP/2 session honest about its peer: PINGs it, and ends it when no answer comes. */
 function watchSession(session: Http2Session, intervalMs: number, log: Logger): void {
   const timer = setInterval(() => {
+    if (session.destroyed || session.closed) {
+      clearInterval(timer);
+      return;
+    }
     const answered = setTimeout(() => {
       log.warn('the Manager stopped answering; closing its connection');
       session.destroy();
     }, intervalMs * 3);
-    const sent = session.ping((err) => {
+    try {
+      session.ping((err) => {
+        clearTimeout(answered);
+        if (err) session.destroy();
+      });
+    } catch {
+      // Destroyed between the check and the ping: nothing left to watch.
       clearTimeout(answered);
-      if (err) session.destroy();
-    });
-    if (!sent) clearTimeout(answered);
+      clearInterval(timer);
+    }
   }, intervalMs);
   timer.unref();
   session.once('close', () => clearInterval(timer));

@@ -118,6 +118,7 @@ export class NodeLink {
       const socket = await dialPinned(host, port, this.hub.identity(), this.record, this.hub.offlineAfterMs, `node '${this.name}' (${this.record.address})`);
       await this.adopt(socket);
     } catch (err) {
+      this.hub.log.debug({ node: this.name, err: (err as Error).message }, 'could not connect to the node; dialling again');
       this.markOffline((err as Error).message);
       this.retry();
     }

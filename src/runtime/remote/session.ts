@@ -21,6 +21,19 @@ export const HELLO_PATH = '/sbx.node.v1.Trust/Hello';
 /** ALPN: HTTP/2 only. */
 export const ALPN = ['h2'];
 
+/** OpenSSL's verification failures: the peer is not who was pinned. */
+const CERT_ERRORS = new Set([
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'CERT_SIGNATURE_FAILURE',
+  'CERT_UNTRUSTED',
+  'CERT_REJECTED',
+  'ERR_TLS_CERT_ALTNAME_INVALID',
+]);
+
 /** The certificate one side pinned for the other at join. */
 export interface PeerPin {
   cert: string;
@@ -60,11 +73,11 @@ export function dialPinned(host: string, port: number, own: TlsIdentity, peer: P
       reject(err);
     };
     socket.once('error', (err: NodeJS.ErrnoException) => {
-      const refused = err.code === 'ERR_TLS_CERT_ALTNAME_INVALID' || /certificate|self.signed|unable to verify/i.test(err.message);
+      // Only a verification failure is the peer's identity; anything else is the network's.
       fail(
-        refused
-          ? new SbxError('forbidden', `${what} presented a certificate other than the one pinned at join`)
-          : new SbxError('runtime_unavailable', `${what} is unreachable: ${err.message}`),
+        CERT_ERRORS.has(err.code ?? '')
+          ? new SbxError('forbidden', `${what} presented a certificate other than the one pinned at join (${err.code})`)
+          : new SbxError('runtime_unavailable', `${what} is unreachable: ${err.message}${err.code ? ` (${err.code})` : ''}`),
       );
     });
     socket.once('secureConnect', () => {
@@ -84,6 +97,9 @@ type NodeHttp2ClientSessionManager = NonNullable<GrpcTransportOptions['sessionMa
 /** Connect's view of our one HTTP/2 session: requests go on it, nothing reconnects behind our back. */
 class FixedSessionManager implements NodeHttp2ClientSessionManager {
   readonly authority = 'https://node';
+  /** The calls in flight: a connection that dies fails them at once, not at their deadline. */
+  private readonly streams = new Set<http2.ClientHttp2Stream>();
+
   constructor(private readonly session: http2.ClientHttp2Session) {}
 
   request(
@@ -93,7 +109,19 @@ class FixedSessionManager implements NodeHttp2ClientSessionManager {
     options: Omit<http2.ClientSessionRequestOptions, 'signal'>,
   ): Promise<http2.ClientHttp2Stream> {
     if (this.session.closed || this.session.destroyed) return Promise.reject(new SbxError('runtime_unavailable', 'the node connection is closed'));
-    return Promise.resolve(this.session.request({ ...headers, ':method': method, ':path': path }, options));
+    const stream = this.session.request({ ...headers, ':method': method, ':path': path }, options);
+    this.streams.add(stream);
+    stream.once('close', () => this.streams.delete(stream));
+    return Promise.resolve(stream);
+  }
+
+  /**
+   * Fails every call in flight with `err`. A stream the session takes down with it ends
+   * without an error, which Connect would only notice at the call's deadline.
+   */
+  failAll(err: Error): void {
+    for (const stream of this.streams) stream.destroy(err);
+    this.streams.clear();
   }
 
   notifyResponseByteRead(): void {
@@ -109,9 +137,16 @@ export class NodeSession {
   readonly session: http2.ClientHttp2Session;
   readonly transport: Transport;
   readonly closed: Promise<void>;
+  private readonly manager: FixedSessionManager;
 
   constructor(socket: TLSSocket) {
     this.session = http2.connect('https://node', { createConnection: () => socket });
+    const manager = new FixedSessionManager(this.session);
+    this.manager = manager;
+    // However the connection ends (our close, the peer, the socket), the calls on it fail now.
+    const lost = () => manager.failAll(new SbxError('runtime_unavailable', 'the connection to the node was lost'));
+    this.session.once('goaway', lost);
+    socket.once('close', lost);
     this.closed = new Promise((resolve) => {
       this.session.once('close', () => resolve());
       socket.once('close', () => resolve());
@@ -119,7 +154,7 @@ export class NodeSession {
     // Errors end the session; `closed` tells the link. Unhandled, they would end the process.
     this.session.on('error', () => this.session.destroy());
     socket.on('error', () => socket.destroy());
-    this.transport = createGrpcTransport({ baseUrl: 'https://node', sessionManager: new FixedSessionManager(this.session) });
+    this.transport = createGrpcTransport({ baseUrl: 'https://node', sessionManager: manager });
   }
 
   get isClosed(): boolean {
@@ -163,20 +198,26 @@ export class NodeSession {
   /** One HTTP/2 PING; its round trip in ms, or runtime_unavailable when none came back within `timeoutMs`. */
   ping(timeoutMs: number): Promise<number> {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new SbxError('runtime_unavailable', `no PING answer within ${timeoutMs} ms`)), timeoutMs);
-      const sent = this.session.ping((err, duration) => {
-        clearTimeout(timer);
-        if (err) reject(new SbxError('runtime_unavailable', `PING: ${err.message}`));
-        else resolve(duration);
-      });
-      if (!sent) {
-        clearTimeout(timer);
+      if (this.isClosed) {
         reject(new SbxError('runtime_unavailable', 'PING: the session is closed'));
+        return;
+      }
+      const timer = setTimeout(() => reject(new SbxError('runtime_unavailable', `no PING answer within ${timeoutMs} ms`)), timeoutMs);
+      try {
+        this.session.ping((err, duration) => {
+          clearTimeout(timer);
+          if (err) reject(new SbxError('runtime_unavailable', `PING: ${err.message}`));
+          else resolve(duration);
+        });
+      } catch (err) {
+        clearTimeout(timer);
+        reject(new SbxError('runtime_unavailable', `PING: ${(err as Error).message}`));
       }
     });
   }
 
   close(): void {
+    this.manager.failAll(new SbxError('runtime_unavailable', 'the connection to the node was closed'));
     this.session.destroy();
   }
 }
