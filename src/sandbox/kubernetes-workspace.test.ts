@@ -247,6 +247,16 @@ describe('workspaces on a Kubernetes pool, on a real cluster', { skip: why ?? fa
     escape.finalize();
     await rejectsWithCode(files.importTar('bad', Readable.from(escape)), 'invalid_argument', 'importTar of ../');
     assert.equal(await files.exists('bad'), false, 'a refused import leaves nothing');
+    t0 = performance.now();
+    const whole: Buffer[] = [];
+    for await (const c of await files.exportTar('')) whole.push(c as Buffer);
+    const outMs = performance.now() - t0;
+    t0 = performance.now();
+    const all = await files.importTar('all', Readable.from(whole));
+    t.diagnostic(
+      `the whole workspace as tar (${(Buffer.concat(whole).length / 2 ** 20).toFixed(1)} MiB, ${all.entries} entries): exportTar ${outMs.toFixed(0)} ms, importTar ${(performance.now() - t0).toFixed(0)} ms`,
+    );
+    assert.ok((await files.readFile('all/big.bin')).equals(big));
     await files.copy('b', 'b2');
     assert.deepEqual(
       (await files.readDir('b2')).map((e) => e.name),
