@@ -11,6 +11,9 @@
 //	fs rm PATH [--recursive]     a file, symlink or empty directory; --recursive: rm -rf, missing is fine
 //	fs mv FROM TO                rename(2), creating TO's parent directories
 //	fs watch PATH [--recursive]  inotify events as JSON lines on stdout until killed
+//	fs tar-out PATH              {"ok":true} and a newline, then a tar of directory PATH (fs_tar.go)
+//	fs tar-in DEST               stdin framed as for write, a tar; {"entries":N,"bytes":N}
+//	fs copy FROM TO              a directory tree or a symlink, merged into TO
 //
 // Errors: one JSON line {"code","errno","message","path"} on stderr and the exit code of the
 // code (fsExitCodes), so the host maps them to SbxError without parsing messages.
@@ -129,7 +132,7 @@ func runFs(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return fsExitCodes[fe.Code]
 }
 
-const fsUsage = "usage: sbx-agent fs read|write|stat|ls|mkdir|rm|mv|watch PATH [ARG] [--recursive]"
+const fsUsage = "usage: sbx-agent fs read|write|stat|ls|mkdir|rm|mv|watch|tar-out|tar-in|copy PATH [ARG] [--recursive]"
 
 func fsDispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	recursive := false
@@ -197,6 +200,18 @@ func fsDispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 		return fsRename(path, pos[2])
 	case "watch":
 		return fsWatch(path, recursive, stdout)
+	case "tar-out":
+		return fsTarOut(path, stdout)
+	case "tar-in":
+		return fsTarIn(path, stdin, stdout)
+	case "copy":
+		if len(pos) < 3 {
+			return &fsError{Code: "usage", Message: fsUsage}
+		}
+		if err := checkPath(pos[2]); err != nil {
+			return err
+		}
+		return fsCopy(path, pos[2])
 	}
 	return &fsError{Code: "usage", Message: fmt.Sprintf("sbx-agent fs: unknown operation %q\n%s", op, fsUsage)}
 }

@@ -134,7 +134,16 @@ export class BoxFS {
    */
   async createReadStream(path: string): Promise<Readable> {
     const p = parseBoxPath(path);
-    const s = await this.start(['read', p], true);
+    return this.streamOut(['read', p], p);
+  }
+
+  /**
+   * Runs an operation that answers `{"ok":true,…}` and a newline, then streams bytes: its failure
+   * before that line rejects; the stream ends only once the tool exited 0 (a failure midway is
+   * the stream's error, not a short result); destroying the stream ends the operation.
+   */
+  protected async streamOut(args: string[], p: string): Promise<Readable> {
+    const s = await this.start(args, true);
     s.stdin.end();
     const stderr = text(s.stderr);
     const header = await headerLine(s.stdout);
@@ -175,20 +184,34 @@ export class BoxFS {
     if (typeof data !== 'string' && !(data instanceof Uint8Array) && !isAsyncIterable(data)) {
       throw invalidArgument('data', 'must be a string, a Uint8Array or a Readable');
     }
-    const s = await this.start(['write', p, ...(mode === undefined ? [] : [(mode & 0o777).toString(8)])], true);
+    await this.streamIn(
+      ['write', p, ...(mode === undefined ? [] : [(mode & 0o777).toString(8)])],
+      p,
+      typeof data === 'string' || data instanceof Uint8Array ? [data] : data,
+    );
+  }
+
+  /**
+   * Runs an operation that reads `source` as `fs write`'s frames on stdin; its stdout as text. A
+   * source that fails sends no commit frame, so the tool writes nothing, and its error is thrown.
+   */
+  protected async streamIn(args: string[], p: string, source: Iterable<Uint8Array | string> | AsyncIterable<Uint8Array | string>): Promise<string> {
+    const s = await this.start(args, true);
     const stderr = text(s.stderr);
-    s.stdout.resume();
+    const stdout = text(s.stdout);
+    stdout.catch(() => undefined); // read only on success; a failure is reported from the exit
     const exited = s.wait();
     let sourceError: unknown;
     try {
-      await sendFrames(typeof data === 'string' || data instanceof Uint8Array ? [data] : data, s.stdin, exited);
+      await sendFrames(source, s.stdin, exited);
     } catch (err) {
       sourceError = err;
-      s.stdin.end(); // without the commit frame: the tool drops its temp file
+      s.stdin.end(); // without the commit frame: the tool drops what it staged
     }
     const code = await exited;
     if (sourceError !== undefined) throw sourceError;
     if (code !== 0) throw this.failure(code, await stderr, p);
+    return stdout;
   }
 
   /**
@@ -328,7 +351,7 @@ export class BoxFS {
   }
 
   /** Runs one operation whose answer is small; its stdout as text. */
-  private async call(args: string[], path: string): Promise<string> {
+  protected async call(args: string[], path: string): Promise<string> {
     const s = await this.start(args, true);
     s.stdin.end();
     const [out, err, code] = await Promise.all([text(s.stdout), text(s.stderr), s.wait()]);

@@ -8,11 +8,14 @@
  */
 import { basename, posix } from 'node:path';
 import { createReadStream as createHostReadStream } from 'node:fs';
-import type { Readable } from 'node:stream';
+import { realpath } from 'node:fs/promises';
+import { Readable } from 'node:stream';
 import type { Logger } from 'pino';
 import { SbxError, existsBy, invalidArgument, isSbxError } from '../errors.js';
 import type { ExecStream, Runtime, WorkspaceHelper } from '../runtime/types.js';
+import { DirHandle } from '../workspace/contained-path.js';
 import { statHostSource } from '../workspace/fs.js';
+import { packTree } from '../workspace/tar.js';
 import type {
   DirEntry,
   FileContent,
@@ -313,21 +316,45 @@ class HelperPod implements BoxFSHost {
 }
 
 /**
+ * The helper's file tool with the tree operations of the workspace API (agent/fs_tar.go). Not
+ * `box.files()`: those take absolute helper paths the caller has already built from parsed
+ * workspace paths.
+ */
+class HelperFiles extends BoxFS {
+  /** `fs tar-out`: the tar of a directory, streamed (the host's exportTar format). */
+  exportTar(path: string): Promise<Readable> {
+    return this.streamOut(['tar-out', path], path);
+  }
+
+  /** `fs tar-in`: the archive streamed in as `fs write`'s frames, staged and merged by the tool. */
+  async importTar(dest: string, source: Iterable<Uint8Array> | AsyncIterable<Uint8Array | string>): Promise<ImportResult> {
+    const out = await this.streamIn(['tar-in', dest], dest, source);
+    return JSON.parse(out) as ImportResult;
+  }
+
+  /** `fs copy`: a directory tree (staged, merged into `to`) or a symlink, as itself. */
+  async copyTree(from: string, to: string): Promise<void> {
+    await this.call(['copy', from, to], from);
+  }
+}
+
+/**
  * The WorkspaceFS of a workspace in a volume: every call parses its paths with the host API's
  * lexical policy, then runs as one `sbx-agent fs` operation in the workspace's helper pod
- * (BoxFS), as the workspace's file owner. Tree copies, tar and copies of host trees are
- * `not_available`; quotas are the volume's size, not checked by the API.
+ * (BoxFS), as the workspace's file owner. Tar streams, tree copies and copies of host trees are
+ * the tool's `tar-out`, `tar-in` and `copy`, staged in the volume and merged all or nothing as on
+ * a host node; quotas are the volume's size, not checked by the API.
  */
 class HelperWorkspaceFS implements WorkspaceFS {
   readonly id: string;
-  private readonly files: BoxFS;
+  private readonly files: HelperFiles;
 
   constructor(
     private readonly workspace: Workspace,
     private readonly helper: HelperPod,
   ) {
     this.id = workspace.id;
-    this.files = new BoxFS(helper);
+    this.files = new HelperFiles(helper);
   }
 
   readFile(path: string): Promise<Buffer>;
@@ -385,13 +412,16 @@ class HelperWorkspaceFS implements WorkspaceFS {
     await this.at((abs) => this.files.rename(abs(source.components), abs(target.components)));
   }
 
-  /** Files only (streamed through this process, mode kept); directories and symlinks are not_available here. */
+  /** A file is streamed through this process (mode kept); a directory tree or a symlink is the tool's `copy`. */
   async copy(from: string, to: string): Promise<void> {
     const source = parseEntryPath(from);
     const target = parseEntryPath(to);
     await this.at(async (abs) => {
       const stat = await this.files.stat(abs(source.components));
-      if (stat.isDir || stat.isSymlink) throw this.notAvailable(`copy of a ${stat.isDir ? 'directory tree' : 'symlink'}`);
+      if (stat.isDir || stat.isSymlink) {
+        await this.files.copyTree(abs(source.components), abs(target.components));
+        return;
+      }
       if (!stat.isFile) {
         throw new SbxError('invalid_argument', `cannot copy ${JSON.stringify(source.components.join('/'))}: not a file, directory or symlink`, {
           details: { field: 'path', path: source.components.join('/') },
@@ -414,26 +444,46 @@ class HelperWorkspaceFS implements WorkspaceFS {
     await this.writeFile(path, decodeBase64(base64), options);
   }
 
-  /** A host file, streamed in (mode kept); a host directory tree is not_available here. */
+  /**
+   * A host file, streamed in (mode kept); a host directory tree is packed by the host's tar
+   * packer (`packTree`, so symlinks whose target leaves the tree are left out) and imported.
+   */
   async copyFromHost(hostPath: string, dest?: string): Promise<void> {
     const stat = await statHostSource(hostPath);
     const destination = dest ?? basename(hostPath);
     if (stat.isDirectory()) {
       parseWorkspacePath(destination);
-      throw this.notAvailable('copyFromHost of a directory tree');
+      // The host path is trusted and followed as given; below it, nothing is followed.
+      const tree = await DirHandle.openHostDir(await realpath(hostPath));
+      await this.importTar(destination, packTree(tree));
+      return;
     }
     if (!stat.isFile()) throw invalidArgument('hostPath', `${hostPath} is not a regular file or directory`);
     await this.writeFile(destination, createHostReadStream(hostPath), { mode: stat.mode & 0o777 });
   }
 
+  /** The tool's `tar-out`: a failure before the first byte rejects, one midway fails the stream. */
   async exportTar(path: string): Promise<Readable> {
-    parseWorkspacePath(path);
-    throw this.notAvailable('exportTar');
+    const components = parseWorkspacePath(path);
+    return this.at((abs) => this.files.exportTar(abs(components)));
   }
 
-  async importTar(dest: string, _tarStream: Readable | NodeJS.ReadableStream | Uint8Array): Promise<ImportResult> {
-    parseWorkspacePath(dest);
-    throw this.notAvailable('importTar');
+  /** The tool's `tar-in`, fed with backpressure; an archive that cannot be read is `invalid_argument` (field `tar`), as on a host node. */
+  async importTar(dest: string, tarStream: Readable | NodeJS.ReadableStream | Uint8Array): Promise<ImportResult> {
+    const components = parseWorkspacePath(dest);
+    const source = tarStream instanceof Uint8Array ? [tarStream] : (tarStream as AsyncIterable<Uint8Array | string>);
+    try {
+      return await this.at((abs) => this.files.importTar(abs(components), source));
+    } catch (err) {
+      if (err instanceof SbxError) throw err;
+      // Not the tool's answer: the source stream failed, so the caller's archive is bad.
+      throw new SbxError('invalid_argument', `tar: cannot read the archive: ${err instanceof Error ? err.message : String(err)}`, {
+        cause: err,
+        details: { field: 'tar' },
+      });
+    } finally {
+      if (tarStream instanceof Readable && !tarStream.readableEnded) tarStream.destroy();
+    }
   }
 
   /** A recursive listing, summed: regular files (hard links counted once per name, the listing has no inodes). */
@@ -457,14 +507,6 @@ class HelperWorkspaceFS implements WorkspaceFS {
         throw relativeError(err, root);
       }
     });
-  }
-
-  private notAvailable(what: string): SbxError {
-    return new SbxError(
-      'not_available',
-      `${what} is not available for workspace ${this.id}: its files are in a Kubernetes volume, reached one operation at a time through a helper pod (docs/workspaces.md, "Kubernetes nodes")`,
-      { details: { id: this.id, node: this.workspace.node, reason: 'remote_storage' } },
-    );
   }
 }
 
