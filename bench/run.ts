@@ -31,6 +31,7 @@ import { TRANSPORT_ROW_NAMES, runTransportRows } from './rows/transport.js';
 import { E2B_ROW_NAMES, runE2bRows } from './rows/e2b.js';
 import { K8S_ROW_NAMES, runKubernetesRows } from './rows/kubernetes.js';
 import { CLI_ROW_NAMES, runCliRows } from './rows/cli.js';
+import { REMOTE_ROW_NAMES, runRemoteRows } from './rows/remote.js';
 import { concurrencyRows, latencyRows } from './rows/boxes.js';
 import { WORKSPACE_ROW_NAME, fileRows } from './rows/files.js';
 import { RawSubject } from './subjects/raw.js';
@@ -118,6 +119,7 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     ...E2B_ROW_NAMES,
     ...K8S_ROW_NAMES,
     ...CLI_ROW_NAMES,
+    ...REMOTE_ROW_NAMES,
   ];
   const picked = selectNames(all, run.args.only);
   if (picked.size === 0) throw new UsageError(`--only ${run.args.only}: no row matches; rows are ${all.join(', ')}`);
@@ -166,6 +168,10 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
   }
   if (CLI_ROW_NAMES.some((n) => picked.has(n))) {
     results.push(...(await runCliRows(run.ctx, { managerName: `${run.managerName}-cli`, dataDir: join(run.tmp, 'cli'), runId: run.runId, only: picked })));
+  }
+  // A node in a network namespace with an engine of its own (needs root; skipped, saying why, without).
+  if (REMOTE_ROW_NAMES.some((n) => picked.has(n))) {
+    results.push(...(await runRemoteRows(run.ctx, { managerName: `${run.managerName}-rm`, dataDir: join(run.tmp, 'remote'), runId: run.runId, only: picked })));
   }
   if (warmRowNames().some((n) => picked.has(n))) {
     results.push(...(await runWarmRows(run.ctx, { managerName: `${run.managerName}-wm`, dataDir: join(run.tmp, 'warm'), runId: run.runId, only: picked })));

@@ -37,11 +37,17 @@ export function flatRow(r: RowResult, names: [string, string]): Record<string, u
     if (r.memory.perBoxKiB !== undefined) o['per_box_kib'] = round(r.memory.perBoxKiB, 0);
     if (r.memory.perBoxHeapKiB !== undefined) o['per_box_heap_kib'] = round(r.memory.perBoxHeapKiB, 1);
   }
-  if (r.seedMs !== undefined) o['seed_local_ms'] = r.seedMs;
+  if (r.seedMs !== undefined) o[`seed_${r.seedColumn ?? 'local'}_ms`] = r.seedMs;
   if (r.note) o['note'] = r.note;
   if (r.reason) o['reason'] = r.reason;
   o['wall_ms'] = Math.round(r.wallMs);
   return o;
+}
+
+/** The seed's number; `R` when it is from the seed's Remote column (the footnote says so). */
+function seedCell(r: RowResult): string {
+  if (r.seedMs === undefined) return '';
+  return `~${r.seedMs}${r.seedColumn === 'remote' ? ' R' : ''}`;
 }
 
 function pad(cells: string[][], rightAligned: (col: number) => boolean): string[] {
@@ -75,12 +81,7 @@ export function renderTable(rows: RowResult[], names: [string, string]): string 
   const timed = rows.filter((r) => r.group !== 'memory');
   const body = timed.map((r) => {
     if (r.sides.length !== 2) {
-      return [
-        r.name,
-        ...Array<string>(10).fill(''),
-        r.seedMs !== undefined ? `~${r.seedMs}` : '',
-        `${r.status === 'unavailable' ? 'not available yet' : r.status}: ${r.reason ?? ''}`,
-      ];
+      return [r.name, ...Array<string>(10).fill(''), seedCell(r), `${r.status === 'unavailable' ? 'not available yet' : r.status}: ${r.reason ?? ''}`];
     }
     const [x, y] = r.sides;
     const notes = [
@@ -101,7 +102,7 @@ export function renderTable(rows: RowResult[], names: [string, string]): string 
       num(y.stats.opsPerSec),
       ms(x.cpuMsPerOp),
       ms(y.cpuMsPerOp),
-      r.seedMs !== undefined ? `~${r.seedMs}` : '',
+      seedCell(r),
       notes,
     ];
   });
@@ -119,7 +120,7 @@ export function renderTable(rows: RowResult[], names: [string, string]): string 
   }
   lines.push(
     '',
-    '* seed p50: the seed design\'s "Benchmark Results (Reference)", Local column: another machine and the Go implementation. Context only, not a target.',
+    '* seed p50: the seed design\'s "Benchmark Results (Reference)", Local column (R: its Remote column): another machine and the Go implementation. Context only, not a target.',
   );
   return lines.join('\n');
 }

@@ -1,4 +1,4 @@
-import type { RowGroup } from './row.js';
+import type { RowGroup, SeedColumn } from './row.js';
 import type { Sample } from './sampler.js';
 import { summarize } from './stats.js';
 import type { Summary } from './stats.js';
@@ -35,6 +35,7 @@ export interface RowResult {
   sides: [Side, Side] | [];
   ratio: number | null;
   seedMs?: number;
+  seedColumn?: SeedColumn;
   wallMs: number;
   memory?: MemoryFigures;
   /** Milliseconds per op in the order measured, per subject (results file only). */
@@ -42,7 +43,7 @@ export interface RowResult {
 }
 
 export function pairResult(
-  row: { name: string; group: RowGroup; note?: string; seedMs?: number; bytesPerOp?: number },
+  row: { name: string; group: RowGroup; note?: string; seedMs?: number; seedColumn?: SeedColumn; bytesPerOp?: number },
   order: [string, string],
   samples: Record<string, Sample[]>,
   wallMs: number,
@@ -63,6 +64,7 @@ export function pairResult(
     sides,
     ratio: b.stats.p50 > 0 ? a.stats.p50 / b.stats.p50 : null,
     ...(row.seedMs !== undefined ? { seedMs: row.seedMs } : {}),
+    ...(row.seedColumn ? { seedColumn: row.seedColumn } : {}),
     wallMs,
     samples: Object.fromEntries(order.map((subject) => [subject, (samples[subject] ?? []).map((x) => Math.round(x.ms * 1000) / 1000)])),
   };

@@ -18,8 +18,10 @@ export interface Row<S extends Named, Shared = undefined, Item = undefined> {
   readonly iterations: Readonly<Record<Mode, number>>;
   /** Ops per side thrown away first (connection set-up, JIT, engine caches). Default 2. */
   readonly warmup?: number;
-  /** The seed's "Local" number for this row, from another machine. */
+  /** The seed's number for this row, from another machine: its "Local" column unless `seedColumn` says otherwise. */
   readonly seedMs?: number;
+  /** The column of the seed's table `seedMs` comes from (default `local`; the Remote rows: `remote`). */
+  readonly seedColumn?: SeedColumn;
   /** Bytes one op moves, for MB/s. */
   readonly bytesPerOp?: number;
   /** Run a full GC before every op (untimed), for rows whose ops allocate tens of MiB. */
@@ -32,6 +34,8 @@ export interface Row<S extends Named, Shared = undefined, Item = undefined> {
   after?(s: S, shared: Shared, item: Item): Promise<void>;
   teardown?(s: S, shared: Shared): Promise<void>;
 }
+
+export type SeedColumn = 'local' | 'remote';
 
 export type RowGroup = 'latency' | 'concurrency' | 'workspace' | 'memory';
 

@@ -2,6 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import { join } from 'node:path';
 import { EngineClient } from '../engine/client.js';
+import { Interrupted, abortOnSignals } from './interrupt.js';
 import type { RowResult } from './result.js';
 import type { RunContext } from './run-rows.js';
 import { sweep } from './sweep.js';
@@ -19,7 +20,17 @@ export async function runStandalone(tag: string, sides: readonly [string, string
   const log = (line: string) => process.stderr.write(`bench: ${line}\n`);
   const engine = new EngineClient();
   try {
-    const results = await rows({ mode, log, signal: new AbortController().signal }, { managerName: `bench-${tag}-${process.pid}`, dataDir: tmp, runId });
+    // Ctrl-C stops after the op in progress and still cleans up (rows that start processes or engines stop them).
+    const signal = abortOnSignals(log, () => undefined);
+    let results: RowResult[];
+    try {
+      results = await rows({ mode, log, signal }, { managerName: `bench-${tag}-${process.pid}`, dataDir: tmp, runId });
+    } catch (err) {
+      if (!(err instanceof Interrupted)) throw err;
+      log('interrupted: no results');
+      process.exitCode = 130;
+      return;
+    }
     const [a, b] = sides;
     const out = [`${'row'.padEnd(24)}${`${a} p50 ms`.padStart(14)}  p95 ms  ${`${b} p50 ms`.padStart(14)}  p95 ms   ratio (${a}/${b} p50)`];
     for (const r of results) {

@@ -167,3 +167,14 @@ export const concurrencyRows: AnyRow<S>[] = [
     },
   }),
 ];
+
+/**
+ * A row of `latencyRows` as it is (op, iterations, untimed work) under another name, for a row
+ * family that runs it on other sides; the seed's number goes unless `as` gives the one that fits.
+ */
+export function latencyTwin(name: string, as: Pick<AnyRow<S>, 'name' | 'note' | 'seedMs' | 'seedColumn'>): AnyRow<S> {
+  const found = latencyRows.find((r) => r.name === name);
+  if (!found) throw new Error(`no latency row ${name}`);
+  const { seedMs: _seed, seedColumn: _column, ...row } = found;
+  return { ...row, ...as };
+}

@@ -32,7 +32,7 @@ import type { KubeCluster } from '../kubernetes/cluster.js';
 import { checkPodParity } from '../kubernetes/parity.js';
 import { KubeRuntimeSubject, RawKubeSubject } from '../subjects/kubernetes.js';
 import type { BoxRef, ExecOutcome, Subject } from '../subjects/subject.js';
-import { latencyRows } from './boxes.js';
+import { latencyTwin } from './boxes.js';
 
 type S = Subject;
 
@@ -63,8 +63,7 @@ function expectTrue(r: ExecOutcome): void {
 
 /** Docker's Create and Remove rows as they are (op, iterations, the untimed removals), renamed; the seed's numbers are Docker's. */
 function dockerTwin(name: 'Create' | 'Remove', prefix: string, note: string): AnyRow<S> {
-  const { seedMs: _seed, ...row } = latencyRows.find((r) => r.name === name)!;
-  return { ...row, name: `${prefix} ${name}`, note };
+  return latencyTwin(name, { name: `${prefix} ${name}`, note });
 }
 
 function kubeRows({ prefix, note }: Variant): AnyRow<S>[] {

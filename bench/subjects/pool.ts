@@ -17,7 +17,14 @@ export class PoolSubject implements Subject<PoolRef> {
     readonly manager: Manager,
     private readonly labels: Record<string, string>,
     private readonly image: string,
+    /** The pool boxes go on (default: the Manager's first), and whether `close` closes the Manager (false: shared with another subject). */
+    private readonly on: { pool?: string; ownsManager: boolean } = { ownsManager: true },
   ) {}
+
+  /** Boxes on pool `pool` of a Manager the caller owns and closes (several subjects, one Manager: the Remote rows' local and remote pools). */
+  static onPool(name: string, manager: Manager, pool: string, opts: { runId: string; image?: string }): PoolSubject {
+    return new PoolSubject(name, manager, { [BENCH_LABEL]: opts.runId }, opts.image ?? BASE_IMAGE, { pool, ownsManager: false });
+  }
 
   /** `name` names the side in the table and, with `managerName`, the Manager instance. */
   static async open(
@@ -36,7 +43,7 @@ export class PoolSubject implements Subject<PoolRef> {
   }
 
   async create(): Promise<PoolRef> {
-    const box = await this.manager.create({ image: this.image, labels: this.labels });
+    const box = await this.manager.create({ image: this.image, labels: this.labels, ...(this.on.pool ? { pool: this.on.pool } : {}) });
     return { id: box.id, box };
   }
   async exec(ref: PoolRef, cmd: string[]): Promise<ExecOutcome> {
@@ -67,7 +74,7 @@ export class PoolSubject implements Subject<PoolRef> {
       await new Promise((r) => setTimeout(r, 10));
     }
   }
-  close(): Promise<void> {
-    return this.manager.close();
+  async close(): Promise<void> {
+    if (this.on.ownsManager) await this.manager.close();
   }
 }

@@ -186,15 +186,25 @@ export async function startJoinedNode(hub: NodeHub, opts: JoinedNodeOptions): Pr
 
 /** The same for a Manager: the node joins through the Manager's own join (as `POST /v1/nodes/join` does). */
 export function joinedNodeOf(manager: Manager, opts: JoinedNodeOptions): Promise<JoinedNode> {
-  return joinNode(
-    {
-      token: async () => (await manager.createNodeJoinToken()).token,
-      join: (req) => manager.joinNode(req),
-      state: (name) => manager.nodes().find((n) => n.name === name)?.state,
-      listening: () => undefined,
-    },
-    opts,
-  );
+  return joinNode(managerTarget(manager), opts);
+}
+
+function managerTarget(manager: Manager): JoinTarget {
+  return {
+    token: async () => (await manager.createNodeJoinToken()).token,
+    join: (req) => manager.joinNode(req),
+    state: (name) => manager.nodes().find((n) => n.name === name)?.state,
+    listening: () => undefined,
+  };
+}
+
+/**
+ * A direct node joined to `manager` that will listen at `address` (another machine's, e.g. a
+ * network namespace's), not started: its fresh data directory, for `sbx node --data-dir` run
+ * where that address is (the bench's Remote rows). The caller removes the directory.
+ */
+export function joinedNodeDir(manager: Manager, opts: { name: string; address: string }): Promise<string> {
+  return joinOnDisk(managerTarget(manager), { name: opts.name, mode: 'direct', address: opts.address });
 }
 
 export interface JoinedNodeOptions {
@@ -204,14 +214,14 @@ export interface JoinedNodeOptions {
   engineAddr?: string;
 }
 
-async function joinNode(target: JoinTarget, opts: JoinedNodeOptions): Promise<JoinedNode> {
-  const mode = opts.mode ?? 'direct';
+/** Spends a join token of `target` for a node: a fresh data directory with its identity and node.json. */
+async function joinOnDisk(target: JoinTarget, opts: { name: string; mode: 'direct' | 'reverse'; address: string | undefined }): Promise<string> {
+  const { name, mode, address } = opts;
   const dataDir = await mkdtemp(join(tmpdir(), 'sbx-node-'));
-  const identity = await loadOrCreateIdentity(identityDir(dataDir), `sbx-node-${opts.name}`);
-  const address = mode === 'direct' ? `127.0.0.1:${await freePort()}` : undefined;
-  const answer = await target.join({ token: await target.token(), name: opts.name, mode, cert: identity.cert, ...(address ? { address } : {}) });
+  const identity = await loadOrCreateIdentity(identityDir(dataDir), `sbx-node-${name}`);
+  const answer = await target.join({ token: await target.token(), name, mode, cert: identity.cert, ...(address ? { address } : {}) });
   await writeNodeState(dataDir, {
-    name: opts.name,
+    name,
     mode,
     managerUrl: 'http://127.0.0.1:1',
     ...(address ? { listen: address } : { managerNodeAddress: `127.0.0.1:${target.listening()?.port ?? 0}` }),
@@ -220,6 +230,13 @@ async function joinNode(target: JoinTarget, opts: JoinedNodeOptions): Promise<Jo
     managerFingerprint: answer.managerFingerprint,
     joinedAt: new Date().toISOString(),
   });
+  return dataDir;
+}
+
+async function joinNode(target: JoinTarget, opts: JoinedNodeOptions): Promise<JoinedNode> {
+  const mode = opts.mode ?? 'direct';
+  const address = mode === 'direct' ? `127.0.0.1:${await freePort()}` : undefined;
+  const dataDir = await joinOnDisk(target, { name: opts.name, mode, address });
   const node: JoinedNode = {
     name: opts.name,
     dataDir,

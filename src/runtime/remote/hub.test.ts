@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { cp, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
+import { compressionBrotli, compressionGzip } from '@connectrpc/connect-node';
 import { isSbxError } from '../../errors.js';
 import { startNode } from '../../node/server.js';
 import { readNodeState, writeNodeState } from '../../node/state.js';
@@ -35,6 +36,35 @@ describe('node hub: trust over mutual TLS', () => {
     assert.ok((info!.facts?.cpus ?? 0) > 0 && (info!.facts?.memoryBytes ?? 0) > 0);
     assert.ok(info!.facts?.ociRuntimes.includes('runc'));
     await node.runtime().ping();
+  });
+
+  test('the node wire is not compressed: exec output crosses as it is (gzip cost ~20 ms of CPU per MiB on each side)', async () => {
+    const { hub, close } = await startTestHub();
+    cleanups.push(close);
+    const node = await startJoinedNode(hub, { name: 'plain-1' });
+    cleanups.push(() => node.close());
+    // Both ends run in this process: any gzip or brotli of Connect's, either way, is counted here.
+    const used: string[] = [];
+    const restore: (() => void)[] = [];
+    for (const c of [compressionGzip, compressionBrotli]) {
+      const { compress, decompress } = c;
+      c.compress = (bytes) => (used.push(`${c.name} compress`), compress.call(c, bytes));
+      c.decompress = (bytes, max) => (used.push(`${c.name} decompress`), decompress.call(c, bytes, max));
+      restore.push(() => Object.assign(c, { compress, decompress }));
+    }
+    const rt = node.runtime();
+    const id = await rt.create({ image: testEnv.baseImage, cmd: ['sleep', '300'], labels: { 'sbx.test': 'plain-wire' } });
+    try {
+      await rt.start(id);
+      // Messages far over Connect's 1 KiB threshold for compressing one.
+      const out = await rt.exec(id, ['head', '-c', String(256 * 1024), '/dev/zero']);
+      assert.equal(out.exitCode, 0);
+      assert.equal(out.stdout.length, 256 * 1024);
+      assert.deepEqual(used, []);
+    } finally {
+      for (const r of restore) r();
+      await rt.remove(id, { force: true });
+    }
   });
 
   test('a node with a forged credential is refused and logged; a Manager of another identity cannot get into a node', async () => {
