@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import type { Command } from 'commander';
 import type { JoinOptions } from '../node/join.js';
 import { formatBytes, paint, printJson, relativeTime, table } from './output.js';
-import { CONNECTION_HELP, duration, positiveInt, remoteAction, withConnection } from './remote.js';
+import { CONNECTION_HELP, REMOTE_EXIT, duration, positiveInt, remoteAction, withConnection } from './remote.js';
 
 /** The node's own data directory: `--data-dir`, else $SBX_NODE_DIR, else ~/.sbx-node. */
 function nodeDir(flag: string | undefined): string {
@@ -73,7 +73,12 @@ Examples:
     .option('--data-dir <dir>', 'where the node keeps its identity and membership (default: $SBX_NODE_DIR or ~/.sbx-node)')
     .action(async (managerUrl: string, f: JoinFlags) => {
       const { joinManager } = await import('../node/join.js');
-      const state = await joinManager({ ...f, managerUrl, dataDir: nodeDir(f.dataDir) });
+      // A call to a server, failing as the server commands do (status 1, the code and message).
+      const state = await joinManager({ ...f, managerUrl, dataDir: nodeDir(f.dataDir) }).catch((err: Error & { code?: string }) => {
+        process.stderr.write(`sbx: ${err.code ? `${err.code}: ` : ''}${err.message}\n`);
+        process.exitCode = REMOTE_EXIT.sbx;
+      });
+      if (!state) return;
       process.stdout.write(
         `joined ${state.managerUrl} as '${state.name}' (${state.mode}); Manager certificate ${state.managerFingerprint}\nnow run: sbx node\n`,
       );

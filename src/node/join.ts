@@ -50,11 +50,14 @@ export async function joinManager(o: JoinOptions): Promise<NodeState> {
     splitHostPort(o.listen);
   }
   const advertise = o.advertise ?? o.listen;
+  if (!o.reverse && o.advertise) splitHostPort(o.advertise);
   if (!o.reverse && advertise && /^(0\.0\.0\.0|\[?::\]?):/.test(advertise))
     throw invalidArgument('advertise', 'listening on all addresses: say the address the Manager dials with --advertise host:port');
   const identity = await loadOrCreateIdentity(identityDir(o.dataDir), `sbx-node-${o.name}`);
   const res = await fetch(new URL('/v1/nodes/join', base), {
     method: 'POST',
+    // The token goes to this origin and no other.
+    redirect: 'error',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({
       token: o.token,

@@ -14,7 +14,7 @@ import { connectNodeAdapter } from '@connectrpc/connect-node';
 import { loadOrCreateIdentity } from '../runtime/remote/identity.js';
 import type { TlsIdentity } from '../runtime/remote/identity.js';
 import { splitHostPort } from '../runtime/remote/hub.js';
-import { ALPN, HELLO_PATH, dialPinned, peerMatches, pinnedTls } from '../runtime/remote/session.js';
+import { ALPN, HELLO_PATH, MAX_MESSAGE_BYTES, dialPinned, peerMatches, pinnedTls } from '../runtime/remote/session.js';
 import { identityDir, readNodeState } from './state.js';
 import type { NodeState } from './state.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
@@ -81,7 +81,7 @@ export async function startNode(o: NodeServerOptions): Promise<RunningNode> {
   const log = o.log.child({ node: state.name });
   const service = new NodeService(new DockerRuntime(o.engineAddr ?? 'local', { agent: true }), { name: state.name, dataDir: o.dataDir });
   // No compression, whatever the Manager asks (see NodeSession): gzip cost ~20 ms of CPU per MiB on each side.
-  const connect = connectNodeAdapter({ routes: nodeRoutes(service), acceptCompression: [] });
+  const connect = connectNodeAdapter({ routes: nodeRoutes(service), acceptCompression: [], readMaxBytes: MAX_MESSAGE_BYTES });
   const hello = helloHandler(state);
   const handler = (req: Http2ServerRequest, res: Http2ServerResponse): void => {
     if (req.url === HELLO_PATH) hello(req, res);

@@ -4,6 +4,7 @@
 // and SbxErrors crossing the wire unchanged.
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
+import { Readable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
 import { isSbxError } from '../errors.js';
@@ -144,6 +145,17 @@ describe('node service', () => {
     // Docker's default set may be added back; 'none' is fine.
     const ok = await node.runtime.create(spec({ network: 'none', security: { capDrop: ['ALL'], capAdd: ['CHOWN'] } }));
     await node.runtime.remove(ok);
+  });
+
+  test('an image build is refused: its RUN steps would run outside the box network', async () => {
+    const tag = `sbx-node-build-refused:${process.pid}`;
+    await assert.rejects(
+      (async () => {
+        for await (const _ of node.runtime.images.build(Readable.from([Buffer.alloc(1024)]), tag)) void _;
+      })(),
+      (e: SbxError) => isSbxError(e, 'forbidden') && e.details?.['reason'] === 'node_policy',
+    );
+    assert.equal(await local.images.exists(tag), false);
   });
 
   test('published ports are forced onto the node loopback', async () => {

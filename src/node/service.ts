@@ -245,8 +245,14 @@ export class NodeService {
     return this.runtime.images.pull(ref, opts);
   }
 
-  build(context: Readable, tag: string, opts: { labels?: Record<string, string> }): AsyncIterable<string> {
-    return this.runtime.images.build(context, tag, opts);
+  /**
+   * Refused: a build's RUN steps run on the engine's default bridge, outside the box network and
+   * its firewall, and its tag could replace any image of the machine. Images come to a node by pull.
+   */
+  build(_context: Readable, tag: string, _opts: { labels?: Record<string, string> }): AsyncIterable<string> {
+    throw new SbxError('forbidden', `build ${tag}: a node builds no images for its Manager (a build runs outside the box network); pull them`, {
+      details: { reason: 'node_policy' },
+    });
   }
 
   createWorkspaceVolume(hostPath: string, opts?: WorkspaceVolumeOptions): Promise<string> {

@@ -4,6 +4,7 @@
  * taking a reverse node's connection on the node listener), tells online from offline by HTTP/2
  * PING, and hands the pools a `RemoteRuntime` per online node. See docs/nodes.md.
  */
+import { setTimeout as delay } from 'node:timers/promises';
 import tls from 'node:tls';
 import type { Server, TLSSocket } from 'node:tls';
 import { join } from 'node:path';
@@ -113,8 +114,8 @@ export class NodeLink {
   }
 
   private async dial(): Promise<void> {
-    const [host, port] = splitHostPort(this.record.address ?? '');
     try {
+      const [host, port] = splitHostPort(this.record.address ?? '');
       const socket = await dialPinned(host, port, this.hub.identity(), this.record, this.hub.offlineAfterMs, `node '${this.name}' (${this.record.address})`);
       await this.adopt(socket);
     } catch (err) {
@@ -186,10 +187,14 @@ export class NodeLink {
     const ac = new AbortController();
     void session.closed.then(() => ac.abort());
     void (async () => {
-      try {
-        for await (const hb of this.runtime.heartbeats(ac.signal)) this.hub.heartbeat(this.name, hb);
-      } catch (err) {
-        if (!ac.signal.aborted) this.hub.log.warn({ node: this.name, err: (err as Error).message }, 'heartbeat relay ended');
+      // For as long as this session lives: a subscription the node ended is taken up again.
+      while (!ac.signal.aborted) {
+        try {
+          for await (const hb of this.runtime.heartbeats(ac.signal)) this.hub.heartbeat(this.name, hb);
+        } catch (err) {
+          if (!ac.signal.aborted) this.hub.log.warn({ node: this.name, err: (err as Error).message }, 'heartbeat relay ended; subscribing again');
+        }
+        if (!ac.signal.aborted) await delay(this.hub.pingIntervalMs, undefined, { signal: ac.signal }).catch(() => undefined);
       }
     })();
   }
@@ -316,9 +321,12 @@ export class NodeHub implements NodeRuntimes {
       await this.trust.load();
       this.own = await loadOrCreateIdentity(join(this.o.dataDir, 'nodes', 'identity'), 'sbx-manager');
       if (this.o.listen) await this.listen(this.o.listen);
-      // A Manager that starts meets its direct nodes first, so that recovery finds their boxes.
-      await Promise.all(this.trust.list().map((r) => this.linkFor(r).startDialling()));
+      // A Manager that starts meets its direct nodes first, so that recovery finds their boxes
+      // (each attempt ends in its own way; one node never keeps the others from starting).
+      await Promise.allSettled(this.trust.list().map((r) => this.linkFor(r).startDialling()));
     })();
+    // A start that failed (an unreadable store, a port taken) may be tried again.
+    this.started.catch(() => (this.started = undefined));
     return this.started;
   }
 
@@ -466,9 +474,10 @@ export class NodeHub implements NodeRuntimes {
 
   async revoke(name: string): Promise<NodeInfo> {
     await this.start();
+    // Cut first: a store that cannot be written must not leave a revoked node connected.
+    this.link(name)?.revoke();
     await this.trust.revoke(name);
     const link = this.link(name)!;
-    link.revoke();
     this.refreshReverseCas();
     this.log.warn({ node: name }, 'node revoked');
     return link.info();

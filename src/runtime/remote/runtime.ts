@@ -91,6 +91,19 @@ interface ExecSession {
   signal(name: ProcessSignal): Promise<void>;
 }
 
+/** Resolves when `stream` takes writes again, or will never (closed). */
+function drainedOrClosed(stream: PassThrough): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      stream.off('drain', done);
+      stream.off('close', done);
+      resolve();
+    };
+    stream.once('drain', done);
+    stream.once('close', done);
+  });
+}
+
 export class RemoteRuntime implements Runtime {
   readonly address: string;
   readonly images: Images;
@@ -345,7 +358,9 @@ export class RemoteRuntime implements Runtime {
           if (m.case === 'stdout' || m.case === 'stderr') {
             const to = m.case === 'stdout' ? stdout : stderr;
             // Flow control: the next message is read once this one was taken.
-            if (!to.write(m.value)) await new Promise((r) => to.once('drain', r));
+            // A reader that went away (destroyed) takes no more: its output is dropped, never waited for.
+            if (to.destroyed) continue;
+            if (!to.write(m.value)) await drainedOrClosed(to);
           } else if (m.case === 'exit') {
             exitWith({ code: m.value.code, timedOut: m.value.timedOut });
           }

@@ -16,6 +16,9 @@ import { SbxError } from '../../errors.js';
 import { certificateFingerprint } from './identity.js';
 import type { TlsIdentity } from './identity.js';
 
+/** The largest message either end of the node wire reads. */
+export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+
 /** The one call outside the Node service: the node proves its credential to the Manager. Answer: `{ name, credential }` JSON. */
 export const HELLO_PATH = '/sbx.node.v1.Trust/Hello';
 /** ALPN: HTTP/2 only. */
@@ -161,6 +164,9 @@ export class NodeSession {
       // ~20 ms of CPU per MiB (a 1 MiB workspace read: 53 ms remote against 15 ms local); the node
       // wire is a LAN link or a tunnel, and exec output is often compressed or random already.
       acceptCompression: [],
+      // No message of the wire is larger (byte streams go in 256 KiB pieces): a node cannot make
+      // the Manager hold gigabytes for one reply.
+      readMaxBytes: MAX_MESSAGE_BYTES,
     });
   }
 

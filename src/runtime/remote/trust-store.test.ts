@@ -42,8 +42,19 @@ describe('TrustStore', () => {
     assert.equal(s.verify('gpu', 'sbxnode_forged'), false);
     await s.revoke('gpu');
     await assert.rejects(s.join({ token: (await s.createJoinToken()).token, name: 'gpu', mode: 'reverse', cert: other }), (e) => isSbxError(e, 'conflict'));
-    await s.remove('gpu');
-    await s.join({ token: (await s.createJoinToken()).token, name: 'gpu', mode: 'reverse', cert: other });
+    // Nor is its certificate or address: another name with either would capture its connections.
+    await assert.rejects(
+      s.join({ token: (await s.createJoinToken()).token, name: 'gpu2', mode: 'reverse', cert }),
+      (e) => isSbxError(e, 'conflict') && e.details?.['node'] === 'gpu',
+    );
+    await assert.rejects(s.join({ token: (await s.createJoinToken()).token, name: 'gpu3', mode: 'direct', address: '10.0.0.2:7443', cert: other }), (e) =>
+      isSbxError(e, 'conflict'),
+    );
+    await assert.rejects(
+      s.join({ token: (await s.createJoinToken()).token, name: 'gpu4', mode: 'direct', address: '10.0.0.3:0', cert: other }),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'address',
+    );
+    await s.join({ token: (await s.createJoinToken()).token, name: 'gpu5', mode: 'reverse', cert: other });
   });
 
   test('a revoked node no longer verifies; an expired token is refused; bad input is invalid_argument and keeps the token', async () => {
@@ -57,7 +68,7 @@ describe('TrustStore', () => {
     await assert.rejects(s.join({ token: t2, name: 'Bad Name', mode: 'reverse', cert }), (e) => isSbxError(e, 'invalid_argument'));
     await assert.rejects(s.join({ token: t2, name: 'x', mode: 'reverse', cert: 'not a cert' }), (e) => isSbxError(e, 'invalid_argument'));
     await assert.rejects(s.join({ token: t2, name: 'x', mode: 'direct', cert }), (e) => isSbxError(e, 'invalid_argument'));
-    const { credential } = await s.join({ token: t2, name: 'r', mode: 'reverse', cert });
+    const { credential } = await s.join({ token: t2, name: 'r', mode: 'reverse', cert: createIdentity('r').cert });
     await s.revoke('r');
     assert.equal(s.verify('r', credential), false);
   });

@@ -66,6 +66,13 @@ function sha256(s: string): string {
   return createHash('sha256').update(s).digest('hex');
 }
 
+/** `host:port` with a port a connection can go to. */
+function validAddress(address: string | undefined): boolean {
+  const m = /^(\[[0-9a-fA-F:]+\]|[a-zA-Z0-9.-]+):(\d{1,5})$/.exec(address ?? '');
+  const port = Number(m?.[2]);
+  return m !== null && port >= 1 && port <= 65535;
+}
+
 function sameHash(a: string, b: string): boolean {
   const x = Buffer.from(a, 'hex');
   const y = Buffer.from(b, 'hex');
@@ -132,14 +139,15 @@ export class TrustStore {
   /**
    * Admits a node: a well-formed request (else invalid_argument, the token kept), an outstanding
    * token (spent here, even when the name is then refused, so no token is tried twice), a free name (a joined node's name is never taken over,
-   * not even after revocation), the certificate well-formed. Returns the node's credential, shown
+   * not even after revocation), a certificate and address no other node has, a well-formed certificate. Returns the node's credential, shown
    * this once.
    */
   async join(req: JoinRequest): Promise<{ record: NodeRecord; credential: string }> {
     await this.load();
     // The request's own shape first: a typo spends no token.
     if (!NODE_NAME.test(req.name)) throw invalidArgument('name', 'a node name is 1-40 of a-z, 0-9 and -, starting and ending with a letter or digit');
-    if (req.mode === 'direct' && !req.address) throw invalidArgument('address', 'a direct node says the host:port its Manager dials');
+    if (req.mode === 'direct' && !validAddress(req.address))
+      throw invalidArgument('address', 'a direct node says the host:port (port 1-65535) its Manager dials');
     let fingerprint: string;
     try {
       fingerprint = certificateFingerprint(req.cert);
@@ -154,9 +162,11 @@ export class TrustStore {
     this.tokens.splice(i, 1);
     await this.save();
     if (this.nodes.has(req.name))
-      throw new SbxError('conflict', `a node named '${req.name}' has joined already; revoke and remove it, or pick another name`, {
-        details: { node: req.name },
-      });
+      throw new SbxError('conflict', `a node named '${req.name}' has joined already; pick another name`, { details: { node: req.name } });
+    // One identity, one node: a second record with a node's certificate or address would let
+    // whoever holds a token capture that node's connections or its boxes' addresses.
+    const twin = [...this.nodes.values()].find((n) => n.fingerprint === fingerprint || (req.mode === 'direct' && n.address === req.address));
+    if (twin) throw new SbxError('conflict', `node '${twin.name}' joined with this certificate or address already`, { details: { node: twin.name } });
     const credential = CREDENTIAL_PREFIX + randomBytes(32).toString('base64url');
     const record: NodeRecord = {
       name: req.name,
@@ -194,14 +204,6 @@ export class TrustStore {
     return r;
   }
 
-  /** Forgets a revoked node, so its name can join again. */
-  async remove(name: string): Promise<void> {
-    const r = this.require(name);
-    if (!r.revokedAt) throw new SbxError('conflict', `node '${name}' is not revoked; revoke it first`, { details: { node: name } });
-    this.nodes.delete(name);
-    await this.save();
-  }
-
   private require(name: string): NodeRecord {
     const r = this.nodes.get(name);
     if (!r) throw new SbxError('not_found', `no node named '${name}'`, { details: { node: name } });
@@ -215,7 +217,9 @@ export class TrustStore {
 
   private save(): Promise<void> {
     const data = JSON.stringify({ nodes: this.list(), joinTokens: this.tokens }, null, 2);
-    this.saving = this.saving.then(() => writeFileAtomic(this.path, data, 0o600));
-    return this.saving;
+    // In order, and a failed write does not stop the next one (each writes the whole state).
+    const write = this.saving.catch(() => undefined).then(() => writeFileAtomic(this.path, data, 0o600));
+    this.saving = write;
+    return write;
   }
 }
