@@ -8,6 +8,8 @@ export default tseslint.config(
       'dist/**',
       'packages/*/dist/**',
       'node_modules/**',
+      // Build outputs and the Python test tools' venv (scripts/pytools.sh).
+      '.build/**',
       'bench/results/**',
       'images/**/rootfs/**',
       'src/server/e2b/envd/gen/**',
