@@ -11,14 +11,15 @@ import { startNode } from '../../node/server.js';
 import { readNodeState, writeNodeState } from '../../node/state.js';
 import { testEnv } from '../../testing/env.js';
 import { LogLines, startJoinedNode, startTestHub } from '../../testing/remote-node.js';
-import { waitFor } from '../../testing/wait.js';
+import { waitFor, within } from '../../testing/wait.js';
 import { createIdentity } from './identity.js';
 import { dialPinned } from './session.js';
 import { splitHostPort } from './hub.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 after(async () => {
-  for (const c of cleanups.reverse()) await c().catch(() => undefined);
+  // Bounded: a cleanup that hangs fails the file, it does not hold the run.
+  for (const c of cleanups.reverse()) await within(c(), 'a cleanup').catch(() => undefined);
 });
 
 describe('node hub: trust over mutual TLS', () => {
@@ -74,7 +75,9 @@ describe('node hub: trust over mutual TLS', () => {
     const node = await startJoinedNode(hub, { name: 'forged' });
     cleanups.push(() => node.close());
     await node.stop();
-    await waitFor(() => hub.link('forged')?.state === 'offline', { what: 'the stopped node to be offline' });
+    await waitFor(() => hub.link('forged')?.state === 'offline', { what: 'the stopped node to be offline' }).catch((err: Error) => {
+      throw new Error(`${err.message}: ${JSON.stringify(hub.nodes())}; ${logs.lines.map((l) => l['msg']).join(' | ')}`);
+    });
     const state = await readNodeState(node.dataDir);
     await writeNodeState(node.dataDir, { ...state, credential: 'sbxnode_' + 'A'.repeat(43) });
     node.running = await startNode({ dataDir: node.dataDir, log: new LogLines().logger, engineAddr: testEnv.engineAddr, pingIntervalMs: 500 });
