@@ -261,7 +261,9 @@ export class Manager {
       return [];
     });
     if (unreadable.length > 0) this.log.error({ files: unreadable }, 'unreadable warm claims skipped');
-    if (this.config.nodes.listen || [...this.poolsByName.values()].some((p) => isNodeAddress(p.def.addr)))
+    // Only a Manager with nodes (a listener, a remote pool, nodes joined before) makes its node
+    // identity: a fresh one costs an RSA key.
+    if (this.config.nodes.listen || [...this.poolsByName.values()].some((p) => isNodeAddress(p.def.addr)) || this.nodeHub.hasJoined())
       await this.nodeHub.start().catch((err: unknown) => this.log.error({ err }, 'could not start the node hub; remote pools stay offline'));
     await Promise.all(
       [...this.poolsByName.values()].map((p) => this.recovery.reconcile(p, { revive: true }).catch((err: unknown) => this.recovery.failed(p, err))),

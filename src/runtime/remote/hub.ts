@@ -2,7 +2,7 @@
  * The Manager's side of its nodes: the trust store (join tokens, pinned certificates, hashed
  * credentials), one link per joined node that keeps a connection up (dialling a direct node;
  * taking a reverse node's connection on the node listener), tells online from offline by HTTP/2
- * PING, and hands the pools a `RemoteRuntime` per online node. See docs/nodes.md.
+ * PING, and opens each `sbx://` pool's runtime: a NodeSet over the links it names. See docs/nodes.md.
  */
 import { setTimeout as delay } from 'node:timers/promises';
 import tls from 'node:tls';
@@ -10,7 +10,7 @@ import type { Server, TLSSocket } from 'node:tls';
 import { join } from 'node:path';
 import type { Transport } from '@connectrpc/connect';
 import type { Logger } from 'pino';
-import { SbxError, invalidArgument } from '../../errors.js';
+import { SbxError, invalidArgument, isSbxError } from '../../errors.js';
 import type { BoxHeartbeat, NodeRuntimes, Runtime, RuntimeResources } from '../types.js';
 import { loadOrCreateIdentity } from './identity.js';
 import type { NodeFacts } from './node-types.js';
@@ -114,11 +114,15 @@ export class NodeLink {
   }
 
   private async dial(): Promise<void> {
+    // Connected meanwhile (a retry raced a connection that came up): nothing to dial.
+    if (this.session && !this.session.isClosed) return;
     try {
       const [host, port] = splitHostPort(this.record.address ?? '');
       const socket = await dialPinned(host, port, this.hub.identity(), this.record, this.hub.offlineAfterMs, `node '${this.name}' (${this.record.address})`);
       await this.adopt(socket);
     } catch (err) {
+      // Our own second dial refused: the connection in use stays.
+      if (isSbxError(err, 'conflict')) return;
       this.hub.log.debug({ node: this.name, err: (err as Error).message }, 'could not connect to the node; dialling again');
       this.markOffline((err as Error).message);
       this.retry();
@@ -308,6 +312,11 @@ export class NodeHub implements NodeRuntimes {
     this.log = o.log;
     this.pingIntervalMs = o.pingIntervalMs ?? 2000;
     this.offlineAfterMs = o.offlineAfterMs ?? 6000;
+  }
+
+  /** Whether this Manager keeps nodes or join tokens on disk (it has nodes to meet at start). */
+  hasJoined(): boolean {
+    return this.trust.exists();
   }
 
   identity(): TlsIdentity {

@@ -334,13 +334,6 @@ describe('NodeSet: an offline node', () => {
     members[0]!.state = 'offline';
     await assert.rejects(set.list(), rejectsWith('runtime_unavailable'), 'no node online: the list fails as an unreachable engine');
     await assert.rejects(set.ping(), rejectsWith('runtime_unavailable'));
-    assert.deepEqual(
-      set.summary().map((s) => [s.node, s.state, s.boxes]),
-      [
-        ['a', 'offline', 2],
-        ['b', 'offline', 2],
-      ],
-    );
   });
 });
 

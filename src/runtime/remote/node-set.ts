@@ -89,16 +89,6 @@ export interface NodeSetOptions {
   recheckMs?: number;
 }
 
-/** One node as `summary()` shows it. */
-export interface NodePlacement {
-  node: string;
-  state: NodeState;
-  draining: boolean;
-  /** Containers of sbx there (as last listed), creates in flight included. */
-  boxes: number;
-  maxBoxes?: number;
-}
-
 /** The label a NodeSet puts on what it creates with a memory limit: the bytes, so placement counts them from a list. */
 export const MEMORY_LABEL = 'sbx.memory';
 /** What every container of sbx carries (src/sandbox/labels.ts): what placement counts. */
@@ -165,17 +155,6 @@ export class NodeSet implements Runtime {
   nodeOf(containerId: string): string | undefined {
     const i = containerId.indexOf(':');
     return i > 0 ? containerId.slice(0, i) : undefined;
-  }
-
-  /** Per node: state, draining, and its containers as last known (with creates in flight); for `sbx nodes ls`. */
-  summary(): NodePlacement[] {
-    return this.members().map((m) => ({
-      node: m.name,
-      state: m.state,
-      draining: m.draining,
-      boxes: this.knownOf(m.name, { labels: MANAGED }).length + (this.inFlight.get(m.name)?.count ?? 0),
-      ...(m.maxBoxes !== undefined ? { maxBoxes: m.maxBoxes } : {}),
-    }));
   }
 
   private member(name: string): NodeMember | undefined {

@@ -6,6 +6,7 @@
  * a plain SHA-256 is as good as a slow hash; comparisons are constant-time.
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { z } from 'zod';
@@ -115,6 +116,11 @@ export class TrustStore {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw new SbxError('internal', `cannot read ${this.path}: ${(err as Error).message}`);
     }
     this.loaded = true;
+  }
+
+  /** Whether the store is on disk (a node joined once). */
+  exists(): boolean {
+    return existsSync(this.path);
   }
 
   list(): NodeRecord[] {
