@@ -212,6 +212,8 @@ export interface JoinedNodeOptions {
   mode?: 'direct' | 'reverse';
   log?: Logger;
   engineAddr?: string;
+  /** Start `sbx node` and wait until it is online (default true); false: joined only, for a test to tamper with first. */
+  start?: boolean;
 }
 
 /** Spends a join token of `target` for a node: a fresh data directory with its identity and node.json. */
@@ -260,6 +262,6 @@ async function joinNode(target: JoinTarget, opts: JoinedNodeOptions): Promise<Jo
       await rm(dataDir, { recursive: true, force: true });
     },
   };
-  await node.start();
+  if (opts.start !== false) await node.start();
   return node;
 }

@@ -72,12 +72,9 @@ describe('node hub: trust over mutual TLS', () => {
     const logs = new LogLines();
     const { hub, close } = await startTestHub({ log: logs.logger });
     cleanups.push(close);
-    const node = await startJoinedNode(hub, { name: 'forged' });
+    // Joined for real, then its credential forged before it first runs.
+    const node = await startJoinedNode(hub, { name: 'forged', start: false });
     cleanups.push(() => node.close());
-    await node.stop();
-    await waitFor(() => hub.link('forged')?.state === 'offline', { what: 'the stopped node to be offline' }).catch((err: Error) => {
-      throw new Error(`${err.message}: ${JSON.stringify(hub.nodes())}; ${logs.lines.map((l) => l['msg']).join(' | ')}`);
-    });
     const state = await readNodeState(node.dataDir);
     await writeNodeState(node.dataDir, { ...state, credential: 'sbxnode_' + 'A'.repeat(43) });
     node.running = await startNode({ dataDir: node.dataDir, log: new LogLines().logger, engineAddr: testEnv.engineAddr, pingIntervalMs: 500 });
@@ -103,10 +100,8 @@ describe('node hub: trust over mutual TLS', () => {
     const logs = new LogLines();
     const { hub, close } = await startTestHub({ log: logs.logger });
     cleanups.push(close);
-    const node = await startJoinedNode(hub, { name: 'swapped' });
+    const node = await startJoinedNode(hub, { name: 'swapped', start: false });
     cleanups.push(() => node.close());
-    await node.stop();
-    await waitFor(() => hub.link('swapped')?.state === 'offline', { what: 'the node to be offline' });
     // Same name, same credential, another key: someone who stole node.json but not the key.
     const other = createIdentity('thief');
     await writeFile(join(node.dataDir, 'identity', 'tls.key'), other.key);
@@ -160,20 +155,6 @@ describe('node hub: trust over mutual TLS', () => {
       hub.nodes().every((n) => n.revokedAt !== undefined),
       true,
     );
-  });
-
-  test('a node that goes away is offline, calls fail fast naming it; back, it is online again', async () => {
-    const { hub, close } = await startTestHub();
-    cleanups.push(close);
-    const node = await startJoinedNode(hub, { name: 'flaky' });
-    cleanups.push(() => node.close());
-    const rt = node.runtime();
-    await node.stop();
-    await waitFor(() => hub.link('flaky')?.state === 'offline', { what: 'offline' });
-    await assert.rejects(rt.ping(), (e) => isSbxError(e, 'runtime_unavailable'));
-    await node.start();
-    await node.runtime().ping();
-    assert.equal(hub.nodes()[0]!.state, 'online');
   });
 
   test('nothing secret is on disk in clear on the Manager side', async () => {
