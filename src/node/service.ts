@@ -173,6 +173,16 @@ export class NodeService {
     await this.runtime.stop(id, opts);
   }
 
+  async pause(id: string): Promise<void> {
+    await this.check(id);
+    await this.runtime.pause(id);
+  }
+
+  async unpause(id: string): Promise<void> {
+    await this.check(id);
+    await this.runtime.unpause(id);
+  }
+
   async remove(id: string, opts?: { force?: boolean }): Promise<void> {
     await this.check(id);
     await this.runtime.remove(id, opts);

@@ -374,6 +374,11 @@ export interface RuntimeCapabilities {
   execUser?: boolean;
   /** `logs` tells stdout from stderr (absent means true). Kubernetes: false, a pod's log holds both as one. */
   logStreams?: boolean;
+  /**
+   * `pause` freezes every process of a box in place (the cgroup freezer: memory kept, no CPU) and
+   * `unpause` thaws them (absent means true). Kubernetes: false, the API has no freezer.
+   */
+  pause?: boolean;
 }
 
 /** One heartbeat a box sent (agent/heartbeat.go), as a node relays it. */
@@ -402,6 +407,15 @@ export interface Runtime {
   start(id: string): Promise<void>;
   /** SIGTERM, then SIGKILL after timeoutMs. Stopping a stopped container is not an error. */
   stop(id: string, opts?: { timeoutMs?: number }): Promise<void>;
+  /**
+   * Freezes every process of a running container (the engine's pause: the cgroup freezer);
+   * memory stays, CPU use stops. Pausing a paused container is not an error; a container that
+   * is not running is `conflict`. A runtime without a freezer (`capabilities.pause` false)
+   * throws `not_available`.
+   */
+  pause(id: string): Promise<void>;
+  /** Thaws a paused container. Unpausing a container that is not paused is not an error. */
+  unpause(id: string): Promise<void>;
   /** With force a running container is killed first. A missing container is not_found. */
   remove(id: string, opts?: { force?: boolean }): Promise<void>;
   inspect(id: string): Promise<ContainerInfo>;

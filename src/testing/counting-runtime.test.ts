@@ -20,6 +20,8 @@ const CALLS: Record<RuntimeOp, (rt: Runtime, id: string) => Promise<unknown>> = 
   create: (rt) => rt.create({ image: base }),
   start: (rt, id) => rt.start(id),
   stop: (rt, id) => rt.stop(id),
+  pause: (rt, id) => rt.pause(id),
+  unpause: (rt, id) => rt.unpause(id),
   remove: (rt, id) => rt.remove(id, { force: true }),
   inspect: (rt, id) => rt.inspect(id),
   list: (rt) => rt.list(),

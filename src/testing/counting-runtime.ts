@@ -35,6 +35,8 @@ const RUNTIME_METHODS = {
   create: true,
   start: true,
   stop: true,
+  pause: true,
+  unpause: true,
   remove: true,
   inspect: true,
   list: true,
@@ -135,6 +137,12 @@ export class CountingRuntime implements Runtime {
   }
   stop(id: string, opts?: { timeoutMs?: number }) {
     return this.count('stop', () => this.inner.stop(id, opts));
+  }
+  pause(id: string) {
+    return this.count('pause', () => this.inner.pause(id));
+  }
+  unpause(id: string) {
+    return this.count('unpause', () => this.inner.unpause(id));
   }
   remove(id: string, opts?: { force?: boolean }) {
     return this.count('remove', () => this.inner.remove(id, opts));

@@ -709,6 +709,10 @@ function callOp(rt: Runtime, op: (typeof RUNTIME_OPS)[number], id: string): Prom
       return rt.start(id);
     case 'stop':
       return rt.stop(id);
+    case 'pause':
+      return rt.pause(id);
+    case 'unpause':
+      return rt.unpause(id);
     case 'remove':
       return rt.remove(id, { force: true });
     case 'inspect':

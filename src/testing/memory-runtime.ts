@@ -359,13 +359,27 @@ export class MemoryRuntime implements Runtime {
   async stop(id: string, _opts: { timeoutMs?: number } = {}): Promise<void> {
     await this.engine('stop');
     const c = this.find(id);
-    if (c.status === 'running') this.halt(c, 0);
+    if (c.status === 'running' || c.status === 'paused') this.halt(c, 0);
+  }
+
+  async pause(id: string): Promise<void> {
+    await this.engine('pause');
+    const c = this.find(id);
+    if (c.status === 'paused') return;
+    if (c.status !== 'running') throw new SbxError('conflict', `container ${id}: Container ${id} is not running`, { details: { address: this.address } });
+    c.status = 'paused';
+  }
+
+  async unpause(id: string): Promise<void> {
+    await this.engine('unpause');
+    const c = this.find(id);
+    if (c.status === 'paused') c.status = 'running';
   }
 
   async remove(id: string, opts: { force?: boolean } = {}): Promise<void> {
     await this.engine('remove');
     const c = this.find(id);
-    if (c.status === 'running' && !opts.force) {
+    if ((c.status === 'running' || c.status === 'paused') && !opts.force) {
       throw new SbxError('conflict', `container ${id}: cannot remove a running container; stop it first or use force`, { details: { address: this.address } });
     }
     this.delete(c);
@@ -635,7 +649,7 @@ export class MemoryRuntime implements Runtime {
 
   /** Force-remove: a running container dies first, as on the engine. */
   private delete(c: MemoryContainer): void {
-    if (c.status === 'running') this.halt(c, KILLED_EXIT_CODE);
+    if (c.status === 'running' || c.status === 'paused') this.halt(c, KILLED_EXIT_CODE);
     this.containers.delete(c.id);
     this.wakeLog(c);
     this.emit(c, 'removed');

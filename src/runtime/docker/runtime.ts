@@ -317,6 +317,25 @@ export class DockerRuntime implements Runtime {
     }
   }
 
+  async pause(id: string): Promise<void> {
+    try {
+      await this.docker.getContainer(id).pause();
+    } catch (err) {
+      // The engine's 409s: already paused (nothing to do) or not running (the caller's conflict).
+      if (statusOf(err) === 409 && /already paused/i.test(String((err as Error).message))) return;
+      this.fail(err, `container ${id}`);
+    }
+  }
+
+  async unpause(id: string): Promise<void> {
+    try {
+      await this.docker.getContainer(id).unpause();
+    } catch (err) {
+      if (statusOf(err) === 409 && /not paused/i.test(String((err as Error).message))) return;
+      this.fail(err, `container ${id}`);
+    }
+  }
+
   async remove(id: string, opts: { force?: boolean } = {}): Promise<void> {
     try {
       await this.docker.getContainer(id).remove({ force: opts.force ?? false, v: true });

@@ -101,7 +101,15 @@ export class KubernetesRuntime implements Runtime {
     this.options = options;
     this.agentEnabled = (options.agent ?? true) && !!options.agentImage;
     // Only the agent can switch users in a pod (Kubernetes' exec has no user).
-    this.capabilities = { hostMounts: false, stopStart: false, publishedPorts: false, pidsLimit: false, execUser: this.agentEnabled, logStreams: false };
+    this.capabilities = {
+      hostMounts: false,
+      stopStart: false,
+      publishedPorts: false,
+      pidsLimit: false,
+      execUser: this.agentEnabled,
+      logStreams: false,
+      pause: false,
+    };
     this.gate = new StartGate(options.maxConnections ?? DEFAULT_STARTING_EXECS);
     this.images = new KubeImages(() => this.conn);
   }
@@ -240,6 +248,17 @@ export class KubernetesRuntime implements Runtime {
   /** Deletes the pod (after SIGTERM and the grace period): a pod cannot be stopped and started again. */
   async stop(id: string, opts: { timeoutMs?: number } = {}): Promise<void> {
     await this.delete(id, Math.max(0, Math.ceil((opts.timeoutMs ?? 2000) / 1000)));
+  }
+
+  /** A pod has no freezer the API reaches (`capabilities.pause` false). */
+  pause(id: string): Promise<void> {
+    return Promise.reject(
+      new SbxError('not_available', `pod ${id}: Kubernetes has no pause (no freezer through the API)`, { details: { id, reason: 'pause_unsupported' } }),
+    );
+  }
+
+  unpause(id: string): Promise<void> {
+    return this.pause(id);
   }
 
   async remove(id: string, opts: { force?: boolean } = {}): Promise<void> {

@@ -251,6 +251,7 @@ export class NodeSet implements Runtime {
     return {
       hostMounts: caps.length > 0 && caps.every((c) => c.hostMounts),
       stopStart: all('stopStart'),
+      pause: all('pause'),
       publishedPorts: all('publishedPorts'),
       pidsLimit: all('pidsLimit'),
       execUser: all('execUser'),
@@ -393,6 +394,14 @@ export class NodeSet implements Runtime {
       await rt.stop(local, opts);
       this.note(m.name, { id: local, action: 'stopped', labels: {}, at: new Date().toISOString() });
     });
+  }
+
+  async pause(id: string): Promise<void> {
+    await this.on(id, 'pause container', (rt, local) => rt.pause(local));
+  }
+
+  async unpause(id: string): Promise<void> {
+    await this.on(id, 'unpause container', (rt, local) => rt.unpause(local));
   }
 
   async remove(id: string, opts?: { force?: boolean }): Promise<void> {

@@ -176,6 +176,14 @@ export class RemoteRuntime implements Runtime {
     return this.call('stop', [id, opts], UNARY_TIMEOUT_MS + (opts?.timeoutMs ?? 0));
   }
 
+  pause(id: string): Promise<void> {
+    return this.call('pause', [id]);
+  }
+
+  unpause(id: string): Promise<void> {
+    return this.call('unpause', [id]);
+  }
+
   remove(id: string, opts?: { force?: boolean }): Promise<void> {
     return this.call('remove', [id, opts]);
   }
