@@ -69,6 +69,9 @@ func runInit(cfg initConfig) int {
 	// the host's hello, token and all, and stand in for the agent), serve after: a host that
 	// connects in between waits in the backlog, and the command's failure to start still comes
 	// before any hello is answered (start reports it).
+	// The OOM-kill counter is read before the command starts; the token (read before the listener
+	// takes it out of the environment) proves to the host that the agent wrote the line (oom.go).
+	oom := newOOMWatch(agentToken())
 	var tcpLn net.Listener
 	var token string
 	if cfg.listen != "" {
@@ -96,6 +99,9 @@ func runInit(cfg initConfig) int {
 	for {
 		select {
 		case ws := <-mainDone:
+			if ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+				oom.report(os.Stderr)
+			}
 			return exitCodeOf(ws)
 		case s := <-sigs:
 			sig := s.(syscall.Signal)
@@ -263,8 +269,8 @@ const tokenEnv = "SBX_AGENT_TOKEN"
 // address), the pod's loopback on Kubernetes (the API server's port-forward dials localhost
 // inside the pod). Go sets SO_REUSEADDR, not SO_REUSEPORT: no other socket can share the port.
 func listenTCP(addr string) (net.Listener, string, error) {
-	token := os.Getenv(tokenEnv)
-	if len(token) < 32 {
+	token := agentToken()
+	if token == "" {
 		return nil, "", fmt.Errorf("%s must hold a secret of at least 32 characters", tokenEnv)
 	}
 	_ = os.Unsetenv(tokenEnv)
@@ -273,6 +279,14 @@ func listenTCP(addr string) (net.Listener, string, error) {
 		return nil, "", err
 	}
 	return ln, token, nil
+}
+
+// agentToken is the box's secret, or "" when there is none fit to be one (under 32 characters).
+func agentToken() string {
+	if token := os.Getenv(tokenEnv); len(token) >= 32 {
+		return token
+	}
+	return ""
 }
 
 // env is the box's environment as it stands (a copy).
