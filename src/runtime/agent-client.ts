@@ -64,6 +64,27 @@ export function helloProof(token: string, address: string): string {
   return createHmac('sha256', token).update(`sbx-agent-hello ${address}`).digest('hex');
 }
 
+/**
+ * The line the agent writes to its stderr (the box's log) when the kernel's OOM killer took the
+ * box's command (agent/oom.go), up to the proof that ends it.
+ */
+export const AGENT_OOM_LINE = "sbx-agent: the command was killed by the kernel's OOM killer (the box's memory limit)";
+
+/**
+ * The proof that ends the agent's OOM line, `[oom:<proof>]`: HMAC-SHA256 keyed with the box's
+ * token over a fixed label, its first 16 bytes in hex. Box processes never see the token, so a
+ * command that prints the line cannot end it rightly.
+ */
+export function oomProof(token: string): string {
+  return createHmac('sha256', token).update('sbx-agent-oom').digest('hex').slice(0, 32);
+}
+
+/** Whether the text (the box's log) holds the agent's OOM line with this token's proof, as a whole line. */
+export function hasOomLine(text: string, token: string): boolean {
+  const want = `${AGENT_OOM_LINE} [oom:${oomProof(token)}]`;
+  return text.split('\n').some((line) => line.replace(/\r$/, '') === want);
+}
+
 /** The agent's TCP listener at `host:port` (Docker: the box's bridge address, an IPv4 address). */
 export function tcpTarget(containerId: string, host: string, port: number, token: string): AgentTarget {
   return {

@@ -5,7 +5,7 @@ import type Docker from 'dockerode';
 import { SbxError, invalidArgument } from '../../errors.js';
 import { parseRuntimeAddress } from './address.js';
 import type { RuntimeAddress } from './address.js';
-import { logSinceNanos, validateExec, validateExecStream, validateLogs, validateSpec } from '../spec.js';
+import { isoNanos, logSinceNanos, validateExec, validateExecStream, validateLogs, validateSpec } from '../spec.js';
 import { logChunks } from '../log-chunks.js';
 import { wholeFrames } from './demux.js';
 import type {
@@ -35,7 +35,7 @@ import { DockerConnection } from './connection.js';
 import { DIAL_ANY_PORT_LABEL, toCreateOptions } from './container-config.js';
 import { toSbxError } from './errors.js';
 import { runBuffered, runStreaming } from './exec.js';
-import { AgentUnreachable, agentExec, agentExecStream, configureAgent, probeAgent, tcpTarget } from '../agent-client.js';
+import { AgentUnreachable, agentExec, agentExecStream, configureAgent, hasOomLine, probeAgent, tcpTarget } from '../agent-client.js';
 import type { AgentTarget } from '../agent-client.js';
 import { canCopyTool, copyTool, mountedTool } from './box-tool.js';
 import { AGENT_PORT } from '../agent-protocol.js';
@@ -74,6 +74,8 @@ export class DockerRuntime implements Runtime {
   private readonly isolation: BoxIsolation;
   /** The driver of each named network a box was created on (only a bridge's boxes get the agent). */
   private readonly networkDrivers = new Map<string, string>();
+  /** Whether a box's agent said its command was OOM-killed, by `<container id> <FinishedAt>` (see agentSawOomKill). */
+  private readonly oomVerdicts = new Map<string, boolean>();
 
   constructor(addr: string | RuntimeAddress, options: RuntimeOptions = {}) {
     const parsed = typeof addr === 'string' ? parseRuntimeAddress(addr) : addr;
@@ -292,17 +294,23 @@ export class DockerRuntime implements Runtime {
 
   /** The last lines a container wrote (stdout and stderr), for messages. */
   private async logTail(id: string): Promise<string> {
+    const text = await this.logText(id, { stdout: true, stderr: true, tail: 5 });
+    return text === undefined ? 'its output could not be read' : text.trim() || 'no output';
+  }
+
+  /**
+   * The text of a container's last `tail` log lines of the streams asked for (since: the engine's
+   * `seconds.nanoseconds`), or undefined when the engine cannot give them (a log driver it cannot
+   * read back). Boxes have no TTY: the log comes multiplexed.
+   */
+  private async logText(id: string, opts: { stdout?: boolean; stderr?: boolean; tail: number; since?: string }): Promise<string | undefined> {
     try {
-      const raw = (await this.docker.getContainer(id).logs({ stdout: true, stderr: true, tail: 5, follow: false })) as unknown as Buffer;
+      const raw = (await this.docker.getContainer(id).logs({ stdout: false, stderr: false, ...opts, follow: false })) as unknown as Buffer;
       const parts: Buffer[] = [];
-      for (let at = 0; at + 8 <= raw.length;) {
-        const n = raw.readUInt32BE(at + 4);
-        parts.push(raw.subarray(at + 8, at + 8 + n));
-        at += 8 + n;
-      }
-      return Buffer.concat(parts).toString('utf8').trim() || 'no output';
+      for await (const f of wholeFrames([raw])) parts.push(f.payload);
+      return Buffer.concat(parts).toString('utf8');
     } catch {
-      return 'its output could not be read';
+      return undefined;
     }
   }
 
@@ -373,13 +381,42 @@ export class DockerRuntime implements Runtime {
       running: c.State.Running,
       // While restarting (a policy someone else gave it) the last run's code is the news.
       exitCode: !started || (c.State.Running && !c.State.Restarting) ? null : c.State.ExitCode,
-      oomKilled: c.State.OOMKilled,
+      oomKilled: c.State.OOMKilled || (await this.agentSawOomKill(c)),
       labels: c.Config.Labels ?? {},
       ports,
       createdAt: new Date(c.Created).toISOString(),
       startedAt: started,
       execPath: await this.execPathOf(id, c),
     };
+  }
+
+  /**
+   * Whether the box's agent wrote, in this run's log, that the kernel's OOM killer took the command
+   * (agent/oom.go), with the proof of the box's token. Engine 20.10 sets OOMKilled only when
+   * containerd's OOM event comes before the exit event; under load the exit sometimes wins and the
+   * flag stays false. Read only for a box that ended with 137 the engine does not call OOM-killed,
+   * once per run (the log of an ended run no longer changes).
+   */
+  private async agentSawOomKill(c: Docker.ContainerInspectInfo): Promise<boolean> {
+    if (c.State.OOMKilled || c.State.ExitCode !== 137 || (c.State.Running && !c.State.Restarting)) return false;
+    const token = agentBoxOf(c).token;
+    if (!token) return false;
+    const key = `${c.Id} ${c.State.FinishedAt}`;
+    const known = this.oomVerdicts.get(key);
+    if (known !== undefined) return known;
+    // The agent's line is its last word; the command's last output may land after it (stdout and
+    // stderr are copied apart), hence a few lines more than one. This run's lines only, as near as
+    // the engine's times tell: the engine notes StartedAt once the process runs, so a command that
+    // dies at once may be logged just before it (see OOM_LINE_SLACK_NS).
+    const since = isoNanos(c.State.StartedAt) - OOM_LINE_SLACK_NS;
+    const text = await this.logText(c.Id, { stderr: true, tail: 32, since: `${since / 1_000_000_000n}.${String(since % 1_000_000_000n).padStart(9, '0')}` });
+    const verdict = text !== undefined && hasOomLine(text, token);
+    // An unreadable log is asked again next time.
+    if (text !== undefined) {
+      if (this.oomVerdicts.size > 10_000) this.oomVerdicts.clear();
+      this.oomVerdicts.set(key, verdict);
+    }
+    return verdict;
   }
 
   /** Which path serves the box's execs: its agent when it has one that answers (asked once per start). */
@@ -739,6 +776,13 @@ function connectTcp(host: string, port: number, signal: AbortSignal | undefined,
 
 /** Engine event names -> the engine-neutral actions ('die' covers exit, kill, OOM and shutdown). */
 const EVENT_ACTIONS: Record<string, ContainerEvent['action']> = { create: 'created', start: 'started', die: 'stopped', destroy: 'removed' };
+
+/**
+ * How long before the engine's StartedAt the agent's OOM line may be logged and still be this run's
+ * (the engine notes StartedAt after the process started: a fraction of a millisecond here, more
+ * under load). A previous run's line counts only when that run ended within this of the restart.
+ */
+const OOM_LINE_SLACK_NS = 1_000_000_000n;
 
 /** How long an exec waits for the agent of a running box to listen (it starts in a few ms). */
 const AGENT_START_WAIT_MS = 2000;
