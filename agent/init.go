@@ -99,10 +99,13 @@ func runInit(cfg initConfig) int {
 	for {
 		select {
 		case ws := <-mainDone:
-			if ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			code := exitCodeOf(ws)
+			// Killed by SIGKILL, or a shell whose child was (it exits 128+9 too): the OOM killer's, when
+			// the box's counter grew.
+			if code == 128+int(syscall.SIGKILL) {
 				oom.report(os.Stderr)
 			}
-			return exitCodeOf(ws)
+			return code
 		case s := <-sigs:
 			sig := s.(syscall.Signal)
 			if sig == syscall.SIGCHLD {

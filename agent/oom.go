@@ -19,8 +19,9 @@ import (
 // Docker 20.10 sets its OOMKilled flag only when containerd's OOM event for the container arrives
 // before its exit event; the shim's OOM watcher and its exit path race, and on a loaded machine
 // the exit sometimes wins and the flag stays false. The agent is the command's parent inside the
-// box's memory cgroup: when the command dies of SIGKILL and the cgroup's OOM-kill counter has
-// grown since the agent started, the kernel's OOM killer did it. The agent then writes one line
+// box's memory cgroup: when the command dies of SIGKILL (or exits 137, as a shell does whose child
+// died so) and the cgroup's OOM-kill counter has grown since the agent started, the kernel's OOM
+// killer did it. The agent then writes one line
 // to its stderr (the container's log) that ends in a proof only the holder of the box's token can
 // make (box processes never see the token), so the command cannot forge it by printing the line.
 
@@ -132,7 +133,7 @@ func newOOMWatch(token string) *oomWatch {
 // reaped first. A SIGKILL the OOM killer did not send costs this much on the way out.
 const oomSettleTime = 50 * time.Millisecond
 
-// killedByOOM says whether the counter grew since start (the command just died of SIGKILL).
+// killedByOOM says whether the counter grew since start (the command just ended with 137).
 func (w *oomWatch) killedByOOM() bool {
 	deadline := time.Now().Add(oomSettleTime)
 	for {

@@ -67,20 +67,26 @@ test("the line's proof is the agent's (agent/oom_test.go has the same vector); o
   for (const text of [`x${line}\n`, `${line} x\n`, line.replace('6005', '6006'), AGENT_OOM_LINE]) assert.equal(hasOomLine(text, token), false, text);
 });
 
-test("the OOM killer takes the box's command: the agent writes its line with the box's proof, and inspect says oomKilled", async () => {
-  // tail keeps a line without a newline in memory: the command outgrows the 16 MiB limit.
-  const id = await rt.create(spec({ memory: 16 * MiB, cmd: ['tail', '/dev/zero'] }));
-  try {
-    await rt.start(id);
-    const info = await untilStopped(rt, id);
-    const token = engineView(id)
-      .Config.Env.find((e) => e.startsWith(`${AGENT_TOKEN_ENV}=`))!
-      .slice(AGENT_TOKEN_ENV.length + 1);
-    const log = await stderrOf(id);
-    assert.ok(log.includes(`${AGENT_OOM_LINE} [oom:${oomProof(token)}]\n`), `the agent's line is in the log: ${JSON.stringify(log)}`);
-    assert.deepEqual([info.exitCode, info.oomKilled], [137, true]);
-  } finally {
-    await rt.remove(id, { force: true });
+test("the OOM killer takes the box's command or its child: the agent writes its line with the box's proof, and inspect says oomKilled", async () => {
+  // tail keeps a line without a newline in memory: it outgrows the 16 MiB limit. As the command
+  // itself (SIGKILL), and as a shell's child (the shell exits 137).
+  for (const cmd of [
+    ['tail', '/dev/zero'],
+    ['sh', '-c', 'tail /dev/zero; exit $?'],
+  ]) {
+    const id = await rt.create(spec({ memory: 16 * MiB, cmd }));
+    try {
+      await rt.start(id);
+      const info = await untilStopped(rt, id);
+      const token = engineView(id)
+        .Config.Env.find((e) => e.startsWith(`${AGENT_TOKEN_ENV}=`))!
+        .slice(AGENT_TOKEN_ENV.length + 1);
+      const log = await stderrOf(id);
+      assert.ok(log.includes(`${AGENT_OOM_LINE} [oom:${oomProof(token)}]\n`), `${cmd.join(' ')}: the agent's line is in the log: ${JSON.stringify(log)}`);
+      assert.deepEqual([info.exitCode, info.oomKilled], [137, true], cmd.join(' '));
+    } finally {
+      await rt.remove(id, { force: true });
+    }
   }
 });
 
