@@ -120,6 +120,7 @@ Examples:
     .option('--max-per-user <n>', 'boxes per owner; 0 = unlimited', positiveInt)
     .option('--max-total <n>', 'boxes on the pool; 0 = unlimited', positiveInt)
     .option('--idle-timeout <duration>', 'default idle timeout of its boxes: 30m; 0 = never', duration)
+    .option('--idle-pause <duration>', 'default idle pause of its boxes (before the idle timeout): 5m; 0 = never', duration)
     .option('--max-lifetime <duration>', 'default max lifetime: 8h; 0 = none', duration)
     .option('--stop-timeout <duration>', 'SIGTERM grace: 2s', duration)
     .option('-m, --memory <size>', 'default memory of a box: 1g; 0 = no limit', size)
@@ -145,6 +146,7 @@ Examples:
             maxPerUser?: number;
             maxTotal?: number;
             idleTimeout?: number;
+            idlePause?: number;
             maxLifetime?: number;
             stopTimeout?: number;
             memory?: number;
@@ -164,6 +166,7 @@ Examples:
             ...(f.maxPerUser !== undefined ? { maxPerUser: f.maxPerUser } : {}),
             ...(f.maxTotal !== undefined ? { maxTotal: f.maxTotal } : {}),
             ...(f.idleTimeout !== undefined ? { idleTimeoutMs: f.idleTimeout } : {}),
+            ...(f.idlePause !== undefined ? { idlePauseMs: f.idlePause } : {}),
             ...(f.maxLifetime !== undefined ? { maxLifetimeMs: f.maxLifetime } : {}),
             ...(f.stopTimeout !== undefined ? { stopTimeoutMs: f.stopTimeout } : {}),
             ...(f.memory !== undefined ? { memory: f.memory } : {}),

@@ -61,6 +61,7 @@ export function boxFields(b: BoxInfo): string {
     ['Processes', String(b.processCount)],
     ['Workspace', b.workspaceId ? `${b.workspaceId} at ${b.mountPath}` : '-'],
     ['Idle timeout', formatDuration(b.idleTimeoutMs)],
+    ['Idle pause', formatDuration(b.idlePauseMs)],
     ['Max lifetime', formatDuration(b.maxLifetimeMs)],
     ['Ports', b.ports.length ? b.ports.map((p) => `${p.hostIp}:${p.hostPort}->${p.containerPort}/${p.protocol}`).join(', ') : '-'],
     ['Labels', labels.length ? labels.join(', ') : '-'],
@@ -85,6 +86,7 @@ interface CreateFlags {
   pidsLimit?: number;
   policy?: CreateOptions['policy'];
   idleTimeout?: number;
+  idlePause?: number;
   maxLifetime?: number;
   stopTimeout?: number;
   network?: string;
@@ -264,6 +266,11 @@ Examples:
     .option('--pids-limit <n>', 'most processes', positiveInt)
     .addOption(new Option('--policy <policy>', 'lifecycle policy').choices(['oneshot', 'session', 'longrunning', 'persistent']))
     .option('--idle-timeout <duration>', 'stop after this long idle: 30m, 2h; 0 = never', duration)
+    .option(
+      '--idle-pause <duration>',
+      'pause (freeze, memory kept) after this long idle, before the idle timeout; the next use resumes it: 5m; 0 = never',
+      duration,
+    )
     .option('--max-lifetime <duration>', 'remove after this long: 8h; 0 = no limit (`sbx renew` extends it)', duration)
     .option('--stop-timeout <duration>', 'SIGTERM grace before SIGKILL: 2s', duration)
     .option('--network <name>', "'none', or an engine network the pool lists (its networks); default sbx's isolated network")
@@ -309,6 +316,7 @@ Examples:
           ...(f.pidsLimit !== undefined ? { pidsLimit: f.pidsLimit } : {}),
           ...(f.policy ? { policy: f.policy } : {}),
           ...(f.idleTimeout !== undefined ? { idleTimeoutMs: f.idleTimeout } : {}),
+          ...(f.idlePause !== undefined ? { idlePauseMs: f.idlePause } : {}),
           ...(f.maxLifetime !== undefined ? { maxLifetimeMs: f.maxLifetime } : {}),
           ...(f.stopTimeout !== undefined ? { stopTimeoutMs: f.stopTimeout } : {}),
           ...(f.network ? { network: f.network } : {}),
@@ -414,6 +422,8 @@ Examples:
   for (const [name, verb, call] of [
     ['start', 'Start stopped boxes', (b: Box) => b.start()],
     ['stop', 'Stop boxes (they stay registered; `sbx start` brings them back)', (b: Box) => b.stop()],
+    ['pause', 'Pause boxes: freeze their processes in place (memory and files kept, no CPU); any use resumes them', (b: Box) => b.pause()],
+    ['resume', 'Resume boxes: thaw paused ones, start stopped ones', (b: Box) => b.resume()],
     ['rm', 'Remove boxes: the process is killed, the container deleted (a workspace stays)', null],
   ] as const) {
     const c = withConnection(program.command(name).description(verb).argument('<ids...>', 'box ids'));

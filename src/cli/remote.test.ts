@@ -395,6 +395,11 @@ describe('sbx box lifecycle and --json', () => {
     assert.equal((JSON.parse((await sbx(['info', info.id, '--json'])).stdout) as { status: string }).status, 'stopped');
     assert.equal((await sbx(['start', info.id])).code, 0);
     assert.equal((JSON.parse((await sbx(['info', info.id, '--json'])).stdout) as { status: string }).status, 'running');
+    const paused = await sbx(['pause', '--json', info.id]);
+    assert.deepEqual(JSON.parse(paused.stdout), [{ id: info.id, ok: true, status: 'paused' }], paused.stderr);
+    assert.equal((JSON.parse((await sbx(['info', info.id, '--json'])).stdout) as { status: string }).status, 'paused');
+    const resumed = await sbx(['resume', '--json', info.id]);
+    assert.deepEqual(JSON.parse(resumed.stdout), [{ id: info.id, ok: true, status: 'running' }], resumed.stderr);
     const rm = await sbx(['rm', info.id, 'sb-nope']);
     assert.equal(rm.code, 1, 'one of the ids failed');
     assert.equal(rm.stdout, `${info.id}\n`);

@@ -229,6 +229,14 @@ export class RemoteBox implements Box {
     this.fields = await this.transport.json<BoxInfo>('POST', `${this.path}/stop`);
   }
 
+  async pause(): Promise<void> {
+    this.fields = await this.transport.json<BoxInfo>('POST', `${this.path}/pause`);
+  }
+
+  async resume(): Promise<void> {
+    this.fields = await this.transport.json<BoxInfo>('POST', `${this.path}/resume`);
+  }
+
   async remove(): Promise<void> {
     await this.transport.json('DELETE', this.path);
   }

@@ -34,7 +34,7 @@ export interface RecordInput {
 }
 
 export function newBoxRecord({ manager, id, owner, pool, opts, now, tokenNonce }: RecordInput): BoxRecord {
-  return {
+  const record: BoxRecord = {
     manager,
     id,
     owner,
@@ -44,6 +44,7 @@ export function newBoxRecord({ manager, id, owner, pool, opts, now, tokenNonce }
     mountMode: opts.mountMode ?? 'rw',
     mountPath: opts.mountPath ?? DEFAULT_WORKDIR,
     idleTimeoutMs: opts.idleTimeoutMs ?? pool.idleTimeoutMs,
+    idlePauseMs: opts.idlePauseMs ?? pool.idlePauseMs,
     stopTimeoutMs: opts.stopTimeoutMs ?? pool.stopTimeoutMs,
     maxLifetimeMs: opts.maxLifetimeMs ?? pool.maxLifetimeMs,
     createdAt: now,
@@ -52,6 +53,15 @@ export function newBoxRecord({ manager, id, owner, pool, opts, now, tokenNonce }
     tokenNonce,
     labels: opts.labels ?? {},
   };
+  // A pause at or after the idle timeout would never come: the box is stopped or removed first.
+  const { idlePauseMs, idleTimeoutMs, policy } = record;
+  if (idlePauseMs > 0 && idleTimeoutMs > 0 && policy !== 'persistent' && idlePauseMs >= idleTimeoutMs) {
+    throw invalidArgument(
+      opts.idlePauseMs !== undefined ? 'idlePauseMs' : 'idleTimeoutMs',
+      `the idle pause (${idlePauseMs} ms) must come before the idle timeout (${idleTimeoutMs} ms), the idle ladder's next step`,
+    );
+  }
+  return record;
 }
 
 /**

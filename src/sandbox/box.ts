@@ -77,6 +77,20 @@ export interface Box extends AsyncDisposable {
   logs(opts?: LogOptions): Promise<AsyncIterable<LogChunk>>;
   start(): Promise<void>;
   /**
+   * Freezes every process of the box in place (the engine's pause: the cgroup freezer): memory and
+   * files stay, CPU use drops to zero, status `paused`. Any use of the box (exec, stream, files,
+   * workspace through the box, attach, dial, the proxy, VNC) resumes it first; reads (info, logs,
+   * list) do not. Pausing a paused box does nothing; a stopped box is conflict; a pool whose
+   * runtime has no freezer (Kubernetes) not_available.
+   */
+  pause(): Promise<void>;
+  /**
+   * Brings the box back to running: a paused box is thawed (its processes go on where they were),
+   * a stopped one started (its processes start anew, its filesystem kept). A running box: nothing.
+   * Counts as use.
+   */
+  resume(): Promise<void>;
+  /**
    * SIGTERM, then SIGKILL after the box's stop timeout. The box stays registered, unless its
    * runtime cannot start it again (Kubernetes deletes the pod): then the box is removed.
    */
@@ -287,15 +301,85 @@ export class ManagedBox implements LocalBox {
     return this.runtime.capabilities.stopStart !== false;
   }
 
+  /** Whether pause() can freeze this box on its runtime (`capabilities.pause`; not on Kubernetes). */
+  get pausable(): boolean {
+    return this.runtime.capabilities.pause !== false;
+  }
+
   /** Marks a use of the box (exec, stream, workspace, attach, proxy, getOrCreate). */
   touch(): void {
     this.activity.lastCall = Math.max(this.activity.lastCall, this.host.now());
+  }
+
+  /**
+   * Runs one lifecycle step (pause, resume, start, stop) after the one before it, so a use never
+   * meets a box half-frozen and two steps never cross at the engine.
+   */
+  private step<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.steps.then(fn, fn);
+    this.steps = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    return run;
+  }
+  private steps: Promise<void> = Promise.resolve();
+
+  /**
+   * Before every use: a paused box is thawed first. Callers count the use (hold/begin) before
+   * they call this, so the idle ladder, which pauses only a box with nothing in flight, cannot
+   * freeze it between this check and the use.
+   */
+  private async awake(): Promise<void> {
+    await this.steps;
+    if (this.status === 'paused') await this.step(() => this.thaw());
+  }
+
+  private async thaw(): Promise<void> {
+    if (this.status !== 'paused') return;
+    await this.runtime.unpause(this.containerId);
+    this.status = 'running';
+  }
+
+  async pause(): Promise<void> {
+    if (!this.pausable) {
+      throw new SbxError('not_available', `box '${this.id}' runs on pool '${this.pool}', whose runtime cannot pause a box (no freezer); stop it instead`, {
+        details: { id: this.id, pool: this.pool, reason: 'pause_unsupported' },
+      });
+    }
+    await this.step(async () => {
+      if (this.status === 'paused') return;
+      await this.runtime.pause(this.containerId);
+      this.status = 'paused';
+    });
+  }
+
+  /**
+   * The idle ladder's pause: only when nothing is in flight and no use came since the pass
+   * decided (checked inside the step, where no use can start unseen). Whether it paused.
+   */
+  async pauseIfIdle(plannedAt: number): Promise<boolean> {
+    return this.step(async () => {
+      if (this.status !== 'running' || this.activity.inFlight > 0 || this.activity.lastActive(this.host.now()) > plannedAt) return false;
+      await this.runtime.pause(this.containerId);
+      this.status = 'paused';
+      return true;
+    });
+  }
+
+  async resume(): Promise<void> {
+    this.touch();
+    await this.step(async () => {
+      if (this.status === 'paused') await this.thaw();
+      else if (this.status === 'stopped') await this.startNow();
+    });
   }
 
   async exec(cmd: string[], opts?: ExecOptions): Promise<ExecResult> {
     const valid = validateExec(cmd, opts);
     const finish = this.begin();
     try {
+      await this.awake();
       return await this.runtime.exec(this.containerId, cmd, this.withEnv(valid));
     } finally {
       finish();
@@ -307,6 +391,7 @@ export class ManagedBox implements LocalBox {
     const finish = this.begin();
     let stream: ExecStream;
     try {
+      await this.awake();
       stream = await this.runtime.execStream(this.containerId, cmd, this.withEnv(valid));
     } catch (err) {
       finish();
@@ -320,6 +405,7 @@ export class ManagedBox implements LocalBox {
     const end = this.hold();
     let socket: Duplex;
     try {
+      await this.awake();
       socket = await this.runtime.dialPort(this.containerId, port, opts);
     } catch (err) {
       end();
@@ -499,6 +585,7 @@ export class ManagedBox implements LocalBox {
     const end = hold ? this.hold() : (this.touch(), () => undefined);
     let stream: ExecStream;
     try {
+      await this.awake();
       stream = await this.runtime.execStream(this.containerId, cmd, opts);
     } catch (err) {
       end();
@@ -511,6 +598,8 @@ export class ManagedBox implements LocalBox {
   async workspace(): Promise<WorkspaceFS> {
     if (!this.record.workspaceId) throw new SbxError('not_found', `box '${this.id}' has no workspace`, { details: { id: this.id } });
     this.touch();
+    // The workspace's files live outside the box, but a use is a use: a paused box wakes for it too.
+    await this.awake();
     return this.host.workspaceFs(this.record.workspaceId);
   }
 
@@ -533,6 +622,7 @@ export class ManagedBox implements LocalBox {
       workspaceId: this.record.workspaceId,
       mountPath: this.record.mountPath,
       idleTimeoutMs: this.record.idleTimeoutMs,
+      idlePauseMs: this.record.idlePauseMs,
       maxLifetimeMs: this.record.maxLifetimeMs,
       stopTimeoutMs: this.record.stopTimeoutMs,
       ports: c.ports,
@@ -549,6 +639,13 @@ export class ManagedBox implements LocalBox {
 
   async start(): Promise<void> {
     this.touch();
+    await this.step(async () => {
+      if (this.status === 'paused') await this.thaw();
+      else await this.startNow();
+    });
+  }
+
+  private async startNow(): Promise<void> {
     if (!this.restartable && this.status === 'stopped') {
       throw new SbxError(
         'not_available',
@@ -573,10 +670,15 @@ export class ManagedBox implements LocalBox {
       this.status = 'stopped';
       return;
     }
-    // Before the engine is asked, so a box caught stopped half-way is never started behind the caller.
-    await this.host.stopIntent(this, true);
-    await this.runtime.stop(this.containerId, { timeoutMs: this.record.stopTimeoutMs });
-    this.status = 'stopped';
+    await this.step(async () => {
+      // Before the engine is asked, so a box caught stopped half-way is never started behind the caller.
+      await this.host.stopIntent(this, true);
+      // Thawed first: a frozen process cannot run its SIGTERM handler, so the stop would always
+      // end in the SIGKILL after the timeout.
+      if (this.status === 'paused') await this.thaw();
+      await this.runtime.stop(this.containerId, { timeoutMs: this.record.stopTimeoutMs });
+      this.status = 'stopped';
+    });
   }
 
   async remove(): Promise<void> {

@@ -18,6 +18,9 @@ export function planCleanup(boxes: ManagedBox[], now: number): PlannedCleanup[] 
       // A paused or restarting container is still there, alive: idle rules apply as when running.
       running: box.status === 'running' || box.status === 'paused' || box.status === 'restarting',
       idleTimeoutMs: box.record.idleTimeoutMs,
+      idlePauseMs: box.record.idlePauseMs,
+      paused: box.status === 'paused',
+      pausable: box.pausable,
       maxLifetimeMs: box.record.maxLifetimeMs,
       restartable: box.restartable,
     });

@@ -56,6 +56,7 @@ export const PoolConfigSchema = z
     maxPerUser: z.number().int().min(0).default(DEFAULT_MAX_PER_USER),
     maxTotal: z.number().int().min(0).default(0),
     idleTimeoutMs: ms.default(30 * 60_000),
+    idlePauseMs: ms.default(0),
     maxLifetimeMs: ms.default(0),
     stopTimeoutMs: ms.default(2000),
     security: z.enum(['standard', 'strict']).default('standard'),
@@ -159,6 +160,8 @@ export interface PoolConfig {
   maxTotal?: number;
   /** 0 = never idle. Default 30 minutes. */
   idleTimeoutMs?: number;
+  /** Idle time after which a box is paused (the idle ladder's first step); 0 = never (default). */
+  idlePauseMs?: number;
   /** 0 = no limit. */
   maxLifetimeMs?: number;
   /** SIGTERM grace before SIGKILL. Default 2 s. */
@@ -253,6 +256,7 @@ export interface ResolvedPool {
   maxPerUser: number;
   maxTotal: number;
   idleTimeoutMs: number;
+  idlePauseMs: number;
   maxLifetimeMs: number;
   stopTimeoutMs: number;
   security: 'standard' | 'strict';
@@ -308,6 +312,7 @@ export function resolvePool(p: PoolConfig, field?: string): ResolvedPool {
     maxPerUser: v.maxPerUser,
     maxTotal: v.maxTotal,
     idleTimeoutMs: v.idleTimeoutMs,
+    idlePauseMs: v.idlePauseMs,
     maxLifetimeMs: v.maxLifetimeMs,
     stopTimeoutMs: v.stopTimeoutMs,
     security: v.security,
@@ -358,6 +363,7 @@ const FILE_DURATIONS: Record<string, string> = { cleanupInterval: 'cleanupInterv
 const FILE_NODES_DURATIONS: Record<string, string> = { pingInterval: 'pingIntervalMs', offlineAfter: 'offlineAfterMs' };
 const FILE_POOL_DURATIONS: Record<string, string> = {
   idleTimeout: 'idleTimeoutMs',
+  idlePause: 'idlePauseMs',
   maxLifetime: 'maxLifetimeMs',
   stopTimeout: 'stopTimeoutMs',
   readyTimeout: 'readyTimeoutMs',
@@ -377,6 +383,7 @@ const POOL_ENV_KEYS: Record<string, string> = {
   MAX_PER_USER: 'maxPerUser',
   MAX_TOTAL: 'maxTotal',
   IDLE_TIMEOUT: 'idleTimeout',
+  IDLE_PAUSE: 'idlePause',
   MAX_LIFETIME: 'maxLifetime',
   STOP_TIMEOUT: 'stopTimeout',
   SECURITY: 'security',

@@ -71,6 +71,7 @@ export const CreateOptionsSchema = z
       .optional(),
     policy: z.enum(LIFECYCLE_POLICIES as [string, ...string[]]).optional(),
     idleTimeoutMs: durationMs.optional(),
+    idlePauseMs: durationMs.optional(),
     stopTimeoutMs: durationMs.optional(),
     maxLifetimeMs: durationMs.optional(),
     network: z

@@ -17,6 +17,7 @@ const L = {
   mountMode: 'sbx.mount-mode',
   mountPath: 'sbx.mount-path',
   idleTimeout: 'sbx.idle-timeout-ms',
+  idlePause: 'sbx.idle-pause-ms',
   stopTimeout: 'sbx.stop-timeout-ms',
   maxLifetime: 'sbx.max-lifetime-ms',
   createdAt: 'sbx.created-at',
@@ -36,6 +37,8 @@ export interface BoxRecord {
   mountMode: MountMode;
   mountPath: string;
   idleTimeoutMs: number;
+  /** Idle time after which the box is paused (the idle ladder's first step); 0: never. */
+  idlePauseMs: number;
   stopTimeoutMs: number;
   maxLifetimeMs: number;
   createdAt: number;
@@ -57,6 +60,7 @@ export function recordToLabels(r: BoxRecord): Record<string, string> {
     [L.mountMode]: r.mountMode,
     [L.mountPath]: r.mountPath,
     [L.idleTimeout]: String(r.idleTimeoutMs),
+    [L.idlePause]: String(r.idlePauseMs),
     [L.stopTimeout]: String(r.stopTimeoutMs),
     [L.maxLifetime]: String(r.maxLifetimeMs),
     [L.createdAt]: new Date(r.createdAt).toISOString(),
@@ -75,7 +79,7 @@ export function recordToLabels(r: BoxRecord): Record<string, string> {
  */
 export function labelsToRecord(
   labels: Record<string, string>,
-  fallback: { idleTimeoutMs: number; stopTimeoutMs: number; maxLifetimeMs: number; createdAt: number; image: string },
+  fallback: { idleTimeoutMs: number; idlePauseMs?: number; stopTimeoutMs: number; maxLifetimeMs: number; createdAt: number; image: string },
 ): BoxRecord | null {
   const id = labels[L.id];
   const pool = labels[L.pool];
@@ -97,6 +101,7 @@ export function labelsToRecord(
     mountMode: labels[L.mountMode] === 'ro' ? 'ro' : 'rw',
     mountPath: labels[L.mountPath] || '/workspace',
     idleTimeoutMs: num(L.idleTimeout, fallback.idleTimeoutMs),
+    idlePauseMs: num(L.idlePause, fallback.idlePauseMs ?? 0),
     stopTimeoutMs: num(L.stopTimeout, fallback.stopTimeoutMs),
     maxLifetimeMs: num(L.maxLifetime, fallback.maxLifetimeMs),
     createdAt: Number.isFinite(created) ? created : fallback.createdAt,

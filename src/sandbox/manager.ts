@@ -67,6 +67,7 @@ export class Manager {
     removedLifetime: 0,
     removedOneshot: 0,
     stoppedIdle: 0,
+    pausedIdle: 0,
     vanished: 0,
     adopted: 0,
     swept: 0,
@@ -720,8 +721,13 @@ export class Manager {
   private async cleanupPool(pool: Pool): Promise<void> {
     const boxes = (await this.recovery.reconcile(pool)).filter((b) => !this.removing.has(b.id));
     const planned = planCleanup(boxes, this.now());
+    const now = this.now();
     const results = await mapSettled(planned, CLEANUP_PARALLELISM, async ({ box, action, reason }) => {
-      if (action === 'stop') {
+      if (action === 'pause') {
+        // A use that came since the plan keeps it awake (checked again inside the box's step).
+        if (!(await box.pauseIfIdle(now))) return;
+        this.cleanupStats.pausedIdle++;
+      } else if (action === 'stop') {
         await box.stop();
         this.cleanupStats.stoppedIdle++;
       } else {

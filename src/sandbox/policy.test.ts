@@ -50,6 +50,25 @@ describe('lifecycle policy table', () => {
     assert.deepEqual(at({ policy: 'longrunning', lastActive: 95 * MIN, restartable: false }), { action: 'keep' });
   });
 
+  test('the idle ladder: paused after idlePauseMs, then the idle timeout step as before', () => {
+    const ladder = { idlePauseMs: 2 * MIN };
+    assert.deepEqual(at({ ...ladder, lastActive: 99 * MIN }), { action: 'keep' }, 'not yet idle for the pause');
+    assert.deepEqual(at({ ...ladder, lastActive: 97 * MIN }), { action: 'pause', reason: 'idle' });
+    assert.deepEqual(at({ ...ladder, lastActive: 97 * MIN, paused: true }), { action: 'keep' }, 'paused already');
+    assert.deepEqual(at({ ...ladder, lastActive: 97 * MIN, running: false }), { action: 'keep' }, 'a stopped box is not paused');
+    assert.deepEqual(at({ ...ladder, lastActive: 97 * MIN, pausable: false }), { action: 'keep' }, 'a runtime without a freezer skips the step');
+    assert.deepEqual(at({ ...ladder, lastActive: 97 * MIN, inFlight: 1 }), { action: 'keep' }, 'work in flight is never idle');
+    assert.deepEqual(at({ ...ladder, lastActive: 90 * MIN, paused: true }), { action: 'remove', reason: 'idle' }, 'a paused session box still times out');
+    assert.deepEqual(at({ ...ladder, policy: 'longrunning', lastActive: 90 * MIN, paused: true }), { action: 'stop', reason: 'idle' });
+    assert.deepEqual(
+      at({ ...ladder, policy: 'persistent', lastActive: 0 }),
+      { action: 'pause', reason: 'idle' },
+      'a pause loses nothing: persistent boxes too',
+    );
+    assert.deepEqual(at({ ...ladder, policy: 'persistent', lastActive: 0, paused: true, maxLifetimeMs: 1 }), { action: 'keep' });
+    assert.deepEqual(at({ lastActive: 97 * MIN }), { action: 'keep' }, 'no pause step unless asked: idleTimeoutMs alone as before');
+  });
+
   test('oneshot: removed after its first exec, idle rules before that', () => {
     assert.deepEqual(at({ policy: 'oneshot', execsCompleted: 1 }), { action: 'remove', reason: 'oneshot' });
     assert.deepEqual(at({ policy: 'oneshot', execsCompleted: 1, inFlight: 1 }), { action: 'keep' });
@@ -80,6 +99,7 @@ describe('box labels', () => {
     mountMode: 'ro',
     mountPath: '/data',
     idleTimeoutMs: 1234,
+    idlePauseMs: 600,
     stopTimeoutMs: 500,
     maxLifetimeMs: 99_000,
     createdAt: Date.parse('2026-01-02T03:04:05.678Z'),

@@ -15,13 +15,19 @@ export interface BoxActivity {
   running: boolean;
   /** 0 = no idle timeout. */
   idleTimeoutMs: number;
+  /** Idle time before a pause (the idle ladder's first step); 0 or absent = never. */
+  idlePauseMs?: number;
+  /** The box is paused now (absent: not). */
+  paused?: boolean;
+  /** The box's runtime can pause it (`capabilities.pause`); absent means true. */
+  pausable?: boolean;
   /** 0 = no limit. */
   maxLifetimeMs: number;
   /** The box's runtime can start it again after a stop (`capabilities.stopStart`); absent means true. */
   restartable?: boolean;
 }
 
-export type CleanupAction = { action: 'keep' } | { action: 'stop' | 'remove'; reason: 'idle' | 'lifetime' | 'oneshot' };
+export type CleanupAction = { action: 'keep' } | { action: 'stop' | 'remove'; reason: 'idle' | 'lifetime' | 'oneshot' } | { action: 'pause'; reason: 'idle' };
 
 /**
  * The lifecycle policy table, in one place:
@@ -33,20 +39,30 @@ export type CleanupAction = { action: 'keep' } | { action: 'stop' | 'remove'; re
  * | longrunning | stop (keep data)| remove       | removed instead of stopped where a stop cannot be undone (Kubernetes) |
  * | persistent  | never           | never        |                                 |
  *
+ * Before the idle step, the idle ladder's pause (`idlePauseMs`, any policy, persistent too: a
+ * pause loses nothing): a running box idle that long is paused, where its runtime can pause.
+ *
  * Work in flight (an open exec, stream or attachment) is activity "now": such a box is never
  * idle. Max lifetime is a hard cap and applies even then, so a stuck stream cannot keep a box
  * past the limit its pool promises.
  */
 export function decideCleanup(b: BoxActivity): CleanupAction {
-  if (b.policy === 'persistent') return { action: 'keep' };
-  if (b.maxLifetimeMs > 0 && b.now - b.createdAt >= b.maxLifetimeMs) return { action: 'remove', reason: 'lifetime' };
+  if (b.policy !== 'persistent' && b.maxLifetimeMs > 0 && b.now - b.createdAt >= b.maxLifetimeMs) return { action: 'remove', reason: 'lifetime' };
   if (b.inFlight > 0) return { action: 'keep' };
+  if (b.policy === 'persistent') return idlePause(b);
   if (b.policy === 'oneshot' && b.execsCompleted > 0) return { action: 'remove', reason: 'oneshot' };
   const idle = b.idleTimeoutMs > 0 && b.now - b.lastActive >= b.idleTimeoutMs;
-  if (!idle) return { action: 'keep' };
+  if (!idle) return idlePause(b);
   // Where a stopped box can never run again (a pod), stopping would only strand its record.
   if (b.policy === 'longrunning' && b.restartable !== false) return b.running ? { action: 'stop', reason: 'idle' } : { action: 'keep' };
   return { action: 'remove', reason: 'idle' };
+}
+
+/** The idle ladder's first step: pause a running box idle for `idlePauseMs`, where it can be paused. */
+function idlePause(b: BoxActivity): CleanupAction {
+  const after = b.idlePauseMs ?? 0;
+  const due = after > 0 && b.now - b.lastActive >= after && b.running && !b.paused && b.pausable !== false;
+  return due ? { action: 'pause', reason: 'idle' } : { action: 'keep' };
 }
 
 /** An empty or unknown policy (e.g. a hand-edited label) means the default, never "immortal". */

@@ -64,6 +64,7 @@ export class Pool {
       maxPerUser: d.maxPerUser,
       maxTotal: d.maxTotal,
       idleTimeoutMs: d.idleTimeoutMs,
+      idlePauseMs: d.idlePauseMs,
       maxLifetimeMs: d.maxLifetimeMs,
       stopTimeoutMs: d.stopTimeoutMs,
       security: d.security,

@@ -64,6 +64,7 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
     }
     const record = labelsToRecord(c.labels, {
       idleTimeoutMs: input.pool.idleTimeoutMs,
+      idlePauseMs: input.pool.idlePauseMs,
       stopTimeoutMs: input.pool.stopTimeoutMs,
       maxLifetimeMs: input.pool.maxLifetimeMs,
       createdAt: Date.parse(c.createdAt) || input.now,

@@ -43,6 +43,13 @@ export interface CreateOptions {
   ports?: PortSpec[];
   policy?: LifecyclePolicy;
   idleTimeoutMs?: number;
+  /**
+   * The idle ladder's first step: after this long without use the box is paused (memory and
+   * files kept, no CPU) and the next use resumes it. 0: never (the pool's default, 0 unless set).
+   * It must be shorter than `idleTimeoutMs`, the ladder's next step (except for persistent boxes,
+   * which idle never stops). docs/lifecycle.md.
+   */
+  idlePauseMs?: number;
   stopTimeoutMs?: number;
   maxLifetimeMs?: number;
   /**
@@ -102,6 +109,7 @@ export interface BoxInfo {
   workspaceId: string | null;
   mountPath: string;
   idleTimeoutMs: number;
+  idlePauseMs: number;
   maxLifetimeMs: number;
   stopTimeoutMs: number;
   ports: Array<{ containerPort: number; hostIp: string; hostPort: number; protocol: 'tcp' | 'udp' }>;
@@ -128,6 +136,7 @@ export interface PoolInfo {
   maxPerUser: number;
   maxTotal: number;
   idleTimeoutMs: number;
+  idlePauseMs: number;
   maxLifetimeMs: number;
   stopTimeoutMs: number;
   security: SecurityProfile;
@@ -182,6 +191,8 @@ export interface CleanupStats {
   removedLifetime: number;
   removedOneshot: number;
   stoppedIdle: number;
+  /** Boxes the idle ladder paused. */
+  pausedIdle: number;
   vanished: number;
   /** Boxes found on the engine after start: creates that landed after their Manager died. */
   adopted: number;

@@ -143,16 +143,6 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
   );
 
   r.post(
-    '/v1/boxes/:id/start',
-    { schema: { summary: 'Start a stopped box', tags: ['boxes'], params: boxIdParam, response: replies({ 200: BoxInfoSchema }, BOX_ERRORS) } },
-    async (req) => {
-      const box = await boxFor(ctx, req.caller, req.params.id);
-      await box.start();
-      return box.info();
-    },
-  );
-
-  r.post(
     '/v1/boxes/:id/stop',
     {
       schema: {
@@ -174,6 +164,23 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
       return { ...before, status: 'stopped' as const };
     },
   );
+
+  // The lifecycle steps that answer the box as it is after them.
+  for (const [verb, summary] of [
+    ['start', 'Start a stopped box (a paused one is resumed)'],
+    ['pause', 'Pause a box: freeze its processes in place (memory and files kept, no CPU); any use resumes it'],
+    ['resume', 'Resume a box: thaw a paused one, start a stopped one; a running box is left as it is'],
+  ] as const) {
+    r.post(
+      `/v1/boxes/:id/${verb}`,
+      { schema: { summary, tags: ['boxes'], params: boxIdParam, response: replies({ 200: BoxInfoSchema }, BOX_ERRORS) } },
+      async (req) => {
+        const box = await boxFor(ctx, req.caller, req.params.id);
+        await box[verb]();
+        return box.info();
+      },
+    );
+  }
 
   r.post(
     '/v1/boxes/:id/renew-lifetime',

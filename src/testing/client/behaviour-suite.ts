@@ -162,6 +162,41 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
       await b.remove();
     });
 
+    test('pause and resume: paused on the engine, a file and a process survive, any use resumes it, reads do not', async () => {
+      const b = await s.api.create({
+        image: s.image,
+        owner: OWNER,
+        labels: { suite: run },
+        cmd: ['sh', '-c', 'echo $$ > /tmp/main.pid; while :; do sleep 0.05; done'],
+      });
+      try {
+        const before = await b.exec([
+          'sh',
+          '-c',
+          'until [ -s /tmp/main.pid ]; do sleep 0.01; done; head -c 65536 /dev/urandom > /tmp/kept; sha256sum /tmp/kept; cat /tmp/main.pid',
+        ]);
+        assert.equal(before.exitCode, 0, before.stderr);
+        const [hashLine, pid] = before.stdout.trim().split('\n');
+        await b.pause();
+        assert.equal(b.status, 'paused');
+        assert.equal((await b.info()).status, 'paused', 'info is a read: still paused');
+        assert.equal((await s.api.list({ labels: { suite: run } })).find((x) => x.id === b.id)?.status, 'paused');
+        const after = await b.exec(['sh', '-c', `sha256sum /tmp/kept; kill -0 ${pid} && echo alive`]);
+        assert.equal(after.stdout, `${hashLine}\nalive\n`, 'the bytes and the process, as they were');
+        assert.equal((await b.info()).status, 'running', 'the exec resumed it');
+        await b.pause();
+        await b.resume();
+        assert.equal(b.status, 'running');
+        await b.stop();
+        await rejectsWith(b.pause(), 'conflict');
+        await b.resume();
+        assert.equal((await b.info()).status, 'running', 'resume starts a stopped box');
+      } finally {
+        await b.remove();
+      }
+      await rejectsWith(b.pause(), 'not_found');
+    });
+
     test('a command that exits 4 leaves the box stopped with exit code 4; logs() reads its output: followed to its end, all, tail, since', async () => {
       const b = await s.api.create({
         image: s.image,
