@@ -137,6 +137,15 @@ describe('commands', () => {
     await assert.rejects(again.wait(), (err: unknown) => err instanceof CommandExitError && err.exitCode === 4);
     assert.deepEqual(seen, ['late\n']);
   });
+  test("timeoutMs ends the wait with the SDK's TimeoutError and kills the command, as envd does", async () => {
+    await assert.rejects(sbx.commands.run('sleep 302', { timeoutMs: 1000 }), (err: Error) => err.name === 'TimeoutError');
+    const running = async () => (await sbx.commands.list()).some((p) => p.args.join(' ').includes('sleep 302'));
+    const deadline = Date.now() + HANG_MS;
+    while (await running()) {
+      if (Date.now() > deadline) assert.fail('the timed-out command still runs');
+      await sleep(25);
+    }
+  });
 });
 
 describe('pty', () => {
