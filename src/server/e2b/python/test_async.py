@@ -5,7 +5,7 @@ import asyncio
 import httpx
 import pytest
 from conftest import WAIT_S
-from e2b import CommandExitException, FilesystemEventType, FileType, PtySize
+from e2b import CommandExitException, FilesystemEventType, FileType, PtySize, TimeoutException
 
 
 async def test_run_env_cwd_and_exit_codes(async_sandbox):
@@ -16,6 +16,17 @@ async def test_run_env_cwd_and_exit_codes(async_sandbox):
     with pytest.raises(CommandExitException) as e:
         await async_sandbox.commands.run("echo out; echo err >&2; exit 3")
     assert (e.value.exit_code, e.value.stdout, e.value.stderr) == (3, "out\n", "err\n")
+
+
+async def test_command_timeout_raises_timeout_exception_and_kills_it(async_sandbox):
+    with pytest.raises(TimeoutException):
+        await async_sandbox.commands.run("sleep 603", timeout=1)
+
+    async def ended():
+        while any("sleep 603" in " ".join(p.args) for p in await async_sandbox.commands.list()):
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(ended(), WAIT_S)
 
 
 async def test_streaming_output_callbacks(async_sandbox):
@@ -91,16 +102,17 @@ async def test_files(async_sandbox):
 
 
 async def test_watch_dir_sees_a_created_file(async_sandbox):
-    await async_sandbox.files.make_dir("watched")
+    await async_sandbox.files.make_dir("watched/deeper")
     seen = asyncio.Event()
 
     def on_event(e):
-        if e.name == "new.txt" and e.type in (FilesystemEventType.CREATE, FilesystemEventType.WRITE):
+        if e.name.endswith("new.txt") and e.type in (FilesystemEventType.CREATE, FilesystemEventType.WRITE):
             seen.set()
 
-    w = await async_sandbox.files.watch_dir("watched", on_event=on_event)
+    # Recursive: the file lands in a subdirectory.
+    w = await async_sandbox.files.watch_dir("watched", on_event=on_event, recursive=True)
     try:
-        await async_sandbox.files.write("watched/new.txt", "x")
+        await async_sandbox.files.write("watched/deeper/new.txt", "x")
         await asyncio.wait_for(seen.wait(), WAIT_S)
     finally:
         await w.stop()
