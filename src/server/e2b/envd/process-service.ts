@@ -84,18 +84,25 @@ async function* follow(proc: TrackedProcess, ctx: HandlerContext): AsyncGenerato
 
 /**
  * As envd does, a process started with a deadline (Connect-Timeout-Ms) is killed when it passes,
- * whether or not its client is still there (a client that goes away before leaves it running).
+ * whether or not its client is still there. The kill waits for the request's own deadline to end
+ * the stream (deadline_exceeded, the SDK's TimeoutException), so the process's end cannot overtake
+ * it; a client that went away before the deadline leaves the process running until then.
  */
 function killAtDeadline(proc: TrackedProcess, ctx: HandlerContext): void {
   const ms = ctx.timeoutMs();
   if (ms === undefined) return;
-  const timer = setTimeout(
-    () => {
-      if (proc.running) proc.signal('SIGKILL').catch(() => undefined);
-    },
-    Math.max(0, ms),
-  );
-  void proc.done.then(() => clearTimeout(timer));
+  const deadline = Date.now() + ms;
+  const onAbort = (): void => {
+    const timer = setTimeout(
+      () => {
+        if (proc.running) proc.signal('SIGKILL').catch(() => undefined);
+      },
+      Math.max(0, deadline - Date.now()),
+    );
+    void proc.done.then(() => clearTimeout(timer));
+  };
+  if (ctx.signal.aborted) onAbort();
+  else ctx.signal.addEventListener('abort', onAbort, { once: true });
 }
 
 export function processService(table: ProcessTable, resolve: ProcessCallerResolver): Partial<ServiceImpl<typeof Process>> {
