@@ -31,6 +31,9 @@ export SBX_REQUIRE_BROWSER=1
 # The API document's tests (src/server/openapi.test.ts) validate it and fuzz a server with schemathesis: never skipped here.
 SBX_PYTOOLS_BIN=$(bash scripts/pytools.sh) || die "installing schemathesis and openapi-spec-validator failed (scripts/pytools.sh)"
 export SBX_PYTOOLS_BIN SBX_REQUIRE_SCHEMATHESIS=1
+# e2b's Python SDK, two versions, for src/server/e2b/python.test.ts: never skipped here.
+SBX_E2B_PYTHON_BINS=$(bash scripts/e2b-python.sh | paste -sd:) || die "installing the e2b Python SDK failed (scripts/e2b-python.sh)"
+export SBX_E2B_PYTHON_BINS SBX_REQUIRE_E2B_PYTHON=1
 
 opts=()
 files=()

@@ -9,13 +9,13 @@
  * rather than skip).
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { TestContext } from 'node:test';
 import { testEnv } from '../testing/env.js';
+import { runProcess } from '../testing/run-process.js';
 import { rawRequest, startTestServer } from '../testing/server.js';
 import type { TestServer } from '../testing/server.js';
 
@@ -41,17 +41,8 @@ function tool(t: TestContext, name: string): string | undefined {
   return undefined;
 }
 
-function run(cmd: string, args: string[]): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve, reject) => {
-    // In the temp dir: schemathesis keeps its example database in ./.schemathesis.
-    const child = spawn(cmd, args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NO_COLOR: '1' } });
-    let out = '';
-    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (out += c.toString()));
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, out }));
-  });
-}
+// In the temp dir: schemathesis keeps its example database in ./.schemathesis.
+const run = (cmd: string, args: string[]) => runProcess(cmd, args, { cwd: dir, env: { ...process.env, NO_COLOR: '1' } });
 
 let ts: TestServer;
 let doc: any;

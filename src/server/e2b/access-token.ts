@@ -26,6 +26,37 @@ export async function envdAccessToken(manager: Manager, boxId: string, keyId: st
   return `${keyId}.${mac}`;
 }
 
+/** The token's box id by token, for requests that name no box (bounded; verified again on every use). */
+const byToken = new Map<string, string>();
+const BY_TOKEN_MAX = 1024;
+
+/**
+ * The id of the box whose envd access token `token` is, for a request without `E2b-Sandbox-Id`:
+ * older e2b Python SDKs (2.20 among them) send none after `Sandbox.connect(id)` (e2b's own proxy finds the
+ * sandbox by host name, sbx's one envd URL cannot). Only the boxes the token's key may see are
+ * tried. A token that names no live key is unauthorized (as a wrong token is); one that does but
+ * matches no box is not_found (a removed sandbox's token reads as not running). The caller still
+ * verifies the token against the id, as for one named in the header.
+ */
+export async function sandboxOfToken(manager: Manager, keys: KeyStore, token: string | undefined): Promise<string> {
+  if (!token) throw new SbxError('unauthorized', 'X-Access-Token is required');
+  const m = TOKEN.exec(token);
+  const key = m ? keys.principal(m[1]!) : undefined;
+  if (!m || !key) throw new SbxError('unauthorized', 'X-Access-Token is not the access token of this sandbox');
+  const cached = byToken.get(token);
+  if (cached !== undefined) return cached;
+  const given = Buffer.from(token);
+  for (const box of await manager.list(key.role === 'admin' ? {} : { owner: key.owner })) {
+    const expected = Buffer.from(await envdAccessToken(manager, box.id, m[1]!).catch(() => ''));
+    if (expected.length === given.length && timingSafeEqual(expected, given)) {
+      if (byToken.size >= BY_TOKEN_MAX) byToken.clear();
+      byToken.set(token, box.id);
+      return box.id;
+    }
+  }
+  throw new SbxError('not_found', 'the sandbox of this X-Access-Token was not found');
+}
+
 /**
  * Throws unauthorized unless `token` is an envd access token of `boxId` for a key that is still
  * live and may still see the box.

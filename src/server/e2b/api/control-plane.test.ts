@@ -240,6 +240,7 @@ describe('the wire, without an SDK', () => {
         'state',
         'cpuCount',
         'memoryMB',
+        'diskSizeMB',
         'envdVersion',
         'metadata',
         'domain',

@@ -98,6 +98,9 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
       // A box asks for no resources of its own here: the pool's defaults are what it has.
       cpuCount: Math.max(1, Math.ceil(pool?.cpus ?? 1)),
       memoryMB: pool?.memory ? Math.round(pool.memory / MIB) : 0,
+      // Required by e2b's API (the Python SDK fails to parse an answer without it); sbx sets no
+      // disk size per sandbox, so 0, as memoryMB is for a pool without a memory limit.
+      diskSizeMB: 0,
       metadata: metadataOf(box.labels),
       state: stateOf(box),
       envdVersion: ENVD_VERSION,

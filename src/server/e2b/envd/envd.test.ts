@@ -137,6 +137,15 @@ describe('commands', () => {
     await assert.rejects(again.wait(), (err: unknown) => err instanceof CommandExitError && err.exitCode === 4);
     assert.deepEqual(seen, ['late\n']);
   });
+  test("timeoutMs ends the wait with the SDK's TimeoutError and kills the command, as envd does", async () => {
+    await assert.rejects(sbx.commands.run('sleep 302', { timeoutMs: 1000 }), (err: Error) => err.name === 'TimeoutError');
+    const running = async () => (await sbx.commands.list()).some((p) => p.args.join(' ').includes('sleep 302'));
+    const deadline = Date.now() + HANG_MS;
+    while (await running()) {
+      if (Date.now() > deadline) assert.fail('the timed-out command still runs');
+      await sleep(25);
+    }
+  });
 });
 
 describe('pty', () => {
@@ -383,6 +392,22 @@ describe('access and errors', () => {
     await box.remove();
     const other = await sandboxFor();
     assert.equal((await other.commands.run('echo still up')).stdout, 'still up\n');
+  });
+
+  test("without E2b-Sandbox-Id (older Python SDKs after connect) the token names the box; a removed box's token reads as not found (502)", async () => {
+    const box = await srv.manager.create({ image: testEnv.baseImage });
+    const token = await envdAccessToken(srv.manager, box.id, keyIdOf(srv.admin));
+    const health = async (t: string) => {
+      const res = await fetch(`${srv.url}${ENVD_PREFIX}/health`, { headers: { 'x-access-token': t } });
+      return { status: res.status, text: await res.text() };
+    };
+    assert.equal((await health(token)).status, 204);
+    assert.equal((await health('garbage')).status, 401);
+    assert.equal((await health(`${keyIdOf(srv.admin)}.${'x'.repeat(43)}`)).status, 502);
+    await box.remove();
+    const gone = await health(token);
+    assert.equal(gone.status, 502);
+    assert.match(gone.text, /was not found/);
   });
 
   test('a removed box: requests fail as a sandbox that is not running', async () => {

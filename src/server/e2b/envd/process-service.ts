@@ -45,17 +45,64 @@ function eventOf(update: ProcessUpdate): EventInit {
   return { event: { case: 'data', value: { output: { case: update.kind, value: update.data } } } };
 }
 
-/** The start event, then every update until the end; a disconnect only detaches this reader. */
+/** `source`'s items until `signal` aborts, which throws its reason (the deadline's: deadline_exceeded). */
+async function* untilAborted<T>(source: AsyncIterable<T>, signal: AbortSignal): AsyncGenerator<T> {
+  const it = source[Symbol.asyncIterator]();
+  let onAbort = (): void => undefined;
+  const aborted = new Promise<never>((_resolve, reject) => (onAbort = () => reject(signal.reason)));
+  aborted.catch(() => undefined);
+  if (signal.aborted) onAbort();
+  else signal.addEventListener('abort', onAbort, { once: true });
+  try {
+    for (;;) {
+      const got = await Promise.race([it.next(), aborted]);
+      if (got.done) return;
+      yield got.value;
+    }
+  } finally {
+    signal.removeEventListener('abort', onAbort);
+    void it.return?.();
+  }
+}
+
+/**
+ * The start event, then every update until the end; a disconnect only detaches this reader. The
+ * request's deadline (Connect-Timeout-Ms: the SDK's `timeout`, 60 s unless given, none for 0)
+ * ends the stream with deadline_exceeded, which the SDK raises as its TimeoutException.
+ */
 async function* follow(proc: TrackedProcess, ctx: HandlerContext): AsyncGenerator<{ event: EventInit }> {
   const sub = proc.subscribe();
   try {
     yield { event: { event: { case: 'start', value: { pid: proc.pid } } } };
-    for await (const item of withKeepalive(sub, keepaliveMs(ctx))) {
+    for await (const item of untilAborted(withKeepalive(sub, keepaliveMs(ctx)), ctx.signal)) {
       yield { event: item === 'keepalive' ? { event: { case: 'keepalive', value: {} } } : eventOf(item) };
     }
   } finally {
     proc.unsubscribe(sub);
   }
+}
+
+/**
+ * As envd does, a process started with a deadline (Connect-Timeout-Ms) is killed when it passes,
+ * whether or not its client is still there. The kill waits for the request's own deadline to end
+ * the stream (deadline_exceeded, the SDK's TimeoutException), so the process's end cannot overtake
+ * it; a client that went away before the deadline leaves the process running until then.
+ */
+function killAtDeadline(proc: TrackedProcess, ctx: HandlerContext): void {
+  const ms = ctx.timeoutMs();
+  if (ms === undefined) return;
+  const deadline = Date.now() + ms;
+  const onAbort = (): void => {
+    const timer = setTimeout(
+      () => {
+        if (proc.running) proc.signal('SIGKILL').catch(() => undefined);
+      },
+      Math.max(0, deadline - Date.now()),
+    );
+    void proc.done.then(() => clearTimeout(timer));
+  };
+  if (ctx.signal.aborted) onAbort();
+  else ctx.signal.addEventListener('abort', onAbort, { once: true });
 }
 
 export function processService(table: ProcessTable, resolve: ProcessCallerResolver): Partial<ServiceImpl<typeof Process>> {
@@ -91,6 +138,7 @@ export function processService(table: ProcessTable, resolve: ProcessCallerResolv
       );
       // envd gives a process no stdin unless asked (a terminal always has one): it reads EOF.
       if (!tty && req.stdin !== true) stream.stdin.end();
+      killAtDeadline(proc, ctx);
       yield* follow(proc, ctx);
     },
 

@@ -78,6 +78,9 @@ export class TrackedProcess {
   private paused = false;
   /** The signal sbx delivered last, so an exit by it reads as envd's `signal: …`. */
   private delivered: ProcessSignal | undefined;
+  private markDone = (): void => undefined;
+  /** Settles when the process has ended. */
+  readonly done = new Promise<void>((resolve) => (this.markDone = resolve));
 
   constructor(
     readonly pid: number,
@@ -192,6 +195,7 @@ export class TrackedProcess {
     for (const sub of this.subscribers) sub.push({ kind: 'end', end });
     this.subscribers.clear();
     this.onEnd();
+    this.markDone();
   }
 }
 

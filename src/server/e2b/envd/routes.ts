@@ -17,7 +17,7 @@ import { SbxError, isSbxError, type ErrorCode } from '../../../errors.js';
 import type { Box } from '../../../sandbox/index.js';
 import type { ServerContext } from '../../context.js';
 import { retryAfterSeconds } from '../../errors.js';
-import { verifyEnvdAccessToken } from '../access-token.js';
+import { sandboxOfToken, verifyEnvdAccessToken } from '../access-token.js';
 import { handleFiles } from './files-http.js';
 import { filesystemService } from './filesystem-service.js';
 import { Filesystem } from './gen/filesystem/filesystem_pb.js';
@@ -165,15 +165,17 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
 
   /** The box of a request, once its access token checked out. A box that is gone is not running (502, Unavailable). */
   const boxOf = async (req: IncomingMessage): Promise<Box> => {
-    const id = req.headers['e2b-sandbox-id'];
-    if (typeof id !== 'string' || id === '') throw new SbxError('invalid_argument', 'E2b-Sandbox-Id: the sandbox id header is required');
-    const token = req.headers['x-access-token'];
+    const header = req.headers['e2b-sandbox-id'];
+    const token = typeof req.headers['x-access-token'] === 'string' ? req.headers['x-access-token'] : undefined;
     const address = req.socket.remoteAddress ?? '';
+    let id = typeof header === 'string' ? header : '';
     try {
       // Wrong tokens count toward the address's auth-failure limit; a right one always passes.
       await limiter.guard(address, async () => {
         try {
-          await verifyEnvdAccessToken(ctx.manager, ctx.keys, id, typeof token === 'string' ? token : undefined);
+          // No E2b-Sandbox-Id (older Python SDKs after Sandbox.connect): the token names the box.
+          if (id === '') id = await sandboxOfToken(ctx.manager, ctx.keys, token);
+          await verifyEnvdAccessToken(ctx.manager, ctx.keys, id, token);
         } catch (err) {
           // An unknown id (a removed box, or a guess) counts as a failure as well: its 502 differs
           // from a wrong token's 401, so without the count ids could be probed without limit.
@@ -184,7 +186,13 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
       return await ctx.manager.get(id);
     } catch (err) {
       if (isSbxError(err) && (err.code === 'unauthorized' || err.code === 'limit_exceeded' || err.code === 'not_found')) ctx.metrics.authFailures.inc();
-      if (isSbxError(err) && err.code === 'not_found') throw new SbxError('runtime_unavailable', `sandbox ${id} is not running`, { cause: err });
+      // "was not found" is what e2b's proxy says of a sandbox that is gone: the Python SDK reads it
+      // as SandboxNotRunningException (any other 502 as SandboxUnreachableException, state unknown).
+      if (isSbxError(err) && err.code === 'not_found') {
+        throw new SbxError('runtime_unavailable', `sandbox ${id || 'of this X-Access-Token'} was not found: it is not running (killed, or past its timeout)`, {
+          cause: err,
+        });
+      }
       throw err;
     }
   };
