@@ -37,6 +37,9 @@ export const METHODS: Record<string, Method> = {
   stop: method(z.tuple([containerId, opt(z.object({ timeoutMs: durationMs.optional() }).strict())]), (s, [id, o]) => s.stop(id, o)),
   pause: method(z.tuple([containerId]), (s, [id]) => s.pause(id)),
   unpause: method(z.tuple([containerId]), (s, [id]) => s.unpause(id)),
+  commit: method(z.tuple([containerId, z.string().min(1).max(1024), opt(z.object({ labels: labels.optional() }).strict())]), (s, [id, ref, o]) =>
+    s.commit(id, ref, o),
+  ),
   remove: method(z.tuple([containerId, opt(z.object({ force: z.boolean().optional() }).strict())]), (s, [id, o]) => s.remove(id, o)),
   inspect: method(z.tuple([containerId]), (s, [id]) => s.inspect(id)),
   list: method(z.tuple([opt(z.object({ labels: labels.optional(), all: z.boolean().optional() }).strict())]), (s, [o]) => s.list(o)),

@@ -183,6 +183,11 @@ export class NodeService {
     await this.runtime.unpause(id);
   }
 
+  async commit(id: string, ref: string, opts?: { labels?: Record<string, string> }): Promise<void> {
+    await this.check(id);
+    await this.runtime.commit(id, ref, opts);
+  }
+
   async remove(id: string, opts?: { force?: boolean }): Promise<void> {
     await this.check(id);
     await this.runtime.remove(id, opts);

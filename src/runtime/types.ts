@@ -379,6 +379,8 @@ export interface RuntimeCapabilities {
    * `unpause` thaws them (absent means true). Kubernetes: false, the API has no freezer.
    */
   pause?: boolean;
+  /** `commit` saves a container's filesystem as an image (absent means true). Kubernetes: false. */
+  commit?: boolean;
 }
 
 /** One heartbeat a box sent (agent/heartbeat.go), as a node relays it. */
@@ -416,6 +418,15 @@ export interface Runtime {
   pause(id: string): Promise<void>;
   /** Thaws a paused container. Unpausing a container that is not paused is not an error. */
   unpause(id: string): Promise<void>;
+  /**
+   * Saves the container's filesystem (its changes over its image; mounts and tmpfs are not part of
+   * it) as the image `ref` with `labels`. The image's settings (entrypoint, cmd, user, workdir) are
+   * those of the image the container was made from, so a box made from it starts as one from that
+   * image would; the container's env stays in it, with sbx's own variables (`SBX_*`, the agent's
+   * token) blanked. A running container is paused for the copy and left running. A runtime that
+   * cannot (`capabilities.commit` false): not_available.
+   */
+  commit(id: string, ref: string, opts?: { labels?: Record<string, string> }): Promise<void>;
   /** With force a running container is killed first. A missing container is not_found. */
   remove(id: string, opts?: { force?: boolean }): Promise<void>;
   inspect(id: string): Promise<ContainerInfo>;

@@ -329,6 +329,50 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
       await rt.remove(id, { force: true });
     });
 
+    test('pause freezes a running container and unpause thaws it, each idempotent; a stopped one cannot be paused', async (t) => {
+      if (rt.capabilities.pause === false) {
+        await assert.rejects(rt.pause(box), (e) => isSbxError(e, 'not_available'));
+        return t.skip('capabilities.pause is false: pause is not_available');
+      }
+      const id = await started();
+      try {
+        await rt.pause(id);
+        await rt.pause(id);
+        assert.equal((await rt.inspect(id)).status, 'paused');
+        await rt.unpause(id);
+        await rt.unpause(id);
+        assert.equal((await rt.inspect(id)).status, 'running');
+        assert.equal((await rt.exec(id, ['echo', 'thawed'])).stdout, 'thawed\n');
+        await rt.stop(id, { timeoutMs: 1000 });
+        await assert.rejects(rt.pause(id), (e) => isSbxError(e, 'conflict'));
+      } finally {
+        await rt.remove(id, { force: true });
+      }
+    });
+
+    test('commit saves the filesystem as an image that starts as the original image would, without the box env of sbx', async (t) => {
+      if (rt.capabilities.commit === false) {
+        await assert.rejects(rt.commit(box, 'sbx-conformance-commit:never'), (e) => isSbxError(e, 'not_available'));
+        return t.skip('capabilities.commit is false: commit is not_available');
+      }
+      const id = await started({ env: { SBX_SECRETISH: 'box-only', KEPT: 'yes' } });
+      const ref = `sbx-conformance-commit:${fx.runId}`.toLowerCase();
+      let made: string | undefined;
+      try {
+        assert.equal((await rt.exec(id, ['sh', '-c', 'echo saved > /tmp/committed.txt'])).exitCode, 0);
+        await rt.commit(id, ref, { labels: { 'sbx.test': 'commit' } });
+        assert.equal((await rt.inspect(id)).status, 'running', 'left running');
+        assert.ok(await rt.images.exists(ref));
+        made = await started({ image: ref });
+        const r = await rt.exec(made, ['sh', '-c', 'cat /tmp/committed.txt; echo "[$SBX_SECRETISH] [$KEPT]"']);
+        assert.equal(r.stdout, 'saved\n[] [yes]\n');
+      } finally {
+        if (made) await rt.remove(made, { force: true });
+        await rt.remove(id, { force: true });
+        await rt.images.remove(ref, { force: true }).catch(() => undefined);
+      }
+    });
+
     test('force-remove takes a running container away', async () => {
       const id = await started();
       await assert.rejects(rt.remove(id), (e) => isSbxError(e, 'conflict'));
@@ -419,6 +463,8 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
         () => rt.remove(ghost, { force: true }),
         () => rt.start(ghost),
         () => rt.stop(ghost),
+        ...(rt.capabilities.pause === false ? [] : [() => rt.pause(ghost), () => rt.unpause(ghost)]),
+        ...(rt.capabilities.commit === false ? [] : [() => rt.commit(ghost, 'sbx-conformance-ghost:1')]),
         () => rt.exec(ghost, ['true']),
         () => rt.execStream(ghost, ['true']),
         () => rt.processes(ghost),

@@ -22,6 +22,7 @@ const CALLS: Record<RuntimeOp, (rt: Runtime, id: string) => Promise<unknown>> = 
   stop: (rt, id) => rt.stop(id),
   pause: (rt, id) => rt.pause(id),
   unpause: (rt, id) => rt.unpause(id),
+  commit: (rt, id) => rt.commit(id, 'sbx-counting-commit:1'),
   remove: (rt, id) => rt.remove(id, { force: true }),
   inspect: (rt, id) => rt.inspect(id),
   list: (rt) => rt.list(),

@@ -37,6 +37,7 @@ const RUNTIME_METHODS = {
   stop: true,
   pause: true,
   unpause: true,
+  commit: true,
   remove: true,
   inspect: true,
   list: true,
@@ -143,6 +144,9 @@ export class CountingRuntime implements Runtime {
   }
   unpause(id: string) {
     return this.count('unpause', () => this.inner.unpause(id));
+  }
+  commit(id: string, ref: string, opts?: { labels?: Record<string, string> }) {
+    return this.count('commit', () => this.inner.commit(id, ref, opts));
   }
   remove(id: string, opts?: { force?: boolean }) {
     return this.count('remove', () => this.inner.remove(id, opts));

@@ -713,6 +713,8 @@ function callOp(rt: Runtime, op: (typeof RUNTIME_OPS)[number], id: string): Prom
       return rt.pause(id);
     case 'unpause':
       return rt.unpause(id);
+    case 'commit':
+      return rt.commit(id, 'sbx-memory-commit:1');
     case 'remove':
       return rt.remove(id, { force: true });
     case 'inspect':

@@ -370,6 +370,12 @@ export class MemoryRuntime implements Runtime {
     c.status = 'paused';
   }
 
+  async commit(id: string, ref: string): Promise<void> {
+    await this.engine('commit');
+    this.find(id);
+    this.images.add(ref);
+  }
+
   async unpause(id: string): Promise<void> {
     await this.engine('unpause');
     const c = this.find(id);

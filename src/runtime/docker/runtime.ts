@@ -38,7 +38,8 @@ import { runBuffered, runStreaming } from './exec.js';
 import { AgentUnreachable, agentExec, agentExecStream, configureAgent, hasOomLine, probeAgent, tcpTarget } from '../agent-client.js';
 import type { AgentTarget } from '../agent-client.js';
 import { canCopyTool, copyTool, mountedTool } from './box-tool.js';
-import { AGENT_PORT } from '../agent-protocol.js';
+import { AGENT_PORT, AGENT_TOKEN_ENV } from '../agent-protocol.js';
+import { formatImageRef, parseImageRef } from '../image-ref.js';
 import { AGENT_BIN, AGENT_LABEL, agentBoxOf, bridgeAddressOf, defaultAgentDir, imageConfigOf, injectAgent } from './agent-inject.js';
 import type { AgentBox, ImageConfig } from './agent-inject.js';
 import { DockerImages } from './images.js';
@@ -329,8 +330,8 @@ export class DockerRuntime implements Runtime {
     try {
       await this.docker.getContainer(id).pause();
     } catch (err) {
-      // The engine's 409s: already paused (nothing to do) or not running (the caller's conflict).
-      if (statusOf(err) === 409 && /already paused/i.test(String((err as Error).message))) return;
+      // Already paused: nothing to do (the engine's status code for it varies, its words do not).
+      if (/is already paused/i.test(String((err as Error).message))) return;
       this.fail(err, `container ${id}`);
     }
   }
@@ -339,7 +340,41 @@ export class DockerRuntime implements Runtime {
     try {
       await this.docker.getContainer(id).unpause();
     } catch (err) {
-      if (statusOf(err) === 409 && /not paused/i.test(String((err as Error).message))) return;
+      if (/is not paused/i.test(String((err as Error).message))) return;
+      this.fail(err, `container ${id}`);
+    }
+  }
+
+  async commit(id: string, ref: string, opts: { labels?: Record<string, string> } = {}): Promise<void> {
+    const { tag, ...name } = parseImageRef(ref, 'ref');
+    const c = await this.rawInspect(id);
+    // The settings of the image the container was made from: the box's own entrypoint is the
+    // agent's (injected at create), which a create from this image injects again.
+    const base = await this.docker
+      .getImage(c.Image)
+      .inspect()
+      .then((i) => i.Config)
+      .catch(() => undefined);
+    // The engine merges the container's env into the image's (commit keeps what the body does not
+    // name): sbx's variables of this box are named here, blank, so none of its credentials stays.
+    const env = (c.Config.Env ?? []).map((kv) => {
+      const key = kv.slice(0, kv.indexOf('=') === -1 ? kv.length : kv.indexOf('='));
+      return key.startsWith('SBX_') || key === AGENT_TOKEN_ENV ? `${key}=` : kv;
+    });
+    const config = {
+      Entrypoint: base?.Entrypoint ?? null,
+      Cmd: base?.Cmd ?? null,
+      User: base?.User ?? '',
+      WorkingDir: base?.WorkingDir ?? '',
+      Env: env,
+      Labels: { ...(base?.Labels ?? {}), ...(opts.labels ?? {}) },
+    };
+    try {
+      await this.docker.getContainer(id).commit({
+        _query: { container: id, repo: formatImageRef(name), tag: tag ?? 'latest', pause: true },
+        _body: config,
+      });
+    } catch (err) {
       this.fail(err, `container ${id}`);
     }
   }

@@ -109,6 +109,7 @@ export class KubernetesRuntime implements Runtime {
       execUser: this.agentEnabled,
       logStreams: false,
       pause: false,
+      commit: false,
     };
     this.gate = new StartGate(options.maxConnections ?? DEFAULT_STARTING_EXECS);
     this.images = new KubeImages(() => this.conn);
@@ -259,6 +260,13 @@ export class KubernetesRuntime implements Runtime {
 
   unpause(id: string): Promise<void> {
     return this.pause(id);
+  }
+
+  /** A pod's filesystem cannot be saved as an image through the API (`capabilities.commit` false). */
+  commit(id: string): Promise<void> {
+    return Promise.reject(
+      new SbxError('not_available', `pod ${id}: Kubernetes cannot save a pod's filesystem as an image`, { details: { id, reason: 'commit_unsupported' } }),
+    );
   }
 
   async remove(id: string, opts: { force?: boolean } = {}): Promise<void> {

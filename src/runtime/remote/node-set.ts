@@ -252,6 +252,7 @@ export class NodeSet implements Runtime {
       hostMounts: caps.length > 0 && caps.every((c) => c.hostMounts),
       stopStart: all('stopStart'),
       pause: all('pause'),
+      commit: all('commit'),
       publishedPorts: all('publishedPorts'),
       pidsLimit: all('pidsLimit'),
       execUser: all('execUser'),
@@ -402,6 +403,11 @@ export class NodeSet implements Runtime {
 
   async unpause(id: string): Promise<void> {
     await this.on(id, 'unpause container', (rt, local) => rt.unpause(local));
+  }
+
+  /** The image is made on the container's node: boxes from it are placed there (docs/nodes.md). */
+  async commit(id: string, ref: string, opts?: { labels?: Record<string, string> }): Promise<void> {
+    await this.on(id, 'commit container', (rt, local) => rt.commit(local, ref, opts));
   }
 
   async remove(id: string, opts?: { force?: boolean }): Promise<void> {

@@ -184,6 +184,10 @@ export class RemoteRuntime implements Runtime {
     return this.call('unpause', [id]);
   }
 
+  commit(id: string, ref: string, opts?: { labels?: Record<string, string> }): Promise<void> {
+    return this.call('commit', [id, ref, opts]);
+  }
+
   remove(id: string, opts?: { force?: boolean }): Promise<void> {
     return this.call('remove', [id, opts]);
   }
