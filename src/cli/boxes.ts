@@ -62,7 +62,7 @@ export function boxFields(b: BoxInfo): string {
     ['Workspace', b.workspaceId ? `${b.workspaceId} at ${b.mountPath}` : '-'],
     ['Idle timeout', formatDuration(b.idleTimeoutMs)],
     ['Idle pause', formatDuration(b.idlePauseMs)],
-    ['Max lifetime', formatDuration(b.maxLifetimeMs)],
+    ['Max lifetime', formatDuration(b.maxLifetimeMs) + (b.maxLifetimeAction === 'pause' ? ', then paused' : '')],
     ['Ports', b.ports.length ? b.ports.map((p) => `${p.hostIp}:${p.hostPort}->${p.containerPort}/${p.protocol}`).join(', ') : '-'],
     ['Labels', labels.length ? labels.join(', ') : '-'],
     ['Exec path', b.execPath],
@@ -88,6 +88,7 @@ interface CreateFlags {
   idleTimeout?: number;
   idlePause?: number;
   maxLifetime?: number;
+  maxLifetimeAction?: 'remove' | 'pause';
   stopTimeout?: number;
   network?: string;
   workspace?: string;
@@ -272,6 +273,12 @@ Examples:
       duration,
     )
     .option('--max-lifetime <duration>', 'remove after this long: 8h; 0 = no limit (`sbx renew` extends it)', duration)
+    .addOption(
+      new Option(
+        '--max-lifetime-action <action>',
+        'what the end of the max lifetime does: remove, or pause (memory and files kept; `sbx renew` or a use brings it back)',
+      ).choices(['remove', 'pause']),
+    )
     .option('--stop-timeout <duration>', 'SIGTERM grace before SIGKILL: 2s', duration)
     .option('--network <name>', "'none', or an engine network the pool lists (its networks); default sbx's isolated network")
     .option('--workspace <id|name>', 'mount this workspace (see `sbx ws create`)')
@@ -318,6 +325,7 @@ Examples:
           ...(f.idleTimeout !== undefined ? { idleTimeoutMs: f.idleTimeout } : {}),
           ...(f.idlePause !== undefined ? { idlePauseMs: f.idlePause } : {}),
           ...(f.maxLifetime !== undefined ? { maxLifetimeMs: f.maxLifetime } : {}),
+          ...(f.maxLifetimeAction !== undefined ? { maxLifetimeAction: f.maxLifetimeAction } : {}),
           ...(f.stopTimeout !== undefined ? { stopTimeoutMs: f.stopTimeout } : {}),
           ...(f.network ? { network: f.network } : {}),
           ...(workspaceId ? { workspaceId } : {}),

@@ -47,6 +47,7 @@ export function newBoxRecord({ manager, id, owner, pool, opts, now, tokenNonce }
     idlePauseMs: opts.idlePauseMs ?? pool.idlePauseMs,
     stopTimeoutMs: opts.stopTimeoutMs ?? pool.stopTimeoutMs,
     maxLifetimeMs: opts.maxLifetimeMs ?? pool.maxLifetimeMs,
+    maxLifetimeAction: opts.maxLifetimeAction ?? 'remove',
     createdAt: now,
     vnc: opts.vnc ?? false,
     image: opts.image,

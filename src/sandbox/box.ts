@@ -367,6 +367,21 @@ export class ManagedBox implements LocalBox {
     });
   }
 
+  /**
+   * The end of a max lifetime whose action is `pause`: frozen where it runs (a stopped box stays
+   * stopped), and the lifetime over, on disk first, so no later pass ends it again.
+   */
+  async pauseAtLifetimeEnd(): Promise<void> {
+    await this.step(async () => {
+      await this.host.saveLifetime(this, 0);
+      this.record.maxLifetimeMs = 0;
+      if (this.status === 'running') {
+        await this.runtime.pause(this.containerId);
+        this.status = 'paused';
+      }
+    });
+  }
+
   async resume(): Promise<void> {
     this.touch();
     await this.step(async () => {
@@ -624,6 +639,7 @@ export class ManagedBox implements LocalBox {
       idleTimeoutMs: this.record.idleTimeoutMs,
       idlePauseMs: this.record.idlePauseMs,
       maxLifetimeMs: this.record.maxLifetimeMs,
+      maxLifetimeAction: this.record.maxLifetimeAction,
       stopTimeoutMs: this.record.stopTimeoutMs,
       ports: c.ports,
       execPath: c.execPath ?? 'engine',

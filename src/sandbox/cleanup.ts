@@ -22,6 +22,7 @@ export function planCleanup(boxes: ManagedBox[], now: number): PlannedCleanup[] 
       paused: box.status === 'paused',
       pausable: box.pausable,
       maxLifetimeMs: box.record.maxLifetimeMs,
+      maxLifetimeAction: box.record.maxLifetimeAction,
       restartable: box.restartable,
     });
     if (decision.action !== 'keep') planned.push({ box, ...decision });

@@ -20,7 +20,7 @@ import { imageRef } from '../runtime/spec.js';
 import { invalidArgument } from '../errors.js';
 import { parseOrThrow } from '../util/validation.js';
 import type { CreateOptions } from './types.js';
-import { LIFECYCLE_POLICIES } from './types.js';
+import { LIFECYCLE_POLICIES, MAX_LIFETIME_ACTIONS } from './types.js';
 
 export const BOX_ID_PATTERN = /^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$/;
 /** Owner names: what an API key acts as, stamped as a label. */
@@ -74,6 +74,7 @@ export const CreateOptionsSchema = z
     idlePauseMs: durationMs.optional(),
     stopTimeoutMs: durationMs.optional(),
     maxLifetimeMs: durationMs.optional(),
+    maxLifetimeAction: z.enum(MAX_LIFETIME_ACTIONS as [string, ...string[]]).optional(),
     network: z
       .string()
       .regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$/, 'must be a network name')

@@ -1,4 +1,4 @@
-import type { LifecyclePolicy, MountMode } from './types.js';
+import type { LifecyclePolicy, MaxLifetimeAction, MountMode } from './types.js';
 import { normalizePolicy } from './policy.js';
 
 /** Every label sbx writes starts with this; user labels live under `sbx.label.`. */
@@ -20,6 +20,7 @@ const L = {
   idlePause: 'sbx.idle-pause-ms',
   stopTimeout: 'sbx.stop-timeout-ms',
   maxLifetime: 'sbx.max-lifetime-ms',
+  maxLifetimeAction: 'sbx.max-lifetime-action',
   createdAt: 'sbx.created-at',
   vnc: 'sbx.vnc',
   image: 'sbx.image',
@@ -41,6 +42,7 @@ export interface BoxRecord {
   idlePauseMs: number;
   stopTimeoutMs: number;
   maxLifetimeMs: number;
+  maxLifetimeAction: MaxLifetimeAction;
   createdAt: number;
   vnc: boolean;
   image: string;
@@ -63,6 +65,7 @@ export function recordToLabels(r: BoxRecord): Record<string, string> {
     [L.idlePause]: String(r.idlePauseMs),
     [L.stopTimeout]: String(r.stopTimeoutMs),
     [L.maxLifetime]: String(r.maxLifetimeMs),
+    [L.maxLifetimeAction]: r.maxLifetimeAction,
     [L.createdAt]: new Date(r.createdAt).toISOString(),
     [L.vnc]: String(r.vnc),
     [L.image]: r.image,
@@ -104,6 +107,8 @@ export function labelsToRecord(
     idlePauseMs: num(L.idlePause, fallback.idlePauseMs ?? 0),
     stopTimeoutMs: num(L.stopTimeout, fallback.stopTimeoutMs),
     maxLifetimeMs: num(L.maxLifetime, fallback.maxLifetimeMs),
+    // Anything but a known action is the default: a garbled label never keeps a box past its end.
+    maxLifetimeAction: labels[L.maxLifetimeAction] === 'pause' ? 'pause' : 'remove',
     createdAt: Number.isFinite(created) ? created : fallback.createdAt,
     vnc: labels[L.vnc] === 'true',
     image: labels[L.image] || fallback.image,

@@ -68,6 +68,7 @@ export class Manager {
     removedOneshot: 0,
     stoppedIdle: 0,
     pausedIdle: 0,
+    pausedLifetime: 0,
     vanished: 0,
     adopted: 0,
     swept: 0,
@@ -723,7 +724,10 @@ export class Manager {
     const planned = planCleanup(boxes, this.now());
     const now = this.now();
     const results = await mapSettled(planned, CLEANUP_PARALLELISM, async ({ box, action, reason }) => {
-      if (action === 'pause') {
+      if (action === 'pause' && reason === 'lifetime') {
+        await box.pauseAtLifetimeEnd();
+        this.cleanupStats.pausedLifetime++;
+      } else if (action === 'pause') {
         // A use that came since the plan keeps it awake (checked again inside the box's step).
         if (!(await box.pauseIfIdle(now))) return;
         this.cleanupStats.pausedIdle++;

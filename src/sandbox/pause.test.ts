@@ -202,6 +202,30 @@ describe('pause and resume', () => {
     }
   });
 
+  test('maxLifetimeAction pause: the end of the lifetime pauses the box and ends its lifetime; renewLifetime sets a new one', async () => {
+    const { box, pid } = await boxWithWorker(manager, { maxLifetimeMs: 3000, maxLifetimeAction: 'pause', idleTimeoutMs: 0 });
+    try {
+      assert.equal((await box.info()).maxLifetimeAction, 'pause');
+      clock.set(Date.parse(box.createdAt) + 3000);
+      await manager.cleanup();
+      assert.equal(await engineStatus(box), 'paused', 'paused, not removed');
+      assert.equal(manager.cleanupStats.pausedLifetime, 1);
+      assert.equal(box.maxLifetimeMs, 0, 'its lifetime is over');
+      clock.advance(60_000);
+      await manager.cleanup();
+      assert.equal(await engineStatus(box), 'paused', 'no later pass ends it');
+      await box.renewLifetime(10_000);
+      assert.equal((await box.exec(['sh', '-c', `kill -0 ${pid} && echo alive`])).stdout, 'alive\n');
+      assert.ok(box.maxLifetimeMs > 60_000);
+    } finally {
+      await box.remove();
+    }
+    await assert.rejects(
+      manager.create({ image: IMAGE, maxLifetimeAction: 'archive' as never }),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'maxLifetimeAction',
+    );
+  });
+
   test('an idle pause at or after the idle timeout is refused (it would never come), except for persistent boxes', async () => {
     await assert.rejects(
       manager.create({ image: IMAGE, idlePauseMs: 5000, idleTimeoutMs: 5000 }),

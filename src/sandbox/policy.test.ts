@@ -69,6 +69,15 @@ describe('lifecycle policy table', () => {
     assert.deepEqual(at({ lastActive: 97 * MIN }), { action: 'keep' }, 'no pause step unless asked: idleTimeoutMs alone as before');
   });
 
+  test('maxLifetimeAction pause: paused at the end of the lifetime, even with work in flight; removed where it cannot pause', () => {
+    const end = { maxLifetimeMs: 50 * MIN, maxLifetimeAction: 'pause' as const };
+    assert.deepEqual(at({ ...end }), { action: 'pause', reason: 'lifetime' });
+    assert.deepEqual(at({ ...end, inFlight: 1 }), { action: 'pause', reason: 'lifetime' });
+    assert.deepEqual(at({ ...end, paused: true }), { action: 'pause', reason: 'lifetime' }, 'its lifetime still has to be ended');
+    assert.deepEqual(at({ ...end, pausable: false }), { action: 'remove', reason: 'lifetime' });
+    assert.deepEqual(at({ ...end, maxLifetimeMs: 200 * MIN }), { action: 'keep' });
+  });
+
   test('oneshot: removed after its first exec, idle rules before that', () => {
     assert.deepEqual(at({ policy: 'oneshot', execsCompleted: 1 }), { action: 'remove', reason: 'oneshot' });
     assert.deepEqual(at({ policy: 'oneshot', execsCompleted: 1, inFlight: 1 }), { action: 'keep' });
@@ -102,6 +111,7 @@ describe('box labels', () => {
     idlePauseMs: 600,
     stopTimeoutMs: 500,
     maxLifetimeMs: 99_000,
+    maxLifetimeAction: 'pause',
     createdAt: Date.parse('2026-01-02T03:04:05.678Z'),
     vnc: true,
     image: 'img:1',

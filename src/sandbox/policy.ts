@@ -1,4 +1,4 @@
-import type { LifecyclePolicy } from './types.js';
+import type { LifecyclePolicy, MaxLifetimeAction } from './types.js';
 import { DEFAULT_POLICY, LIFECYCLE_POLICIES } from './types.js';
 
 /** What the cleanup loop knows of one box at one tick. */
@@ -23,11 +23,14 @@ export interface BoxActivity {
   pausable?: boolean;
   /** 0 = no limit. */
   maxLifetimeMs: number;
+  /** What the end of the max lifetime does (absent: remove). */
+  maxLifetimeAction?: MaxLifetimeAction;
   /** The box's runtime can start it again after a stop (`capabilities.stopStart`); absent means true. */
   restartable?: boolean;
 }
 
-export type CleanupAction = { action: 'keep' } | { action: 'stop' | 'remove'; reason: 'idle' | 'lifetime' | 'oneshot' } | { action: 'pause'; reason: 'idle' };
+export type CleanupAction =
+  { action: 'keep' } | { action: 'stop' | 'remove'; reason: 'idle' | 'lifetime' | 'oneshot' } | { action: 'pause'; reason: 'idle' | 'lifetime' };
 
 /**
  * The lifecycle policy table, in one place:
@@ -39,6 +42,9 @@ export type CleanupAction = { action: 'keep' } | { action: 'stop' | 'remove'; re
  * | longrunning | stop (keep data)| remove       | removed instead of stopped where a stop cannot be undone (Kubernetes) |
  * | persistent  | never           | never        |                                 |
  *
+ * A box whose `maxLifetimeAction` is `pause` is paused at the end of its max lifetime instead of
+ * removed (where it can be paused), and its lifetime is over.
+ *
  * Before the idle step, the idle ladder's pause (`idlePauseMs`, any policy, persistent too: a
  * pause loses nothing): a running box idle that long is paused, where its runtime can pause.
  *
@@ -47,7 +53,11 @@ export type CleanupAction = { action: 'keep' } | { action: 'stop' | 'remove'; re
  * past the limit its pool promises.
  */
 export function decideCleanup(b: BoxActivity): CleanupAction {
-  if (b.policy !== 'persistent' && b.maxLifetimeMs > 0 && b.now - b.createdAt >= b.maxLifetimeMs) return { action: 'remove', reason: 'lifetime' };
+  if (b.policy !== 'persistent' && b.maxLifetimeMs > 0 && b.now - b.createdAt >= b.maxLifetimeMs) {
+    // Paused at its end where it can be (a stopped box only has its lifetime ended), else removed.
+    const pause = b.maxLifetimeAction === 'pause' && b.pausable !== false;
+    return { action: pause ? 'pause' : 'remove', reason: 'lifetime' };
+  }
   if (b.inFlight > 0) return { action: 'keep' };
   if (b.policy === 'persistent') return idlePause(b);
   if (b.policy === 'oneshot' && b.execsCompleted > 0) return { action: 'remove', reason: 'oneshot' };

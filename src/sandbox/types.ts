@@ -2,6 +2,10 @@ import type { WarmTemplate } from './config.js';
 import type { PortSpec } from '../runtime/types.js';
 
 /** What the cleanup loop does with a box; see policy.ts for the table. */
+/** What the end of a box's max lifetime does (CreateOptions.maxLifetimeAction). */
+export type MaxLifetimeAction = 'remove' | 'pause';
+export const MAX_LIFETIME_ACTIONS: readonly MaxLifetimeAction[] = ['remove', 'pause'];
+
 export type LifecyclePolicy = 'oneshot' | 'session' | 'longrunning' | 'persistent';
 export const LIFECYCLE_POLICIES: readonly LifecyclePolicy[] = ['oneshot', 'session', 'longrunning', 'persistent'];
 export const DEFAULT_POLICY: LifecyclePolicy = 'session';
@@ -52,6 +56,12 @@ export interface CreateOptions {
   idlePauseMs?: number;
   stopTimeoutMs?: number;
   maxLifetimeMs?: number;
+  /**
+   * What the end of the max lifetime does: `remove` the box (default), or `pause` it (e2b's
+   * `onTimeout: 'pause'`): frozen, memory and files kept, and its lifetime over (none, until
+   * `renewLifetime` sets one again). Where the pool cannot pause (Kubernetes), it is removed.
+   */
+  maxLifetimeAction?: MaxLifetimeAction;
   /**
    * Default: sbx's isolated network (docs/network.md). `none`: no network. Another name: that
    * engine network, only when the pool lists it (PoolConfig.networks); `host` never.
@@ -111,6 +121,7 @@ export interface BoxInfo {
   idleTimeoutMs: number;
   idlePauseMs: number;
   maxLifetimeMs: number;
+  maxLifetimeAction: MaxLifetimeAction;
   stopTimeoutMs: number;
   ports: Array<{ containerPort: number; hostIp: string; hostPort: number; protocol: 'tcp' | 'udp' }>;
   /** What serves exec and stream: the box's in-box agent, or the engine's exec (docs/agent.md). */
@@ -193,6 +204,8 @@ export interface CleanupStats {
   stoppedIdle: number;
   /** Boxes the idle ladder paused. */
   pausedIdle: number;
+  /** Boxes paused at the end of their max lifetime (maxLifetimeAction `pause`). */
+  pausedLifetime: number;
   vanished: number;
   /** Boxes found on the engine after start: creates that landed after their Manager died. */
   adopted: number;

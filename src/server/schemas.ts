@@ -137,6 +137,7 @@ export const BoxInfoSchema = z
     idleTimeoutMs: z.number().int(),
     idlePauseMs: z.number().int(),
     maxLifetimeMs: z.number().int(),
+    maxLifetimeAction: z.enum(['remove', 'pause']),
     stopTimeoutMs: z.number().int(),
     ports: z.array(z.object({ containerPort: z.number().int(), hostIp: z.string(), hostPort: z.number().int(), protocol: z.enum(['tcp', 'udp']) })),
     execPath: z.enum(['agent', 'engine']),
