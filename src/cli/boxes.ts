@@ -431,7 +431,8 @@ Examples:
     ['start', 'Start stopped boxes', (b: Box) => b.start()],
     ['stop', 'Stop boxes (they stay registered; `sbx start` brings them back)', (b: Box) => b.stop()],
     ['pause', 'Pause boxes: freeze their processes in place (memory and files kept, no CPU); any use resumes them', (b: Box) => b.pause()],
-    ['resume', 'Resume boxes: thaw paused ones, start stopped ones', (b: Box) => b.resume()],
+    ['resume', 'Resume boxes: thaw paused ones, restore archived ones, start stopped ones', (b: Box) => b.resume()],
+    ['archive', 'Archive boxes: save the filesystem and record, remove the container (processes end; costs only disk); any use or `sbx resume` restores them', (b: Box) => b.archive()],
     ['rm', 'Remove boxes: the process is killed, the container deleted (a workspace stays)', null],
   ] as const) {
     const c = withConnection(program.command(name).description(verb).argument('<ids...>', 'box ids'));

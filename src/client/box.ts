@@ -237,6 +237,10 @@ export class RemoteBox implements Box {
     this.fields = await this.transport.json<BoxInfo>('POST', `${this.path}/resume`);
   }
 
+  async archive(): Promise<void> {
+    this.fields = await this.transport.json<BoxInfo>('POST', `${this.path}/archive`);
+  }
+
   async remove(): Promise<void> {
     await this.transport.json('DELETE', this.path);
   }

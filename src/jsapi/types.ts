@@ -54,7 +54,7 @@ export interface BoxInfo {
   container_id: string;
   pool: string;
   owner: string;
-  status: 'creating' | 'running' | 'paused' | 'restarting' | 'stopped';
+  status: 'creating' | 'running' | 'paused' | 'restarting' | 'stopped' | 'archived';
   image: string;
   vnc: boolean;
   policy: 'oneshot' | 'session' | 'longrunning' | 'persistent';

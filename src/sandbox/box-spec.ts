@@ -8,7 +8,7 @@ import type { BindMount, ContainerSpec, RuntimeResources } from '../runtime/type
 import type { ResolvedPool } from './config.js';
 import { networkAllowed, notListed } from './config.js';
 import type { BoxRecord } from './labels.js';
-import { recordToLabels } from './labels.js';
+import { SPEC_LABEL, containerName, recordToLabels } from './labels.js';
 import { DEFAULT_PIDS_LIMIT, securityFor } from './security.js';
 import type { CreateOptions, LifecyclePolicy } from './types.js';
 import { DEFAULT_POLICY } from './types.js';
@@ -114,9 +114,9 @@ export function buildContainerSpec({ record, opts, pool, sbxEnv, mount, machine 
   }
   const { memory, cpus } = boxResources(opts, pool, machine);
   const ports = record.vnc ? withVncPort(opts.ports) : opts.ports;
-  return {
+  const spec: ContainerSpec = {
     image: opts.image,
-    name: `sbx-${record.manager}-${record.id}`,
+    name: containerName(record.manager, record.id),
     cmd: opts.cmd ?? GRACEFUL_CMD,
     env: { ...(opts.env ?? {}), ...sbxEnv },
     workDir: opts.workDir ?? DEFAULT_WORKDIR,
@@ -134,6 +134,8 @@ export function buildContainerSpec({ record, opts, pool, sbxEnv, mount, machine 
     ...(record.vnc ? { shmSize: VNC_SHM_BYTES } : {}),
     ...(opts.proxyAllPorts ? { dialAnyPort: true } : {}),
   };
+  const { labels: _labels, ...kept } = spec;
+  return { ...spec, labels: { ...spec.labels, [SPEC_LABEL]: JSON.stringify(kept) } };
 }
 
 /** The caller's ports plus the VNC port on loopback (the engine picks the host port), unless already listed. */

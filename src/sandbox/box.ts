@@ -91,6 +91,14 @@ export interface Box extends AsyncDisposable {
    */
   resume(): Promise<void>;
   /**
+   * Saves the box's filesystem changes (mounts and tmpfs aside) with its whole record and removes
+   * its container, so it costs only disk: status `archived`. Processes end, as with stop. Any use
+   * or `resume()` restores it: a new container of the same box (id, record, env, ports, workspace)
+   * from the archive, its command started anew. A pool that cannot save a filesystem
+   * (Kubernetes): not_available.
+   */
+  archive(): Promise<void>;
+  /**
    * SIGTERM, then SIGKILL after the box's stop timeout. The box stays registered, unless its
    * runtime cannot start it again (Kubernetes deletes the pod): then the box is removed.
    */
@@ -216,6 +224,12 @@ export interface BoxHost {
   signPortToken(grant: PortGrant): Promise<string>;
   /** Persists a max lifetime set after create (labels cannot change); resolves once it is on disk. */
   saveLifetime(box: ManagedBox, maxLifetimeMs: number): Promise<void>;
+  /** Archives the box (src/sandbox/archiver.ts); called inside its step. */
+  archiveBox(box: ManagedBox): Promise<void>;
+  /** Restores an archived box; called inside its step. */
+  restoreBox(box: ManagedBox): Promise<void>;
+  /** Whether the box's pool can archive it. */
+  archivable(box: ManagedBox): boolean;
 }
 
 /** When the box was last used, and what is in use right now. */
@@ -243,10 +257,11 @@ export class ManagedBox implements LocalBox {
   readonly registeredAt: number;
   status: BoxStatus;
   private boxRt: { of: Runtime; rt: Runtime } | undefined;
+  private container: string;
 
   constructor(
     readonly record: BoxRecord,
-    readonly containerId: string,
+    containerId: string,
     private readonly host: BoxHost,
     status: BoxStatus = 'running',
     /** Env every exec gets under its own: a claimed warm spare's identity (SBX_*, the caller's env). */
@@ -255,6 +270,18 @@ export class ManagedBox implements LocalBox {
     this.registeredAt = host.now();
     this.activity = new BoxActivityState(this.registeredAt);
     this.status = status;
+    this.container = containerId;
+  }
+
+  /** The box's container now: a restore from an archive makes a new one ('' while archived). */
+  get containerId(): string {
+    return this.container;
+  }
+
+  /** @internal the archiver's: the box lives in another container now. */
+  rebind(containerId: string): void {
+    this.container = containerId;
+    this.boxRt = undefined;
   }
 
   get id(): string {
@@ -292,7 +319,7 @@ export class ManagedBox implements LocalBox {
   /** The pool's runtime, its errors naming this box rather than its container (box-errors.ts). */
   private get runtime(): Runtime {
     const rt = this.host.runtimeFor(this.record.pool);
-    if (this.boxRt?.of !== rt) this.boxRt = { of: rt, rt: boxRuntime(rt, this.containerId, this.id) };
+    if (this.boxRt?.of !== rt) this.boxRt = { of: rt, rt: boxRuntime(rt, this.container, this.id) };
     return this.boxRt.rt;
   }
 
@@ -325,6 +352,11 @@ export class ManagedBox implements LocalBox {
   }
   private steps: Promise<void> = Promise.resolve();
 
+  /** Resolves once the lifecycle steps asked for so far have ended (however they ended). */
+  settled(): Promise<void> {
+    return this.steps;
+  }
+
   /**
    * Before every use: a paused box is thawed first. Callers count the use (hold/begin) before
    * they call this, so the idle ladder, which pauses only a box with nothing in flight, cannot
@@ -333,6 +365,23 @@ export class ManagedBox implements LocalBox {
   private async awake(): Promise<void> {
     await this.steps;
     if (this.status === 'paused') await this.step(() => this.thaw());
+    else if (this.status === 'archived') await this.step(() => this.unarchive());
+  }
+
+  /** An archived box made again from its archive (a restore); nothing when it is not archived (any more). */
+  private async unarchive(): Promise<void> {
+    if (this.status === 'archived') await this.host.restoreBox(this);
+  }
+
+  async archive(): Promise<void> {
+    if (!this.host.archivable(this)) {
+      throw new SbxError('not_available', `box '${this.id}' runs on pool '${this.pool}', whose runtime cannot save a box's filesystem; stop it instead`, {
+        details: { id: this.id, pool: this.pool, reason: 'archive_unsupported' },
+      });
+    }
+    await this.step(async () => {
+      if (this.status !== 'archived') await this.host.archiveBox(this);
+    });
   }
 
   private async thaw(): Promise<void> {
@@ -349,6 +398,7 @@ export class ManagedBox implements LocalBox {
     }
     await this.step(async () => {
       if (this.status === 'paused') return;
+      if (this.status === 'archived') throw new SbxError('conflict', `box '${this.id}' is archived: resume it first`, { details: { id: this.id, status: this.status } });
       await this.runtime.pause(this.containerId);
       this.status = 'paused';
     });
@@ -386,6 +436,7 @@ export class ManagedBox implements LocalBox {
     this.touch();
     await this.step(async () => {
       if (this.status === 'paused') await this.thaw();
+      else if (this.status === 'archived') await this.unarchive();
       else if (this.status === 'stopped') await this.startNow();
     });
   }
@@ -501,6 +552,7 @@ export class ManagedBox implements LocalBox {
       });
     }
     this.touch();
+    await this.awake();
     const pub = new URL(publicUrl);
     const expiresAt = this.host.now() + v.ttlMs;
     const token = await this.host.signPortToken({ boxId: this.id, nonce: this.record.tokenNonce, port: VNC_PORT, expiresAt, keyId });
@@ -544,6 +596,8 @@ export class ManagedBox implements LocalBox {
         details: { field: 'signed' },
       });
     }
+    // A use: an archived box is restored (its ports are published anew), a paused one thawed.
+    await this.awake();
     const direct = await this.publishedUrl(v.port, v.path, !base.publicUrl);
     this.touch();
     if (!base.publicUrl) return { url: direct! };
@@ -619,8 +673,12 @@ export class ManagedBox implements LocalBox {
   }
 
   async info(): Promise<BoxInfo> {
-    const c = await this.runtime.inspect(this.containerId);
-    this.status = statusOf(c.status);
+    // An archived box has no container to ask: its record is all there is.
+    const c =
+      this.status === 'archived'
+        ? { status: 'archived' as const, ports: [], execPath: undefined, exitCode: null, oomKilled: false }
+        : await this.runtime.inspect(this.containerId);
+    this.status = c.status === 'archived' ? 'archived' : statusOf(c.status);
     return {
       id: this.id,
       containerId: this.containerId,
@@ -649,14 +707,19 @@ export class ManagedBox implements LocalBox {
   }
 
   async logs(opts?: LogOptions): Promise<AsyncIterable<LogChunk>> {
-    // A read, as info() is: no touch.
-    return this.runtime.logs(this.containerId, validateLogs(opts));
+    // A read, as info() is: no touch (and no restore).
+    const valid = validateLogs(opts);
+    if (this.status === 'archived') {
+      throw new SbxError('conflict', `box '${this.id}' is archived: its log went with its container (a restored box logs anew)`, { details: { id: this.id, status: this.status } });
+    }
+    return this.runtime.logs(this.containerId, valid);
   }
 
   async start(): Promise<void> {
     this.touch();
     await this.step(async () => {
       if (this.status === 'paused') await this.thaw();
+      else if (this.status === 'archived') await this.unarchive();
       else await this.startNow();
     });
   }
@@ -691,6 +754,8 @@ export class ManagedBox implements LocalBox {
       await this.host.stopIntent(this, true);
       // Thawed first: a frozen process cannot run its SIGTERM handler, so the stop would always
       // end in the SIGKILL after the timeout.
+      // An archived box has no processes to stop.
+      if (this.status === 'archived') return;
       if (this.status === 'paused') await this.thaw();
       await this.runtime.stop(this.containerId, { timeoutMs: this.record.stopTimeoutMs });
       this.status = 'stopped';

@@ -117,6 +117,25 @@ export function labelsToRecord(
   };
 }
 
+/**
+ * The spec a box was created with (its labels aside), as JSON: what an archive's restore creates
+ * the box from again (src/sandbox/archiver.ts). Boxes made before it existed cannot be archived.
+ */
+export const SPEC_LABEL = 'sbx.spec';
+
+/** Marks an image holding an archived box's filesystem: its value is the box id. */
+export const ARCHIVE_LABEL = 'sbx.archive';
+
+/** The container's name: one per Manager and box id, so an engine never holds two of a box. */
+export function containerName(manager: string, id: string): string {
+  return `sbx-${manager}-${id}`;
+}
+
+/** The label filter of one box of a Manager on a pool. */
+export function boxSelector(manager: string, pool: string, id: string): Record<string, string> {
+  return { ...managerSelector(manager, pool), [L.id]: id };
+}
+
 /** Label filter selecting one Manager's boxes (optionally of one pool) on a runtime. */
 export function managerSelector(manager: string, pool?: string): Record<string, string> {
   return { [MANAGED_BY]: MANAGED_BY_VALUE, [L.manager]: manager, ...(pool ? { [L.pool]: pool } : {}) };

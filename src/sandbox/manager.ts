@@ -17,6 +17,8 @@ import { ManagedBox } from './box.js';
 import { boxRuntime } from './box-errors.js';
 import type { BoxHost, LocalBox, ProxyBase } from './box.js';
 import { buildContainerSpec, checkNetwork, newBoxRecord } from './box-spec.js';
+import { ArchiveStore } from './archives.js';
+import { Archiver } from './archiver.js';
 import { CleanupLoop, planCleanup } from './cleanup.js';
 import { resolveConfig, resolvePool, loadConfig } from './config.js';
 import type { ManagerConfig, PoolConfig, ResolvedConfig, ResolvedPool } from './config.js';
@@ -103,6 +105,8 @@ export class Manager {
   private readonly workspaceVolumes = new Map<Pool, WorkspaceVolumes>();
   /** Remote nodes: their trust, their connections (src/runtime/remote/hub.ts, docs/nodes.md). */
   private readonly nodeHub: NodeHub;
+  /** Archived boxes: their images and records (src/sandbox/archiver.ts). */
+  private readonly archiver: Archiver;
 
   /** With no argument, the config comes from `SBX_CONFIG` and `SBX_*` (see loadConfig). */
   constructor(config: ManagerConfig = loadConfig()) {
@@ -137,12 +141,28 @@ export class Manager {
       signPortToken: (grant) => this.secrets.signPortToken(grant),
       stopIntent: (box, stopped) => this.stopIntents.set(box.id, stopped),
       saveLifetime: (box, maxLifetimeMs) => this.lifetimes.set(box.containerId, maxLifetimeMs),
+      archiveBox: (box) => this.archiver.archive(box),
+      restoreBox: (box) => this.archiver.restore(box),
+      archivable: (box) => this.archiver.archivable(box),
       onExecFinished: (box) => {
         if (box.policy === 'oneshot' && box.activity.inFlight === 0) {
           this.remove(box.id).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'oneshot removal failed; cleanup will retry'));
         }
       },
     };
+    this.archiver = new Archiver({
+      manager: this.config.name,
+      log: this.log,
+      now: this.now,
+      store: new ArchiveStore(join(this.config.dataDir, 'archives', `${this.config.name}.json`)),
+      registry: this.registry,
+      stopIntents: this.stopIntents,
+      claims: this.claims,
+      lifetimes: this.lifetimes,
+      boxHost: this.boxHost,
+      pool: (name) => this.pool(name),
+      hostEndpoints: () => this.hostEndpoints(),
+    });
     this.recovery = new Recovery({
       manager: this.config.name,
       log: this.log,
@@ -154,7 +174,7 @@ export class Manager {
       stats: this.cleanupStats,
       boxHost: this.boxHost,
       removing: (id) => this.removing.has(id),
-      busy: (id) => this.registry.isReserved(id) || this.removing.has(id) || this.creating.has(id),
+      busy: (id) => this.registry.isReserved(id) || this.removing.has(id) || this.creating.has(id) || this.archiver.busy(id),
       hostEndpoints: () => this.hostEndpoints(),
       handEnv: (pool, box) => this.handEnv(pool, box),
       forgetLifetime: (box) => this.forgetLifetime(box),
@@ -258,6 +278,8 @@ export class Manager {
     await this.lifetimes
       .load()
       .catch((err: unknown) => this.log.error({ err }, 'could not read renewed lifetimes; boxes keep the lifetime they were created with'));
+    // Before the pools are reconciled: an archive cut short settles to the box reconcile then finds.
+    await this.archiver.recover().catch((err: unknown) => this.log.error({ err }, 'could not read the archived boxes; they come back at the next start'));
     const unreadable = await this.claims.load().catch((err: unknown) => {
       this.log.error({ err }, 'could not read the warm claims; claimed spares are not recovered');
       return [];
@@ -641,6 +663,19 @@ export class Manager {
   }
 
   private async removeBox(box: ManagedBox, graceful: boolean): Promise<void> {
+    // A pause, archive or restore in flight ends first: the removal takes what it left.
+    await box.settled();
+    // An archived box is its archive: that is what goes.
+    if (box.status === 'archived') await this.archiver.discard(box);
+    else await this.removeContainer(box, graceful);
+    this.registry.delete(box);
+    await this.claims.delete(box.containerId).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a claim'));
+    await this.stopIntents.set(box.id, false).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a stopped box'));
+    await this.forgetLifetime(box);
+    this.log.info({ box: box.id, pool: box.pool }, 'box removed');
+  }
+
+  private async removeContainer(box: ManagedBox, graceful: boolean): Promise<void> {
     try {
       const runtime = boxRuntime(this.pool(box.pool).runtime(), box.containerId, box.id);
       if (graceful) await runtime.stop(box.containerId, { timeoutMs: box.record.stopTimeoutMs });
@@ -648,11 +683,6 @@ export class Manager {
     } catch (err) {
       if (!isSbxError(err, 'not_found')) throw err;
     }
-    this.registry.delete(box);
-    await this.claims.delete(box.containerId).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a claim'));
-    await this.stopIntents.set(box.id, false).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a stopped box'));
-    await this.forgetLifetime(box);
-    this.log.info({ box: box.id, pool: box.pool }, 'box removed');
   }
 
   private async forgetLifetime(box: ManagedBox): Promise<void> {

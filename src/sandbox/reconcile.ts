@@ -79,7 +79,8 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
     }
   }
   for (const box of input.known) {
-    if (listed.has(box.containerId) || input.busy(box.id) || box.registeredAt >= input.listedAt) continue;
+    // An archived box has no container to find: its archive is the box.
+    if (box.status === 'archived' || listed.has(box.containerId) || input.busy(box.id) || box.registeredAt >= input.listedAt) continue;
     plan.vanished.push(box);
   }
   return plan;

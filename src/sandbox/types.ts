@@ -89,8 +89,8 @@ export interface ListOptions {
  * - `stopped`: it ended or was stopped, and nothing starts it again by itself; `exitCode` (and
  *   `oomKilled`) say how, whether it exited on its own or `stop()` ended it.
  */
-export type BoxStatus = 'creating' | 'running' | 'paused' | 'restarting' | 'stopped';
-export const BOX_STATUSES: readonly BoxStatus[] = ['creating', 'running', 'paused', 'restarting', 'stopped'];
+export type BoxStatus = 'creating' | 'running' | 'paused' | 'restarting' | 'stopped' | 'archived';
+export const BOX_STATUSES: readonly BoxStatus[] = ['creating', 'running', 'paused', 'restarting', 'stopped', 'archived'];
 
 /** A server in front of a Manager (Manager.registerServer). */
 export interface ServerEndpoints {

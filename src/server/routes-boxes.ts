@@ -169,7 +169,8 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
   for (const [verb, summary] of [
     ['start', 'Start a stopped box (a paused one is resumed)'],
     ['pause', 'Pause a box: freeze its processes in place (memory and files kept, no CPU); any use resumes it'],
-    ['resume', 'Resume a box: thaw a paused one, start a stopped one; a running box is left as it is'],
+    ['resume', 'Resume a box: thaw a paused one, restore an archived one, start a stopped one; a running box is left as it is'],
+    ['archive', "Archive a box: save its filesystem and record, remove its container (processes end); any use or resume restores it"],
   ] as const) {
     r.post(
       `/v1/boxes/:id/${verb}`,
