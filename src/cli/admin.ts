@@ -121,6 +121,7 @@ Examples:
     .option('--max-total <n>', 'boxes on the pool; 0 = unlimited', positiveInt)
     .option('--idle-timeout <duration>', 'default idle timeout of its boxes: 30m; 0 = never', duration)
     .option('--idle-pause <duration>', 'default idle pause of its boxes (before the idle timeout): 5m; 0 = never', duration)
+    .option('--idle-archive <duration>', 'default idle archive of its boxes (after the idle pause, before the idle timeout): 2h; 0 = never', duration)
     .option('--max-lifetime <duration>', 'default max lifetime: 8h; 0 = none', duration)
     .option('--stop-timeout <duration>', 'SIGTERM grace: 2s', duration)
     .option('-m, --memory <size>', 'default memory of a box: 1g; 0 = no limit', size)
@@ -147,6 +148,7 @@ Examples:
             maxTotal?: number;
             idleTimeout?: number;
             idlePause?: number;
+            idleArchive?: number;
             maxLifetime?: number;
             stopTimeout?: number;
             memory?: number;
@@ -167,6 +169,7 @@ Examples:
             ...(f.maxTotal !== undefined ? { maxTotal: f.maxTotal } : {}),
             ...(f.idleTimeout !== undefined ? { idleTimeoutMs: f.idleTimeout } : {}),
             ...(f.idlePause !== undefined ? { idlePauseMs: f.idlePause } : {}),
+            ...(f.idleArchive !== undefined ? { idleArchiveMs: f.idleArchive } : {}),
             ...(f.maxLifetime !== undefined ? { maxLifetimeMs: f.maxLifetime } : {}),
             ...(f.stopTimeout !== undefined ? { stopTimeoutMs: f.stopTimeout } : {}),
             ...(f.memory !== undefined ? { memory: f.memory } : {}),

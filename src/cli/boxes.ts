@@ -62,6 +62,7 @@ export function boxFields(b: BoxInfo): string {
     ['Workspace', b.workspaceId ? `${b.workspaceId} at ${b.mountPath}` : '-'],
     ['Idle timeout', formatDuration(b.idleTimeoutMs)],
     ['Idle pause', formatDuration(b.idlePauseMs)],
+    ['Idle archive', formatDuration(b.idleArchiveMs)],
     ['Max lifetime', formatDuration(b.maxLifetimeMs) + (b.maxLifetimeAction === 'pause' ? ', then paused' : '')],
     ['Ports', b.ports.length ? b.ports.map((p) => `${p.hostIp}:${p.hostPort}->${p.containerPort}/${p.protocol}`).join(', ') : '-'],
     ['Labels', labels.length ? labels.join(', ') : '-'],
@@ -87,6 +88,7 @@ interface CreateFlags {
   policy?: CreateOptions['policy'];
   idleTimeout?: number;
   idlePause?: number;
+  idleArchive?: number;
   maxLifetime?: number;
   maxLifetimeAction?: 'remove' | 'pause';
   stopTimeout?: number;
@@ -268,6 +270,11 @@ Examples:
     .addOption(new Option('--policy <policy>', 'lifecycle policy').choices(['oneshot', 'session', 'longrunning', 'persistent']))
     .option('--idle-timeout <duration>', 'stop after this long idle: 30m, 2h; 0 = never', duration)
     .option(
+      '--idle-archive <duration>',
+      'archive (filesystem kept, container removed) after this long idle, before the idle timeout; the next use restores it: 2h; 0 = never',
+      duration,
+    )
+    .option(
       '--idle-pause <duration>',
       'pause (freeze, memory kept) after this long idle, before the idle timeout; the next use resumes it: 5m; 0 = never',
       duration,
@@ -324,6 +331,7 @@ Examples:
           ...(f.policy ? { policy: f.policy } : {}),
           ...(f.idleTimeout !== undefined ? { idleTimeoutMs: f.idleTimeout } : {}),
           ...(f.idlePause !== undefined ? { idlePauseMs: f.idlePause } : {}),
+          ...(f.idleArchive !== undefined ? { idleArchiveMs: f.idleArchive } : {}),
           ...(f.maxLifetime !== undefined ? { maxLifetimeMs: f.maxLifetime } : {}),
           ...(f.maxLifetimeAction !== undefined ? { maxLifetimeAction: f.maxLifetimeAction } : {}),
           ...(f.stopTimeout !== undefined ? { stopTimeoutMs: f.stopTimeout } : {}),
@@ -432,7 +440,11 @@ Examples:
     ['stop', 'Stop boxes (they stay registered; `sbx start` brings them back)', (b: Box) => b.stop()],
     ['pause', 'Pause boxes: freeze their processes in place (memory and files kept, no CPU); any use resumes them', (b: Box) => b.pause()],
     ['resume', 'Resume boxes: thaw paused ones, restore archived ones, start stopped ones', (b: Box) => b.resume()],
-    ['archive', 'Archive boxes: save the filesystem and record, remove the container (processes end; costs only disk); any use or `sbx resume` restores them', (b: Box) => b.archive()],
+    [
+      'archive',
+      'Archive boxes: save the filesystem and record, remove the container (processes end; costs only disk); any use or `sbx resume` restores them',
+      (b: Box) => b.archive(),
+    ],
     ['rm', 'Remove boxes: the process is killed, the container deleted (a workspace stays)', null],
   ] as const) {
     const c = withConnection(program.command(name).description(verb).argument('<ids...>', 'box ids'));

@@ -13,6 +13,7 @@ import { after, describe, test } from 'node:test';
 import pino from 'pino';
 import { isSbxError } from '../errors.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
+import { ManualClock } from '../testing/clock.js';
 import { testEnv } from '../testing/env.js';
 import { archiveImage } from './archiver.js';
 import type { LocalBox } from './box.js';
@@ -111,6 +112,46 @@ describe('archive and restore', () => {
     } finally {
       await again.remove();
     }
+  });
+
+  test('the idle ladder: paused, then archived, then removed at the idle timeout; a use between restores it and restarts the clock', async () => {
+    const clock = new ManualClock(Date.now());
+    const m = new Manager({
+      name: `arch-ladder-${process.pid}`,
+      pools: [{ name: 'local', addr: testEnv.engineAddr }],
+      dataDir,
+      cleanupIntervalMs: 0,
+      clock: clock.now,
+      logger: pino({ level: 'silent' }),
+    });
+    managers.push(m);
+    await m.start();
+    await assert.rejects(
+      m.create({ image: IMAGE, idlePauseMs: 5000, idleArchiveMs: 5000 }),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'idlePauseMs',
+    );
+    await assert.rejects(
+      m.create({ image: IMAGE, idleArchiveMs: 9000, idleTimeoutMs: 8000 }),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'idleArchiveMs',
+    );
+    const box = (await m.create({ image: IMAGE, idlePauseMs: 1000, idleArchiveMs: 2000, idleTimeoutMs: 3000 })) as LocalBox;
+    assert.equal((await box.info()).idleArchiveMs, 2000);
+    await box.exec(['sh', '-c', 'echo kept > "$HOME/note"']);
+    clock.advance(1000);
+    await m.cleanup();
+    assert.equal(box.status, 'paused');
+    clock.advance(1000);
+    await m.cleanup();
+    assert.equal(box.status, 'archived');
+    assert.equal(m.cleanupStats.archivedIdle, 1);
+    assert.equal((await box.exec(['sh', '-c', 'cat "$HOME/note"'])).stdout, 'kept\n', 'restored by the use');
+    clock.advance(2999);
+    await m.cleanup();
+    assert.equal(box.status, 'archived', 'archived again, counted from the use');
+    clock.advance(1);
+    await m.cleanup();
+    await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'));
+    assert.equal(await engine.images.exists(archiveImage(m.config.name, box.id)), false, 'its archive went with it');
   });
 
   describe('a Manager SIGKILLed in the middle leaves the old box or the new one, never neither', () => {

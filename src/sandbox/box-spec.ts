@@ -45,6 +45,7 @@ export function newBoxRecord({ manager, id, owner, pool, opts, now, tokenNonce }
     mountPath: opts.mountPath ?? DEFAULT_WORKDIR,
     idleTimeoutMs: opts.idleTimeoutMs ?? pool.idleTimeoutMs,
     idlePauseMs: opts.idlePauseMs ?? pool.idlePauseMs,
+    idleArchiveMs: opts.idleArchiveMs ?? pool.idleArchiveMs,
     stopTimeoutMs: opts.stopTimeoutMs ?? pool.stopTimeoutMs,
     maxLifetimeMs: opts.maxLifetimeMs ?? pool.maxLifetimeMs,
     maxLifetimeAction: opts.maxLifetimeAction ?? 'remove',
@@ -54,15 +55,31 @@ export function newBoxRecord({ manager, id, owner, pool, opts, now, tokenNonce }
     tokenNonce,
     labels: opts.labels ?? {},
   };
-  // A pause at or after the idle timeout would never come: the box is stopped or removed first.
-  const { idlePauseMs, idleTimeoutMs, policy } = record;
-  if (idlePauseMs > 0 && idleTimeoutMs > 0 && policy !== 'persistent' && idlePauseMs >= idleTimeoutMs) {
-    throw invalidArgument(
-      opts.idlePauseMs !== undefined ? 'idlePauseMs' : 'idleTimeoutMs',
-      `the idle pause (${idlePauseMs} ms) must come before the idle timeout (${idleTimeoutMs} ms), the idle ladder's next step`,
-    );
-  }
+  checkIdleLadder(record, opts);
   return record;
+}
+
+/**
+ * The idle ladder's steps come in order, pause before archive before the idle timeout: a step at
+ * or after a later one would never come (a persistent box has no idle timeout step).
+ */
+function checkIdleLadder(record: BoxRecord, opts: CreateOptions): void {
+  const steps = [
+    { field: 'idlePauseMs', what: 'idle pause', ms: record.idlePauseMs },
+    { field: 'idleArchiveMs', what: 'idle archive', ms: record.idleArchiveMs },
+    { field: 'idleTimeoutMs', what: 'idle timeout', ms: record.policy === 'persistent' ? 0 : record.idleTimeoutMs },
+  ].filter((s) => s.ms > 0);
+  for (let i = 1; i < steps.length; i++) {
+    const [early, late] = [steps[i - 1]!, steps[i]!];
+    if (early.ms >= late.ms) {
+      // The field the caller set, so the error names what they can change.
+      const field = opts[early.field as keyof CreateOptions] !== undefined ? early.field : late.field;
+      throw invalidArgument(
+        field,
+        `the ${early.what} (${early.ms} ms) must come before the ${late.what} (${late.ms} ms): the idle ladder goes pause, archive, idle timeout`,
+      );
+    }
+  }
 }
 
 /**

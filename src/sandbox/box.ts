@@ -328,6 +328,11 @@ export class ManagedBox implements LocalBox {
     return this.runtime.capabilities.stopStart !== false;
   }
 
+  /** Whether archive() can save this box on its pool (`capabilities.commit`; not on Kubernetes). */
+  get archivable(): boolean {
+    return this.host.archivable(this);
+  }
+
   /** Whether pause() can freeze this box on its runtime (`capabilities.pause`; not on Kubernetes). */
   get pausable(): boolean {
     return this.runtime.capabilities.pause !== false;
@@ -374,7 +379,7 @@ export class ManagedBox implements LocalBox {
   }
 
   async archive(): Promise<void> {
-    if (!this.host.archivable(this)) {
+    if (!this.archivable) {
       throw new SbxError('not_available', `box '${this.id}' runs on pool '${this.pool}', whose runtime cannot save a box's filesystem; stop it instead`, {
         details: { id: this.id, pool: this.pool, reason: 'archive_unsupported' },
       });
@@ -398,7 +403,8 @@ export class ManagedBox implements LocalBox {
     }
     await this.step(async () => {
       if (this.status === 'paused') return;
-      if (this.status === 'archived') throw new SbxError('conflict', `box '${this.id}' is archived: resume it first`, { details: { id: this.id, status: this.status } });
+      if (this.status === 'archived')
+        throw new SbxError('conflict', `box '${this.id}' is archived: resume it first`, { details: { id: this.id, status: this.status } });
       await this.runtime.pause(this.containerId);
       this.status = 'paused';
     });
@@ -429,6 +435,15 @@ export class ManagedBox implements LocalBox {
         await this.runtime.pause(this.containerId);
         this.status = 'paused';
       }
+    });
+  }
+
+  /** The idle ladder's archive: as pauseIfIdle, only for a box nothing used since the pass decided. Whether it archived. */
+  async archiveIfIdle(plannedAt: number): Promise<boolean> {
+    return this.step(async () => {
+      if (this.status === 'archived' || this.activity.inFlight > 0 || this.activity.lastActive(this.host.now()) > plannedAt) return false;
+      await this.host.archiveBox(this);
+      return true;
     });
   }
 
@@ -696,6 +711,7 @@ export class ManagedBox implements LocalBox {
       mountPath: this.record.mountPath,
       idleTimeoutMs: this.record.idleTimeoutMs,
       idlePauseMs: this.record.idlePauseMs,
+      idleArchiveMs: this.record.idleArchiveMs,
       maxLifetimeMs: this.record.maxLifetimeMs,
       maxLifetimeAction: this.record.maxLifetimeAction,
       stopTimeoutMs: this.record.stopTimeoutMs,
@@ -710,7 +726,9 @@ export class ManagedBox implements LocalBox {
     // A read, as info() is: no touch (and no restore).
     const valid = validateLogs(opts);
     if (this.status === 'archived') {
-      throw new SbxError('conflict', `box '${this.id}' is archived: its log went with its container (a restored box logs anew)`, { details: { id: this.id, status: this.status } });
+      throw new SbxError('conflict', `box '${this.id}' is archived: its log went with its container (a restored box logs anew)`, {
+        details: { id: this.id, status: this.status },
+      });
     }
     return this.runtime.logs(this.containerId, valid);
   }

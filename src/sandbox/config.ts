@@ -57,6 +57,7 @@ export const PoolConfigSchema = z
     maxTotal: z.number().int().min(0).default(0),
     idleTimeoutMs: ms.default(30 * 60_000),
     idlePauseMs: ms.default(0),
+    idleArchiveMs: ms.default(0),
     maxLifetimeMs: ms.default(0),
     stopTimeoutMs: ms.default(2000),
     security: z.enum(['standard', 'strict']).default('standard'),
@@ -162,6 +163,8 @@ export interface PoolConfig {
   idleTimeoutMs?: number;
   /** Idle time after which a box is paused (the idle ladder's first step); 0 = never (default). */
   idlePauseMs?: number;
+  /** Idle time after which a box is archived (the idle ladder's second step); 0 = never (default). */
+  idleArchiveMs?: number;
   /** 0 = no limit. */
   maxLifetimeMs?: number;
   /** SIGTERM grace before SIGKILL. Default 2 s. */
@@ -257,6 +260,7 @@ export interface ResolvedPool {
   maxTotal: number;
   idleTimeoutMs: number;
   idlePauseMs: number;
+  idleArchiveMs: number;
   maxLifetimeMs: number;
   stopTimeoutMs: number;
   security: 'standard' | 'strict';
@@ -313,6 +317,7 @@ export function resolvePool(p: PoolConfig, field?: string): ResolvedPool {
     maxTotal: v.maxTotal,
     idleTimeoutMs: v.idleTimeoutMs,
     idlePauseMs: v.idlePauseMs,
+    idleArchiveMs: v.idleArchiveMs,
     maxLifetimeMs: v.maxLifetimeMs,
     stopTimeoutMs: v.stopTimeoutMs,
     security: v.security,
@@ -364,6 +369,7 @@ const FILE_NODES_DURATIONS: Record<string, string> = { pingInterval: 'pingInterv
 const FILE_POOL_DURATIONS: Record<string, string> = {
   idleTimeout: 'idleTimeoutMs',
   idlePause: 'idlePauseMs',
+  idleArchive: 'idleArchiveMs',
   maxLifetime: 'maxLifetimeMs',
   stopTimeout: 'stopTimeoutMs',
   readyTimeout: 'readyTimeoutMs',
@@ -384,6 +390,7 @@ const POOL_ENV_KEYS: Record<string, string> = {
   MAX_TOTAL: 'maxTotal',
   IDLE_TIMEOUT: 'idleTimeout',
   IDLE_PAUSE: 'idlePause',
+  IDLE_ARCHIVE: 'idleArchive',
   MAX_LIFETIME: 'maxLifetime',
   STOP_TIMEOUT: 'stopTimeout',
   SECURITY: 'security',

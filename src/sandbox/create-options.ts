@@ -72,6 +72,7 @@ export const CreateOptionsSchema = z
     policy: z.enum(LIFECYCLE_POLICIES as [string, ...string[]]).optional(),
     idleTimeoutMs: durationMs.optional(),
     idlePauseMs: durationMs.optional(),
+    idleArchiveMs: durationMs.optional(),
     stopTimeoutMs: durationMs.optional(),
     maxLifetimeMs: durationMs.optional(),
     maxLifetimeAction: z.enum(MAX_LIFETIME_ACTIONS as [string, ...string[]]).optional(),

@@ -18,6 +18,7 @@ const L = {
   mountPath: 'sbx.mount-path',
   idleTimeout: 'sbx.idle-timeout-ms',
   idlePause: 'sbx.idle-pause-ms',
+  idleArchive: 'sbx.idle-archive-ms',
   stopTimeout: 'sbx.stop-timeout-ms',
   maxLifetime: 'sbx.max-lifetime-ms',
   maxLifetimeAction: 'sbx.max-lifetime-action',
@@ -40,6 +41,8 @@ export interface BoxRecord {
   idleTimeoutMs: number;
   /** Idle time after which the box is paused (the idle ladder's first step); 0: never. */
   idlePauseMs: number;
+  /** Idle time after which the box is archived (the idle ladder's second step); 0: never. */
+  idleArchiveMs: number;
   stopTimeoutMs: number;
   maxLifetimeMs: number;
   maxLifetimeAction: MaxLifetimeAction;
@@ -63,6 +66,7 @@ export function recordToLabels(r: BoxRecord): Record<string, string> {
     [L.mountPath]: r.mountPath,
     [L.idleTimeout]: String(r.idleTimeoutMs),
     [L.idlePause]: String(r.idlePauseMs),
+    [L.idleArchive]: String(r.idleArchiveMs),
     [L.stopTimeout]: String(r.stopTimeoutMs),
     [L.maxLifetime]: String(r.maxLifetimeMs),
     [L.maxLifetimeAction]: r.maxLifetimeAction,
@@ -82,7 +86,15 @@ export function recordToLabels(r: BoxRecord): Record<string, string> {
  */
 export function labelsToRecord(
   labels: Record<string, string>,
-  fallback: { idleTimeoutMs: number; idlePauseMs?: number; stopTimeoutMs: number; maxLifetimeMs: number; createdAt: number; image: string },
+  fallback: {
+    idleTimeoutMs: number;
+    idlePauseMs?: number;
+    idleArchiveMs?: number;
+    stopTimeoutMs: number;
+    maxLifetimeMs: number;
+    createdAt: number;
+    image: string;
+  },
 ): BoxRecord | null {
   const id = labels[L.id];
   const pool = labels[L.pool];
@@ -105,6 +117,7 @@ export function labelsToRecord(
     mountPath: labels[L.mountPath] || '/workspace',
     idleTimeoutMs: num(L.idleTimeout, fallback.idleTimeoutMs),
     idlePauseMs: num(L.idlePause, fallback.idlePauseMs ?? 0),
+    idleArchiveMs: num(L.idleArchive, fallback.idleArchiveMs ?? 0),
     stopTimeoutMs: num(L.stopTimeout, fallback.stopTimeoutMs),
     maxLifetimeMs: num(L.maxLifetime, fallback.maxLifetimeMs),
     // Anything but a known action is the default: a garbled label never keeps a box past its end.

@@ -71,6 +71,7 @@ export class Manager {
     stoppedIdle: 0,
     pausedIdle: 0,
     pausedLifetime: 0,
+    archivedIdle: 0,
     vanished: 0,
     adopted: 0,
     swept: 0,
@@ -757,6 +758,9 @@ export class Manager {
       if (action === 'pause' && reason === 'lifetime') {
         await box.pauseAtLifetimeEnd();
         this.cleanupStats.pausedLifetime++;
+      } else if (action === 'archive') {
+        if (!(await box.archiveIfIdle(now))) return;
+        this.cleanupStats.archivedIdle++;
       } else if (action === 'pause') {
         // A use that came since the plan keeps it awake (checked again inside the box's step).
         if (!(await box.pauseIfIdle(now))) return;

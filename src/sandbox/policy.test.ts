@@ -69,6 +69,21 @@ describe('lifecycle policy table', () => {
     assert.deepEqual(at({ lastActive: 97 * MIN }), { action: 'keep' }, 'no pause step unless asked: idleTimeoutMs alone as before');
   });
 
+  test('the idle ladder archives after idleArchiveMs (paused, stopped or running), skipped where the pool cannot, before the idle timeout', () => {
+    const ladder = { idlePauseMs: 2 * MIN, idleArchiveMs: 5 * MIN };
+    assert.deepEqual(at({ ...ladder, lastActive: 97 * MIN }), { action: 'pause', reason: 'idle' });
+    assert.deepEqual(at({ ...ladder, lastActive: 95 * MIN, paused: true }), { action: 'archive', reason: 'idle' });
+    assert.deepEqual(at({ ...ladder, lastActive: 95 * MIN, running: false }), { action: 'archive', reason: 'idle' });
+    assert.deepEqual(at({ ...ladder, lastActive: 95 * MIN, archived: true, running: false }), { action: 'keep' }, 'archived already');
+    assert.deepEqual(
+      at({ ...ladder, lastActive: 95 * MIN, archivable: false }),
+      { action: 'pause', reason: 'idle' },
+      'no archive where the pool cannot: the pause still',
+    );
+    assert.deepEqual(at({ ...ladder, lastActive: 90 * MIN, archived: true, running: false }), { action: 'remove', reason: 'idle' }, 'then the idle timeout');
+    assert.deepEqual(at({ ...ladder, policy: 'persistent', lastActive: 0, paused: true }), { action: 'archive', reason: 'idle' });
+  });
+
   test('maxLifetimeAction pause: paused at the end of the lifetime, even with work in flight; removed where it cannot pause', () => {
     const end = { maxLifetimeMs: 50 * MIN, maxLifetimeAction: 'pause' as const };
     assert.deepEqual(at({ ...end }), { action: 'pause', reason: 'lifetime' });
@@ -109,6 +124,7 @@ describe('box labels', () => {
     mountPath: '/data',
     idleTimeoutMs: 1234,
     idlePauseMs: 600,
+    idleArchiveMs: 900,
     stopTimeoutMs: 500,
     maxLifetimeMs: 99_000,
     maxLifetimeAction: 'pause',

@@ -21,6 +21,12 @@ export interface BoxActivity {
   paused?: boolean;
   /** The box's runtime can pause it (`capabilities.pause`); absent means true. */
   pausable?: boolean;
+  /** Idle time before an archive (the idle ladder's second step); 0 or absent = never. */
+  idleArchiveMs?: number;
+  /** The box is archived now (absent: not). */
+  archived?: boolean;
+  /** The box's pool can archive it (`capabilities.commit`); absent means true. */
+  archivable?: boolean;
   /** 0 = no limit. */
   maxLifetimeMs: number;
   /** What the end of the max lifetime does (absent: remove). */
@@ -30,7 +36,10 @@ export interface BoxActivity {
 }
 
 export type CleanupAction =
-  { action: 'keep' } | { action: 'stop' | 'remove'; reason: 'idle' | 'lifetime' | 'oneshot' } | { action: 'pause'; reason: 'idle' | 'lifetime' };
+  | { action: 'keep' }
+  | { action: 'stop' | 'remove'; reason: 'idle' | 'lifetime' | 'oneshot' }
+  | { action: 'pause'; reason: 'idle' | 'lifetime' }
+  | { action: 'archive'; reason: 'idle' };
 
 /**
  * The lifecycle policy table, in one place:
@@ -45,8 +54,9 @@ export type CleanupAction =
  * A box whose `maxLifetimeAction` is `pause` is paused at the end of its max lifetime instead of
  * removed (where it can be paused), and its lifetime is over.
  *
- * Before the idle step, the idle ladder's pause (`idlePauseMs`, any policy, persistent too: a
- * pause loses nothing): a running box idle that long is paused, where its runtime can pause.
+ * Before the idle step, the idle ladder's pause (`idlePauseMs`) and archive (`idleArchiveMs`), for
+ * any policy, persistent too (neither loses a file): a running box idle that long is paused, a box
+ * idle longer archived, where its pool can.
  *
  * Work in flight (an open exec, stream or attachment) is activity "now": such a box is never
  * idle. Max lifetime is a hard cap and applies even then, so a stuck stream cannot keep a box
@@ -59,20 +69,27 @@ export function decideCleanup(b: BoxActivity): CleanupAction {
     return { action: pause ? 'pause' : 'remove', reason: 'lifetime' };
   }
   if (b.inFlight > 0) return { action: 'keep' };
-  if (b.policy === 'persistent') return idlePause(b);
+  if (b.policy === 'persistent') return idleLadder(b);
   if (b.policy === 'oneshot' && b.execsCompleted > 0) return { action: 'remove', reason: 'oneshot' };
   const idle = b.idleTimeoutMs > 0 && b.now - b.lastActive >= b.idleTimeoutMs;
-  if (!idle) return idlePause(b);
+  if (!idle) return idleLadder(b);
   // Where a stopped box can never run again (a pod), stopping would only strand its record.
   if (b.policy === 'longrunning' && b.restartable !== false) return b.running ? { action: 'stop', reason: 'idle' } : { action: 'keep' };
   return { action: 'remove', reason: 'idle' };
 }
 
-/** The idle ladder's first step: pause a running box idle for `idlePauseMs`, where it can be paused. */
-function idlePause(b: BoxActivity): CleanupAction {
-  const after = b.idlePauseMs ?? 0;
-  const due = after > 0 && b.now - b.lastActive >= after && b.running && !b.paused && b.pausable !== false;
-  return due ? { action: 'pause', reason: 'idle' } : { action: 'keep' };
+/**
+ * The idle ladder's steps before the idle timeout: archive a box idle for `idleArchiveMs` (running,
+ * paused or stopped: not yet archived), else pause a running box idle for `idlePauseMs`, each where
+ * the pool can.
+ */
+function idleLadder(b: BoxActivity): CleanupAction {
+  const idle = b.now - b.lastActive;
+  const archiveAfter = b.idleArchiveMs ?? 0;
+  if (archiveAfter > 0 && idle >= archiveAfter && !b.archived && b.archivable !== false) return { action: 'archive', reason: 'idle' };
+  const pauseAfter = b.idlePauseMs ?? 0;
+  const pause = pauseAfter > 0 && idle >= pauseAfter && b.running && !b.paused && b.pausable !== false;
+  return pause ? { action: 'pause', reason: 'idle' } : { action: 'keep' };
 }
 
 /** An empty or unknown policy (e.g. a hand-edited label) means the default, never "immortal". */

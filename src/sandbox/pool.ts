@@ -65,6 +65,7 @@ export class Pool {
       maxTotal: d.maxTotal,
       idleTimeoutMs: d.idleTimeoutMs,
       idlePauseMs: d.idlePauseMs,
+      idleArchiveMs: d.idleArchiveMs,
       maxLifetimeMs: d.maxLifetimeMs,
       stopTimeoutMs: d.stopTimeoutMs,
       security: d.security,

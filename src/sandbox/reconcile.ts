@@ -65,6 +65,7 @@ export function planReconcile(input: ReconcileInput): ReconcilePlan {
     const record = labelsToRecord(c.labels, {
       idleTimeoutMs: input.pool.idleTimeoutMs,
       idlePauseMs: input.pool.idlePauseMs,
+      idleArchiveMs: input.pool.idleArchiveMs,
       stopTimeoutMs: input.pool.stopTimeoutMs,
       maxLifetimeMs: input.pool.maxLifetimeMs,
       createdAt: Date.parse(c.createdAt) || input.now,

@@ -54,6 +54,13 @@ export interface CreateOptions {
    * which idle never stops). docs/lifecycle.md.
    */
   idlePauseMs?: number;
+  /**
+   * The idle ladder's second step: after this long without use the box is archived (its
+   * filesystem and record kept, its container removed; processes end) and the next use restores
+   * it. 0: never (the pool's default, 0 unless set). After `idlePauseMs`, before `idleTimeoutMs`
+   * (except for persistent boxes). Skipped where the pool cannot archive (Kubernetes).
+   */
+  idleArchiveMs?: number;
   stopTimeoutMs?: number;
   maxLifetimeMs?: number;
   /**
@@ -120,6 +127,7 @@ export interface BoxInfo {
   mountPath: string;
   idleTimeoutMs: number;
   idlePauseMs: number;
+  idleArchiveMs: number;
   maxLifetimeMs: number;
   maxLifetimeAction: MaxLifetimeAction;
   stopTimeoutMs: number;
@@ -148,6 +156,7 @@ export interface PoolInfo {
   maxTotal: number;
   idleTimeoutMs: number;
   idlePauseMs: number;
+  idleArchiveMs: number;
   maxLifetimeMs: number;
   stopTimeoutMs: number;
   security: SecurityProfile;
@@ -206,6 +215,8 @@ export interface CleanupStats {
   pausedIdle: number;
   /** Boxes paused at the end of their max lifetime (maxLifetimeAction `pause`). */
   pausedLifetime: number;
+  /** Boxes the idle ladder archived. */
+  archivedIdle: number;
   vanished: number;
   /** Boxes found on the engine after start: creates that landed after their Manager died. */
   adopted: number;
