@@ -90,6 +90,24 @@ describe('archive and restore', () => {
     assert.deepEqual(await engine.list({ labels: managerSelector(m.config.name) }), [], 'no container left');
   });
 
+  test('an archived box keeps its workspace: mounted again on restore, and box.workspace() is a use that restores it', async () => {
+    const m = newManager();
+    await m.start();
+    const ws = await m.workspaces.create({ name: `arch-ws-${process.pid}`, owner: 'alice', node: 'local' });
+    const box = (await m.create({ image: IMAGE, owner: 'alice', workspaceId: ws.id })) as LocalBox;
+    try {
+      assert.equal((await box.exec(['sh', '-c', 'echo from-box > /workspace/kept.txt'])).exitCode, 0);
+      await box.archive();
+      const fs = await box.workspace();
+      assert.equal(box.status, 'running', 'the workspace through the box is a use: restored');
+      assert.equal(await fs.readFile('kept.txt', 'utf8'), 'from-box\n');
+      assert.equal((await box.exec(['cat', '/workspace/kept.txt'])).stdout, 'from-box\n', 'mounted again');
+    } finally {
+      await box.remove();
+      await m.workspaces.delete(ws.id);
+    }
+  });
+
   test('removing an archived box removes its archive; a restarted Manager finds an archived box archived', async () => {
     const name = `arch-restart-${process.pid}`;
     const first = newManager(name);
