@@ -65,6 +65,10 @@ describe('archive and restore', () => {
       await box.archive(); // twice: nothing to do
       await assert.rejects(box.pause(), (e) => isSbxError(e, 'conflict'));
       await assert.rejects(box.logs(), (e) => isSbxError(e, 'conflict'));
+      // Its archive is no image to create from: it holds this box's files, whoever asks.
+      for (const image of [archiveImage(m.config.name, box.id), `docker.io/${archiveImage(m.config.name, box.id)}`, 'sbx-archive:latest']) {
+        await assert.rejects(m.create({ image, owner: 'mallory' }), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'image');
+      }
       assert.equal(box.status, 'archived', 'reads do not restore it');
 
       // A use: restored first, transparently.

@@ -7,6 +7,7 @@
  */
 import type { Logger } from 'pino';
 import { SbxError, isSbxError } from '../errors.js';
+import { parseImageRef } from '../runtime/image-ref.js';
 import type { ContainerSpec, HostEndpoint, Runtime } from '../runtime/types.js';
 import type { ArchiveEntry, ArchiveStore } from './archives.js';
 import { ManagedBox } from './box.js';
@@ -33,10 +34,30 @@ export interface ArchiverDeps {
   hostEndpoints(): Promise<HostEndpoint[]>;
 }
 
+const ARCHIVE_REPOSITORY = 'sbx-archive';
+
 /** The image an archived box's filesystem is kept in. */
 export function archiveImage(manager: string, boxId: string): string {
-  return `sbx-archive/${manager}:${boxId}`;
+  return `${ARCHIVE_REPOSITORY}/${manager}:${boxId}`;
 }
+
+/**
+ * Whether an image reference names an archive: such an image holds one box's files (another
+ * owner's, maybe), so no create may name it; only a restore uses it.
+ */
+export function isArchiveImage(ref: string): boolean {
+  let parsed;
+  try {
+    parsed = parseImageRef(ref);
+  } catch {
+    return false;
+  }
+  // The engine reads a name without a registry as Docker Hub's, and finds the local image by either.
+  const local = parsed.registry === undefined || DOCKER_HUB.includes(parsed.registry);
+  return local && (parsed.repository === ARCHIVE_REPOSITORY || parsed.repository.startsWith(`${ARCHIVE_REPOSITORY}/`));
+}
+
+const DOCKER_HUB = ['docker.io', 'index.docker.io', 'registry-1.docker.io'];
 
 export class Archiver {
   /** Box ids with an archive or a restore in flight: reconcile leaves them alone. */

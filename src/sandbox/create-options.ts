@@ -17,6 +17,7 @@ import {
   userSpec,
 } from '../runtime/bounds.js';
 import { imageRef } from '../runtime/spec.js';
+import { isArchiveImage } from './archiver.js';
 import { invalidArgument } from '../errors.js';
 import { parseOrThrow } from '../util/validation.js';
 import type { CreateOptions } from './types.js';
@@ -46,7 +47,8 @@ export const CreateOptionsSchema = z
       .refine((l) => Object.keys(l).length <= MAX_LABELS, `at most ${MAX_LABELS} labels`)
       .optional(),
     pool: z.string().min(1).max(32).optional(),
-    image: imageRef,
+    // The archives of boxes are no images to create from: each holds one box's files.
+    image: imageRef.refine((ref) => !isArchiveImage(ref), 'sbx-archive/… images hold archived boxes; resume the box instead'),
     cmd: commandLine.optional(),
     workDir: absolutePath('workDir').optional(),
     user: userSpec.optional(),
