@@ -416,7 +416,7 @@ export class ManagedBox implements LocalBox {
    */
   async pauseIfIdle(plannedAt: number): Promise<boolean> {
     return this.step(async () => {
-      if (this.status !== 'running' || this.activity.inFlight > 0 || this.activity.lastActive(this.host.now()) > plannedAt) return false;
+      if (this.status !== 'running' || this.activity.inFlight > 0 || this.activity.lastActive(this.host.now()) >= plannedAt) return false;
       await this.runtime.pause(this.containerId);
       this.status = 'paused';
       return true;
@@ -441,7 +441,7 @@ export class ManagedBox implements LocalBox {
   /** The idle ladder's archive: as pauseIfIdle, only for a box nothing used since the pass decided. Whether it archived. */
   async archiveIfIdle(plannedAt: number): Promise<boolean> {
     return this.step(async () => {
-      if (this.status === 'archived' || this.activity.inFlight > 0 || this.activity.lastActive(this.host.now()) > plannedAt) return false;
+      if (this.status === 'archived' || this.activity.inFlight > 0 || this.activity.lastActive(this.host.now()) >= plannedAt) return false;
       await this.host.archiveBox(this);
       return true;
     });

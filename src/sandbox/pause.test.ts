@@ -14,7 +14,7 @@ import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { ManualClock } from '../testing/clock.js';
 import { CountingRuntime } from '../testing/counting-runtime.js';
 import { testEnv } from '../testing/env.js';
-import type { LocalBox } from './box.js';
+import type { LocalBox, ManagedBox } from './box.js';
 import type { ManagerConfig } from './config.js';
 import { Manager } from './manager.js';
 
@@ -193,6 +193,12 @@ describe('pause and resume', () => {
       // Used: thawed, and the idle time counts from this use.
       assert.equal((await box.exec(['sh', '-c', `kill -0 ${pid} && echo alive`])).stdout, 'alive\n');
       await manager.cleanup();
+      assert.equal(await engineStatus(box), 'running');
+      clock.advance(5000);
+      // A use after the pass decided (here: at the very same instant) keeps the box awake.
+      const planned = clock.now();
+      (box as ManagedBox).touch();
+      assert.equal(await (box as ManagedBox).pauseIfIdle(planned), false);
       assert.equal(await engineStatus(box), 'running');
       clock.advance(5000);
       await manager.cleanup();
