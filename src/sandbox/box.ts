@@ -143,6 +143,13 @@ export interface LocalBox extends Box {
   /** Whether start() can undo a stop() (not on Kubernetes, where a stop deletes the pod and so the box). */
   readonly restartable: boolean;
   /**
+   * pause(), and the box's max lifetime over (0: none, on disk first), as the end of a lifetime
+   * whose action is `pause` does: a paused box waits, however long, until renewLifetime sets a new
+   * one (e2b's pause, which keeps a sandbox until it is resumed or killed). A stopped box only has
+   * its lifetime ended; a pool that cannot pause is not_available, as for pause().
+   */
+  pauseAndEndLifetime(): Promise<void>;
+  /**
    * A TCP connection to a port a service of the box listens on (attach, the proxy and VNC stand
    * on it). While it is open the box counts as in use; its close ends that.
    */
@@ -395,12 +402,16 @@ export class ManagedBox implements LocalBox {
     this.status = 'running';
   }
 
-  async pause(): Promise<void> {
+  private checkPausable(): void {
     if (!this.pausable) {
       throw new SbxError('not_available', `box '${this.id}' runs on pool '${this.pool}', whose runtime cannot pause a box (no freezer); stop it instead`, {
         details: { id: this.id, pool: this.pool, reason: 'pause_unsupported' },
       });
     }
+  }
+
+  async pause(): Promise<void> {
+    this.checkPausable();
     await this.step(async () => {
       if (this.status === 'paused') return;
       if (this.status === 'archived')
@@ -445,6 +456,11 @@ export class ManagedBox implements LocalBox {
       await this.host.archiveBox(this);
       return true;
     });
+  }
+
+  async pauseAndEndLifetime(): Promise<void> {
+    this.checkPausable();
+    await this.pauseAtLifetimeEnd();
   }
 
   async resume(): Promise<void> {

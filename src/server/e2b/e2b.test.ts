@@ -44,6 +44,47 @@ function child(code: string, extraEnv: Record<string, string>): Promise<{ code: 
   });
 }
 
+test('pause and resume keep files and processes: connect resumes, so does any use (with a timeout again); kill of a paused sandbox', async () => {
+  const sbx = await Sandbox.create({ ...opts(), metadata: { suite: 'e2e-pause' } });
+  try {
+    await sbx.commands.run('mkdir -p state && head -c 65536 /dev/urandom > state/blob.bin');
+    const hash = (await sbx.commands.run('sha256sum state/blob.bin')).stdout;
+    // timeoutMs 0: no command deadline, so only the pause and resume could end it.
+    const bg = await sbx.commands.run('echo $$ > /tmp/bg.pid; exec sleep 3600', { background: true, timeoutMs: 0 });
+    const pid = (await sbx.files.read('/tmp/bg.pid')).trim();
+    const box = await srv.manager.get(sbx.sandboxId);
+
+    assert.equal(await sbx.pause(), true);
+    assert.equal(box.status, 'paused');
+    assert.equal(await sbx.isRunning(), false, 'paused is not running, as e2b says');
+    assert.equal(box.status, 'paused', 'and asking is a read, which does not resume it');
+    const again = await Sandbox.connect(sbx.sandboxId, opts());
+    assert.equal(box.status, 'running', 'connect resumed it');
+    assert.equal((await again.commands.run('sha256sum state/blob.bin')).stdout, hash, 'the file written before the pause');
+    assert.equal(
+      (await again.commands.run(`kill -0 ${pid} && cat /proc/${pid}/cmdline | tr '\\0' ' '`)).stdout,
+      'sleep 3600 ',
+      'the same process, not a new one',
+    );
+    assert.ok((await again.commands.list()).some((p) => p.pid === bg.pid));
+
+    // Any use resumes a paused sandbox (e2b's autoResume), and gives it e2b's default timeout again.
+    assert.equal(await again.pause(), true);
+    assert.equal(box.maxLifetimeMs, 0);
+    const before = Date.now();
+    assert.equal((await sbx.commands.run(`kill -0 ${pid} && echo woke`)).stdout, 'woke\n');
+    assert.equal(box.status, 'running');
+    const info = await sbx.getInfo();
+    assert.equal(info.state, 'running');
+    assert.ok(info.endAt.getTime() >= before + 300_000 - 1_000, `a timeout again, not none (${info.endAt.toISOString()})`);
+
+    assert.equal(await sbx.pause(), true);
+  } finally {
+    assert.equal(await sbx.kill(), true);
+  }
+  await assert.rejects(srv.manager.get(sbx.sandboxId), (err: { code?: string }) => err.code === 'not_found');
+});
+
 test('create, run, write and read, connect from a second process, getHost through the proxy, kill', async () => {
   const sbx = await Sandbox.create({ ...opts(), metadata: { suite: 'e2e' } });
   try {

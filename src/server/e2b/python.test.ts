@@ -1,6 +1,6 @@
 /**
  * e2b's Python SDK (PyPI `e2b`) against a real `sbx serve`: the pytest suite in ./python (sync and
- * async clients: commands, PTY, files, watch, the control plane, a killed sandbox) runs once per
+ * async clients: commands, PTY, files, watch, the control plane, pause and resume, a killed sandbox) runs once per
  * SDK version, the newest we test and an older 2.x, with nothing but the E2B_* variables pointing
  * it here.
  *
@@ -36,7 +36,12 @@ let srv: TestServer;
 let key: string;
 
 before(async () => {
-  srv = await startTestServer('e2b-python', { serve: { proxyDomain: DOMAIN, e2b: { templates: { base: testEnv.e2bImage } } } });
+  srv = await startTestServer('e2b-python', {
+    // A cleanup loop that runs often: the on_timeout pause tests wait for it to pause a sandbox
+    // whose 1 s timeout passed (the test server's default has no loop).
+    config: { cleanupIntervalMs: 200 },
+    serve: { proxyDomain: DOMAIN, e2b: { templates: { base: testEnv.e2bImage } } },
+  });
   key = (await srv.server.keys.create({ name: 'e2b-python', role: 'user' })).e2bKey;
 });
 

@@ -1,10 +1,10 @@
 /**
  * The e2b control plane's request bodies: NewSandbox (POST /v2/sandboxes, POST /sandboxes), the
- * timeout of connect and setTimeout. What sbx can honour becomes CreateOptions; what it cannot
- * (pausing, MCP, volumes, egress rules) is refused with a 400 naming the field, so code that
- * relies on it fails loudly instead of running without it. Fields that change nothing here
- * (`secure`, `autoPause: false`, …) and fields this version does not know are ignored, as the
- * SDKs send different sets.
+ * timeout of connect, resume and setTimeout. What sbx can honour becomes CreateOptions (`autoPause`:
+ * the timeout pauses the box); what it cannot (MCP, volumes, egress rules) is refused with a 400
+ * naming the field, so code that relies on it fails loudly instead of running without it. Fields
+ * that change nothing here (`secure`, `autoResume`, `autoPauseMemory`, …) and fields this version
+ * does not know are ignored, as the SDKs send different sets.
  */
 import { z } from 'zod';
 import { invalidArgument } from '../../../errors.js';
@@ -53,6 +53,12 @@ export interface NewSandbox {
   envVars: Record<string, string>;
   /** false: the box gets network `none`. */
   internet: boolean;
+  /**
+   * The timeout pauses the sandbox rather than killing it (`autoPause`, the SDKs'
+   * `lifecycle.onTimeout: 'pause'`). `autoResume` needs nothing more: any use of a paused box
+   * resumes it in sbx.
+   */
+  autoPause: boolean;
 }
 
 /** Network fields sbx serves: allowPublicTraffic (sbx's proxy always asks for credentials, so false is already so). */
@@ -61,8 +67,6 @@ const NETWORK_KEPT = new Set(['allowPublicTraffic']);
 export function parseNewSandbox(body: unknown): NewSandbox {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) throw invalidArgument('body', 'must be a JSON object (NewSandbox)');
   const b = parseOrThrow(NewSandboxSchema, body, 'body');
-  if (b.autoPause) throw invalidArgument('autoPause', 'sbx cannot pause sandboxes; leave lifecycle.onTimeout at "kill"');
-  if (b.autoResume?.enabled) throw invalidArgument('autoResume', 'sbx cannot pause or resume sandboxes');
   if (b.mcp) throw invalidArgument('mcp', 'sbx has no MCP gateway');
   if (b.volumeMounts && b.volumeMounts.length > 0) throw invalidArgument('volumeMounts', 'sbx does not serve e2b volumes');
   if (b.iam && Object.keys(b.iam).length > 0) throw invalidArgument('iam', 'sbx does not serve e2b IAM tokens');
@@ -77,6 +81,7 @@ export function parseNewSandbox(body: unknown): NewSandbox {
     metadata: checkMetadata(b.metadata ?? {}),
     envVars: checkEnvVars(b.envVars ?? {}),
     internet: b.allow_internet_access !== false,
+    autoPause: b.autoPause === true,
   };
 }
 
@@ -118,9 +123,9 @@ export function labelsFor(s: NewSandbox): Record<string, string> {
 
 const TimeoutBodySchema = z.object({ timeout: timeoutSeconds.optional() });
 
-/** `{timeout}` of setTimeout (required) and connect (optional: e2b's default 300 s). */
-export function parseTimeout(body: unknown, required: boolean): number {
+/** `{timeout}` of setTimeout (required), connect and resume (optional: e2b's default 300 s). */
+export function parseTimeout(body: unknown, required: boolean, defaultSeconds = DEFAULT_TIMEOUT_SECONDS): number {
   const b = parseOrThrow(TimeoutBodySchema, body ?? {}, 'body');
   if (b.timeout === undefined && required) throw invalidArgument('timeout', 'is required (seconds)');
-  return b.timeout ?? DEFAULT_TIMEOUT_SECONDS;
+  return b.timeout ?? defaultSeconds;
 }

@@ -16,7 +16,7 @@ import type { TestServer } from '../../../testing/server.js';
 import { ManualClock } from '../../../testing/clock.js';
 import { testEnv } from '../../../testing/env.js';
 import { holdRemoves } from '../../../testing/held-remove.js';
-import { within } from '../../../testing/wait.js';
+import { waitFor, within } from '../../../testing/wait.js';
 import { envdAccessToken } from '../access-token.js';
 import { ENVD_VERSION } from '../envd/version.js';
 
@@ -164,6 +164,39 @@ for (const { name, mod } of SDKS) {
       await assert.rejects(Sandbox.getInfo(sbx.sandboxId, opts(alice)), SandboxNotFoundError);
     });
 
+    test('pause: 204, then 409 (the SDK: false); paused in getInfo and list; no deadline while paused; connect resumes with a new one; kill of a paused sandbox', async () => {
+      const sbx = await Sandbox.create('base', { ...opts(alice), metadata: { run, role: 'pause' }, timeoutMs: 60_000 });
+      try {
+        const box = await t.manager.get(sbx.sandboxId);
+        assert.equal(await Sandbox.betaPause(sbx.sandboxId, opts(alice)), true);
+        assert.equal((await engine.inspect(box.containerId)).status, 'paused', "the engine's freezer");
+        assert.equal(await sbx.betaPause(), false, 'already paused');
+        assert.equal((await sbx.getInfo()).state, 'paused');
+        assert.equal(box.maxLifetimeMs, 0, 'a paused sandbox keeps no deadline: its timeout neither kills nor pauses it');
+        const query = (state: Array<'running' | 'paused'>) => ({ ...opts(alice), query: { metadata: { run, role: 'pause' }, state } });
+        assert.deepEqual(
+          (await Sandbox.list(query(['paused'])).nextItems()).map((s) => [s.sandboxId, s.state]),
+          [[sbx.sandboxId, 'paused']],
+        );
+        assert.deepEqual(await Sandbox.list(query(['running'])).nextItems(), []);
+
+        const before = Date.now();
+        const again = await Sandbox.connect(sbx.sandboxId, { ...opts(alice), timeoutMs: 120_000 });
+        assert.equal(again.sandboxId, sbx.sandboxId);
+        assert.equal((await engine.inspect(box.containerId)).status, 'running');
+        const info = await sbx.getInfo();
+        assert.equal(info.state, 'running');
+        assert.ok(info.endAt.getTime() >= before + 120_000 - 1_000, 'connect gave it the timeout it asked for');
+
+        assert.equal(await sbx.pause(), true);
+        assert.equal(await sbx.kill(), true, 'a paused sandbox is killed like any other');
+        await assert.rejects(engine.inspect(box.containerId));
+        await assert.rejects(Sandbox.betaPause(sbx.sandboxId, opts(alice)), SandboxNotFoundError);
+      } finally {
+        await sbx.kill();
+      }
+    });
+
     test('a wrong API key is an AuthenticationError', async () => {
       const wrong = `e2b_${alice.slice(4, 20)}${'0'.repeat(64)}`;
       await assert.rejects(Sandbox.create('base', opts(wrong)), AuthenticationError);
@@ -197,10 +230,6 @@ for (const { name, mod } of SDKS) {
       await assert.rejects(
         Sandbox.create('base', { ...opts(alice), envs: { SBX_TOKEN: 'x' } }),
         (e) => e instanceof SandboxError && /400: envVars\.SBX_TOKEN/.test(e.message),
-      );
-      await assert.rejects(
-        Sandbox.create('base', { ...opts(alice), lifecycle: { onTimeout: 'pause' } }),
-        (e) => e instanceof SandboxError && /400: autoPause/.test(e.message),
       );
       assert.equal((await t.manager.list({ owner: 'alice' })).length, 0);
     });
@@ -270,7 +299,7 @@ describe('the wire, without an SDK', () => {
       { templateID: 'base', mcp: { x: {} } },
       { templateID: 'base', volumeMounts: [{ name: 'v', path: '/v' }] },
       { templateID: 'base', network: { allowOut: ['1.1.1.1'] } },
-      { templateID: 'base', autoResume: { enabled: true } },
+      { templateID: 'base', autoPause: 'yes' },
       { templateID: 'base', metadata: { k: 1 } },
       [],
     ]) {
@@ -281,9 +310,12 @@ describe('the wire, without an SDK', () => {
     }
     const unknown = await raw('GET', '/sandboxes/sb-nope');
     assert.deepEqual([unknown.status, unknown.json.code], [404, 404]);
+    for (const path of ['/sandboxes/sb-nope/pause', '/sandboxes/sb-nope/resume']) {
+      assert.deepEqual((await raw('POST', path, { body: {} })).json, { code: 404, message: "sandbox 'sb-nope' not found" }, path);
+    }
     for (const [method, path] of [
-      ['POST', '/sandboxes/sb-nope/pause'],
       ['POST', '/sandboxes/sb-nope/snapshots'],
+      ['GET', '/snapshots'],
       ['POST', '/sandboxes/sb-nope/fork'],
       ['GET', '/templates'],
       ['POST', '/v3/templates'],
@@ -297,15 +329,6 @@ describe('the wire, without an SDK', () => {
     assert.deepEqual([badList.status, badList.json.code], [400, 400]);
     const badToken = await raw('GET', '/v2/sandboxes?nextToken=garbage');
     assert.equal(badToken.status, 400);
-  });
-
-  test('pause through the SDK surfaces the 501 readably', async () => {
-    const sbx = await e2b.Sandbox.create('base', opts(alice));
-    try {
-      await assert.rejects(sbx.pause(), (e) => e instanceof e2b.SandboxError && /501: sbx does not implement POST \/sandboxes\/.*\/pause/.test(e.message));
-    } finally {
-      await sbx.kill();
-    }
   });
 
   test('the older GET /sandboxes lists running sandboxes with a metadata filter', async () => {
@@ -337,6 +360,31 @@ describe('the wire, without an SDK', () => {
       await plain.remove();
     }
   });
+});
+
+test('the deprecated POST /sandboxes/:id/resume: 409 while running; once paused 201 with the sandbox and a new timeout (default 15 s)', async () => {
+  const sbx = await e2b.Sandbox.create('base', { ...opts(alice), timeoutMs: 60_000 });
+  try {
+    const running = await raw('POST', `/sandboxes/${sbx.sandboxId}/resume`, { body: {} });
+    assert.equal(running.status, 409);
+    assert.deepEqual(running.json, { code: 409, message: `sandbox '${sbx.sandboxId}' is already running` });
+    assert.equal((await raw('POST', `/sandboxes/${sbx.sandboxId}/pause`, { body: {} })).status, 204);
+    assert.deepEqual((await raw('POST', `/sandboxes/${sbx.sandboxId}/pause`, { body: {} })).json, {
+      code: 409,
+      message: `sandbox '${sbx.sandboxId}' is already paused`,
+    });
+    const before = Date.now();
+    const resumed = await raw('POST', `/sandboxes/${sbx.sandboxId}/resume`, { body: { autoPause: false } });
+    assert.equal(resumed.status, 201);
+    assert.equal(resumed.json.sandboxID, sbx.sandboxId);
+    assert.equal(resumed.json.envdAccessToken, tokenOf(sbx));
+    const info = await sbx.getInfo();
+    assert.equal(info.state, 'running');
+    assert.ok(info.endAt.getTime() >= before + 15_000 - 1_000 && info.endAt.getTime() <= Date.now() + 15_000 + 1_000);
+    assert.equal((await raw('POST', `/sandboxes/${sbx.sandboxId}/resume`, { key: bob, body: {} })).status, 404);
+  } finally {
+    await sbx.kill();
+  }
 });
 
 describe('a second process and the cleanup loop', () => {
@@ -398,6 +446,49 @@ describe('a second process and the cleanup loop', () => {
       await assert.rejects(sbx.getInfo(), e2b.SandboxNotFoundError);
     } finally {
       held?.release(); // a failed assert must not leave the removal, and so the server's close, waiting
+      await fast.dispose();
+      await docker.close();
+    }
+  });
+
+  test('lifecycle onTimeout pause (autoPause): the cleanup loop pauses the sandbox at its timeout and keeps it; connect resumes it with a new one', async () => {
+    const clock = new ManualClock(Date.now());
+    const docker = new DockerRuntime(testEnv.engineAddr);
+    const fast = await startTestServer('e2b-autopause', {
+      config: { clock: clock.now, cleanupIntervalMs: 100, pools: [{ name: 'local', runtime: docker }] },
+      serve: { e2b: { templates: TEMPLATES } },
+    });
+    try {
+      const key = (await fast.server.keys.create({ name: 'dave', role: 'user' })).e2bKey;
+      for (const { name, mod } of SDKS) {
+        const sbx = await mod.Sandbox.create('base', { ...opts(key, fast.url), timeoutMs: 60_000, lifecycle: { onTimeout: 'pause', autoResume: true } });
+        try {
+          const box = await fast.manager.get(sbx.sandboxId);
+          assert.equal((await box.info()).maxLifetimeAction, 'pause', name);
+          clock.set(Date.parse(box.createdAt) + 60_000);
+          await waitFor(async () => (await sbx.getInfo()).state === 'paused', { what: `${name}: the cleanup loop to pause the sandbox at its timeout` });
+          assert.equal((await engine.inspect(box.containerId)).status, 'paused');
+          const listed = await mod.Sandbox.list({ ...opts(key, fast.url), query: { state: ['paused'] } }).nextItems();
+          assert.deepEqual(
+            listed.map((s) => s.sandboxId),
+            [sbx.sandboxId],
+          );
+          // Long past its timeout it is still there, paused: its lifetime ended with the pause.
+          clock.advance(3_600_000);
+          await fast.manager.cleanup();
+          await fast.manager.cleanup();
+          assert.equal((await engine.inspect(box.containerId)).status, 'paused');
+          await mod.Sandbox.connect(sbx.sandboxId, { ...opts(key, fast.url), timeoutMs: 30_000 });
+          const info = await sbx.getInfo();
+          assert.equal(info.state, 'running');
+          assert.equal(info.endAt.getTime(), clock.now() + 30_000);
+          assert.equal((await engine.inspect(box.containerId)).status, 'running');
+        } finally {
+          await sbx.kill();
+        }
+      }
+      assert.equal(fast.manager.cleanupStats.pausedLifetime, SDKS.length);
+    } finally {
       await fast.dispose();
       await docker.close();
     }

@@ -1,8 +1,10 @@
 /**
  * The e2b sandbox routes over the Manager: a sandbox is an sbx box made through these routes
  * (labelled with its template), policy `session` with no idle timeout and a max lifetime of the
- * sandbox's timeout, renewed from now by setTimeout and connect (box.renewLifetime). Other boxes,
- * and another owner's, do not exist here (404).
+ * sandbox's timeout, renewed from now by setTimeout, connect and resume (box.renewLifetime). Its
+ * end removes the box, or pauses it (`autoPause`: maxLifetimeAction `pause`). A pause, at the
+ * timeout or asked for, ends the lifetime: a paused sandbox is kept until it is resumed or killed,
+ * as e2b keeps it. Other boxes, and another owner's, do not exist here (404).
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { SbxError } from '../../../errors.js';
@@ -11,7 +13,7 @@ import { actingOwner, mayAccess, requireKey } from '../../auth.js';
 import type { ServerContext } from '../../context.js';
 import { envdAccessToken } from '../access-token.js';
 import { ENVD_VERSION } from '../envd/version.js';
-import { TEMPLATE_LABEL, labelsFor, metadataOf, parseNewSandbox, parseTimeout } from './body.js';
+import { DEFAULT_TIMEOUT_SECONDS, TEMPLATE_LABEL, labelsFor, metadataOf, parseNewSandbox, parseTimeout } from './body.js';
 import { paginate, parseListQuery, parseMetadataFilter } from './list.js';
 import type { SandboxState } from './list.js';
 
@@ -45,14 +47,28 @@ function templateOf(box: LocalBox): string | undefined {
   return box.labels[TEMPLATE_LABEL];
 }
 
-function stateOf(box: LocalBox): SandboxState {
-  // sbx stops an e2b sandbox only when asked through its own API; a stopped box is e2b's "paused"
-  // (connect starts it again), everything else is running.
-  return box.status === 'stopped' || box.status === 'paused' ? 'paused' : 'running';
+export function stateOf(box: LocalBox): SandboxState {
+  // A paused box, and one stopped or archived through sbx's own API (connect brings it back), are
+  // e2b's "paused"; everything else is running.
+  return box.status === 'stopped' || box.status === 'paused' || box.status === 'archived' ? 'paused' : 'running';
 }
 
 function endAt(box: LocalBox): number {
   return Date.parse(box.createdAt) + box.maxLifetimeMs;
+}
+
+/** e2b's timeout of the deprecated resume route when its body names none (its API's default). */
+const RESUME_DEFAULT_TIMEOUT_SECONDS = 15;
+
+/**
+ * Before an envd call (use, which resumes a paused box): a sandbox whose lifetime a pause ended
+ * gets e2b's default timeout again, so a sandbox resumed by use (e2b's autoResume, which sbx
+ * always does) is paused or removed again at its timeout rather than running on without one.
+ */
+export async function renewEndedLifetime(box: LocalBox): Promise<void> {
+  if (templateOf(box) !== undefined && box.policy !== 'persistent' && box.maxLifetimeMs === 0) {
+    await box.renewLifetime(DEFAULT_TIMEOUT_SECONDS * 1000);
+  }
 }
 
 export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: SandboxRoutesOptions): void {
@@ -130,6 +146,8 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
       policy: 'session',
       idleTimeoutMs: 0,
       maxLifetimeMs: s.timeoutSeconds * 1000,
+      // autoPause: the timeout freezes it (memory, processes and files kept) and ends its lifetime.
+      maxLifetimeAction: s.autoPause ? 'pause' : 'remove',
       // getHost(port) reaches any port a service opens later, through sbx's authenticated proxy.
       ...(s.internet ? { proxyAllPorts: true } : { network: 'none' }),
     });
@@ -139,16 +157,44 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
   api.post('/v2/sandboxes', create);
   api.post('/sandboxes', create);
 
-  const connect = async (req: FastifyRequest<{ Params: { id: string } }>) => {
+  /**
+   * Connect: a paused sandbox (frozen, or stopped through sbx's own API) is resumed, 201 as e2b
+   * answers a resume, else 200. As e2b does on connect, the deadline only ever moves later
+   * (setTimeout may shorten it); a paused sandbox has none, so it gets `timeout` from now.
+   */
+  const connect = async (req: FastifyRequest<{ Params: { id: string } }>, reply: FastifyReply) => {
     const box = await sandboxFor(req, req.params.id);
     const timeoutMs = parseTimeout(req.body, false) * 1000;
-    if (box.status === 'stopped') await box.start();
-    // As e2b does on connect: the deadline only ever moves later (setTimeout may shorten it).
-    if (Date.now() + timeoutMs > endAt(box)) await box.renewLifetime(timeoutMs);
-    return answer(box, requireKey(req.caller).keyId);
+    const paused = stateOf(box) === 'paused';
+    // The deadline first: a resumed sandbox never runs without one (a pause ended its lifetime).
+    if (box.maxLifetimeMs === 0 || Date.now() + timeoutMs > endAt(box)) await box.renewLifetime(timeoutMs);
+    if (paused) await box.resume();
+    return reply.code(paused ? 201 : 200).send(await answer(box, requireKey(req.caller).keyId));
   };
   api.post('/v2/sandboxes/:id/connect', connect);
   api.post('/sandboxes/:id/connect', connect);
+
+  // Pause: frozen in place (the engine's freezer: memory, processes and files kept, no CPU) and its
+  // lifetime over, so the timeout neither kills nor pauses it again; connect or resume renews it.
+  // The SDKs' `memory: false` (a filesystem-only snapshot) keeps the memory as well here.
+  api.post('/sandboxes/:id/pause', async (req: FastifyRequest<{ Params: { id: string } }>, reply) => {
+    const box = await sandboxFor(req, req.params.id);
+    // 409 is how e2b says so; the SDKs answer `false` (2.20's Python SDK: the id) rather than raise.
+    if (stateOf(box) === 'paused') throw new SbxError('conflict', `sandbox '${box.id}' is already paused`, { details: { id: box.id } });
+    await box.pauseAndEndLifetime();
+    return reply.code(204).send();
+  });
+
+  // The deprecated resume (no SDK of those tested calls it; connect resumes): 201 with the
+  // sandbox, 409 when it is not paused, as e2b answers. `autoPause` in its body is ignored: what
+  // the timeout does was chosen at create.
+  api.post('/sandboxes/:id/resume', async (req: FastifyRequest<{ Params: { id: string } }>, reply) => {
+    const box = await sandboxFor(req, req.params.id);
+    if (stateOf(box) !== 'paused') throw new SbxError('conflict', `sandbox '${box.id}' is already running`, { details: { id: box.id } });
+    await box.renewLifetime(parseTimeout(req.body, false, RESUME_DEFAULT_TIMEOUT_SECONDS) * 1000);
+    await box.resume();
+    return reply.code(201).send(await answer(box, requireKey(req.caller).keyId));
+  });
 
   api.post('/sandboxes/:id/timeout', async (req: FastifyRequest<{ Params: { id: string } }>, reply) => {
     const box = await sandboxFor(req, req.params.id);

@@ -14,10 +14,11 @@ import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
 import { connectNodeAdapter } from '@connectrpc/connect-node';
 import type { FastifyInstance } from 'fastify';
 import { SbxError, isSbxError, type ErrorCode } from '../../../errors.js';
-import type { Box } from '../../../sandbox/index.js';
+import type { Box, LocalBox } from '../../../sandbox/index.js';
 import type { ServerContext } from '../../context.js';
 import { retryAfterSeconds } from '../../errors.js';
 import { sandboxOfToken, verifyEnvdAccessToken } from '../access-token.js';
+import { renewEndedLifetime, stateOf } from '../api/sandboxes.js';
 import { handleFiles } from './files-http.js';
 import { filesystemService } from './filesystem-service.js';
 import { Filesystem } from './gen/filesystem/filesystem_pb.js';
@@ -164,7 +165,7 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
   const callers = new WeakMap<IncomingMessage, Promise<EnvdCaller>>();
 
   /** The box of a request, once its access token checked out. A box that is gone is not running (502, Unavailable). */
-  const boxOf = async (req: IncomingMessage): Promise<Box> => {
+  const boxOf = async (req: IncomingMessage): Promise<LocalBox> => {
     const header = req.headers['e2b-sandbox-id'];
     const token = typeof req.headers['x-access-token'] === 'string' ? req.headers['x-access-token'] : undefined;
     const address = req.socket.remoteAddress ?? '';
@@ -232,7 +233,7 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
   const serve = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://envd');
     const path = url.pathname.slice(ENVD_PREFIX.length);
-    let box: Box;
+    let box: LocalBox;
     try {
       box = await boxOf(req);
     } catch (err) {
@@ -240,9 +241,19 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
       req.resume();
       return;
     }
-    // The SDK asks after a dropped request whether the sandbox still runs: 502 when it does not (above).
+    // The SDK asks after a dropped request whether the sandbox still runs (and isRunning() asks):
+    // 502 when it does not (above), or is paused (a read: it stays paused), as e2b answers.
     if (path === '/health') {
-      res.writeHead(204).end();
+      if (stateOf(box) === 'paused') sendEnvdError(res, new SbxError('runtime_unavailable', `sandbox ${box.id} is paused: Sandbox.connect resumes it`));
+      else res.writeHead(204).end();
+      return;
+    }
+    // Every other call is use, which resumes a paused sandbox: it gets a timeout again first.
+    try {
+      await renewEndedLifetime(box);
+    } catch (err) {
+      sendEnvdError(res, err);
+      req.resume();
       return;
     }
     if (path === '/files') {

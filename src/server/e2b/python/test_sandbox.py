@@ -1,12 +1,23 @@
 """The control plane through the sync and async clients: list by metadata, connect by id, info,
-timeouts, kill, and what a killed sandbox's calls raise."""
+timeouts, kill, what a killed sandbox's calls raise, pause and resume (asked for, and at the
+timeout with lifecycle on_timeout pause)."""
 
+import asyncio
+import time
 from datetime import datetime, timedelta, timezone
 
 import e2b
 import pytest
-from conftest import SDK_VERSION
-from e2b import AsyncSandbox, AuthenticationException, NotFoundException, Sandbox, SandboxQuery, TimeoutException
+from conftest import SDK_VERSION, WAIT_S, wait_for
+from e2b import (
+    AsyncSandbox,
+    AuthenticationException,
+    NotFoundException,
+    Sandbox,
+    SandboxQuery,
+    SandboxState,
+    TimeoutException,
+)
 
 # What a call on a killed sandbox raises: SandboxNotRunningException where the SDK has it (it
 # reads envd's "was not found" answer), before that the TimeoutException it is a subclass of.
@@ -104,5 +115,121 @@ def test_a_wrong_key_and_an_unknown_sandbox():
     assert Sandbox.kill("sb-000000000000") is False
 
 
-# Pause, resume and snapshots (`beta_pause`/`pause`, `resume`, `lifecycle={"on_timeout": "pause"}`,
-# `create_snapshot`) belong here once sbx serves e2b's pause endpoints; today they answer 501.
+
+# Pause and resume: sbx freezes the box in place (memory, processes and files kept) and connect,
+# or any use, thaws it. Snapshots (`create_snapshot`, `Sandbox.create(snapshot_id)`) belong here
+# once sbx serves them; today they answer 501.
+
+# A background process with no command deadline (timeout=0), whose real pid it writes down.
+BACKGROUND = "echo $$ > /tmp/bg.pid; exec sleep 3600"
+
+
+def paused_query(run_id):
+    return SandboxQuery(metadata={"run": run_id}, state=[SandboxState.PAUSED])
+
+
+def alive(pid):
+    """Shell that prints the process's command line when it still runs."""
+    return f"kill -0 {pid} && tr '\\0' ' ' < /proc/{pid}/cmdline"
+
+
+def test_sync_pause_connect_keeps_files_and_processes_and_kill(run_id):
+    s = Sandbox.create(metadata={"run": run_id}, timeout=120)
+    try:
+        s.commands.run("head -c 65536 /dev/urandom > blob.bin")
+        digest = s.commands.run("sha256sum blob.bin").stdout
+        bg = s.commands.run(BACKGROUND, background=True, timeout=0)
+        pid = s.files.read("/tmp/bg.pid").strip()
+
+        paused = s.beta_pause()
+        if SDK_VERSION >= (2, 63):
+            assert paused is True
+            assert s.pause() is False  # already paused: e2b's 409
+        assert s.get_info().state == SandboxState.PAUSED
+        assert s.is_running() is False
+        assert ids(Sandbox.list(query=paused_query(run_id)).next_items()) == [s.sandbox_id]
+
+        again = Sandbox.connect(s.sandbox_id, timeout=60)
+        assert again.is_running() is True
+        assert s.get_info().state == SandboxState.RUNNING
+        assert again.commands.run("sha256sum blob.bin").stdout == digest
+        assert again.commands.run(alive(pid)).stdout == "sleep 3600 "
+        assert bg.pid in [p.pid for p in again.commands.list()]
+        assert Sandbox.list(query=paused_query(run_id)).next_items() == []
+
+        s.beta_pause()
+        assert s.get_info().state == SandboxState.PAUSED
+        assert s.kill() is True
+        with pytest.raises(NotFoundException):
+            Sandbox.get_info(s.sandbox_id)
+    finally:
+        s.kill()
+
+
+async def test_async_pause_connect_keeps_files_and_processes_and_kill(run_id):
+    s = await AsyncSandbox.create(metadata={"run": run_id}, timeout=120)
+    try:
+        await s.files.write("notes.txt", run_id * 50)
+        digest = (await s.commands.run("sha256sum notes.txt")).stdout
+        bg = await s.commands.run(BACKGROUND, background=True, timeout=0)
+        pid = (await s.files.read("/tmp/bg.pid")).strip()
+
+        await s.beta_pause()
+        assert (await s.get_info()).state == SandboxState.PAUSED
+        assert await s.is_running() is False
+        assert ids(await AsyncSandbox.list(query=paused_query(run_id)).next_items()) == [s.sandbox_id]
+
+        again = await AsyncSandbox.connect(s.sandbox_id)
+        assert (await s.get_info()).state == SandboxState.RUNNING
+        assert (await again.commands.run("sha256sum notes.txt")).stdout == digest
+        assert (await again.commands.run(alive(pid))).stdout == "sleep 3600 "
+        assert bg.pid in [p.pid for p in await again.commands.list()]
+
+        # Any use resumes a paused sandbox (sbx always auto-resumes), with a timeout again.
+        await s.beta_pause()
+        assert (await s.commands.run(f"kill -0 {pid} && echo woke")).stdout == "woke\n"
+        info = await s.get_info()
+        assert info.state == SandboxState.RUNNING
+        assert info.end_at - datetime.now(timezone.utc) > timedelta(minutes=4)
+
+        await s.beta_pause()
+        assert await s.kill() is True
+        assert await AsyncSandbox.kill(s.sandbox_id) is False
+    finally:
+        await s.kill()
+
+
+def test_sync_on_timeout_pause(run_id):
+    s = Sandbox.create(metadata={"run": run_id}, timeout=120, lifecycle={"on_timeout": "pause", "auto_resume": True})
+    try:
+        s.files.write("kept.txt", run_id)
+        bg = s.commands.run(BACKGROUND, background=True, timeout=0)
+        pid = s.files.read("/tmp/bg.pid").strip()
+        # The timeout passes: the server's cleanup loop pauses the sandbox instead of killing it.
+        s.set_timeout(1)
+        wait_for(lambda: s.get_info().state == SandboxState.PAUSED, "the timeout to pause the sandbox")
+        assert ids(Sandbox.list(query=paused_query(run_id)).next_items()) == [s.sandbox_id]
+
+        Sandbox.connect(s.sandbox_id, timeout=60)
+        assert s.get_info().state == SandboxState.RUNNING
+        assert s.files.read("kept.txt") == run_id
+        assert s.commands.run(alive(pid)).stdout == "sleep 3600 "
+        assert bg.pid in [p.pid for p in s.commands.list()]
+    finally:
+        s.kill()
+
+
+async def test_async_on_timeout_pause(run_id):
+    s = await AsyncSandbox.create(metadata={"run": run_id}, timeout=120, lifecycle={"on_timeout": "pause"})
+    try:
+        await s.files.write("kept.txt", run_id)
+        await s.set_timeout(1)
+        deadline = time.monotonic() + WAIT_S
+        while (await s.get_info()).state != SandboxState.PAUSED:
+            assert time.monotonic() < deadline, f"waited {WAIT_S}s for the timeout to pause the sandbox"
+            await asyncio.sleep(0.05)
+        await AsyncSandbox.connect(s.sandbox_id)
+        assert (await s.files.read("kept.txt")) == run_id
+        assert await s.kill() is True
+    finally:
+        await s.kill()
