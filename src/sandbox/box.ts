@@ -265,6 +265,8 @@ export class ManagedBox implements LocalBox {
   status: BoxStatus;
   private boxRt: { of: Runtime; rt: Runtime } | undefined;
   private container: string;
+  /** The lifecycle steps asked for so far, chained (step()). */
+  private steps: Promise<void> = Promise.resolve();
 
   constructor(
     readonly record: BoxRecord,
@@ -351,8 +353,8 @@ export class ManagedBox implements LocalBox {
   }
 
   /**
-   * Runs one lifecycle step (pause, resume, start, stop) after the one before it, so a use never
-   * meets a box half-frozen and two steps never cross at the engine.
+   * Runs one lifecycle step (pause, resume, start, stop, archive, restore) after the one before
+   * it, so a use never meets a box half-frozen or half-archived and two steps never cross at the engine.
    */
   private step<T>(fn: () => Promise<T>): Promise<T> {
     const run = this.steps.then(fn, fn);
@@ -362,7 +364,6 @@ export class ManagedBox implements LocalBox {
     );
     return run;
   }
-  private steps: Promise<void> = Promise.resolve();
 
   /** Resolves once the lifecycle steps asked for so far have ended (however they ended). */
   settled(): Promise<void> {
