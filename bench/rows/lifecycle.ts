@@ -10,7 +10,8 @@
  *   a cold create; each row's note says whether it met its goal.
  * - BoxHostMemory: what one idle, paused and archived box holds, measured from the host: the
  *   container's cgroup as the engine reads it (stats: usage, and usage less inactive file cache as
- *   `docker stats` shows) and the RSS of its processes (host pids from the engine's top, /proc);
+ *   `docker stats` shows) and the RSS of its processes (host pids from the engine's top, /proc; its
+ *   anonymous part apart, as file pages are shared with every other box);
  *   an archived box has no container, so nothing, plus its archive image on disk. Goal: an archived
  *   box holds no memory.
  *
@@ -287,8 +288,10 @@ interface HostFigures {
   cgroupBytes: number;
   /** Less the inactive file cache: what `docker stats` shows. */
   statsBytes: number;
-  /** Sum of the RSS of the container's processes (host pids), from /proc. */
+  /** Sum of the RSS of the container's processes (host pids), from /proc: file pages shared with other boxes (the agent's binary, the image's libc) counted in each. */
   rssBytes: number;
+  /** Of it, anonymous memory (RssAnon): what is this box's alone. */
+  anonBytes: number;
   processes: number;
 }
 
@@ -310,11 +313,14 @@ async function hostFigures(engine: EngineClient, container: string): Promise<Hos
   const top = await engine.json<{ Titles: string[]; Processes: string[][] }>('GET', `/containers/${container}/top`);
   const col = top.Titles.findIndex((t) => t.toUpperCase() === 'PID');
   let rss = 0;
+  let anon = 0;
   for (const p of top.Processes ?? []) {
     const status = await readFile(`/proc/${p[col]}/status`, 'utf8').catch(() => '');
-    rss += Number(/^VmRSS:\s+(\d+) kB/m.exec(status)?.[1] ?? 0) * 1024;
+    const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? 0) * 1024;
+    rss += kib('VmRSS');
+    anon += kib('RssAnon');
   }
-  return { cgroupBytes: usage, statsBytes: Math.max(0, usage - inactive), rssBytes: rss, processes: top.Processes?.length ?? 0 };
+  return { cgroupBytes: usage, statsBytes: Math.max(0, usage - inactive), rssBytes: rss, anonBytes: anon, processes: top.Processes?.length ?? 0 };
 }
 
 /** Size of the archive image of box `id` (all its layers, the base image's among them), and the base's. */
@@ -371,18 +377,21 @@ async function measureHostMemory(cold: PoolSubject, runId: string, ctx: RunConte
     idle_cgroup_bytes: pick(idle, 'cgroupBytes'),
     idle_stats_bytes: pick(idle, 'statsBytes'),
     idle_rss_bytes: pick(idle, 'rssBytes'),
+    idle_anon_bytes: pick(idle, 'anonBytes'),
     paused_cgroup_bytes: pick(frozen, 'cgroupBytes'),
     paused_stats_bytes: pick(frozen, 'statsBytes'),
     paused_rss_bytes: pick(frozen, 'rssBytes'),
+    paused_anon_bytes: pick(frozen, 'anonBytes'),
     archived_bytes: 0,
     archive_image_bytes: median(sizes.map((s) => s.imageBytes)),
     archive_own_bytes: median(sizes.map((s) => s.ownBytes)),
     boxes: idle.length,
   };
-  const say = (what: string, c: number, st: number, rss: number) => `${what}: cgroup ${mib(c)} (docker stats ${mib(st)}), processes' RSS ${mib(rss)}`;
+  const say = (what: string, c: number, st: number, rss: number, anon: number) =>
+    `${what}: cgroup ${mib(c)} (docker stats ${mib(st)}), processes' RSS ${mib(rss)} (anon ${mib(anon)})`;
   const note = [
-    say('idle', figures.idle_cgroup_bytes, figures.idle_stats_bytes, figures.idle_rss_bytes),
-    say('paused', figures.paused_cgroup_bytes, figures.paused_stats_bytes, figures.paused_rss_bytes),
+    say('idle', figures.idle_cgroup_bytes, figures.idle_stats_bytes, figures.idle_rss_bytes, figures.idle_anon_bytes),
+    say('paused', figures.paused_cgroup_bytes, figures.paused_stats_bytes, figures.paused_rss_bytes, figures.paused_anon_bytes),
     `archived: no container, 0 (image ${mib(figures.archive_image_bytes)} on disk, ${(figures.archive_own_bytes / 1024).toFixed(0)} KiB of it its own)`,
     `median of ${figures.boxes} box(es), measured from the host; goal: an archived box holds no memory: met`,
   ].join('; ');
