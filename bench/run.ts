@@ -27,6 +27,7 @@ import { runExecMemory } from './memory/exec-row.js';
 import { EXEC_MEMORY_ROW, IDLE_BOXES, MEMORY_ROWS, memoryFailed, memoryRows } from './memory/rows.js';
 import { agentRowNames, runAgentRows } from './rows/agent.js';
 import { runWarmRows, warmRowNames } from './rows/warm.js';
+import { LIFECYCLE_ROW_NAMES, runLifecycleRows } from './rows/lifecycle.js';
 import { TRANSPORT_ROW_NAMES, runTransportRows } from './rows/transport.js';
 import { E2B_ROW_NAMES, runE2bRows } from './rows/e2b.js';
 import { K8S_ROW_NAMES, runKubernetesRows } from './rows/kubernetes.js';
@@ -115,6 +116,7 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     EXEC_MEMORY_ROW,
     ...agentRowNames(),
     ...warmRowNames(),
+    ...LIFECYCLE_ROW_NAMES,
     ...TRANSPORT_ROW_NAMES,
     ...E2B_ROW_NAMES,
     ...K8S_ROW_NAMES,
@@ -175,6 +177,11 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
   }
   if (warmRowNames().some((n) => picked.has(n))) {
     results.push(...(await runWarmRows(run.ctx, { managerName: `${run.managerName}-wm`, dataDir: join(run.tmp, 'warm'), runId: run.runId, only: picked })));
+  }
+  if (LIFECYCLE_ROW_NAMES.some((n) => picked.has(n))) {
+    results.push(
+      ...(await runLifecycleRows(run.ctx, { managerName: `${run.managerName}-lc`, dataDir: join(run.tmp, 'lifecycle'), runId: run.runId, only: picked })),
+    );
   }
   if (picked.has(EXEC_MEMORY_ROW)) results.push(...(await runExecMemory({ ...run.ctx, runId: run.runId, onChild: (pid) => (run.memoryChild = pid) })));
   return { rows: results, parity };

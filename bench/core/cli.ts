@@ -3,7 +3,7 @@ import type { Mode } from './row.js';
 export interface BenchArgs {
   mode: Mode;
   json: boolean;
-  /** Row filter: an exact (case-insensitive) row name, else a substring of row names. */
+  /** Row filter: comma-separated; each an exact (case-insensitive) row name, else a substring of row names. */
   only: string | undefined;
   setup: boolean;
 }
@@ -11,7 +11,8 @@ export interface BenchArgs {
 export const USAGE = `usage: npm run bench -- [--quick] [--json] [--only NAME] [--no-setup]
   --quick      fewer iterations (under 2 minutes)
   --json       also print one JSON object as the last line of stdout
-  --only NAME  run only the row named NAME, or (if none is) the rows whose name contains it
+  --only NAME  run only the row named NAME, or (if none is) the rows whose name contains it;
+               several: --only Pause,Resume,Restore
   --no-setup   do not run scripts/engine.sh, images.sh and agent.sh first`;
 
 export function parseArgs(argv: readonly string[]): BenchArgs {
@@ -33,10 +34,18 @@ export function parseArgs(argv: readonly string[]): BenchArgs {
 
 export class UsageError extends Error {}
 
-/** Exact match wins, so `--only Exec` is the Exec row, not every row with Exec in its name. */
+/**
+ * Exact match wins, so `--only Exec` is the Exec row, not every row with Exec in its name. A comma
+ * list is the union of its names' picks (row names have no commas), for rows with no common substring.
+ */
 export function selectNames(all: readonly string[], only: string | undefined): Set<string> {
   if (only === undefined) return new Set(all);
-  const want = only.toLowerCase();
-  const exact = all.filter((n) => n.toLowerCase() === want);
-  return new Set(exact.length > 0 ? exact : all.filter((n) => n.toLowerCase().includes(want)));
+  const picked = new Set<string>();
+  for (const name of only.split(',')) {
+    const want = name.trim().toLowerCase();
+    if (!want) continue;
+    const exact = all.filter((n) => n.toLowerCase() === want);
+    for (const n of exact.length > 0 ? exact : all.filter((n) => n.toLowerCase().includes(want))) picked.add(n);
+  }
+  return picked;
 }

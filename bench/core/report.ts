@@ -37,6 +37,7 @@ export function flatRow(r: RowResult, names: [string, string]): Record<string, u
     if (r.memory.perBoxKiB !== undefined) o['per_box_kib'] = round(r.memory.perBoxKiB, 0);
     if (r.memory.perBoxHeapKiB !== undefined) o['per_box_heap_kib'] = round(r.memory.perBoxHeapKiB, 1);
   }
+  if (r.figures) Object.assign(o, r.figures);
   if (r.seedMs !== undefined) o[`seed_${r.seedColumn ?? 'local'}_ms`] = r.seedMs;
   if (r.note) o['note'] = r.note;
   if (r.reason) o['reason'] = r.reason;
@@ -81,7 +82,8 @@ export function renderTable(rows: RowResult[], names: [string, string]): string 
   const timed = rows.filter((r) => r.group !== 'memory');
   const body = timed.map((r) => {
     if (r.sides.length !== 2) {
-      return [r.name, ...Array<string>(10).fill(''), seedCell(r), `${r.status === 'unavailable' ? 'not available yet' : r.status}: ${r.reason ?? ''}`];
+      const what = r.status === 'ok' ? (r.note ?? '') : `${r.status === 'unavailable' ? 'not available yet' : r.status}: ${r.reason ?? ''}`;
+      return [r.name, ...Array<string>(10).fill(''), seedCell(r), what];
     }
     const [x, y] = r.sides;
     const notes = [

@@ -38,6 +38,8 @@ export interface RowResult {
   seedColumn?: SeedColumn;
   wallMs: number;
   memory?: MemoryFigures;
+  /** A row that measures something other than latency (host memory, bytes on disk): named numbers, in the JSON as they are; its note says them. */
+  figures?: Record<string, number>;
   /** Milliseconds per op in the order measured, per subject (results file only). */
   samples?: Record<string, number[]>;
 }

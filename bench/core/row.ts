@@ -37,7 +37,8 @@ export interface Row<S extends Named, Shared = undefined, Item = undefined> {
 
 export type SeedColumn = 'local' | 'remote';
 
-export type RowGroup = 'latency' | 'concurrency' | 'workspace' | 'memory';
+/** `host`: figures measured from the host (memory of a box's container), no sides; shown with the timed rows, in their notes column. */
+export type RowGroup = 'latency' | 'concurrency' | 'workspace' | 'memory' | 'host';
 
 /** A row with its generics erased, so rows of different shapes sit in one list. */
 export type AnyRow<S extends Named> = Row<S, unknown, unknown>;

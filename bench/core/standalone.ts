@@ -36,14 +36,21 @@ export async function runStandalone(tag: string, sides: readonly [string, string
     for (const r of results) {
       const [x, y] = r.sides;
       if (!x || !y) {
-        out.push(`${r.name.padEnd(24)}${r.status}: ${r.reason ?? ''}`);
+        out.push(`${r.name.padEnd(24)}${r.status === 'ok' ? (r.note ?? '') : `${r.status}: ${r.reason ?? ''}`}`);
         continue;
       }
       out.push(
         `${r.name.padEnd(24)}${x.stats.p50.toFixed(2).padStart(14)}${x.stats.p95.toFixed(1).padStart(8)}  ${y.stats.p50.toFixed(2).padStart(14)}${y.stats.p95.toFixed(1).padStart(8)}   ${(r.ratio ?? 0).toFixed(3).padStart(7)}x   (n=${x.stats.n})`,
       );
     }
-    const notes = [...new Set(results.map((r) => r.note).filter(Boolean))];
+    const notes = [
+      ...new Set(
+        results
+          .filter((r) => r.sides.length === 2)
+          .map((r) => r.note)
+          .filter(Boolean),
+      ),
+    ];
     process.stdout.write(`${[...out, ...notes.map((n) => `  ${n}`)].join('\n')}\n`);
   } finally {
     await sweep(engine, runId).catch(() => 0);

@@ -25,10 +25,16 @@ function expectHi(r: { exitCode: number; stdoutBytes: number }): void {
   if (r.exitCode !== 0 || r.stdoutBytes !== 3) throw new Error(`echo hi: exit ${r.exitCode}, ${r.stdoutBytes} bytes`);
 }
 
-const waitForSpare = async (s: PoolSubject) => s.untilSpare();
+/**
+ * What the warm rows use of a side: a PoolSubject, or any side whose "spare" is a box made ready
+ * untimed (the Lifecycle rows' paused and archived boxes), so their op is the same create → first exec.
+ */
+export type WarmSide = Pick<PoolSubject, 'name' | 'untilSpare' | 'create' | 'exec' | 'remove'>;
 
-export const WARM_ROWS: AnyRow<PoolSubject>[] = [
-  defineRow<PoolSubject, undefined, { made?: PoolRef }>({
+const waitForSpare = async (s: WarmSide) => s.untilSpare();
+
+export const WARM_ROWS: AnyRow<WarmSide>[] = [
+  defineRow<WarmSide, undefined, { made?: PoolRef }>({
     name: 'WarmCreate',
     group: 'latency',
     note: 'create → first exec result (warm claim vs cold create)',
@@ -46,7 +52,7 @@ export const WARM_ROWS: AnyRow<PoolSubject>[] = [
       if (item.made) await s.remove(item.made);
     },
   }),
-  defineRow<PoolSubject, undefined, undefined>({
+  defineRow<WarmSide, undefined, undefined>({
     name: 'WarmLifecycle',
     group: 'latency',
     note: 'create+exec+remove (warm claim vs cold create)',

@@ -7,7 +7,7 @@ import { rawCreateBody, rawCreateTemplate } from './raw-create-body.js';
 import type { RawCreateTemplate } from './raw-create-body.js';
 import type { BoxRef, ExecOutcome, Subject } from './subject.js';
 
-interface RawRef extends BoxRef {
+export interface RawRef extends BoxRef {
   /** The engine's container id. */
   readonly container: string;
 }
