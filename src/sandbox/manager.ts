@@ -34,6 +34,7 @@ import { StopIntents } from './stop-intents.js';
 import { LifetimeStore } from './lifetimes.js';
 import { ClaimStore } from './claims.js';
 import { WarmPool } from './warm-pool.js';
+import { Snapshots } from './snapshots.js';
 import { WorkspaceVolumes, hasWorkspaceVolumes } from './workspace-volumes.js';
 import type { BoxInfo, CleanupStats, CreateOptions, HeartbeatInput, ListOptions, PoolInfo, ServerEndpoints, WarmInfo } from './types.js';
 
@@ -61,6 +62,8 @@ export class Manager {
   readonly workspaces: WorkspaceManager;
   /** Box tokens, port access tokens and per-feature keys, all from one secret (src/sandbox/secrets.ts). */
   readonly secrets: BoxSecrets;
+  /** Boxes' filesystems saved as images (box.snapshot()): list, get, delete, owner-scoped (src/sandbox/snapshots.ts). */
+  readonly snapshots: Snapshots;
   readonly cleanupStats: CleanupStats = {
     ticks: 0,
     removedIdle: 0,
@@ -119,6 +122,15 @@ export class Manager {
     this.claims = new ClaimStore(join(this.config.dataDir, 'claims', this.config.name));
     this.stopIntents = new StopIntents(join(this.config.dataDir, 'stopped', `${this.config.name}.json`));
     this.lifetimes = new LifetimeStore(join(this.config.dataDir, 'lifetimes', `${this.config.name}.json`));
+    this.snapshots = new Snapshots({
+      file: join(this.config.dataDir, 'snapshots', `${this.config.name}.json`),
+      manager: this.config.name,
+      maxPerOwner: this.config.maxSnapshotsPerOwner,
+      runtimeFor: (pool) => this.pool(pool).runtime(),
+      boxesUsing: (ref) => this.registry.all().flatMap((b) => (b.image === ref ? [b.id] : [])),
+      now: this.now,
+      log: this.log,
+    });
     this.loop = new CleanupLoop(this.config.cleanupIntervalMs, () => this.cleanupOnce());
     this.secrets = new BoxSecrets({
       tokenSecret: this.config.tokenSecret,
@@ -136,6 +148,7 @@ export class Manager {
       signPortToken: (grant) => this.secrets.signPortToken(grant),
       stopIntent: (box, stopped) => this.stopIntents.set(box.id, stopped),
       saveLifetime: (box, maxLifetimeMs) => this.lifetimes.set(box.containerId, maxLifetimeMs),
+      snapshot: (box, opts) => this.snapshots.take(box, opts),
       onExecFinished: (box) => {
         if (box.policy === 'oneshot' && box.activity.inFlight === 0) {
           this.remove(box.id).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'oneshot removal failed; cleanup will retry'));
@@ -463,10 +476,18 @@ export class Manager {
     // The id of a box being removed is free once its removal ends (it already reads as gone).
     await this.removing.get(id)?.catch(() => undefined);
     const owner = opts.owner ?? DEFAULT_OWNER;
-    const pool = await this.placement(opts, owner);
+    // A snapshot (by id or image reference) only for its owner; its box goes where its image is.
+    const snapshot = await this.snapshots.resolve(opts.image, owner);
+    if (snapshot && opts.pool !== undefined && opts.pool !== snapshot.pool) {
+      throw new SbxError('invalid_argument', `pool: snapshot '${opts.image}' lives on pool '${snapshot.pool}'; a box from it is created there`, {
+        details: { field: 'pool', pool: snapshot.pool },
+      });
+    }
+    const placed = snapshot ? { ...opts, image: snapshot.image, pool: snapshot.pool } : opts;
+    const pool = await this.placement(placed, owner);
     const release = this.registry.reserve(id, pool.def, owner);
     try {
-      return await this.createReserved(id, owner, pool, opts);
+      return await this.createReserved(id, owner, pool, placed);
     } finally {
       release();
     }
