@@ -22,7 +22,8 @@ export function snapshotRoutes(app: FastifyInstance, ctx: ServerContext): void {
         summary: "Save a box's filesystem as a snapshot of its owner (an image new boxes can be created from)",
         tags: ['snapshots'],
         params: boxIdParam,
-        body: SnapshotOptionsSchema.optional(),
+        // A POST without a body (fastify reads it as null) takes a snapshot without a name.
+        body: SnapshotOptionsSchema.nullish(),
         response: replies({ 201: SnapshotInfoSchema.describe('Taken') }, [...COMMON_ERRORS, 409, 504]),
       },
     },
