@@ -250,7 +250,7 @@ Examples:
     program
       .command('create')
       .description('Create and start a box on the server; prints its id (or its info with --json)')
-      .argument('<image>', 'image, e.g. sbx-base:latest')
+      .argument('<image>', 'image, e.g. sbx-base:latest, or one of your snapshots (snap-…)')
       .argument('[cmd...]', "command replacing the image's (default: a sleep that stops gracefully)"),
   )
     .option('--name <id>', 'the box id (default: generated, sb-…)')
