@@ -7,6 +7,7 @@ import { parseImageRef } from '../runtime/image-ref.js';
 import type { HostEndpoint, ImageInfo, PullProgress, RegistryAuth, BoxHeartbeat } from '../runtime/types.js';
 import { isNodeAddress } from '../runtime/remote/address.js';
 import { NodeHub } from '../runtime/remote/hub.js';
+import { IMAGE_NODE_LABEL } from '../runtime/remote/node-set.js';
 import type { NodeInfo } from '../runtime/remote/hub.js';
 import type { JoinRequest } from '../runtime/remote/trust-store.js';
 import type { EngineCall, EngineCallObserver } from '../runtime/timed-runtime.js';
@@ -127,6 +128,8 @@ export class Manager {
       manager: this.config.name,
       maxPerOwner: this.config.maxSnapshotsPerOwner,
       runtimeFor: (pool) => this.pool(pool).runtime(),
+      nodeOf: (pool, containerId) =>
+        isNodeAddress(this.pool(pool).def.addr) ? containerId.slice(0, Math.max(0, containerId.indexOf(':'))) || undefined : undefined,
       boxesUsing: (ref) => this.registry.all().flatMap((b) => (b.image === ref ? [b.id] : [])),
       now: this.now,
       log: this.log,
@@ -487,7 +490,7 @@ export class Manager {
     const pool = await this.placement(placed, owner);
     const release = this.registry.reserve(id, pool.def, owner);
     try {
-      return await this.createReserved(id, owner, pool, placed);
+      return await this.createReserved(id, owner, pool, placed, snapshot?.node);
     } finally {
       release();
     }
@@ -520,7 +523,8 @@ export class Manager {
     return this.pool(node);
   }
 
-  private async createReserved(id: string, owner: string, pool: Pool, opts: CreateOptions): Promise<ManagedBox> {
+  /** `imageNode`: the node of the pool whose engine alone has the image (a snapshot's), where the box must go. */
+  private async createReserved(id: string, owner: string, pool: Pool, opts: CreateOptions, imageNode?: string): Promise<ManagedBox> {
     const record = newBoxRecord({ manager: this.config.name, id, owner, pool: pool.def, opts, now: this.now(), tokenNonce: BoxTokenService.newNonce() });
     const sbxEnv: Record<string, string> = {
       ...(this.grpcAddr() !== undefined ? { SBX_GRPC_ADDR: this.grpcAddr()! } : {}),
@@ -541,7 +545,8 @@ export class Manager {
     const mount = record.workspaceId
       ? { hostPath: await this.workspaces.mountPath(record.workspaceId), containerPath: record.mountPath, readOnly: record.mountMode === 'ro' }
       : undefined;
-    const spec = buildContainerSpec({ record, opts, pool: pool.def, sbxEnv, mount, machine: pool.resources });
+    const built = buildContainerSpec({ record, opts, pool: pool.def, sbxEnv, mount, machine: pool.resources });
+    const spec = imageNode === undefined ? built : { ...built, labels: { ...built.labels, [IMAGE_NODE_LABEL]: imageNode } };
     const runtime = pool.runtime();
     let containerId: string;
     try {

@@ -45,9 +45,17 @@ const SNAPSHOT_REPOSITORY = 'sbx-snapshot';
 const DEFAULT_REGISTRIES = new Set(['docker.io', 'index.docker.io']);
 export const DEFAULT_MAX_SNAPSHOTS_PER_OWNER = 50;
 
-/** A record on disk: the info plus the engine's image id (for the id-prefix check at create). */
+/** A record on disk: the info plus the engine's image id (for the id-prefix check at create) and, on a pool of nodes, the node holding the image. */
 interface SnapshotRecord extends SnapshotInfo {
   imageId: string;
+  node?: string;
+}
+
+/** Where a create from a snapshot goes: its image, its pool and, on a pool of nodes, the node that has the image. */
+export interface SnapshotTarget {
+  image: string;
+  pool: string;
+  node?: string;
 }
 
 /** What the snapshots need of the Manager's box and pool. */
@@ -64,6 +72,8 @@ export interface SnapshotsDeps {
   manager: string;
   maxPerOwner: number;
   runtimeFor(pool: string): Runtime;
+  /** The node of a pool of nodes a container is on (its image is made there only); undefined on any other pool. */
+  nodeOf(pool: string, containerId: string): string | undefined;
   /** The ids of the boxes whose image is `ref` (a snapshot in use cannot be deleted). */
   boxesUsing(ref: string): string[];
   now(): number;
@@ -135,6 +145,7 @@ export class Snapshots {
       const labels: Record<string, string> = { 'sbx.snapshot': id, 'sbx.owner': box.owner, 'sbx.manager': this.deps.manager };
       await runtime.commit(box.containerId, ref, { labels });
       let record: SnapshotRecord;
+      const node = this.deps.nodeOf(box.pool, box.containerId);
       try {
         const made = (await runtime.images.list()).find((i) => i.tags.includes(ref));
         record = {
@@ -147,6 +158,7 @@ export class Snapshots {
           sizeBytes: made?.sizeBytes ?? 0,
           createdAt: new Date(this.deps.now()).toISOString(),
           imageId: made?.id ?? '',
+          ...(node !== undefined ? { node } : {}),
         };
         this.records.set(id, record);
         await this.save();
@@ -228,13 +240,13 @@ export class Snapshots {
    * reference under `sbx-snapshot/`, or an image id prefix of a snapshot that is not owner's
    * answers not_found, whether it exists or not.
    */
-  async resolve(image: string, owner: string): Promise<{ image: string; pool: string } | undefined> {
+  async resolve(image: string, owner: string): Promise<SnapshotTarget | undefined> {
     const missing = () => new SbxError('not_found', `image '${image}' not found: no snapshot of owner '${owner}' has that id`, { details: { image } });
     if (SNAPSHOT_ID_PATTERN.test(image)) {
       await this.load();
       const s = this.records.get(image);
       if (!s || s.owner !== owner) throw missing();
-      return { image: s.image, pool: s.pool };
+      return target(s);
     }
     const ref = parseImageRef(image);
     const inRepo = ref.repository === SNAPSHOT_REPOSITORY || ref.repository.startsWith(`${SNAPSHOT_REPOSITORY}/`);
@@ -243,7 +255,7 @@ export class Snapshots {
       const wanted = `${ref.repository}:${ref.tag ?? 'latest'}`;
       const s = ref.digest === undefined ? [...this.records.values()].find((r) => r.image === wanted) : undefined;
       if (!s || s.owner !== owner) throw missing();
-      return { image: s.image, pool: s.pool };
+      return target(s);
     }
     // The engine also takes an image id or a prefix of one (`docker run 3f2a`): never one of another owner's snapshots.
     const hex = /^(?:sha256:)?([0-9a-f]{1,64})$/.exec(image)?.[1];
@@ -282,6 +294,10 @@ export class Snapshots {
 }
 
 function info(r: SnapshotRecord): SnapshotInfo {
-  const { imageId: _imageId, ...rest } = r;
+  const { imageId: _imageId, node: _node, ...rest } = r;
   return rest;
+}
+
+function target(r: SnapshotRecord): SnapshotTarget {
+  return { image: r.image, pool: r.pool, ...(r.node !== undefined ? { node: r.node } : {}) };
 }
