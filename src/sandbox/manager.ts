@@ -151,7 +151,11 @@ export class Manager {
       signPortToken: (grant) => this.secrets.signPortToken(grant),
       stopIntent: (box, stopped) => this.stopIntents.set(box.id, stopped),
       saveLifetime: (box, maxLifetimeMs) => this.lifetimes.set(box.containerId, maxLifetimeMs),
-      snapshot: (box, opts) => this.snapshots.take(box, opts),
+      snapshot: async (box, opts) => {
+        // A removed box (or another box under its id since) is gone to a snapshot as to every lookup.
+        if (this.known(box.id) !== box) throw new SbxError('not_found', `box '${box.id}' not found`, { details: { id: box.id } });
+        return this.snapshots.take(box, opts);
+      },
       onExecFinished: (box) => {
         if (box.policy === 'oneshot' && box.activity.inFlight === 0) {
           this.remove(box.id).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'oneshot removal failed; cleanup will retry'));

@@ -228,6 +228,7 @@ describe('snapshots', () => {
     const box = await manager.create({ image: IMAGE, owner: 'alice' });
     const snap = await box.snapshot();
     await box.remove();
+    await rejectsWith(box.snapshot(), 'not_found');
     const copy = await manager.create({ image: snap.id, owner: 'alice' });
     await rejectsWith(manager.snapshots.delete(snap.id), 'conflict');
     await copy.remove();

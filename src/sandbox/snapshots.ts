@@ -6,6 +6,7 @@ import { parseImageRef } from '../runtime/image-ref.js';
 import type { Runtime } from '../runtime/types.js';
 import { JsonFile } from '../util/json-file.js';
 import { parseOrThrow } from '../util/validation.js';
+import { boxRuntime } from './box-errors.js';
 import { BOX_ID_PATTERN } from './create-options.js';
 
 /**
@@ -143,7 +144,7 @@ export class Snapshots {
     try {
       const ref = this.refOf(id);
       const labels: Record<string, string> = { 'sbx.snapshot': id, 'sbx.owner': box.owner, 'sbx.manager': this.deps.manager };
-      await runtime.commit(box.containerId, ref, { labels });
+      await boxRuntime(runtime, box.containerId, box.id).commit(box.containerId, ref, { labels });
       let record: SnapshotRecord;
       const node = this.deps.nodeOf(box.pool, box.containerId);
       try {
