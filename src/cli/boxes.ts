@@ -31,6 +31,7 @@ import {
   connectionFlags,
   connectedAction,
   execTarget,
+  forEachId,
   size,
   withConnection,
   writeProfiles,
@@ -252,7 +253,7 @@ Examples:
     program
       .command('create')
       .description('Create and start a box on the server; prints its id (or its info with --json)')
-      .argument('<image>', 'image, e.g. sbx-base:latest')
+      .argument('<image>', 'image, e.g. sbx-base:latest, or one of your snapshots (snap-…)')
       .argument('[cmd...]', "command replacing the image's (default: a sleep that stops gracefully)"),
   )
     .option('--name <id>', 'the box id (default: generated, sb-…)')
@@ -453,27 +454,12 @@ Examples:
       .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx ${name} sb-1a2b3c\n  sbx ls -q | xargs sbx ${name}`)
       .action(
         remoteAction(async ({ sbx, conn }, ids: string[], f: { json?: boolean }) => {
-          const results: Array<{ id: string; ok: boolean; status?: string; error?: { code: string; message: string } }> = [];
-          for (const id of ids) {
-            try {
-              if (call === null) {
-                await sbx.remove(id);
-                results.push({ id, ok: true });
-              } else {
-                const box = await sbx.get(id);
-                await call(box);
-                results.push({ id, ok: true, status: box.status });
-              }
-              if (!f.json) process.stdout.write(id + '\n');
-            } catch (err) {
-              // The first of several ids failing must not leave the rest undone.
-              if (!(err instanceof SbxError) || err.code === 'runtime_unavailable' || err.code === 'unauthorized') throw err;
-              results.push({ id, ok: false, error: { code: err.code, message: err.message } });
-              process.stderr.write(explain(err, conn) + '\n');
-              process.exitCode = REMOTE_EXIT.sbx;
-            }
-          }
-          if (f.json) printJson(results);
+          await forEachId(ids, conn, f.json, async (id) => {
+            if (call === null) return sbx.remove(id);
+            const box = await sbx.get(id);
+            await call(box);
+            return { status: box.status };
+          });
         }),
       );
   }

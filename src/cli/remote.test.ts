@@ -453,11 +453,56 @@ describe('sbx box lifecycle and --json', () => {
       ['completion'],
       ['keys', 'create'],
       ['pools', 'add'],
+      ['snapshot'],
+      ['snapshots'],
+      ['snapshots', 'ls'],
+      ['snapshots', 'rm'],
     ]) {
       const r = await sbx([...cmd, '--help']);
       assert.equal(r.code, 0, cmd.join(' '));
       assert.match(r.stdout, /Examples:\n {2}.*sbx /, `${cmd.join(' ')} --help`);
     }
+  });
+});
+
+describe('sbx snapshot', () => {
+  test('snapshot --name prints the id, create takes it, snapshots ls (table, -q, --json), rm per id with --json', async () => {
+    assert.equal((await sbx(['exec', box, '--', 'sh', '-c', 'echo cli > /tmp/snap.txt'])).code, 0);
+    const taken = await sbx(['snapshot', box, '--name', 'cli-snap']);
+    assert.equal(taken.code, 0, taken.stderr);
+    const id = taken.stdout.trim();
+    assert.match(id, /^snap-[0-9a-f]{12}$/);
+    const dup = await sbx(['snapshot', box, '--name', 'cli-snap']);
+    assert.equal(dup.code, 1);
+    assert.match(dup.stderr, /conflict/);
+    const made = await sbx(['create', id]);
+    assert.equal(made.code, 0, made.stderr);
+    const copy = made.stdout.trim();
+    assert.equal((await sbx(['exec', copy, '--', 'cat', '/tmp/snap.txt'])).stdout, 'cli\n');
+    const table = await sbx(['snapshots', 'ls']);
+    assert.match(table.stdout, /^ID +NAME +OWNER +POOL +FROM BOX +SIZE +CREATED\n/);
+    assert.match(table.stdout, new RegExp(`${id} +cli-snap `));
+    assert.equal((await sbx(['snapshots', 'ls', '-q'])).stdout, `${id}\n`);
+    const listed = JSON.parse((await sbx(['snapshots', 'ls', '--json'])).stdout) as Array<{ id: string; sourceBoxId: string }>;
+    assert.deepEqual(
+      listed.map((s) => [s.id, s.sourceBoxId]),
+      [[id, box]],
+    );
+    const inUse = await sbx(['snapshots', 'rm', '--json', 'cli-snap', 'snap-000000000000']);
+    assert.equal(inUse.code, 1);
+    const results = JSON.parse(inUse.stdout) as Array<{ id: string; ok: boolean; error?: { code: string } }>;
+    assert.deepEqual(
+      results.map((r) => [r.id, r.ok, r.error?.code]),
+      [
+        ['cli-snap', false, 'conflict'],
+        ['snap-000000000000', false, 'not_found'],
+      ],
+    );
+    assert.equal((await sbx(['rm', copy])).code, 0);
+    const rm = await sbx(['snapshots', 'rm', 'cli-snap']);
+    assert.equal(rm.code, 0, rm.stderr);
+    assert.equal(rm.stdout, 'cli-snap\n');
+    assert.equal((await sbx(['snapshots', 'ls', '--json'])).stdout.trim(), '[]');
   });
 });
 

@@ -12,6 +12,7 @@ import { CommanderError, InvalidArgumentError } from 'commander';
 import type { Box, Sbx } from '../client/index.js';
 import { SbxError } from '../errors.js';
 import { parseDuration } from '../util/duration.js';
+import { printJson } from './output.js';
 import { isPort } from '../runtime/ports.js';
 
 /**
@@ -223,6 +224,33 @@ export interface RemoteContext {
  */
 export function remoteAction<A extends unknown[]>(fn: (ctx: RemoteContext, ...args: A) => Promise<void>): (...args: unknown[]) => Promise<void> {
   return connectedAction(async (conn, ...args: A) => fn({ sbx: await client(conn), conn }, ...args));
+}
+
+/**
+ * Runs `act` for each id of a command over several (`sbx rm`, `sbx snapshots rm`): an id that fails
+ * with the server's refusal is reported (stderr, exit 1) and the rest still run; a broken connection
+ * or key ends them all. Prints each id done, or with `json` the results per id.
+ */
+export async function forEachId(
+  ids: string[],
+  conn: Connection,
+  json: boolean | undefined,
+  act: (id: string) => Promise<Record<string, unknown> | void>,
+): Promise<void> {
+  const results: Array<{ id: string; ok: boolean; error?: { code: string; message: string } }> = [];
+  for (const id of ids) {
+    try {
+      results.push({ id, ok: true, ...((await act(id)) ?? {}) });
+      if (!json) process.stdout.write(id + '\n');
+    } catch (err) {
+      // The first of several ids failing must not leave the rest undone.
+      if (!(err instanceof SbxError) || err.code === 'runtime_unavailable' || err.code === 'unauthorized') throw err;
+      results.push({ id, ok: false, error: { code: err.code, message: err.message } });
+      process.stderr.write(explain(err, conn) + '\n');
+      process.exitCode = REMOTE_EXIT.sbx;
+    }
+  }
+  if (json) printJson(results);
 }
 
 /** remoteAction without the SDK client: for the commands that need only the connection (exec, shell). */

@@ -5,6 +5,7 @@ import { SbxError, invalidArgument } from '../errors.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, LogChunk, LogOptions } from '../runtime/types.js';
 import type { Box as LibraryBox, ProxyUrlOptions, VncUrlOptions } from '../sandbox/box.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from '../sandbox/types.js';
+import type { SnapshotInfo, SnapshotOptions } from '../sandbox/snapshots.js';
 import { abortError, fromWire } from './http.js';
 import type { Transport } from './http.js';
 import { openStream } from './stream.js';
@@ -243,6 +244,11 @@ export class RemoteBox implements Box {
 
   async remove(): Promise<void> {
     await this.transport.json('DELETE', this.path);
+  }
+
+  /** Saves the box's filesystem as a snapshot of its owner (POST /v1/boxes/:id/snapshots; see the library's Box.snapshot). */
+  async snapshot(opts: SnapshotOptions = {}): Promise<SnapshotInfo> {
+    return this.transport.json<SnapshotInfo>('POST', `${this.path}/snapshots`, { json: opts });
   }
 
   async renewLifetime(lifetimeMs: number): Promise<void> {

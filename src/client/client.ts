@@ -7,6 +7,7 @@ import type { ImageInfo, PullProgress, RegistryAuth } from '../runtime/types.js'
 import type { NodeInfo } from '../runtime/remote/hub.js';
 import type { PoolConfig } from '../sandbox/config.js';
 import type { BoxInfo, CreateOptions, HeartbeatInput, ListOptions, PoolInfo } from '../sandbox/types.js';
+import type { SnapshotInfo } from '../sandbox/snapshots.js';
 import type { ApiKeyInfo, Role } from '../server/keys.js';
 import { RemoteBox } from './box.js';
 import type { Box } from './box.js';
@@ -69,6 +70,16 @@ export class Sbx {
     /** `force`: as the engine takes it (docker: untag an image a box uses). */
     remove(ref: string, opts?: { pool?: string; force?: boolean }): Promise<void>;
   };
+  /**
+   * Snapshots (`box.snapshot()`), the Manager's `snapshots`: the caller's own (an admin's list
+   * takes `owner` to narrow it); another owner's answers not_found. `get` and `delete` take an id
+   * or a name.
+   */
+  readonly snapshots: {
+    list(opts?: { owner?: string }): Promise<SnapshotInfo[]>;
+    get(idOrName: string): Promise<SnapshotInfo>;
+    delete(idOrName: string): Promise<void>;
+  };
   /** Admin: remote nodes (`sbx node`): list, a one-time join token, drain, revoke. */
   readonly nodes: {
     list(): Promise<NodeInfo[]>;
@@ -106,6 +117,12 @@ export class Sbx {
       pull: (ref, opts = {}) => this.pull(opts.pool, ref, opts),
       list: async (opts = {}) => (await t.json<{ images: ImageInfo[] }>('GET', '/v1/images', { query: { pool: opts.pool } })).images,
       remove: async (ref, opts = {}) => void (await t.json('DELETE', '/v1/images', { query: { ref, pool: opts.pool, force: opts.force } })),
+    };
+    const snapshot = (id: string) => `/v1/snapshots/${encodeURIComponent(id)}`;
+    this.snapshots = {
+      list: async (opts = {}) => (await t.json<{ snapshots: SnapshotInfo[] }>('GET', '/v1/snapshots', { query: { owner: opts.owner } })).snapshots,
+      get: (id) => t.json<SnapshotInfo>('GET', snapshot(id)),
+      delete: async (id) => void (await t.json('DELETE', snapshot(id))),
     };
     const node = (name: string) => `/v1/nodes/${encodeURIComponent(name)}`;
     this.nodes = {

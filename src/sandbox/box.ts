@@ -11,6 +11,7 @@ import { boxRuntime } from './box-errors.js';
 import { BoxFS, type BoxFilesOptions } from './box-fs.js';
 import { VNC_PORT } from './box-spec.js';
 import type { BoxRecord } from './labels.js';
+import type { SnapshotInfo, SnapshotOptions } from './snapshots.js';
 import type { PortGrant } from './port-tokens.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from './types.js';
 import { checkPort } from '../runtime/ports.js';
@@ -98,6 +99,18 @@ export interface Box extends AsyncDisposable {
    * (Kubernetes): not_available.
    */
   archive(): Promise<void>;
+  /**
+   * Saves the box's filesystem (not its processes, workspace or tmpfs mounts) as an image owned by
+   * the box's owner: pass the snapshot's `id` as `image` to create boxes from it, which start their
+   * command anew. A running box is paused for the copy and left running; a paused or stopped one
+   * works too. `name` is unique per owner (conflict). Not use. A pool whose runtime cannot
+   * (Kubernetes): not_available. docs/lifecycle.md, Snapshots.
+   *
+   * @example
+   * const snap = await box.snapshot({ name: 'deps-installed' });
+   * const copy = await manager.create({ image: snap.id, owner: box.owner });
+   */
+  snapshot(opts?: SnapshotOptions): Promise<SnapshotInfo>;
   /**
    * SIGTERM, then SIGKILL after the box's stop timeout. The box stays registered, unless its
    * runtime cannot start it again (Kubernetes deletes the pod): then the box is removed.
@@ -237,6 +250,8 @@ export interface BoxHost {
   restoreBox(box: ManagedBox): Promise<void>;
   /** Whether the box's pool can archive it. */
   archivable(box: ManagedBox): boolean;
+  /** Saves the box's filesystem as a snapshot of its owner (src/sandbox/snapshots.ts). */
+  snapshot(box: ManagedBox, opts?: SnapshotOptions): Promise<SnapshotInfo>;
 }
 
 /** When the box was last used, and what is in use right now. */
@@ -799,6 +814,10 @@ export class ManagedBox implements LocalBox {
 
   async remove(): Promise<void> {
     await this.host.removeBox(this.id);
+  }
+
+  async snapshot(opts?: SnapshotOptions): Promise<SnapshotInfo> {
+    return this.host.snapshot(this, opts);
   }
 
   async renewLifetime(lifetimeMs: number): Promise<void> {

@@ -12,6 +12,7 @@ import { parseDuration } from '../util/duration.js';
 import { parseOrThrow } from '../util/validation.js';
 import { imageRef } from '../runtime/spec.js';
 import { DEFAULT_MAX_WORKSPACES_PER_OWNER } from '../workspace/manager.js';
+import { DEFAULT_MAX_SNAPSHOTS_PER_OWNER } from './snapshots.js';
 
 export const NAME_PATTERN = /^[a-z0-9][a-z0-9_-]{0,31}$/;
 
@@ -133,6 +134,7 @@ const configSchema = z
     tokenTtlMs: ms.default(24 * 3_600_000),
     heartbeatIntervalMs: ms.refine((v) => v >= 10, 'must be at least 10 ms').optional(),
     maxWorkspacesPerOwner: z.number().int().min(0).default(DEFAULT_MAX_WORKSPACES_PER_OWNER),
+    maxSnapshotsPerOwner: z.number().int().min(0).default(DEFAULT_MAX_SNAPSHOTS_PER_OWNER),
     publicUrl: z
       .string()
       .url()
@@ -244,6 +246,8 @@ export interface ManagerConfig {
   heartbeatIntervalMs?: number;
   /** Workspaces one owner may hold (`limit_exceeded` beyond); 0 = unlimited. Default 100. */
   maxWorkspacesPerOwner?: number;
+  /** Snapshots one owner may hold (`limit_exceeded` beyond); 0 = unlimited. Default 50. */
+  maxSnapshotsPerOwner?: number;
   /** Remote nodes (`sbx node`): where reverse nodes dial in, how often each is PINGed, when it counts as offline. */
   nodes?: NodesConfig;
   logger?: Logger;
@@ -297,6 +301,7 @@ export interface ResolvedConfig {
   tokenTtlMs: number;
   heartbeatIntervalMs: number | undefined;
   maxWorkspacesPerOwner: number;
+  maxSnapshotsPerOwner: number;
   publicUrl: string | undefined;
   proxyDomain: string | undefined;
   nodes: NodesConfig;
@@ -357,6 +362,7 @@ export function resolveConfig(config: ManagerConfig = {}, env: NodeJS.ProcessEnv
     tokenTtlMs: v.tokenTtlMs,
     heartbeatIntervalMs: v.heartbeatIntervalMs,
     maxWorkspacesPerOwner: v.maxWorkspacesPerOwner,
+    maxSnapshotsPerOwner: v.maxSnapshotsPerOwner,
     publicUrl: v.publicUrl,
     proxyDomain: v.proxyDomain,
     nodes: v.nodes ?? {},

@@ -2,6 +2,8 @@ export { Manager } from './manager.js';
 export { GRACEFUL_CMD, DEFAULT_WORKDIR } from './box-spec.js';
 export type { Box, LocalBox, PortUrlIssuer, ProxyUrlOptions, VncUrlOptions } from './box.js';
 export { CreateOptionsSchema } from './create-options.js';
+export { SnapshotOptionsSchema, SNAPSHOT_ID_PATTERN, DEFAULT_MAX_SNAPSHOTS_PER_OWNER } from './snapshots.js';
+export type { SnapshotInfo, SnapshotOptions, Snapshots } from './snapshots.js';
 export { AttachOptionsSchema } from './attach-options.js';
 export type {
   AttachOptions,

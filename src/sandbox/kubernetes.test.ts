@@ -245,6 +245,18 @@ describe('Manager with a Kubernetes pool, on a real cluster', { skip: why ?? fal
     await box.remove();
   });
 
+  test('snapshot: not_available (a pod cannot be saved as an image), and nothing is recorded', async () => {
+    const m = newManager();
+    const box = await m.create({ image: IMAGE, owner: 'alice' });
+    try {
+      await assert.rejects(box.snapshot({ name: 'pod' }), (e) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'commit_unsupported');
+      assert.deepEqual(await m.snapshots.list(), []);
+      assert.equal((await box.info()).status, 'running');
+    } finally {
+      await box.remove();
+    }
+  });
+
   test('box.files() works in a pod: the agent binary is the file tool', async () => {
     const m = newManager();
     const box = await m.create({ image: IMAGE });

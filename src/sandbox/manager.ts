@@ -7,6 +7,7 @@ import { parseImageRef } from '../runtime/image-ref.js';
 import type { HostEndpoint, ImageInfo, PullProgress, RegistryAuth, BoxHeartbeat } from '../runtime/types.js';
 import { isNodeAddress } from '../runtime/remote/address.js';
 import { NodeHub } from '../runtime/remote/hub.js';
+import { IMAGE_NODE_LABEL } from '../runtime/remote/node-set.js';
 import type { NodeInfo } from '../runtime/remote/hub.js';
 import type { JoinRequest } from '../runtime/remote/trust-store.js';
 import type { EngineCall, EngineCallObserver } from '../runtime/timed-runtime.js';
@@ -36,6 +37,7 @@ import { StopIntents } from './stop-intents.js';
 import { LifetimeStore } from './lifetimes.js';
 import { ClaimStore } from './claims.js';
 import { WarmPool } from './warm-pool.js';
+import { Snapshots } from './snapshots.js';
 import { WorkspaceVolumes, hasWorkspaceVolumes } from './workspace-volumes.js';
 import type { BoxInfo, CleanupStats, CreateOptions, HeartbeatInput, ListOptions, PoolInfo, ServerEndpoints, WarmInfo } from './types.js';
 
@@ -63,6 +65,8 @@ export class Manager {
   readonly workspaces: WorkspaceManager;
   /** Box tokens, port access tokens and per-feature keys, all from one secret (src/sandbox/secrets.ts). */
   readonly secrets: BoxSecrets;
+  /** Boxes' filesystems saved as images (box.snapshot()): list, get, delete, owner-scoped (src/sandbox/snapshots.ts). */
+  readonly snapshots: Snapshots;
   readonly cleanupStats: CleanupStats = {
     ticks: 0,
     removedIdle: 0,
@@ -125,6 +129,17 @@ export class Manager {
     this.claims = new ClaimStore(join(this.config.dataDir, 'claims', this.config.name));
     this.stopIntents = new StopIntents(join(this.config.dataDir, 'stopped', `${this.config.name}.json`));
     this.lifetimes = new LifetimeStore(join(this.config.dataDir, 'lifetimes', `${this.config.name}.json`));
+    this.snapshots = new Snapshots({
+      file: join(this.config.dataDir, 'snapshots', `${this.config.name}.json`),
+      manager: this.config.name,
+      maxPerOwner: this.config.maxSnapshotsPerOwner,
+      runtimeFor: (pool) => this.pool(pool).runtime(),
+      nodeOf: (pool, containerId) =>
+        isNodeAddress(this.pool(pool).def.addr) ? containerId.slice(0, Math.max(0, containerId.indexOf(':'))) || undefined : undefined,
+      boxesUsing: (ref) => this.registry.all().flatMap((b) => (b.image === ref ? [b.id] : [])),
+      now: this.now,
+      log: this.log,
+    });
     this.loop = new CleanupLoop(this.config.cleanupIntervalMs, () => this.cleanupOnce());
     this.secrets = new BoxSecrets({
       tokenSecret: this.config.tokenSecret,
@@ -145,6 +160,11 @@ export class Manager {
       archiveBox: (box) => this.archiver.archive(box),
       restoreBox: (box) => this.archiver.restore(box),
       archivable: (box) => this.archiver.archivable(box),
+      snapshot: async (box, opts) => {
+        // A removed box (or another box under its id since) is gone to a snapshot as to every lookup.
+        if (this.known(box.id) !== box) throw new SbxError('not_found', `box '${box.id}' not found`, { details: { id: box.id } });
+        return this.snapshots.take(box, opts);
+      },
       onExecFinished: (box) => {
         if (box.policy === 'oneshot' && box.activity.inFlight === 0) {
           this.remove(box.id).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'oneshot removal failed; cleanup will retry'));
@@ -487,10 +507,18 @@ export class Manager {
     // The id of a box being removed is free once its removal ends (it already reads as gone).
     await this.removing.get(id)?.catch(() => undefined);
     const owner = opts.owner ?? DEFAULT_OWNER;
-    const pool = await this.placement(opts, owner);
+    // A snapshot (by id or image reference) only for its owner; its box goes where its image is.
+    const snapshot = await this.snapshots.resolve(opts.image, owner);
+    if (snapshot && opts.pool !== undefined && opts.pool !== snapshot.pool) {
+      throw new SbxError('invalid_argument', `pool: snapshot '${opts.image}' lives on pool '${snapshot.pool}'; a box from it is created there`, {
+        details: { field: 'pool', pool: snapshot.pool },
+      });
+    }
+    const placed = snapshot ? { ...opts, image: snapshot.image, pool: snapshot.pool } : opts;
+    const pool = await this.placement(placed, owner);
     const release = this.registry.reserve(id, pool.def, owner);
     try {
-      return await this.createReserved(id, owner, pool, opts);
+      return await this.createReserved(id, owner, pool, placed, snapshot?.node);
     } finally {
       release();
     }
@@ -523,7 +551,8 @@ export class Manager {
     return this.pool(node);
   }
 
-  private async createReserved(id: string, owner: string, pool: Pool, opts: CreateOptions): Promise<ManagedBox> {
+  /** `imageNode`: the node of the pool whose engine alone has the image (a snapshot's), where the box must go. */
+  private async createReserved(id: string, owner: string, pool: Pool, opts: CreateOptions, imageNode?: string): Promise<ManagedBox> {
     const record = newBoxRecord({ manager: this.config.name, id, owner, pool: pool.def, opts, now: this.now(), tokenNonce: BoxTokenService.newNonce() });
     const sbxEnv: Record<string, string> = {
       ...(this.grpcAddr() !== undefined ? { SBX_GRPC_ADDR: this.grpcAddr()! } : {}),
@@ -544,7 +573,8 @@ export class Manager {
     const mount = record.workspaceId
       ? { hostPath: await this.workspaces.mountPath(record.workspaceId), containerPath: record.mountPath, readOnly: record.mountMode === 'ro' }
       : undefined;
-    const spec = buildContainerSpec({ record, opts, pool: pool.def, sbxEnv, mount, machine: pool.resources });
+    const built = buildContainerSpec({ record, opts, pool: pool.def, sbxEnv, mount, machine: pool.resources });
+    const spec = imageNode === undefined ? built : { ...built, labels: { ...built.labels, [IMAGE_NODE_LABEL]: imageNode } };
     const runtime = pool.runtime();
     let containerId: string;
     try {

@@ -26,6 +26,7 @@ import { removeContainersOf, startTestServer } from '../testing/server.js';
 import type { TestServer } from '../testing/server.js';
 import { waitFor } from '../testing/wait.js';
 import type { LocalBox } from './box.js';
+import type { SnapshotInfo } from './snapshots.js';
 import type { ManagerConfig } from './config.js';
 import { WARM_LABEL } from './warm.js';
 
@@ -368,6 +369,32 @@ describe('pools that span machines: two namespace nodes behind sbx serve', { tim
       const box = await t.manager.get(id);
       assert.equal((await box.exec(['echo', id])).stdout, `${id}\n`);
       await box.remove();
+    }
+  });
+
+  test("a snapshot is made on its box's node, and boxes from it are placed there, drained or not (the other node has no such image)", async () => {
+    const source = await placeOn('n3');
+    const made: LocalBox[] = [];
+    let snap: SnapshotInfo | undefined;
+    try {
+      assert.equal((await source.exec(['sh', '-c', 'echo on-n3 > /tmp/where'])).exitCode, 0);
+      snap = await source.snapshot();
+      assert.equal(snap.pool, 'remote');
+      // Drained, n3 takes no other box: placement without the image's node would send these to n4, which lacks the image.
+      await sbx.nodes.drain('n3');
+      for (let i = 0; i < 3; i++) made.push(await t.manager.create({ image: snap.id, owner: OWNER }));
+      await sbx.nodes.drain('n3', { draining: false });
+      assert.deepEqual(
+        made.map((b) => onNode(b)),
+        ['n3', 'n3', 'n3'],
+      );
+      assert.equal((await made[0]!.exec(['cat', '/tmp/where'])).stdout, 'on-n3\n');
+    } finally {
+      await sbx.nodes.drain('n3', { draining: false });
+      await Promise.all(made.map((b) => b.remove()));
+      await source.remove();
+      // The node's engine keeps its images between runs: none of this test's may stay.
+      if (snap) await t.manager.snapshots.delete(snap.id);
     }
   });
 

@@ -31,6 +31,7 @@ import { replies } from './schemas.js';
 import type { VncDeps } from './vnc.js';
 import { boxRoutes } from './routes-boxes.js';
 import { workspaceRoutes } from './routes-workspaces.js';
+import { snapshotRoutes } from './routes-snapshots.js';
 import { boxFileRoutes } from './routes-box-files.js';
 import { wsExecRoutes } from './ws-exec.js';
 
@@ -200,6 +201,7 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   boxRoutes(app, ctx);
   wsExecRoutes(app, ctx);
   workspaceRoutes(app, ctx);
+  snapshotRoutes(app, ctx);
   boxFileRoutes(app, ctx);
   adminRoutes(app, ctx);
   imageRoutes(app, ctx);

@@ -8,7 +8,7 @@ import { MAX_DURATION_MS, commandLine, portNumber } from '../runtime/bounds.js';
 import { ExecOptionsSchema, ExecStreamOptionsSchema } from '../runtime/spec.js';
 import type { ExecResult } from '../runtime/types.js';
 import { BOX_STATUSES } from '../sandbox/types.js';
-import type { BoxInfo, PoolInfo } from '../sandbox/index.js';
+import type { BoxInfo, PoolInfo, SnapshotInfo } from '../sandbox/index.js';
 import type { DirEntry, FileStat, ImportResult, Workspace, WorkspaceUsage } from '../workspace/index.js';
 import type { ErrorBody } from './errors.js';
 import type { ApiKeyInfo, CreatedKey } from './keys.js';
@@ -288,3 +288,21 @@ export function replies(ok: Record<number, z.ZodType>, errors: readonly ErrorSta
   for (const status of errors) out[status] = ErrorBodySchema.describe(ERROR_STATUSES[status]);
   return out;
 }
+
+/** A snapshot's id (`snap-…`) or its name, in a path. */
+export const snapshotIdParam = z.object({ id: z.string().regex(BOX_ID_PATTERN, 'is not a valid snapshot id or name') }).strict();
+export const SnapshotInfoSchema = z
+  .object({
+    id: z.string(),
+    name: z.string().nullable(),
+    owner: z.string(),
+    pool: z.string(),
+    sourceBoxId: z.string(),
+    image: z.string().describe("the engine's image reference; a create takes it, or the id, as image"),
+    sizeBytes: z.number().int(),
+    createdAt: isoTime,
+  })
+  .meta({ id: 'SnapshotInfo' });
+exact<Exact<z.infer<typeof SnapshotInfoSchema>, SnapshotInfo>>(true);
+export const SnapshotListSchema = z.object({ snapshots: z.array(SnapshotInfoSchema) });
+export const ListSnapshotsQuery = z.object({ owner: z.string().regex(OWNER_PATTERN, 'is not a valid owner').optional() }).strict();

@@ -91,6 +91,11 @@ export interface NodeSetOptions {
 
 /** The label a NodeSet puts on what it creates with a memory limit: the bytes, so placement counts them from a list. */
 export const MEMORY_LABEL = 'sbx.memory';
+/**
+ * The label that places a create on one node: the one whose engine holds the spec's image (an
+ * image `commit` made there, which no other node has: a snapshot). Set by the caller; kept on the box.
+ */
+export const IMAGE_NODE_LABEL = 'sbx.image-node';
 /** What every container of sbx carries (src/sandbox/labels.ts): what placement counts. */
 const MANAGED = { 'sbx.managed-by': 'sbx' };
 const NODE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
@@ -405,7 +410,7 @@ export class NodeSet implements Runtime {
     await this.on(id, 'unpause container', (rt, local) => rt.unpause(local));
   }
 
-  /** The image is made on the container's node: boxes from it are placed there (docs/nodes.md). */
+  /** The image is made on the container's node only: a create from it names that node (IMAGE_NODE_LABEL). */
   async commit(id: string, ref: string, opts?: { labels?: Record<string, string> }): Promise<void> {
     await this.on(id, 'commit container', (rt, local) => rt.commit(local, ref, opts));
   }
@@ -483,8 +488,17 @@ export class NodeSet implements Runtime {
   }
 
   private async choose(spec: ContainerSpec, need: { memory: number }): Promise<{ m: NodeMember; release: () => void }> {
-    const home = await this.volumeMemberOf(spec);
-    if (home && home.state !== 'online') throw this.offline(home, `create a box mounting workspace volume ${spec.binds![0]!.hostPath}`);
+    const volumeHome = await this.volumeMemberOf(spec);
+    const imageHome = this.imageMemberOf(spec);
+    if (volumeHome && imageHome && volumeHome !== imageHome) {
+      throw new SbxError('conflict', `the box's workspace volume is on node '${volumeHome.name}', its image ${spec.image} on node '${imageHome.name}' only`, {
+        details: { address: this.address, nodes: { volume: volumeHome.name, image: imageHome.name } },
+      });
+    }
+    const home = volumeHome ?? imageHome;
+    if (home && home.state !== 'online') {
+      throw this.offline(home, volumeHome ? `create a box mounting workspace volume ${spec.binds![0]!.hostPath}` : `create a box from image ${spec.image}`);
+    }
     const candidates = home ? [home] : this.members();
     const why = new Map<string, string>();
     const fits = await Promise.all(
@@ -541,10 +555,19 @@ export class NodeSet implements Runtime {
         details: { address: this.address, nodes },
       });
     }
-    const where = home ? `node '${home.name}', which holds the box's workspace,` : `no node of ${this.address}`;
+    const where = home ? `node '${home.name}', which holds the box's workspace or image,` : `no node of ${this.address}`;
     return new SbxError('limit_exceeded', `${where} can take the box now (${reasons})`, {
       details: { address: this.address, nodes, ...(home ? { node: home.name } : {}) },
     });
+  }
+
+  /** The node the spec's image is on (IMAGE_NODE_LABEL), or undefined; a node this set does not have: not_found. */
+  private imageMemberOf(spec: ContainerSpec): NodeMember | undefined {
+    const name = spec.labels?.[IMAGE_NODE_LABEL];
+    if (name === undefined) return undefined;
+    const m = this.member(name);
+    if (!m) throw new SbxError('not_found', `image ${spec.image} is on node '${name}', which is not a node of ${this.address}`, { details: { node: name } });
+    return m;
   }
 
   // --- workspace volumes ---------------------------------------------------------------

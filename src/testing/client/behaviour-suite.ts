@@ -31,6 +31,7 @@ export type SandboxApi = Pick<
     usage: Sbx['workspaces']['usage'];
     fs(id: string): Promise<WorkspaceFS>;
   };
+  snapshots: Sbx['snapshots'];
 };
 
 export interface Subject {
@@ -195,6 +196,46 @@ export function behaviourSuite(name: string, makeSubject: () => Promise<Subject>
         await b.remove();
       }
       await rejectsWith(b.pause(), 'not_found');
+    });
+
+    test('snapshot: a box made from it has the files, its command starts anew; list, get, delete; then not_found', async () => {
+      const b = await s.api.create({
+        image: s.image,
+        owner: OWNER,
+        labels: { suite: run },
+        cmd: ['sh', '-c', 'echo started >> /tmp/main.log; exec sleep 31337'],
+      });
+      let copy: Box | undefined;
+      const snap = await (async () => {
+        await until('the source ran its command', async () => (await b.exec(['cat', '/tmp/main.log'])).stdout === 'started\n');
+        return b.snapshot({ name: `beh-${run}` });
+      })().catch(async (err: unknown) => {
+        await b.remove();
+        throw err;
+      });
+      try {
+        assert.equal(snap.owner, OWNER);
+        assert.equal(snap.pool, s.pool ?? 'local');
+        assert.equal((await b.info()).status, 'running', 'the source box keeps running');
+        assert.ok((await s.api.snapshots.list()).some((x) => x.id === snap.id));
+        assert.deepEqual(await s.api.snapshots.get(snap.id), snap);
+        copy = await s.api.create({
+          image: snap.id,
+          owner: OWNER,
+          labels: { suite: run },
+          cmd: ['sh', '-c', 'echo started >> /tmp/main.log; exec sleep 31337'],
+        });
+        assert.equal(copy.pool, snap.pool, 'made where the image is');
+        // The log the source's command wrote is in the files, and the copy's own command ran once more.
+        await until('the copy ran its command', async () => (await copy!.exec(['cat', '/tmp/main.log'])).stdout === 'started\nstarted\n');
+        await rejectsWith(s.api.snapshots.delete(snap.id), 'conflict');
+      } finally {
+        await copy?.remove();
+        await b.remove();
+      }
+      await s.api.snapshots.delete(snap.id);
+      await rejectsWith(s.api.snapshots.get(snap.id), 'not_found');
+      await rejectsWith(s.api.create({ image: snap.id, owner: OWNER }), 'not_found');
     });
 
     test('a command that exits 4 leaves the box stopped with exit code 4; logs() reads its output: followed to its end, all, tail, since', async () => {
