@@ -66,6 +66,14 @@ export interface ContainerSpec {
   dialAnyPort?: boolean;
 }
 
+/**
+ * The label that makes an image, or a container, an owner's. A runtime makes a container from an
+ * image labelled with an owner only when the container's own labels name the same owner, however
+ * the image is named (a tag, an id, an id prefix): a committed box (a snapshot, an archive) holds
+ * that owner's files and env. `commit` gives the image its container's owner unless told another.
+ */
+export const IMAGE_OWNER_LABEL = 'sbx.owner';
+
 export type ContainerStatus = 'created' | 'running' | 'paused' | 'restarting' | 'removing' | 'exited' | 'dead';
 
 export interface PublishedPort {
@@ -423,8 +431,9 @@ export interface Runtime {
    * it) as the image `ref` with `labels`. The image's settings (entrypoint, cmd, user, workdir) are
    * those of the image the container was made from, so a box made from it starts as one from that
    * image would; the container's env stays in it, with sbx's own variables (`SBX_*`, the agent's
-   * token) blanked. A running container is paused for the copy and left running. A runtime that
-   * cannot (`capabilities.commit` false): not_available.
+   * token) blanked, and of its labels only its owner's (IMAGE_OWNER_LABEL) and `labels`. A running
+   * container is paused for the copy and left running. A runtime that cannot (`capabilities.commit`
+   * false): not_available.
    */
   commit(id: string, ref: string, opts?: { labels?: Record<string, string> }): Promise<void>;
   /** With force a running container is killed first. A missing container is not_found. */

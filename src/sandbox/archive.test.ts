@@ -69,6 +69,13 @@ describe('archive and restore', () => {
       for (const image of [archiveImage(m.config.name, box.id), `docker.io/${archiveImage(m.config.name, box.id)}`, 'sbx-archive:latest']) {
         await assert.rejects(m.create({ image, owner: 'mallory' }), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'image');
       }
+      // Nor by its id or an id prefix, which the engine would resolve: the image is its owner's only.
+      const made = (await engine.images.list()).find((i) => i.tags.includes(archiveImage(m.config.name, box.id)));
+      assert.ok(made, 'the archive image is listed');
+      const hex = made.id.replace(/^sha256:/, '');
+      for (const image of [hex, hex.slice(0, 12), `sha256:${hex}`]) {
+        await assert.rejects(m.create({ image, owner: 'mallory' }), (e) => isSbxError(e, 'not_found'), image);
+      }
       assert.equal(box.status, 'archived', 'reads do not restore it');
 
       // A use: restored first, transparently.

@@ -16,6 +16,7 @@ import type Docker from 'dockerode';
 import { invalidArgument } from '../../errors.js';
 import { AGENT_BIN, AGENT_CAPS, AGENT_PORT, AGENT_TOKEN_ENV } from '../agent-protocol.js';
 import type { ContainerSpec } from '../types.js';
+import { IMAGE_OWNER_LABEL } from '../types.js';
 
 export { AGENT_BIN };
 /** Labels the runtime puts on a box with the agent: the protocol version and the box's user. */
@@ -35,6 +36,8 @@ export interface ImageConfig {
   cmd: string[];
   user: string;
   envHasHome: boolean;
+  /** The owner the image belongs to (IMAGE_OWNER_LABEL: a committed box), if any. */
+  owner?: string;
 }
 
 export function imageConfigOf(info: Docker.ImageInspectInfo): ImageConfig {
@@ -47,6 +50,7 @@ export function imageConfigOf(info: Docker.ImageInspectInfo): ImageConfig {
     cmd: list(cfg?.Cmd),
     user: cfg?.User ?? '',
     envHasHome: (cfg?.Env ?? []).some((e) => e.startsWith('HOME=')),
+    ...(cfg?.Labels?.[IMAGE_OWNER_LABEL] ? { owner: cfg.Labels[IMAGE_OWNER_LABEL] } : {}),
   };
 }
 

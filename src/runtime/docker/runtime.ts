@@ -39,6 +39,7 @@ import { AgentUnreachable, agentExec, agentExecStream, configureAgent, hasOomLin
 import type { AgentTarget } from '../agent-client.js';
 import { canCopyTool, copyTool, mountedTool } from './box-tool.js';
 import { AGENT_PORT, AGENT_TOKEN_ENV } from '../agent-protocol.js';
+import { IMAGE_OWNER_LABEL } from '../types.js';
 import { formatImageRef, parseImageRef } from '../image-ref.js';
 import { AGENT_BIN, AGENT_LABEL, agentBoxOf, bridgeAddressOf, defaultAgentDir, imageConfigOf, injectAgent } from './agent-inject.js';
 import type { AgentBox, ImageConfig } from './agent-inject.js';
@@ -120,8 +121,20 @@ export class DockerRuntime implements Runtime {
 
   async create(spec: ContainerSpec): Promise<string> {
     const valid = validateSpec(spec);
-    if (!this.agentEnabled) return this.remember(await this.createContainer(valid), { token: undefined, user: undefined });
+    if (!this.agentEnabled) {
+      this.checkImageOwner(valid, await this.imageConfig(valid.image));
+      return this.remember(await this.createContainer(valid), { token: undefined, user: undefined });
+    }
     return this.createWithAgent(valid, true);
+  }
+
+  /**
+   * An owner's image (IMAGE_OWNER_LABEL) makes only that owner's containers; to anyone else it is
+   * as missing as an image that is not there, by whatever name or id prefix they gave.
+   */
+  private checkImageOwner(spec: ContainerSpec, image: ImageConfig | undefined): void {
+    if (image?.owner === undefined || image.owner === spec.labels?.[IMAGE_OWNER_LABEL]) return;
+    throw new SbxError('not_found', `image ${spec.image} not found on ${this.address}; pull or build it first`, { details: { image: spec.image } });
   }
 
   private remember(id: string, box: AgentBox): string {
@@ -150,6 +163,7 @@ export class DockerRuntime implements Runtime {
   private async createWithAgent(valid: ContainerSpec, retry: boolean): Promise<string> {
     const known = this.imageConfigs.get(valid.image);
     const image = known ?? (await this.imageConfig(valid.image));
+    this.checkImageOwner(valid, image);
     let injected = image ? injectAgent(valid, image, this.agentDir) : undefined;
     if (injected && !('skip' in injected)) {
       const skip = await this.agentNetworkSkip(valid.network);
@@ -159,7 +173,7 @@ export class DockerRuntime implements Runtime {
     const check = known ? this.imageConfig(valid.image) : undefined;
     const id = await this.createContainer(injected.spec);
     const fresh = check ? await check : image;
-    if (retry && fresh && fresh.id !== image!.id) {
+    if (retry && fresh && (fresh.id !== image!.id || fresh.owner !== image!.owner)) {
       await this.docker
         .getContainer(id)
         .remove({ force: true })
@@ -361,13 +375,18 @@ export class DockerRuntime implements Runtime {
       const key = kv.slice(0, kv.indexOf('=') === -1 ? kv.length : kv.indexOf('='));
       return key.startsWith('SBX_') || key === AGENT_TOKEN_ENV ? `${key}=` : kv;
     });
+    // Labels merge the same way: every one of the container's is named, blank (its spec and record
+    // are the box's, not the image's), but its owner, whose image this is (IMAGE_OWNER_LABEL).
+    const own = c.Config.Labels ?? {};
+    const labels: Record<string, string> = Object.fromEntries(Object.keys(own).map((k) => [k, '']));
+    Object.assign(labels, base?.Labels ?? {}, own[IMAGE_OWNER_LABEL] ? { [IMAGE_OWNER_LABEL]: own[IMAGE_OWNER_LABEL] } : {}, opts.labels ?? {});
     const config = {
       Entrypoint: base?.Entrypoint ?? null,
       Cmd: base?.Cmd ?? null,
       User: base?.User ?? '',
       WorkingDir: base?.WorkingDir ?? '',
       Env: env,
-      Labels: { ...(base?.Labels ?? {}), ...(opts.labels ?? {}) },
+      Labels: labels,
     };
     try {
       await this.docker.getContainer(id).commit({
