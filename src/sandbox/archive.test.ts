@@ -91,10 +91,13 @@ describe('archive and restore', () => {
         'its ports are published again',
       );
       assert.equal(await engine.images.exists(archiveImage(m.config.name, box.id)), false, 'the archive is gone once restored');
-      // Archived again, resume() restores it too.
+      // Archived again, resume() restores it too; and the files API, which asks for its tool first.
       await box.archive();
       await box.resume();
       assert.equal((await box.exec(hashCmd)).stdout, hash);
+      await box.archive();
+      assert.equal((await box.files().stat('/etc/hostname')).isFile, true);
+      assert.equal(box.status, 'running', 'the files API restored it');
     } finally {
       await box.remove();
     }
@@ -116,6 +119,21 @@ describe('archive and restore', () => {
     } finally {
       await box.remove();
       await m.workspaces.delete(ws.id);
+    }
+  });
+
+  test('a removal racing a restore leaves nothing: no container, no archive, the box gone', async () => {
+    const m = newManager();
+    await m.start();
+    for (let round = 0; round < 3; round++) {
+      const box = (await m.create({ image: IMAGE })) as LocalBox;
+      await box.archive();
+      // The exec's restore and the removal race; whichever wins, the other finds the box gone or removes it.
+      const [used] = await Promise.allSettled([box.exec(['true']), m.remove(box.id)]);
+      if (used.status === 'rejected') assert.ok(isSbxError(used.reason, 'not_found'), String(used.reason));
+      await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'));
+      assert.deepEqual(await engine.list({ labels: managerSelector(m.config.name) }), [], 'no container left');
+      assert.equal(await engine.images.exists(archiveImage(m.config.name, box.id)), false, 'no archive left');
     }
   });
 

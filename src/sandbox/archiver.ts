@@ -17,6 +17,7 @@ import type { ClaimStore } from './claims.js';
 import { ARCHIVE_LABEL, MANAGED_BY, MANAGED_BY_VALUE, SPEC_LABEL, boxSelector, containerName, recordToLabels } from './labels.js';
 import type { LifetimeStore } from './lifetimes.js';
 import type { Pool } from './pool.js';
+import { IMAGE_NODE_LABEL } from '../runtime/remote/node-set.js';
 import type { BoxRegistry } from './registry.js';
 import type { StopIntents } from './stop-intents.js';
 
@@ -32,6 +33,8 @@ export interface ArchiverDeps {
   boxHost: BoxHost;
   pool(name: string): Pool;
   hostEndpoints(): Promise<HostEndpoint[]>;
+  /** On a pool of nodes, the node a container id names (where its commit's image is). */
+  imageNodeOf(pool: string, containerId: string): string | undefined;
 }
 
 const ARCHIVE_REPOSITORY = 'sbx-archive';
@@ -69,9 +72,24 @@ export class Archiver {
     return this.moving.has(id);
   }
 
-  /** Whether a box's pool can archive it (its runtime commits). */
+  /** Boxes made by an sbx that kept no spec of them: never archivable (asked once). */
+  private readonly specless = new Set<string>();
+
+  /** Whether a box's pool can archive it (its runtime commits) and sbx can make it again. */
   archivable(box: ManagedBox): boolean {
-    return this.d.pool(box.pool).runtime().capabilities.commit !== false;
+    return this.d.pool(box.pool).runtime().capabilities.commit !== false && !this.specless.has(box.id);
+  }
+
+  /** Where a box made from an archive goes: on a pool of nodes, the node that holds the image. */
+  private placement(pool: Pool, containerId: string): Record<string, string> {
+    const node = this.d.imageNodeOf(pool.name, containerId);
+    return node ? { [IMAGE_NODE_LABEL]: node } : {};
+  }
+
+  /** A max lifetime set while archived: kept in the archive's record, which a restore makes the box from. */
+  async saveLifetime(box: ManagedBox, maxLifetimeMs: number): Promise<void> {
+    const entry = this.d.store.get(box.id);
+    if (entry) await this.d.store.put({ ...entry, record: { ...entry.record, maxLifetimeMs } });
   }
 
   /**
@@ -88,6 +106,7 @@ export class Archiver {
     const old = box.containerId;
     const spec = specOf((await rt.inspect(old)).labels);
     if (!spec) {
+      this.specless.add(box.id);
       throw new SbxError('not_available', `box '${box.id}' was created by an sbx that kept no spec of it, so it cannot be made again from an archive`, {
         details: { id: box.id, reason: 'no_spec' },
       });
@@ -100,12 +119,12 @@ export class Archiver {
       execEnv: { ...box.execEnv },
       containerId: old,
     };
+    const wasRunning = box.status === 'running' || box.status === 'paused';
     this.moving.add(box.id);
     try {
-      await this.d.store.put(entry);
+      await this.d.store.put({ ...entry, wasRunning });
       // Stopped on purpose: a Manager that dies now and finds the old box does not start it behind the caller.
       await this.d.stopIntents.set(box.id, true);
-      const wasRunning = box.status === 'running' || box.status === 'paused';
       try {
         // Thawed first, so the stop is the graceful one (a frozen process cannot run its SIGTERM handler).
         if (box.status === 'paused') await rt.unpause(old);
@@ -154,11 +173,13 @@ export class Archiver {
     this.moving.add(box.id);
     try {
       await this.d.store.put({ ...entry, state: 'restoring' });
+      // The old container, should its removal have failed, still holds the box's name.
+      await rt.remove(entry.containerId, { force: true }).catch(() => undefined);
       // The box must reach sbx's endpoints as at create.
       await pool.allowHostEndpoints(await this.d.hostEndpoints());
       let created: string | undefined;
       try {
-        created = await rt.create(this.restoreSpec(box, entry));
+        created = await rt.create(this.restoreSpec(box, entry, pool));
         await boxRuntime(rt, created, box.id).start(created);
       } catch (err) {
         if (created) await rt.remove(created, { force: true }).catch(() => undefined);
@@ -178,14 +199,15 @@ export class Archiver {
   }
 
   /** The box's own spec on its archive's image, with its record's labels (a claimed spare's identity its own now). */
-  private restoreSpec(box: ManagedBox, entry: ArchiveEntry): ContainerSpec {
+  private restoreSpec(box: ManagedBox, entry: ArchiveEntry, pool: Pool): ContainerSpec {
     const { labels: _spare, ...spec } = entry.spec;
+    const env = { ...(spec.env ?? {}), ...entry.execEnv };
     return {
       ...spec,
       image: entry.image,
       name: containerName(this.d.manager, box.id),
-      env: { ...(spec.env ?? {}), ...entry.execEnv },
-      labels: { ...recordToLabels(box.record), [SPEC_LABEL]: JSON.stringify({ ...spec, env: { ...(spec.env ?? {}), ...entry.execEnv } }) },
+      env,
+      labels: { ...recordToLabels(box.record), [SPEC_LABEL]: JSON.stringify({ ...spec, env }), ...this.placement(pool, entry.containerId) },
     };
   }
 
@@ -201,35 +223,55 @@ export class Archiver {
     await this.d.store.delete(box.id);
   }
 
+  /** Entries a start found that their pool's engine has not settled yet: retried at each reconcile of that pool. */
+  private readonly unsettled = new Set<string>();
+
   /**
-   * At start, before the pools are reconciled: each entry settles to the old box (left for
-   * reconcile to adopt), the new one (likewise), or an archived box registered here.
+   * At start: reads the archives; an archived box is registered at once (its entry is the box,
+   * whatever its engine says), every entry is settled by its pool's next reconcile (settlePool).
    */
   async recover(): Promise<void> {
     await this.d.store.load();
     for (const entry of this.d.store.all()) {
-      const id = entry.record.id;
-      let pool: Pool;
-      try {
-        pool = this.d.pool(entry.record.pool);
-      } catch {
-        this.d.log.warn({ box: id, pool: entry.record.pool }, 'archived box of a pool this Manager does not have; kept for when it does');
+      if (entry.state === 'archived') this.register(entry);
+      this.unsettled.add(entry.record.id);
+    }
+  }
+
+  /**
+   * Before a pool is reconciled: each entry a start found settles to the old box (left for
+   * reconcile to adopt), the new one (likewise), or an archived box. An engine that does not
+   * answer leaves it for the next reconcile.
+   */
+  async settlePool(pool: Pool): Promise<void> {
+    for (const id of [...this.unsettled]) {
+      const entry = this.d.store.get(id);
+      if (!entry || this.moving.has(id)) {
+        if (!entry) this.unsettled.delete(id);
         continue;
       }
+      if (entry.record.pool !== pool.name) continue;
       try {
         await this.settle(pool, entry);
+        this.unsettled.delete(id);
       } catch (err) {
-        this.d.log.error({ box: id, state: entry.state, err }, 'could not settle an archive; the next start tries again');
+        this.d.log.warn({ box: id, state: entry.state, err }, 'could not settle an archive yet; the next reconcile tries again');
       }
     }
+  }
+
+  private register(entry: ArchiveEntry): void {
+    if (!this.d.registry.get(entry.record.id)) this.d.registry.add(new ManagedBox({ ...entry.record }, '', this.d.boxHost, 'archived'));
   }
 
   private async settle(pool: Pool, entry: ArchiveEntry): Promise<void> {
     const rt = pool.runtime();
     const id = entry.record.id;
     if (entry.state === 'archiving') {
-      // Killed before the image was complete: the old container is the box.
+      // Killed before the image was complete: the old container is the box, and runs again if it ran
+      // (no stop intent: the pool's revive starts it).
       await removeImage(rt, entry.image);
+      if (entry.wasRunning) await this.d.stopIntents.set(id, false);
       await this.d.store.delete(id);
       this.d.log.warn({ box: id }, 'an archive was cut short; the box stays as it was');
       return;
@@ -245,12 +287,12 @@ export class Archiver {
       }
       for (const c of made) await rt.remove(c.id, { force: true });
       await this.d.store.put({ ...entry, state: 'archived' });
+      this.register(entry);
     }
     // Archived: a container left by a removal cut short goes now.
     await rt.remove(entry.containerId, { force: true }).catch((err: unknown) => {
       if (!isSbxError(err, 'not_found')) throw err;
     });
-    if (!this.d.registry.get(id)) this.d.registry.add(new ManagedBox({ ...entry.record }, '', this.d.boxHost, 'archived'));
   }
 
   private runtimeOf(box: ManagedBox): Runtime {

@@ -29,6 +29,8 @@ export interface ArchiveEntry {
   containerId: string;
   /** When the archive was complete (epoch ms). */
   archivedAt?: number;
+  /** The box ran when its archive began: an archive cut short starts it again. */
+  wasRunning?: boolean;
 }
 
 /** The archived boxes of a Manager, in its data directory (`archives.json`), keyed by box id. */

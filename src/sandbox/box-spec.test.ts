@@ -15,6 +15,51 @@ function spec(opts: Partial<CreateOptions> = {}, poolExtra: Parameters<typeof re
   return buildContainerSpec({ record, opts: all, pool, sbxEnv: { SBX_SANDBOX_ID: 'sb-1' }, mount: undefined, machine });
 }
 
+describe('the idle ladder at create (no engine)', () => {
+  const record = (opts: Partial<CreateOptions>, pool: Parameters<typeof resolvePool>[0] = { name: 'local' }) =>
+    newBoxRecord({
+      manager: 'm',
+      id: 'sb-1',
+      owner: 'alice',
+      pool: resolvePool(pool),
+      opts: { image: 'sbx-base:latest', ...opts },
+      now: 1000,
+      tokenNonce: 'n',
+    });
+  const MIN = 60_000;
+
+  test('steps the caller set must come in order: the one too late is invalid_argument naming it', () => {
+    assert.throws(
+      () => record({ idlePauseMs: 10 * MIN, idleTimeoutMs: 10 * MIN }),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'idlePauseMs',
+    );
+    assert.throws(
+      () => record({ idleArchiveMs: 40 * MIN }),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'idleArchiveMs',
+      'after the pool default idle timeout (30 m)',
+    );
+    assert.throws(
+      () => record({ idlePauseMs: 5 * MIN, idleArchiveMs: 5 * MIN }),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'idlePauseMs',
+    );
+    const ok = record({ idlePauseMs: 1 * MIN, idleArchiveMs: 5 * MIN, idleTimeoutMs: 10 * MIN });
+    assert.deepEqual([ok.idlePauseMs, ok.idleArchiveMs, ok.idleTimeoutMs], [MIN, 5 * MIN, 10 * MIN]);
+  });
+
+  test("a pool default step at or after the caller's later one is dropped, not an error", () => {
+    const pool = { name: 'local', idlePauseMs: 5 * MIN, idleArchiveMs: 2 * 60 * MIN };
+    const r = record({ idleTimeoutMs: 30 * MIN }, pool);
+    assert.deepEqual([r.idlePauseMs, r.idleArchiveMs, r.idleTimeoutMs], [5 * MIN, 0, 30 * MIN]);
+    const short = record({ idleTimeoutMs: 2 * MIN }, pool);
+    assert.deepEqual([short.idlePauseMs, short.idleArchiveMs, short.idleTimeoutMs], [0, 0, 2 * MIN]);
+  });
+
+  test('a persistent box has no idle timeout step: pause and archive may come after its (unused) timeout', () => {
+    const r = record({ policy: 'persistent', idlePauseMs: 60 * MIN, idleArchiveMs: 120 * MIN });
+    assert.deepEqual([r.idlePauseMs, r.idleArchiveMs], [60 * MIN, 120 * MIN]);
+  });
+});
+
 describe('container spec building (no engine)', () => {
   test('defaults: the graceful command, /workspace, hardening, pool memory and cpus, no engine restart policy', () => {
     const s = spec();

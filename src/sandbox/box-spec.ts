@@ -61,25 +61,26 @@ export function newBoxRecord({ manager, id, owner, pool, opts, now, tokenNonce }
 
 /**
  * The idle ladder's steps come in order, pause before archive before the idle timeout: a step at
- * or after a later one would never come (a persistent box has no idle timeout step).
+ * or after a later one would never come (a persistent box has no idle timeout step). A step the
+ * caller set that comes too late is invalid_argument naming it; one from the pool's defaults is
+ * dropped instead (0), so a pool's ladder never breaks a create that sets a shorter idle timeout.
  */
 function checkIdleLadder(record: BoxRecord, opts: CreateOptions): void {
-  const steps = [
-    { field: 'idlePauseMs', what: 'idle pause', ms: record.idlePauseMs },
-    { field: 'idleArchiveMs', what: 'idle archive', ms: record.idleArchiveMs },
-    { field: 'idleTimeoutMs', what: 'idle timeout', ms: record.policy === 'persistent' ? 0 : record.idleTimeoutMs },
-  ].filter((s) => s.ms > 0);
-  for (let i = 1; i < steps.length; i++) {
-    const [early, late] = [steps[i - 1]!, steps[i]!];
-    if (early.ms >= late.ms) {
-      // The field the caller set, so the error names what they can change.
-      const field = opts[early.field as keyof CreateOptions] !== undefined ? early.field : late.field;
-      throw invalidArgument(
-        field,
-        `the ${early.what} (${early.ms} ms) must come before the ${late.what} (${late.ms} ms): the idle ladder goes pause, archive, idle timeout`,
-      );
+  const fields = ['idlePauseMs', 'idleArchiveMs', 'idleTimeoutMs'] as const;
+  const what = { idlePauseMs: 'idle pause', idleArchiveMs: 'idle archive', idleTimeoutMs: 'idle timeout' };
+  const ms = (f: (typeof fields)[number]) => (f === 'idleTimeoutMs' && record.policy === 'persistent' ? 0 : record[f]);
+  fields.forEach((early, i) => {
+    for (const late of fields.slice(i + 1)) {
+      if (ms(early) === 0 || ms(late) === 0 || ms(early) < ms(late)) continue;
+      if (opts[early] !== undefined) {
+        throw invalidArgument(
+          early,
+          `the ${what[early]} (${ms(early)} ms) must come before the ${what[late]} (${ms(late)} ms): the idle ladder goes pause, archive, idle timeout`,
+        );
+      }
+      record[early] = 0;
     }
-  }
+  });
 }
 
 /**

@@ -275,13 +275,17 @@ export class BoxActivityState {
 /** The Manager's Box: the record recovery rebuilds, the activity the cleanup loop reads. */
 export class ManagedBox implements LocalBox {
   readonly activity: BoxActivityState;
-  /** When this Manager learnt of the box: a list taken before cannot contain it. */
-  readonly registeredAt: number;
+  /** When this Manager learnt of the box's container (a restore makes a new one): a list taken before cannot contain it. */
+  registeredAt: number;
   status: BoxStatus;
   private boxRt: { of: Runtime; rt: Runtime } | undefined;
   private container: string;
   /** The lifecycle steps asked for so far, chained (step()). */
   private steps: Promise<void> = Promise.resolve();
+  /** Removed (or being removed): no later step runs. */
+  private retired = false;
+  private epoch = 0;
+  private pendingSteps = 0;
 
   constructor(
     readonly record: BoxRecord,
@@ -306,6 +310,7 @@ export class ManagedBox implements LocalBox {
   rebind(containerId: string): void {
     this.container = containerId;
     this.boxRt = undefined;
+    this.registeredAt = this.host.now();
   }
 
   get id(): string {
@@ -372,7 +377,25 @@ export class ManagedBox implements LocalBox {
    * it, so a use never meets a box half-frozen or half-archived and two steps never cross at the engine.
    */
   private step<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.steps.then(fn, fn);
+    // A step queued behind a removal finds the box gone, as any lookup would.
+    return this.chain(() => {
+      if (this.retired) throw new SbxError('not_found', `box '${this.id}' not found`, { details: { id: this.id } });
+      return fn();
+    });
+  }
+
+  private chain<T>(fn: () => Promise<T>): Promise<T> {
+    this.pendingSteps++;
+    const counted = async () => {
+      this.epoch++;
+      try {
+        return await fn();
+      } finally {
+        this.epoch++;
+        this.pendingSteps--;
+      }
+    };
+    const run = this.steps.then(counted, counted);
     this.steps = run.then(
       () => undefined,
       () => undefined,
@@ -380,9 +403,33 @@ export class ManagedBox implements LocalBox {
     return run;
   }
 
-  /** Resolves once the lifecycle steps asked for so far have ended (however they ended). */
-  settled(): Promise<void> {
-    return this.steps;
+  /** Moves with every lifecycle step: a status read before a step is stale after it. */
+  get statusEpoch(): number {
+    return this.epoch;
+  }
+
+  /**
+   * The status the engine reported to a read begun at `epochBefore` (a list, an inspect, an
+   * event): taken only when no step ran or waits since, so a read never undoes a pause or an archive.
+   */
+  observe(status: BoxStatus, epochBefore: number): void {
+    if (this.pendingSteps === 0 && this.epoch === epochBefore) this.status = status;
+  }
+
+  /**
+   * The removal as the box's last step: after any pause, archive or restore in flight, and before
+   * any asked for later, which then find the box gone. A removal that fails leaves the box as it was.
+   */
+  async retire(remove: () => Promise<void>): Promise<void> {
+    await this.chain(async () => {
+      this.retired = true;
+      try {
+        await remove();
+      } catch (err) {
+        this.retired = false;
+        throw err;
+      }
+    });
   }
 
   /**
@@ -536,6 +583,8 @@ export class ManagedBox implements LocalBox {
     const signal = valid.signal;
     if (signal?.aborted) throw new SbxError('cancelled', `attach to port ${port} cancelled`, { details: { id: this.id, port } });
     this.touch();
+    // Its address is asked of the box's container before any dial: an archived box must be back.
+    await this.awake();
     const scheme = valid.protocol === 'ws' ? 'ws' : 'http';
     const url = `${scheme}://${await this.attachAuthority(port)}${attachPath(valid.path)}`;
     // Every attempt dials a fresh socket, which holds the box in use until it closes: the
@@ -689,7 +738,11 @@ export class ManagedBox implements LocalBox {
     return new BoxFS(
       {
         boxId: this.id,
-        tool: async () => (await this.runtime.boxTool?.(this.containerId)) ?? null,
+        // Asked before the run: an archived box must be back to have a tool (a use anyway).
+        tool: async () => {
+          await this.awake();
+          return (await this.runtime.boxTool?.(this.containerId)) ?? null;
+        },
         run: (cmd, o, hold) => this.runFileTool(cmd, o, hold),
       },
       opts,
@@ -720,12 +773,13 @@ export class ManagedBox implements LocalBox {
   }
 
   async info(): Promise<BoxInfo> {
+    const before = this.epoch;
     // An archived box has no container to ask: its record is all there is.
     const c =
       this.status === 'archived'
         ? { status: 'archived' as const, ports: [], execPath: undefined, exitCode: null, oomKilled: false }
         : await this.runtime.inspect(this.containerId);
-    this.status = c.status === 'archived' ? 'archived' : statusOf(c.status);
+    this.observe(c.status === 'archived' ? 'archived' : statusOf(c.status), before);
     return {
       id: this.id,
       containerId: this.containerId,

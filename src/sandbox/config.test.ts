@@ -32,6 +32,16 @@ describe('config', () => {
     assert.throws(() => parseDuration('5 minutes'));
   });
 
+  test("a pool's idle ladder: a YAML file's idlePause and idleArchive; out of order refused naming the key", () => {
+    const ok = loadConfig({ file: file('ladder.yaml', 'pools:\n  - name: local\n    idlePause: 5m\n    idleArchive: 2h\n    idleTimeout: 1d\n') });
+    const pool = resolveConfig(ok).pools[0];
+    assert.deepEqual([pool?.idlePauseMs, pool?.idleArchiveMs], [300_000, 7_200_000]);
+    assert.throws(
+      () => resolveConfig({ pools: [{ name: 'local', idleArchiveMs: 3_600_000, idleTimeoutMs: 1_800_000 }] }),
+      (e) => isSbxError(e, 'invalid_argument') && /idleArchiveMs/.test((e as Error).message),
+    );
+  });
+
   test('no config at all is one pool local on the local engine', () => {
     const c = resolveConfig({}, {});
     assert.equal(c.pools.length, 1);

@@ -96,6 +96,13 @@ export const PoolConfigSchema = z
         ctx.addIssue({ code: 'custom', path: ['warm', i, 'network'], message: notListed(t.network, p.name) });
       }
     }
+    // The pool's idle ladder in order (a box's own steps are checked at create).
+    const ladder = (['idlePauseMs', 'idleArchiveMs', 'idleTimeoutMs'] as const).filter((k) => p[k] > 0);
+    for (let i = 1; i < ladder.length; i++) {
+      const [early, late] = [ladder[i - 1]!, ladder[i]!];
+      if (p[early] >= p[late])
+        ctx.addIssue({ code: 'custom', path: [early], message: `must be shorter than ${late} (the idle ladder goes pause, archive, idle timeout)` });
+    }
   });
 
 /** Whether a box of a pool listing `networks` may name `network`: `none`, or one of them. */

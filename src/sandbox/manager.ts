@@ -134,8 +134,7 @@ export class Manager {
       manager: this.config.name,
       maxPerOwner: this.config.maxSnapshotsPerOwner,
       runtimeFor: (pool) => this.pool(pool).runtime(),
-      nodeOf: (pool, containerId) =>
-        isNodeAddress(this.pool(pool).def.addr) ? containerId.slice(0, Math.max(0, containerId.indexOf(':'))) || undefined : undefined,
+      nodeOf: (pool, containerId) => this.imageNodeOf(pool, containerId),
       boxesUsing: (ref) => this.registry.all().flatMap((b) => (b.image === ref ? [b.id] : [])),
       now: this.now,
       log: this.log,
@@ -156,7 +155,9 @@ export class Manager {
       proxyBase: () => this.proxyBase(),
       signPortToken: (grant) => this.secrets.signPortToken(grant),
       stopIntent: (box, stopped) => this.stopIntents.set(box.id, stopped),
-      saveLifetime: (box, maxLifetimeMs) => this.lifetimes.set(box.containerId, maxLifetimeMs),
+      // An archived box has no container to key it by: its archive's record keeps it.
+      saveLifetime: (box, maxLifetimeMs) =>
+        box.status === 'archived' ? this.archiver.saveLifetime(box, maxLifetimeMs) : this.lifetimes.set(box.containerId, maxLifetimeMs),
       archiveBox: (box) => this.archiver.archive(box),
       restoreBox: (box) => this.archiver.restore(box),
       archivable: (box) => this.archiver.archivable(box),
@@ -183,6 +184,7 @@ export class Manager {
       boxHost: this.boxHost,
       pool: (name) => this.pool(name),
       hostEndpoints: () => this.hostEndpoints(),
+      imageNodeOf: (pool, containerId) => this.imageNodeOf(pool, containerId),
     });
     this.recovery = new Recovery({
       manager: this.config.name,
@@ -199,6 +201,7 @@ export class Manager {
       hostEndpoints: () => this.hostEndpoints(),
       handEnv: (pool, box) => this.handEnv(pool, box),
       forgetLifetime: (box) => this.forgetLifetime(box),
+      settleArchives: (pool) => this.archiver.settlePool(pool),
     });
     this.workspaces = new WorkspaceManager({
       dataDir: this.config.dataDir,
@@ -694,16 +697,23 @@ export class Manager {
   }
 
   private async removeBox(box: ManagedBox, graceful: boolean): Promise<void> {
-    // A pause, archive or restore in flight ends first: the removal takes what it left.
-    await box.settled();
-    // An archived box is its archive: that is what goes.
-    if (box.status === 'archived') await this.archiver.discard(box);
-    else await this.removeContainer(box, graceful);
+    // The box's last step: a pause, archive or restore in flight ends first and the removal takes
+    // what it left; one asked for after finds the box gone.
+    await box.retire(async () => {
+      // An archived box is its archive: that is what goes.
+      if (box.status === 'archived') await this.archiver.discard(box);
+      else await this.removeContainer(box, graceful);
+    });
     this.registry.delete(box);
     await this.claims.delete(box.containerId).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a claim'));
     await this.stopIntents.set(box.id, false).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a stopped box'));
     await this.forgetLifetime(box);
     this.log.info({ box: box.id, pool: box.pool }, 'box removed');
+  }
+
+  /** On a pool of nodes, the node a container id names: a commit's image is made there. */
+  private imageNodeOf(pool: string, containerId: string): string | undefined {
+    return isNodeAddress(this.pool(pool).def.addr) ? containerId.slice(0, Math.max(0, containerId.indexOf(':'))) || undefined : undefined;
   }
 
   private async removeContainer(box: ManagedBox, graceful: boolean): Promise<void> {

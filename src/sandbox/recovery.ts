@@ -45,6 +45,8 @@ export interface RecoveryDeps {
   /** Tells a claimed spare's agent the identity of the box it became. */
   handEnv(pool: Pool, box: ManagedBox): Promise<void>;
   forgetLifetime(box: ManagedBox): Promise<void>;
+  /** Settles the archives a start found on this pool (src/sandbox/archiver.ts). */
+  settleArchives(pool: Pool): Promise<void>;
 }
 
 export class Recovery {
@@ -73,8 +75,8 @@ export class Recovery {
     if (e.labels[WARM_LABEL] !== undefined && !this.d.claims.get(e.id)) return pool.warm?.onEvent(e);
     const box = this.d.registry.ofPool(pool.name).find((b) => b.containerId === e.id);
     if (!box) return;
-    if (e.action === 'started') box.status = 'running';
-    else if (e.action === 'stopped') box.status = 'stopped';
+    if (e.action === 'started') box.observe('running', box.statusEpoch);
+    else if (e.action === 'stopped') box.observe('stopped', box.statusEpoch);
     else if (e.action === 'removed' && !this.d.removing(box.id)) {
       this.d.registry.delete(box);
       this.d.stats.vanished++;
@@ -89,7 +91,11 @@ export class Recovery {
    */
   async reconcile(pool: Pool, opts: { revive?: boolean } = {}): Promise<ManagedBox[]> {
     const runtime = pool.runtime();
+    // First: an archive or restore cut short settles to the box this list then finds.
+    await this.d.settleArchives(pool);
     const listedAt = this.d.now();
+    // A box's lifecycle step (pause, archive, …) that runs while the list is taken wins over it.
+    const epochs = new Map(this.d.registry.ofPool(pool.name).map((b) => [b, b.statusEpoch]));
     let list;
     try {
       [list, pool.resources] = await Promise.all([
@@ -117,7 +123,7 @@ export class Recovery {
       busy: (id) => this.d.busy(id),
       now: this.d.now(),
     });
-    for (const { box, status } of plan.statuses) box.status = status;
+    for (const { box, status } of plan.statuses) box.observe(status, epochs.get(box) ?? -1);
     for (const box of plan.vanished) {
       if (!this.d.registry.delete(box)) continue;
       await this.d.claims.delete(box.containerId).catch((err: unknown) => this.d.log.warn({ box: box.id, err }, 'could not forget a claim'));

@@ -170,7 +170,7 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
     ['start', 'Start a stopped box (a paused one is resumed)'],
     ['pause', 'Pause a box: freeze its processes in place (memory and files kept, no CPU); any use resumes it'],
     ['resume', 'Resume a box: thaw a paused one, restore an archived one, start a stopped one; a running box is left as it is'],
-    ['archive', "Archive a box: save its filesystem and record, remove its container (processes end); any use or resume restores it"],
+    ['archive', 'Archive a box: save its filesystem and record, remove its container (processes end); any use or resume restores it'],
   ] as const) {
     r.post(
       `/v1/boxes/:id/${verb}`,

@@ -123,8 +123,10 @@ class Accounts {
   private readonly byBox = new Map<string, Promise<Account[]>>();
 
   async of(box: Box): Promise<Account[]> {
-    // By container: a later box under the same id may run another image.
-    let accounts = this.byBox.get(box.containerId);
+    // By box and container: a later box under the same id may run another image, and an archived
+    // box has no container id ('') to tell it from another.
+    const key = `${box.id}/${box.containerId}`;
+    let accounts = this.byBox.get(key);
     if (!accounts) {
       if (this.byBox.size >= 1024) this.byBox.clear();
       accounts = (async () => {
@@ -135,8 +137,8 @@ class Accounts {
           .filter((f) => f.length >= 7)
           .map((f) => ({ name: f[0]!, uid: f[2]!, home: f[5] || '/' }));
       })();
-      accounts.catch(() => this.byBox.delete(box.containerId));
-      this.byBox.set(box.containerId, accounts);
+      accounts.catch(() => this.byBox.delete(key));
+      this.byBox.set(key, accounts);
     }
     return accounts;
   }
