@@ -109,6 +109,8 @@ test('create, run, write and read, connect from a second process, getHost throug
     // A service started after create is reached at getHost(port), with the key as the credential.
     await sbx.commands.run('mkdir -p /tmp/www && echo served-by-box > /tmp/www/index.html');
     await sbx.commands.run('httpd -f -p 8080 -h /tmp/www', { background: true });
+    // Started is not yet listening: wait for the port (the proxy says 503 port_not_listening till then).
+    await sbx.commands.run('until wget -q -O /dev/null http://127.0.0.1:8080/index.html; do sleep 0.05; done', { timeoutMs: 30_000 });
     const page = await viaHost(sbx.getHost(8080), '/index.html', key);
     assert.equal(page.status, 200, page.body);
     assert.equal(page.body, 'served-by-box\n');
