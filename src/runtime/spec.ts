@@ -89,6 +89,7 @@ export const ContainerSpecSchema = z
       .optional(),
     shmSize: z.number().int().min(0).optional(),
     dialAnyPort: z.boolean().optional(),
+    placeWith: z.string().min(1).optional(),
   })
   .strict();
 

@@ -64,6 +64,13 @@ export interface ContainerSpec {
    * the engine's machine). Nothing more is published on the host.
    */
   dialAnyPort?: boolean;
+  /**
+   * The id of a container of this runtime, removed or not, whose machine this one must be created
+   * on (a box restored from its archive, an image on that machine only): a runtime of several
+   * machines places it there or refuses as that machine would (offline, full); a runtime of one
+   * machine ignores it.
+   */
+  placeWith?: string;
 }
 
 export type ContainerStatus = 'created' | 'running' | 'paused' | 'restarting' | 'removing' | 'exited' | 'dead';

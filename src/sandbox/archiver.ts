@@ -162,6 +162,8 @@ export class Archiver {
     return {
       ...spec,
       image: entry.image,
+      // The archive is an image on the machine of the archived container only (a pool of several nodes).
+      placeWith: entry.containerId,
       name: containerName(this.d.manager, box.id),
       env: { ...(spec.env ?? {}), ...entry.execEnv },
       labels: { ...recordToLabels(box.record), [SPEC_LABEL]: JSON.stringify({ ...spec, env: { ...(spec.env ?? {}), ...entry.execEnv } }) },

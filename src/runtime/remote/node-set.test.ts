@@ -179,6 +179,20 @@ describe('NodeSet: placement', () => {
     assert.equal(c.set.nodeOf(await c.set.create(box)), 'b');
   });
 
+  test('placeWith: created on the node of that container, removed or not, though another is less loaded; full there is limit_exceeded; naming no node is not_found', async () => {
+    const c = cluster(['a', 'b'], { each: () => ({ maxBoxes: 2 }) });
+    const x = await startedOn(c, 'a');
+    c.rt('a').injectContainer({ labels: MANAGED });
+    await c.set.remove(x, { force: true });
+    const y = await c.set.create({ ...box, placeWith: x });
+    assert.equal(c.set.nodeOf(y), 'a', 'a has 1 box, b none: placed with x all the same');
+    await assert.rejects(
+      c.set.create({ ...box, placeWith: x }),
+      rejectsWith('limit_exceeded', (e) => assert.match(e.message, /^node 'a', the machine of container a:\S+, can take the box now \(a: full \(2 of 2 boxes\)\)/)),
+    );
+    await assert.rejects(c.set.create({ ...box, placeWith: 'z:1' }), rejectsWith('not_found'));
+  });
+
   test('maxBoxes: concurrent creates count the ones in flight; a full node is skipped; all full is limit_exceeded saying so', async () => {
     const c = cluster(['a', 'b'], { each: () => ({ maxBoxes: 2 }) });
     const ids = await Promise.all([1, 2, 3, 4].map(() => c.set.create(box)));

@@ -364,7 +364,9 @@ export class NodeSet implements Runtime {
     try {
       await this.declare(m);
       const labels = valid.memory ? { ...valid.labels, [MEMORY_LABEL]: String(valid.memory) } : valid.labels;
-      const local = await m.runtime.create({ ...valid, ...(labels ? { labels } : {}) });
+      // The placement is this NodeSet's: the node gets the spec without it (an older node refuses fields it does not know).
+      const { placeWith: _placed, ...forNode } = valid;
+      const local = await m.runtime.create({ ...forNode, ...(labels ? { labels } : {}) });
       // Known at once: a node that goes offline right after still lists the box.
       this.table(m.name).set(local, {
         id: local,
@@ -483,14 +485,18 @@ export class NodeSet implements Runtime {
   }
 
   private async choose(spec: ContainerSpec, need: { memory: number }): Promise<{ m: NodeMember; release: () => void }> {
-    const home = await this.volumeMemberOf(spec);
-    if (home && home.state !== 'online') throw this.offline(home, `create a box mounting workspace volume ${spec.binds![0]!.hostPath}`);
+    // A box goes where what it needs is: the container it is placed with (its archive's node), or its workspace.
+    const home = spec.placeWith !== undefined ? this.route(spec.placeWith).m : await this.volumeMemberOf(spec);
+    const needs = spec.placeWith !== undefined ? `the machine of container ${spec.placeWith}` : "which holds the box's workspace";
+    if (home && home.state !== 'online') {
+      throw this.offline(home, spec.placeWith !== undefined ? `create a box next to container ${spec.placeWith}` : `create a box mounting workspace volume ${spec.binds![0]!.hostPath}`);
+    }
     const candidates = home ? [home] : this.members();
     const why = new Map<string, string>();
     const fits = await Promise.all(
       candidates.map(async (m) => {
         if (m.state !== 'online') return void why.set(m.name, m.state);
-        // A workspace's box goes to the workspace's node even while it drains: the box has nowhere else to run.
+        // A workspace's box (or a box placed with a container) goes to its node even while it drains: it has nowhere else to run.
         if (m.draining && !home) return void why.set(m.name, 'draining');
         let load;
         try {
@@ -509,7 +515,7 @@ export class NodeSet implements Runtime {
     const best = fits
       .filter((f): f is { m: NodeMember; boxes: number } => f !== undefined)
       .sort((a, b) => a.boxes - b.boxes || (a.m.name < b.m.name ? -1 : a.m.name > b.m.name ? 1 : 0))[0];
-    if (!best) throw this.noFit(why, home);
+    if (!best) throw this.noFit(why, home, needs);
     const flight = this.inFlight.get(best.m.name) ?? { count: 0, memory: 0 };
     flight.count++;
     flight.memory += need.memory;
@@ -532,7 +538,7 @@ export class NodeSet implements Runtime {
     return { boxes: listed.length + flight.count, freeMemory: machine ? machine.memoryBytes - used - flight.memory : Infinity };
   }
 
-  private noFit(why: Map<string, string>, home: NodeMember | undefined): SbxError {
+  private noFit(why: Map<string, string>, home: NodeMember | undefined, needs: string): SbxError {
     const reasons = [...why].map(([node, reason]) => `${node}: ${reason}`).join('; ') || 'the pool has no nodes';
     const states = [...why.values()];
     const nodes = Object.fromEntries(why);
@@ -541,7 +547,7 @@ export class NodeSet implements Runtime {
         details: { address: this.address, nodes },
       });
     }
-    const where = home ? `node '${home.name}', which holds the box's workspace,` : `no node of ${this.address}`;
+    const where = home ? `node '${home.name}', ${needs},` : `no node of ${this.address}`;
     return new SbxError('limit_exceeded', `${where} can take the box now (${reasons})`, {
       details: { address: this.address, nodes, ...(home ? { node: home.name } : {}) },
     });
