@@ -115,6 +115,35 @@ async function removeAll(m: Manager): Promise<void> {
   await Promise.all((await m.list()).map((b) => b.remove()));
 }
 
+/** A box with 1 MiB of random bytes at $HOME/blob; the sha256sum line of them. */
+async function boxWithBlob(m: Manager, cmd?: string[]): Promise<{ box: Box; hash: string }> {
+  const box = await m.create({ image: IMAGE, policy: 'longrunning', labels: { run: runId }, ...(cmd ? { cmd } : {}) });
+  const r = await box.exec(['sh', '-c', 'head -c 1048576 /dev/urandom > "$HOME/blob" && sha256sum "$HOME/blob"']);
+  assert.equal(r.exitCode, 0, r.stderr);
+  return { box, hash: r.stdout };
+}
+
+/**
+ * After a kill -9 of dockerd, as `m` sees it: the box that was paused reads running everywhere
+ * (never `paused` for a container the engine ended), its files are whole and its main process is a
+ * new one (`starts` counts the starts of its command); the archived box is still archived, and a
+ * use restores it with its file.
+ */
+async function checkLadderAfterRestart(m: Manager, paused: { box: Box; hash: string }, archived: { box: Box; hash: string }, starts: number): Promise<void> {
+  const p = await m.get(paused.box.id);
+  assert.equal(p.status, 'running');
+  assert.equal((await p.info()).status, 'running', 'info reads the engine: running');
+  assert.equal((await m.list()).find((b) => b.id === p.id)?.status, 'running');
+  const r = await p.exec(['sh', '-c', 'sha256sum "$HOME/blob"; wc -l < "$HOME/starts"']);
+  assert.equal(r.stdout, `${paused.hash}${starts}\n`, 'files whole; its command started again (a new process)');
+  await p.resume(); // running: nothing to do, not an error
+  const a = await m.get(archived.box.id);
+  assert.equal(a.status, 'archived');
+  assert.equal((await a.info()).status, 'archived', 'the archive outlived the engine restart');
+  assert.equal((await a.exec(['sh', '-c', 'sha256sum "$HOME/blob"'])).stdout, archived.hash, 'restored by a use, its file whole');
+  assert.equal(a.status, 'running');
+}
+
 /** Kills or stops-and-starts dockerd, then checks what the Manager and the boxes do. */
 async function restartScenario(kill: boolean): Promise<void> {
   const m = newManager();
@@ -263,6 +292,71 @@ describe(`boxes across a restart of their engine (${runId})`, { timeout: 240_000
         );
       } finally {
         await removeAll(second);
+      }
+    });
+  }
+
+  // Issue #27: the lifecycle ladder across a kill -9 of dockerd. The engine's restart ends every
+  // container's processes, frozen ones too; an archive is an image and outlives it.
+  for (const seen of [true, false]) {
+    test(`a paused box comes back running with its files (new processes), an archived box stays archived and restores: ${seen ? 'the Manager that saw the restart, then a new one' : 'a Manager started after the restart'}`, async () => {
+      const name = `e2r-ladder${seen ? 's' : 'n'}-${process.pid}`;
+      const first = newManager(name);
+      await first.start();
+      const paused = await boxWithBlob(first, ['sh', '-c', 'echo "$$" >> "$HOME/starts"; while :; do sleep 0.05; done']);
+      // Two archived boxes: the Manager that saw the restart restores one, the next Manager the other.
+      const archived = [await boxWithBlob(first), await boxWithBlob(first)];
+      const ids = [paused, ...archived].map((b) => b.box.id);
+      let last = first;
+      try {
+        assert.equal((await paused.box.exec(['sh', '-c', 'until [ -s "$HOME/starts" ]; do sleep 0.01; done; wc -l < "$HOME/starts"'])).stdout.trim(), '1');
+        await paused.box.pause();
+        for (const a of archived) await a.box.archive();
+        assert.equal(await engineStatus(paused.box), 'paused');
+        if (!seen) await first.close();
+
+        const restart = await engine2('restart', '--kill');
+        let m = first;
+        if (seen) {
+          // The paused box's processes ended with the engine; this Manager starts it again
+          // (reviveStopped: sbx did not stop it), and its status is the engine's all the way.
+          const back = await waitFor(
+            'the paused box running again, by the Manager and by the engine',
+            async () => paused.box.status === 'running' && (await engineStatus(paused.box)) === 'running',
+            async () => `box.status=${paused.box.status} engine=${await engineStatus(paused.box).catch((e: Error) => e.message)}`,
+          );
+          console.log(`# paused box across kill -9: ${restart.out} | running again ${back} ms after engine2.sh returned`);
+          await checkLadderAfterRestart(first, paused, archived[0]!, 2);
+          await first.close();
+        }
+        m = last = newManager(name);
+        await m.start();
+        if (!seen) {
+          // A Manager started after the restart finds the container stopped and starts it at once.
+          const again = await m.get(paused.box.id);
+          await waitFor(
+            'the paused box running again for a Manager started after the restart',
+            async () => again.status === 'running' && (await engineStatus(paused.box)) === 'running',
+            async () => `box.status=${again.status} engine=${await engineStatus(paused.box).catch((e: Error) => e.message)}`,
+          );
+        }
+        await checkLadderAfterRestart(m, paused, archived[1]!, 2);
+        if (seen) assert.equal((await m.get(archived[0]!.box.id)).status, 'running', 'the box restored before stays restored');
+        else assert.equal((await m.get(archived[0]!.box.id)).status, 'archived', 'the other archived box is still archived');
+        // Nothing of the ladder's is stuck: each box pauses and archives again.
+        const box = await m.get(paused.box.id);
+        await box.pause();
+        assert.equal(await engineStatus(box), 'paused');
+        await box.archive();
+        assert.equal((await box.exec(['sh', '-c', 'sha256sum "$HOME/blob"'])).stdout, paused.hash);
+      } finally {
+        await removeAll(last).catch(() => undefined);
+        for (const m of [first, last])
+          for (const id of ids)
+            await m
+              .get(id)
+              .then((b) => b.remove())
+              .catch(() => undefined);
       }
     });
   }

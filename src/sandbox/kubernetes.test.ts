@@ -12,6 +12,7 @@ import pino from 'pino';
 import { after, describe, test } from 'node:test';
 import { isSbxError } from '../errors.js';
 import type { KubernetesRuntime } from '../runtime/kubernetes/runtime.js';
+import { ManualClock } from '../testing/clock.js';
 import { openTestKube, testAgentImage, testKubeAddress, unavailable } from '../testing/kube-cluster.js';
 import { testEnv } from '../testing/env.js';
 import { managerSelector } from './labels.js';
@@ -94,6 +95,53 @@ describe('Manager with a Kubernetes pool, on a real cluster', { skip: why ?? fal
     await box.remove();
     assert.deepEqual(await podsOf(m), []);
     await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'));
+  });
+
+  // Issue #27: a pod has no freezer and no commit (capabilities.pause / commit false).
+  test('pause and archive are not_available naming the reason; resume of a running pod does nothing; the idle ladder skips both steps, the idle timeout still ends the box', async () => {
+    const clock = new ManualClock(Date.now());
+    const m = newManager({}, { clock: clock.now });
+    const box = await m.create({ image: IMAGE, policy: 'longrunning', idlePauseMs: 1000, idleArchiveMs: 2000, idleTimeoutMs: 3000 });
+    const pod = box.containerId;
+    await assert.rejects(box.pause(), (e) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'pause_unsupported');
+    await assert.rejects(box.archive(), (e) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'archive_unsupported');
+    await box.resume();
+    assert.equal(box.status, 'running');
+    assert.equal(box.containerId, pod, 'the same pod');
+    assert.equal((await box.exec(['echo', 'still'])).stdout, 'still\n');
+    const ran = m.cleanupStats.ticks;
+    // resume() and the exec were uses: the idle clock counts from now. Past the pause, then past the archive.
+    for (const step of [1000, 1000]) {
+      clock.advance(step);
+      await m.cleanup();
+      assert.equal((await box.info()).status, 'running', 'neither paused nor archived');
+      assert.deepEqual(
+        (await podsOf(m)).map((p) => [p.id, p.status]),
+        [[pod, 'running']],
+      );
+    }
+    assert.equal(m.cleanupStats.ticks - ran, 2);
+    assert.deepEqual([m.cleanupStats.pausedIdle, m.cleanupStats.archivedIdle, m.cleanupStats.errors], [0, 0, 0], 'the steps skipped, not tried and failed');
+    clock.advance(1000);
+    await m.cleanup();
+    await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'), 'the idle timeout applies as before');
+    assert.equal(m.cleanupStats.removedIdle, 1);
+    assert.deepEqual(await podsOf(m), []);
+  });
+
+  test("maxLifetimeAction 'pause' on a pod removes the box at the end of its lifetime (the pool cannot pause)", async () => {
+    const clock = new ManualClock(Date.now());
+    const m = newManager({}, { clock: clock.now });
+    const box = await m.create({ image: IMAGE, maxLifetimeMs: 3000, maxLifetimeAction: 'pause', idleTimeoutMs: 0 });
+    assert.equal((await box.info()).maxLifetimeAction, 'pause');
+    clock.set(Date.parse(box.createdAt) + 2999);
+    await m.cleanup();
+    assert.equal((await box.info()).status, 'running');
+    clock.advance(1);
+    await m.cleanup();
+    await assert.rejects(m.get(box.id), (e) => isSbxError(e, 'not_found'));
+    assert.deepEqual([m.cleanupStats.removedLifetime, m.cleanupStats.pausedLifetime, m.cleanupStats.errors], [1, 0, 0]);
+    assert.deepEqual(await podsOf(m), []);
   });
 
   test('a timeout kills the exec and what it started: setsid, env -i and double-forked children', async () => {

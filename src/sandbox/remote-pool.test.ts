@@ -25,6 +25,7 @@ import { freePort } from '../testing/remote-node.js';
 import { removeContainersOf, startTestServer } from '../testing/server.js';
 import type { TestServer } from '../testing/server.js';
 import { waitFor } from '../testing/wait.js';
+import { archiveImage } from './archiver.js';
 import type { LocalBox } from './box.js';
 import type { SnapshotInfo } from './snapshots.js';
 import type { ManagerConfig } from './config.js';
@@ -336,6 +337,39 @@ describe('pools that span machines: two namespace nodes behind sbx serve', { tim
     }
   });
 
+  // Issue #27: the lifecycle ladder over the node wire (Invoke pause, unpause, commit).
+  test('a box on a node pauses, an exec resumes it; it archives on its node, and an exec restores it there with its files', async () => {
+    const box = await placeOn('n3');
+    const rt = new DockerRuntime(n3.engine.engineAddr);
+    const extra: LocalBox[] = [];
+    const onEngine = async () => (await rt.inspect(box.containerId.split(':')[1]!)).status;
+    try {
+      const made = await box.exec(['sh', '-c', 'head -c 262144 /dev/urandom > "$HOME/blob" && sha256sum "$HOME/blob"']);
+      assert.equal(made.exitCode, 0, made.stderr);
+      await box.pause();
+      assert.equal(await onEngine(), 'paused', "frozen on the node's engine");
+      assert.equal((await box.exec(['sh', '-c', 'sha256sum "$HOME/blob"'])).stdout, made.stdout);
+      assert.equal(await onEngine(), 'running', 'thawed by the exec');
+
+      await box.archive();
+      assert.equal(box.status, 'archived');
+      assert.ok(await rt.images.exists(archiveImage(managerName, box.id)), "the archive is an image on the box's node");
+      // The archive is on n3 only: load n3 past n4 (as placement counts: every sbx container on the
+      // node's engine, whoever made it), so least-loaded placement alone would pick n4.
+      const load = (n: Node) => countManaged(n, {}, { 'sbx.managed-by': 'sbx' });
+      while ((await load(n3)) <= (await load(n4))) {
+        extra.push(await t.manager.create({ image: testEnv.baseImage, owner: OWNER, pool: 'remote' }));
+      }
+      assert.equal((await box.exec(['sh', '-c', 'sha256sum "$HOME/blob"'])).stdout, made.stdout, 'restored by the exec, its file whole');
+      assert.equal(onNode(box), 'n3', 'restored on the node holding its archive');
+      assert.equal(await onEngine(), 'running');
+      assert.equal(await rt.images.exists(archiveImage(managerName, box.id)), false, 'the archive is gone once restored');
+    } finally {
+      await Promise.all([box, ...extra].map((b) => b.remove()));
+      await rt.close();
+    }
+  });
+
   test('sbx node killed with SIGKILL and started again: its boxes are recovered', async () => {
     const b4 = await placeOn('n4');
     try {
@@ -432,10 +466,10 @@ describe('pools that span machines: two namespace nodes behind sbx serve', { tim
     }
   }
 
-  async function countManaged(n: Node, labels: Record<string, string>): Promise<number> {
+  async function countManaged(n: Node, labels: Record<string, string>, of: Record<string, string> = { 'sbx.manager': managerName }): Promise<number> {
     const rt = new DockerRuntime(n.engine.engineAddr);
     try {
-      return (await rt.list({ labels: { 'sbx.manager': managerName, ...labels } })).length;
+      return (await rt.list({ labels: { ...of, ...labels } })).length;
     } finally {
       await rt.close();
     }

@@ -115,4 +115,29 @@ describe('sbx serve with a Kubernetes pool', { skip: why ?? false }, () => {
     await assert.rejects(box.info(), (e) => isSbxError(e, 'not_found'));
     assert.deepEqual(await cluster.list({ labels: managerSelector(ts.manager.config.name) }), []);
   });
+
+  // Issue #27: a pod has no freezer and no commit; over HTTP that is not_available, 503.
+  test('pause and archive of a pod-box answer 503 not_available naming the reason; resume of a running pod-box does nothing', async () => {
+    if (!(await sbx.pools()).some((p) => p.name === 'kube'))
+      await sbx.addPool({ name: 'kube', addr: testKubeAddress(), agentImage: testAgentImage, readyTimeoutMs: 60_000 });
+    const box = await sbx.create({ pool: 'kube', image: testEnv.baseImage });
+    try {
+      const pod = (await box.info()).containerId;
+      for (const [action, reason] of [
+        ['pause', 'pause_unsupported'],
+        ['archive', 'archive_unsupported'],
+      ] as const) {
+        const res = await fetch(`${ts.url}/v1/boxes/${box.id}/${action}`, { method: 'POST', headers: { authorization: `Bearer ${ts.admin}` } });
+        const body = (await res.json()) as { error: { code: string; details?: Record<string, unknown> } };
+        assert.deepEqual([res.status, body.error.code, body.error.details?.['reason']], [503, 'not_available', reason], action);
+      }
+      await assert.rejects(box.pause(), (e) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'pause_unsupported', 'the SDK says so too');
+      await box.resume();
+      const info = await box.info();
+      assert.deepEqual([info.status, info.containerId], ['running', pod], 'the same pod, running');
+      assert.equal((await box.exec(['echo', 'still'])).stdout, 'still\n');
+    } finally {
+      await box.remove();
+    }
+  });
 });

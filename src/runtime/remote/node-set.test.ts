@@ -25,7 +25,7 @@ import type {
   WorkspaceHelperOptions,
   WorkspaceVolumeOptions,
 } from '../types.js';
-import { MEMORY_LABEL, NodeSet } from './node-set.js';
+import { IMAGE_NODE_LABEL, MEMORY_LABEL, NodeSet } from './node-set.js';
 import type { NodeMember } from './node-set.js';
 
 const IMAGE = testEnv.baseImage;
@@ -177,6 +177,23 @@ describe('NodeSet: placement', () => {
     assert.equal(c.set.nodeOf(await c.set.create(box)), 'b');
     assert.equal(c.set.nodeOf(await c.set.create(box)), 'a', 'a tie goes to the first name');
     assert.equal(c.set.nodeOf(await c.set.create(box)), 'b');
+  });
+
+  test('an image on one node (IMAGE_NODE_LABEL: an archive, a snapshot): created there though another is less loaded; full there is limit_exceeded; naming no node is not_found', async () => {
+    const c = cluster(['a', 'b'], { each: () => ({ maxBoxes: 2 }) });
+    const x = await startedOn(c, 'a');
+    c.rt('a').injectContainer({ labels: MANAGED });
+    await c.set.remove(x, { force: true });
+    const onA = { ...box, labels: { ...box.labels, [IMAGE_NODE_LABEL]: 'a' } };
+    const y = await c.set.create(onA);
+    assert.equal(c.set.nodeOf(y), 'a', 'a has 1 box, b none: placed where the image is all the same');
+    await assert.rejects(
+      c.set.create(onA),
+      rejectsWith('limit_exceeded', (e) =>
+        assert.match(e.message, /^node 'a', which holds the box's workspace or image, can take the box now \(a: full \(2 of 2 boxes\)\)/),
+      ),
+    );
+    await assert.rejects(c.set.create({ ...box, labels: { ...box.labels, [IMAGE_NODE_LABEL]: 'z' } }), rejectsWith('not_found'));
   });
 
   test('maxBoxes: concurrent creates count the ones in flight; a full node is skipped; all full is limit_exceeded saying so', async () => {

@@ -504,7 +504,7 @@ export class NodeSet implements Runtime {
     const fits = await Promise.all(
       candidates.map(async (m) => {
         if (m.state !== 'online') return void why.set(m.name, m.state);
-        // A workspace's box goes to the workspace's node even while it drains: the box has nowhere else to run.
+        // A box whose workspace or image is on one node goes there even while it drains: it has nowhere else to run.
         if (m.draining && !home) return void why.set(m.name, 'draining');
         let load;
         try {
