@@ -153,7 +153,7 @@ export class Archiver {
   /** A failed archive leaves the box as it was: the half-made image and the entry go, a running box runs again. */
   private async undoArchive(box: ManagedBox, entry: ArchiveEntry, wasRunning: boolean): Promise<void> {
     const rt = this.runtimeOf(box);
-    await rt.images.remove(entry.image, { force: true }).catch(() => undefined);
+    await removeImage(rt, entry.image).catch((err: unknown) => this.d.log.warn({ box: box.id, image: entry.image, err }, 'a failed archive left its image'));
     await this.d.store.delete(box.id).catch((err: unknown) => this.d.log.error({ box: box.id, err }, 'could not forget a failed archive'));
     if (wasRunning) {
       await this.d.stopIntents.set(box.id, false).catch(() => undefined);
