@@ -871,7 +871,9 @@ export class ManagedBox implements LocalBox {
   }
 
   async snapshot(opts?: SnapshotOptions): Promise<SnapshotInfo> {
-    return this.host.snapshot(this, opts);
+    // A step: the engine pauses the container for the copy, and a reconcile listing it meanwhile
+    // must not record the box as paused after the copy has thawed it (observe skips during steps).
+    return this.step(() => this.host.snapshot(this, opts));
   }
 
   async renewLifetime(lifetimeMs: number): Promise<void> {

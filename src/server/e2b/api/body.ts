@@ -129,3 +129,16 @@ export function parseTimeout(body: unknown, required: boolean, defaultSeconds = 
   if (b.timeout === undefined && required) throw invalidArgument('timeout', 'is required (seconds)');
   return b.timeout ?? defaultSeconds;
 }
+
+const SnapshotBodySchema = z.object({ name: z.string().nullish(), memory: z.boolean().nullish() });
+
+/**
+ * `{name?, memory?}` of POST /sandboxes/:id/snapshots (the library checks the name). sbx saves
+ * the filesystem only: an explicit `memory: true` (the Python SDK's `mode="full"`) is refused
+ * rather than answered with less than it asks; unset (e2b's default, what the SDKs send) is served so.
+ */
+export function parseSnapshotBody(body: unknown): { name?: string } {
+  const b = parseOrThrow(SnapshotBodySchema, body ?? {}, 'body');
+  if (b.memory === true) throw invalidArgument('memory', "sbx snapshots save the filesystem only (mode 'filesystem'): processes and memory are not kept");
+  return b.name ? { name: b.name } : {};
+}

@@ -197,6 +197,56 @@ for (const { name, mod } of SDKS) {
       }
     });
 
+    test("snapshots: createSnapshot keeps the source running; Sandbox.create(id or name) has its files; listSnapshots by sandbox and name; another key's is invisible; deleteSnapshot true then false", async () => {
+      const src = await Sandbox.create('base', { ...opts(alice), metadata: { run, role: 'snap-src' } });
+      const made: Array<InstanceType<typeof Sandbox>> = [];
+      let snapshotId: string | undefined;
+      try {
+        await src.files.write('/tmp/kept.txt', `kept by ${run}`);
+        const snapName = `${run}-snap`;
+        const snap = await src.createSnapshot({ name: snapName });
+        snapshotId = snap.snapshotId;
+        assert.match(snapshotId, /^snap-[0-9a-f]{12}$/);
+        assert.deepEqual(snap.names, [snapName]);
+        assert.equal((await src.getInfo()).state, 'running', 'the source sandbox keeps running');
+        assert.equal(await src.files.read('/tmp/kept.txt'), `kept by ${run}`);
+
+        const mine = await Sandbox.listSnapshots({ ...opts(alice), sandboxId: src.sandboxId }).nextItems();
+        assert.deepEqual(mine, [{ snapshotId, names: [snapName] }]);
+        assert.deepEqual(await Sandbox.listSnapshots({ ...opts(alice), name: snapName }).nextItems(), mine);
+        assert.deepEqual(await src.listSnapshots().nextItems(), mine);
+
+        // Sandbox.create takes the snapshot id, or its name, as the template.
+        for (const template of [snapshotId, snapName]) {
+          const copy = await Sandbox.create(template, opts(alice));
+          made.push(copy);
+          assert.equal(await copy.files.read('/tmp/kept.txt'), `kept by ${run}`, template);
+          assert.equal((await copy.getInfo()).templateId, template);
+        }
+
+        // Bob's key: not listed, not a template, not deletable (the SDK's false); still alice's.
+        assert.deepEqual(await Sandbox.listSnapshots({ ...opts(bob), sandboxId: src.sandboxId }).nextItems(), []);
+        for (const template of [snapshotId, snapName]) {
+          await assert.rejects(Sandbox.create(template, opts(bob)), (e) => e instanceof SandboxError && /404: template '.*' not found/.test(e.message));
+        }
+        assert.equal(await Sandbox.deleteSnapshot(snapshotId, opts(bob)), false);
+        await assert.rejects(Sandbox.createSnapshot(src.sandboxId, opts(bob)), SandboxNotFoundError);
+
+        // In use by the copies: 409; once they are gone, deleted, then not found.
+        await assert.rejects(Sandbox.deleteSnapshot(snapshotId, opts(alice)), (e) => e instanceof SandboxError && /409: .*remove them first/.test(e.message));
+        await Promise.all(made.splice(0).map((s) => s.kill()));
+        assert.equal(await Sandbox.deleteSnapshot(snapshotId, opts(alice)), true);
+        assert.equal(await Sandbox.deleteSnapshot(snapshotId, opts(alice)), false);
+        snapshotId = undefined;
+        assert.deepEqual(await Sandbox.listSnapshots({ ...opts(alice), sandboxId: src.sandboxId }).nextItems(), []);
+        await assert.rejects(Sandbox.create(snap.snapshotId, opts(alice)), (e) => e instanceof SandboxError && /404: template '.*' not found/.test(e.message));
+      } finally {
+        await Promise.all(made.map((s) => s.kill()));
+        if (snapshotId !== undefined) await t.manager.snapshots.delete(snapshotId).catch(() => {});
+        await src.kill();
+      }
+    });
+
     test('a wrong API key is an AuthenticationError', async () => {
       const wrong = `e2b_${alice.slice(4, 20)}${'0'.repeat(64)}`;
       await assert.rejects(Sandbox.create('base', opts(wrong)), AuthenticationError);
@@ -314,8 +364,7 @@ describe('the wire, without an SDK', () => {
       assert.deepEqual((await raw('POST', path, { body: {} })).json, { code: 404, message: "sandbox 'sb-nope' not found" }, path);
     }
     for (const [method, path] of [
-      ['POST', '/sandboxes/sb-nope/snapshots'],
-      ['GET', '/snapshots'],
+      ['DELETE', '/templates/base'],
       ['POST', '/sandboxes/sb-nope/fork'],
       ['GET', '/templates'],
       ['POST', '/v3/templates'],
@@ -329,6 +378,38 @@ describe('the wire, without an SDK', () => {
     assert.deepEqual([badList.status, badList.json.code], [400, 400]);
     const badToken = await raw('GET', '/v2/sandboxes?nextToken=garbage');
     assert.equal(badToken.status, 400);
+  });
+
+  test('snapshots on the wire: 404 bodies, memory: true refused, pages of GET /snapshots with x-next-token', async () => {
+    assert.deepEqual((await raw('POST', '/sandboxes/sb-nope/snapshots', { body: {} })).json, { code: 404, message: "sandbox 'sb-nope' not found" });
+    assert.deepEqual((await raw('DELETE', '/templates/snap-000000000000')).json, { code: 404, message: "snapshot 'snap-000000000000' not found" });
+    const src = await raw('POST', '/v2/sandboxes', { body: { templateID: 'base' } });
+    assert.equal(src.status, 201);
+    const id = src.json.sandboxID as string;
+    const taken: string[] = [];
+    try {
+      const full = await raw('POST', `/sandboxes/${id}/snapshots`, { body: { memory: true } });
+      assert.deepEqual([full.status, full.json.code], [400, 400]);
+      assert.match(full.json.message, /memory/);
+      for (const body of [{}, { name: 'second', memory: false }]) {
+        const r = await raw('POST', `/sandboxes/${id}/snapshots`, { body });
+        assert.equal(r.status, 201, JSON.stringify(r.json));
+        assert.deepEqual(Object.keys(r.json).sort(), ['names', 'snapshotID']);
+        taken.push(r.json.snapshotID);
+      }
+      const first = await raw('GET', `/snapshots?sandboxID=${id}&limit=1`);
+      assert.equal(first.status, 200);
+      assert.deepEqual(first.json, [{ snapshotID: taken[1], names: ['second'] }], 'newest first');
+      const token = first.headers.get('x-next-token');
+      assert.ok(token);
+      const second = await raw('GET', `/snapshots?sandboxID=${id}&limit=1&nextToken=${token}`);
+      assert.deepEqual(second.json, [{ snapshotID: taken[0], names: [] }]);
+      assert.equal(second.headers.get('x-next-token'), null);
+      assert.equal((await raw('GET', '/snapshots?limit=0')).status, 400);
+    } finally {
+      for (const snap of taken) assert.equal((await raw('DELETE', `/templates/${snap}`)).status, 204);
+      assert.equal((await raw('DELETE', `/sandboxes/${id}`)).status, 204);
+    }
   });
 
   test('the older GET /sandboxes lists running sandboxes with a metadata filter', async () => {

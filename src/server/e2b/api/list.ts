@@ -26,7 +26,8 @@ export interface Cursor {
 export const DEFAULT_LIMIT = 100;
 export const MAX_LIMIT = 100;
 
-function one(q: Record<string, unknown>, name: string): string | undefined {
+/** A query parameter given at most once (given twice: a 400 naming it). */
+export function one(q: Record<string, unknown>, name: string): string | undefined {
   const v = q[name];
   if (v === undefined) return undefined;
   if (typeof v !== 'string') throw invalidArgument(name, 'must be given once');
@@ -57,24 +58,28 @@ export function parseListQuery(q: Record<string, unknown>): ListQuery {
     if (s !== 'running' && s !== 'paused') throw invalidArgument('state', `'${s}' is not a state (running, paused)`);
     states.add(s);
   }
-  const limitText = one(q, 'limit');
-  const limit = limitText === undefined ? DEFAULT_LIMIT : /^\d{1,4}$/.test(limitText) ? Number(limitText) : NaN;
-  if (!(limit >= 1 && limit <= MAX_LIMIT)) throw invalidArgument('limit', `must be an integer 1-${MAX_LIMIT}`);
   const order = one(q, 'order') ?? 'desc';
   if (order !== 'asc' && order !== 'desc') throw invalidArgument('order', "must be 'asc' or 'desc'");
   const startedText = one(q, 'startedAfter');
   const startedAfter = startedText === undefined ? undefined : Date.parse(startedText);
   if (startedAfter !== undefined && Number.isNaN(startedAfter)) throw invalidArgument('startedAfter', 'must be an ISO 8601 time');
-  const token = one(q, 'nextToken');
   return {
     metadata: parseMetadataFilter(one(q, 'metadata')),
     states,
     template: one(q, 'template') || undefined,
     startedAfter,
     order,
-    limit,
-    after: token ? decodeCursor(token) : undefined,
+    ...parsePage(q),
   };
+}
+
+/** `limit` and `nextToken`, which every e2b list takes (the snapshot list takes only these and its filters). */
+export function parsePage(q: Record<string, unknown>): Pick<ListQuery, 'limit' | 'after'> {
+  const limitText = one(q, 'limit');
+  const limit = limitText === undefined ? DEFAULT_LIMIT : /^\d{1,4}$/.test(limitText) ? Number(limitText) : NaN;
+  if (!(limit >= 1 && limit <= MAX_LIMIT)) throw invalidArgument('limit', `must be an integer 1-${MAX_LIMIT}`);
+  const token = one(q, 'nextToken');
+  return { limit, after: token ? decodeCursor(token) : undefined };
 }
 
 export function encodeCursor(c: Cursor): string {

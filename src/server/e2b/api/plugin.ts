@@ -45,8 +45,8 @@ export function e2bApiRoutes(app: FastifyInstance, ctx: ServerContext, opts: E2b
         if (retryAfter) reply.header('retry-after', retryAfter);
         return send(reply, mapped.status, mapped.error.message);
       });
-      // Snapshots (they would plug in beside pause in sandboxes.ts), fork, templates, volumes,
-      // secrets, metrics, network updates:
+      // Fork, templates (beyond deleting a snapshot, snapshots.ts), volumes, secrets, metrics,
+      // network updates:
       // an answer the SDK shows as it is ("501: …"), rather than a 404 it would read as "no such sandbox".
       api.setNotFoundHandler(async (req, reply) => {
         const path = req.url.split('?')[0]!.slice(E2B_API_PREFIX.length);

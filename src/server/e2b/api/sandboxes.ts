@@ -16,6 +16,7 @@ import { ENVD_VERSION } from '../envd/version.js';
 import { DEFAULT_TIMEOUT_SECONDS, TEMPLATE_LABEL, labelsFor, metadataOf, parseNewSandbox, parseTimeout } from './body.js';
 import { paginate, parseListQuery, parseMetadataFilter } from './list.js';
 import type { SandboxState } from './list.js';
+import { snapshotImage, snapshotRoutes } from './snapshots.js';
 
 /** e2b's clientID is a vestige its SDKs ignore; sbx answers one constant. */
 export const CLIENT_ID = 'sbx';
@@ -131,15 +132,22 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
   const create = async (req: FastifyRequest, reply: FastifyReply) => {
     const p = requireKey(req.caller);
     const s = parseNewSandbox(req.body);
-    const image = Object.hasOwn(opts.templates, s.templateID) ? opts.templates[s.templateID] : undefined;
+    const owner = actingOwner(p, undefined) ?? p.owner;
+    // A configured template first, then one of the owner's snapshots by id or name (the library
+    // checks the owner again at create); another owner's is the unknown template it is to them.
+    const image = Object.hasOwn(opts.templates, s.templateID) ? opts.templates[s.templateID] : await snapshotImage(ctx, s.templateID, owner);
     if (image === undefined) {
-      throw new SbxError('not_found', `template '${s.templateID}' not found; this server has: ${Object.keys(opts.templates).join(', ') || 'none'}`, {
-        details: { templateID: s.templateID },
-      });
+      throw new SbxError(
+        'not_found',
+        `template '${s.templateID}' not found; this server has: ${Object.keys(opts.templates).join(', ') || 'none'}, and the snapshots of owner '${owner}' by id or name`,
+        {
+          details: { templateID: s.templateID },
+        },
+      );
     }
     const box = await ctx.manager.create({
       image,
-      owner: actingOwner(p, undefined) ?? p.owner,
+      owner,
       labels: labelsFor(s),
       env: s.envVars,
       // e2b sandboxes live until their timeout, idle or not; setTimeout and connect renew it.
@@ -195,6 +203,8 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
     await box.resume();
     return reply.code(201).send(await answer(box, requireKey(req.caller).keyId));
   });
+
+  snapshotRoutes(api, ctx, { templates: opts.templates, sandboxFor });
 
   api.post('/sandboxes/:id/timeout', async (req: FastifyRequest<{ Params: { id: string } }>, reply) => {
     const box = await sandboxFor(req, req.params.id);

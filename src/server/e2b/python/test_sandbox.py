@@ -14,6 +14,7 @@ from e2b import (
     AuthenticationException,
     NotFoundException,
     Sandbox,
+    SandboxException,
     SandboxQuery,
     SandboxState,
     TimeoutException,
@@ -117,8 +118,7 @@ def test_a_wrong_key_and_an_unknown_sandbox():
 
 
 # Pause and resume: sbx freezes the box in place (memory, processes and files kept) and connect,
-# or any use, thaws it. Snapshots (`create_snapshot`, `Sandbox.create(snapshot_id)`) belong here
-# once sbx serves them; today they answer 501.
+# or any use, thaws it. Snapshots (the filesystem saved as an image) are at the end.
 
 # A background process with no command deadline (timeout=0), whose real pid it writes down.
 BACKGROUND = "echo $$ > /tmp/bg.pid; exec sleep 3600"
@@ -233,3 +233,69 @@ async def test_async_on_timeout_pause(run_id):
         assert await s.kill() is True
     finally:
         await s.kill()
+
+
+# Snapshots: create_snapshot saves the sandbox's filesystem (the sandbox keeps running),
+# Sandbox.create takes its id (2.63: or its name) as the template, list_snapshots filters by
+# sandbox, delete_snapshot answers True, then False. 2.20 sends no name.
+NAMED = SDK_VERSION >= (2, 63)
+# What a create from a deleted (or unknown) snapshot raises: the template's 404.
+GONE_TEMPLATE = "404: template '.*' not found"
+
+
+def test_sync_snapshot_create_from_it_list_delete(run_id):
+    src = Sandbox.create(metadata={"run": run_id}, timeout=120)
+    copies = []
+    snap = None
+    try:
+        src.files.write("kept.txt", run_id)
+        snap = src.create_snapshot(name=f"{run_id}-snap") if NAMED else src.create_snapshot()
+        if NAMED:
+            assert snap.names == [f"{run_id}-snap"]
+        assert src.get_info().state == SandboxState.RUNNING
+        listed = Sandbox.list_snapshots(sandbox_id=src.sandbox_id).next_items()
+        assert [s.snapshot_id for s in listed] == [snap.snapshot_id]
+        assert [s.snapshot_id for s in src.list_snapshots().next_items()] == [snap.snapshot_id]
+
+        for template in [snap.snapshot_id] + ([f"{run_id}-snap"] if NAMED else []):
+            copy = Sandbox.create(template, timeout=120)
+            copies.append(copy)
+            assert copy.files.read("kept.txt") == run_id
+        for copy in copies:
+            copy.kill()
+        assert Sandbox.delete_snapshot(snap.snapshot_id) is True
+        assert Sandbox.delete_snapshot(snap.snapshot_id) is False
+        assert Sandbox.list_snapshots(sandbox_id=src.sandbox_id).next_items() == []
+        with pytest.raises(SandboxException, match=GONE_TEMPLATE):
+            Sandbox.create(snap.snapshot_id)
+    finally:
+        for copy in copies:
+            copy.kill()
+        if snap is not None:
+            Sandbox.delete_snapshot(snap.snapshot_id)
+        src.kill()
+
+
+async def test_async_snapshot_create_from_it_list_delete(run_id):
+    src = await AsyncSandbox.create(metadata={"run": run_id}, timeout=120)
+    snap = None
+    try:
+        await src.files.write("kept.txt", run_id)
+        snap = await src.create_snapshot()
+        assert (await src.get_info()).state == SandboxState.RUNNING
+        listed = await AsyncSandbox.list_snapshots(sandbox_id=src.sandbox_id).next_items()
+        assert [s.snapshot_id for s in listed] == [snap.snapshot_id]
+
+        copy = await AsyncSandbox.create(snap.snapshot_id, timeout=120)
+        try:
+            assert (await copy.files.read("kept.txt")) == run_id
+        finally:
+            await copy.kill()
+        assert await AsyncSandbox.delete_snapshot(snap.snapshot_id) is True
+        assert await AsyncSandbox.delete_snapshot(snap.snapshot_id) is False
+        with pytest.raises(SandboxException, match=GONE_TEMPLATE):
+            await AsyncSandbox.create(snap.snapshot_id)
+    finally:
+        if snap is not None:
+            await AsyncSandbox.delete_snapshot(snap.snapshot_id)
+        await src.kill()
