@@ -47,7 +47,7 @@ describe('the idle ladder at create (no engine)', () => {
   });
 
   test("a pool default step at or after the caller's later one is dropped, not an error", () => {
-    const pool = { name: 'local', idlePauseMs: 5 * MIN, idleArchiveMs: 2 * 60 * MIN };
+    const pool = { name: 'local', idlePauseMs: 5 * MIN, idleArchiveMs: 2 * 60 * MIN, idleTimeoutMs: 24 * 60 * MIN };
     const r = record({ idleTimeoutMs: 30 * MIN }, pool);
     assert.deepEqual([r.idlePauseMs, r.idleArchiveMs, r.idleTimeoutMs], [5 * MIN, 0, 30 * MIN]);
     const short = record({ idleTimeoutMs: 2 * MIN }, pool);
