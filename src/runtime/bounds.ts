@@ -29,6 +29,11 @@ export const MAX_PIDS = 1_000_000;
 export const MAX_LOG_TAIL = 1_000_000;
 export const MAX_LABELS = 64;
 export const MAX_LABEL_VALUE = 1024;
+/**
+ * A label value a runtime takes: larger than a caller's (MAX_LABEL_VALUE), for what sbx keeps in
+ * labels itself (the spec a box was made from, `sbx.spec`).
+ */
+export const MAX_RUNTIME_LABEL_VALUE = 64 * 1024;
 export const MAX_ENV = 1024;
 export const MAX_ENV_VALUE = 128 * 1024;
 export const MAX_ARGS = 4096;

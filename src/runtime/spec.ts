@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { invalidArgument } from '../errors.js';
 import { parseOrThrow } from '../util/validation.js';
 import {
-  MAX_LABEL_VALUE,
+  MAX_RUNTIME_LABEL_VALUE,
   MAX_LOG_TAIL,
   MAX_OUTPUT_BYTES,
   MAX_PIDS,
@@ -48,7 +48,7 @@ export const ContainerSpecSchema = z
     env: envMap.optional(),
     workDir: absolutePath('workDir').optional(),
     user: userSpec.optional(),
-    labels: z.record(z.string().regex(labelKey, 'label keys must match [A-Za-z0-9][A-Za-z0-9._/-]*'), plainText(MAX_LABEL_VALUE)).optional(),
+    labels: z.record(z.string().regex(labelKey, 'label keys must match [A-Za-z0-9][A-Za-z0-9._/-]*'), plainText(MAX_RUNTIME_LABEL_VALUE)).optional(),
     memory: z
       .number()
       .int()

@@ -16,7 +16,7 @@ import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { ManualClock } from '../testing/clock.js';
 import { testEnv } from '../testing/env.js';
 import { archiveImage } from './archiver.js';
-import type { LocalBox } from './box.js';
+import type { LocalBox, ManagedBox } from './box.js';
 import { managerSelector } from './labels.js';
 import { Manager } from './manager.js';
 
@@ -119,6 +119,26 @@ describe('archive and restore', () => {
     } finally {
       await box.remove();
       await m.workspaces.delete(ws.id);
+    }
+  });
+
+  test('a large env is no obstacle: kept through archive and restore (the archive image holds it); a spec too large to keep makes the box not archivable, not uncreatable', async () => {
+    const m = newManager();
+    await m.start();
+    const big = 'x'.repeat(100_000);
+    const box = (await m.create({ image: IMAGE, env: { BIG: big } })) as LocalBox;
+    try {
+      await box.archive();
+      assert.equal((await box.exec(['sh', '-c', 'printf %s "$BIG" | wc -c'])).stdout.trim(), String(big.length));
+    } finally {
+      await box.remove();
+    }
+    const long = (await m.create({ image: IMAGE, cmd: ['sh', '-c', `: ${'y'.repeat(70_000)}; while :; do sleep 1; done`] })) as LocalBox;
+    try {
+      await assert.rejects(long.archive(), (e) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'no_spec');
+      assert.equal((long as ManagedBox).archivable, false, 'asked once');
+    } finally {
+      await long.remove();
     }
   });
 

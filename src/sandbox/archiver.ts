@@ -10,9 +10,11 @@ import { SbxError, isSbxError } from '../errors.js';
 import { parseImageRef } from '../runtime/image-ref.js';
 import type { ContainerSpec, HostEndpoint, Runtime } from '../runtime/types.js';
 import type { ArchiveEntry, ArchiveStore } from './archives.js';
+import type { BoxRecord } from './labels.js';
 import { ManagedBox } from './box.js';
 import type { BoxHost } from './box.js';
 import { boxRuntime } from './box-errors.js';
+import { withSpecLabel } from './box-spec.js';
 import type { ClaimStore } from './claims.js';
 import { ARCHIVE_LABEL, MANAGED_BY, MANAGED_BY_VALUE, SPEC_LABEL, boxSelector, containerName, recordToLabels } from './labels.js';
 import type { LifetimeStore } from './lifetimes.js';
@@ -35,6 +37,8 @@ export interface ArchiverDeps {
   hostEndpoints(): Promise<HostEndpoint[]>;
   /** On a pool of nodes, the node a container id names (where its commit's image is). */
   imageNodeOf(pool: string, containerId: string): string | undefined;
+  /** The variables sbx gives a box (its id, token, sbx's endpoints), made anew for a restore. */
+  sbxEnvOf(record: BoxRecord): Promise<Record<string, string>>;
 }
 
 const ARCHIVE_REPOSITORY = 'sbx-archive';
@@ -179,7 +183,7 @@ export class Archiver {
       await pool.allowHostEndpoints(await this.d.hostEndpoints());
       let created: string | undefined;
       try {
-        created = await rt.create(this.restoreSpec(box, entry, pool));
+        created = await rt.create(this.restoreSpec(box, entry, pool, await this.d.sbxEnvOf(box.record)));
         await boxRuntime(rt, created, box.id).start(created);
       } catch (err) {
         if (created) await rt.remove(created, { force: true }).catch(() => undefined);
@@ -199,16 +203,17 @@ export class Archiver {
   }
 
   /** The box's own spec on its archive's image, with its record's labels (a claimed spare's identity its own now). */
-  private restoreSpec(box: ManagedBox, entry: ArchiveEntry, pool: Pool): ContainerSpec {
-    const { labels: _spare, ...spec } = entry.spec;
-    const env = { ...(spec.env ?? {}), ...entry.execEnv };
-    return {
-      ...spec,
+  private restoreSpec(box: ManagedBox, entry: ArchiveEntry, pool: Pool, sbxEnv: Record<string, string>): ContainerSpec {
+    // The caller's env is in the archive image (commit keeps the box's env, sbx's variables blank):
+    // the create gives sbx's anew, and a claimed spare's identity.
+    const made: ContainerSpec = {
+      ...entry.spec,
       image: entry.image,
       name: containerName(this.d.manager, box.id),
-      env,
-      labels: { ...recordToLabels(box.record), [SPEC_LABEL]: JSON.stringify({ ...spec, env }), ...this.placement(pool, entry.containerId) },
+      env: { ...entry.execEnv, ...sbxEnv },
+      labels: { ...recordToLabels(box.record), ...this.placement(pool, entry.containerId) },
     };
+    return withSpecLabel(made);
   }
 
   /** Removes an archived box's archive (its box is being removed). */

@@ -4,6 +4,7 @@
  * without an engine.
  */
 import { invalidArgument } from '../errors.js';
+import { MAX_RUNTIME_LABEL_VALUE } from '../runtime/bounds.js';
 import type { BindMount, ContainerSpec, RuntimeResources } from '../runtime/types.js';
 import type { ResolvedPool } from './config.js';
 import { networkAllowed, notListed } from './config.js';
@@ -107,6 +108,8 @@ export interface SpecInput {
   /** Variables sbx hands every box (SBX_SANDBOX_ID, SBX_TOKEN, ...), over the caller's. */
   sbxEnv: Record<string, string>;
   mount: BindMount | undefined;
+  /** Keep the spec in a label (SPEC_LABEL) for an archive's restore: on pools that can archive. */
+  keepSpec?: boolean;
   machine: RuntimeResources | undefined;
 }
 
@@ -119,7 +122,7 @@ export function checkNetwork(opts: CreateOptions, pool: ResolvedPool): void {
   if (opts.network !== undefined && !networkAllowed(opts.network, pool.networks)) throw invalidArgument('network', notListed(opts.network, pool.name));
 }
 
-export function buildContainerSpec({ record, opts, pool, sbxEnv, mount, machine }: SpecInput): ContainerSpec {
+export function buildContainerSpec({ record, opts, pool, sbxEnv, mount, machine, keepSpec }: SpecInput): ContainerSpec {
   checkNetwork(opts, pool);
   const profileName = opts.security ?? pool.security;
   const profile = securityFor(profileName);
@@ -152,8 +155,19 @@ export function buildContainerSpec({ record, opts, pool, sbxEnv, mount, machine 
     ...(record.vnc ? { shmSize: VNC_SHM_BYTES } : {}),
     ...(opts.proxyAllPorts ? { dialAnyPort: true } : {}),
   };
-  const { labels: _labels, ...kept } = spec;
-  return { ...spec, labels: { ...spec.labels, [SPEC_LABEL]: JSON.stringify(kept) } };
+  return keepSpec ? withSpecLabel(spec) : spec;
+}
+
+/**
+ * The spec with itself as a label (`sbx.spec`), what an archive's restore makes the box from
+ * again: without its labels (the record's) and its env (the archive image keeps the box's, and
+ * sbx's own variables are made anew). One too large for a label is left out: such a box cannot be
+ * archived (not_available, reason no_spec), which is better than not being made at all.
+ */
+export function withSpecLabel(spec: ContainerSpec): ContainerSpec {
+  const { labels: _labels, env: _env, ...kept } = spec;
+  const text = JSON.stringify(kept);
+  return text.length > MAX_RUNTIME_LABEL_VALUE ? spec : { ...spec, labels: { ...spec.labels, [SPEC_LABEL]: text } };
 }
 
 /** The caller's ports plus the VNC port on loopback (the engine picks the host port), unless already listed. */

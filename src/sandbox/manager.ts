@@ -185,6 +185,7 @@ export class Manager {
       pool: (name) => this.pool(name),
       hostEndpoints: () => this.hostEndpoints(),
       imageNodeOf: (pool, containerId) => this.imageNodeOf(pool, containerId),
+      sbxEnvOf: (record) => this.sbxEnvOf(record),
     });
     this.recovery = new Recovery({
       manager: this.config.name,
@@ -557,13 +558,7 @@ export class Manager {
   /** `imageNode`: the node of the pool whose engine alone has the image (a snapshot's), where the box must go. */
   private async createReserved(id: string, owner: string, pool: Pool, opts: CreateOptions, imageNode?: string): Promise<ManagedBox> {
     const record = newBoxRecord({ manager: this.config.name, id, owner, pool: pool.def, opts, now: this.now(), tokenNonce: BoxTokenService.newNonce() });
-    const sbxEnv: Record<string, string> = {
-      ...(this.grpcAddr() !== undefined ? { SBX_GRPC_ADDR: this.grpcAddr()! } : {}),
-      SBX_SANDBOX_ID: id,
-      SBX_TOKEN: await this.secrets.issueBoxToken(id, record.tokenNonce),
-      ...(this.config.apiUrl ? { SBX_API_URL: this.config.apiUrl } : {}),
-      ...(this.config.heartbeatIntervalMs !== undefined ? { SBX_HEARTBEAT_INTERVAL_MS: String(this.config.heartbeatIntervalMs) } : {}),
-    };
+    const sbxEnv = await this.sbxEnvOf(record);
     // Before a spare is claimed: a refused network is refused whichever way the box would come.
     checkNetwork(opts, pool.def);
     // The box (a claimed spare too) must reach sbx's endpoints it is told of, and only those of the host.
@@ -576,7 +571,15 @@ export class Manager {
     const mount = record.workspaceId
       ? { hostPath: await this.workspaces.mountPath(record.workspaceId), containerPath: record.mountPath, readOnly: record.mountMode === 'ro' }
       : undefined;
-    const built = buildContainerSpec({ record, opts, pool: pool.def, sbxEnv, mount, machine: pool.resources });
+    const built = buildContainerSpec({
+      record,
+      opts,
+      pool: pool.def,
+      sbxEnv,
+      mount,
+      machine: pool.resources,
+      keepSpec: pool.runtime().capabilities.commit !== false,
+    });
     const spec = imageNode === undefined ? built : { ...built, labels: { ...built.labels, [IMAGE_NODE_LABEL]: imageNode } };
     const runtime = pool.runtime();
     let containerId: string;
@@ -709,6 +712,17 @@ export class Manager {
     await this.stopIntents.set(box.id, false).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a stopped box'));
     await this.forgetLifetime(box);
     this.log.info({ box: box.id, pool: box.pool }, 'box removed');
+  }
+
+  /** The variables sbx gives a box (a restored one too): its id, its token, sbx's endpoints. */
+  private async sbxEnvOf(record: BoxRecord): Promise<Record<string, string>> {
+    return {
+      ...(this.grpcAddr() !== undefined ? { SBX_GRPC_ADDR: this.grpcAddr()! } : {}),
+      SBX_SANDBOX_ID: record.id,
+      SBX_TOKEN: await this.secrets.issueBoxToken(record.id, record.tokenNonce),
+      ...(this.config.apiUrl ? { SBX_API_URL: this.config.apiUrl } : {}),
+      ...(this.config.heartbeatIntervalMs !== undefined ? { SBX_HEARTBEAT_INTERVAL_MS: String(this.config.heartbeatIntervalMs) } : {}),
+    };
   }
 
   /** On a pool of nodes, the node a container id names: a commit's image is made there. */

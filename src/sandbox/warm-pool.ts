@@ -202,6 +202,7 @@ export class WarmPool {
       spareId,
       now: Date.now(),
       machine: this.pool.resources,
+      keepSpec: runtime.capabilities.commit !== false,
     });
     const id = await runtime.create(spec);
     this.busy.add(id);

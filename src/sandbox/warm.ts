@@ -9,7 +9,7 @@ import type { ContainerSpec, ContainerSummary, RuntimeResources } from '../runti
 import type { Claim } from './claims.js';
 import { DEFAULT_WORKDIR, buildContainerSpec, newBoxRecord } from './box-spec.js';
 import type { ResolvedPool, WarmTemplate } from './config.js';
-import { MANAGED_BY, MANAGED_BY_VALUE, managerSelector } from './labels.js';
+import { MANAGED_BY, MANAGED_BY_VALUE, SPEC_LABEL, managerSelector } from './labels.js';
 import { securityFor } from './security.js';
 import type { CreateOptions } from './types.js';
 
@@ -98,6 +98,8 @@ export function spareSpec(opts: {
   spareId: string;
   now: number;
   machine: RuntimeResources | undefined;
+  /** Keep the spec in a label (SPEC_LABEL), so a box the spare becomes can be archived. */
+  keepSpec?: boolean;
 }): ContainerSpec {
   const { template: t } = opts;
   const createOpts: CreateOptions = {
@@ -108,11 +110,26 @@ export function spareSpec(opts: {
     ...(t.network ? { network: t.network } : {}),
   };
   const record = newBoxRecord({ manager: opts.manager, id: opts.spareId, owner: '', pool: opts.pool, opts: createOpts, now: opts.now, tokenNonce: '' });
-  const spec = buildContainerSpec({ record, opts: createOpts, pool: opts.pool, sbxEnv: {}, mount: undefined, machine: opts.machine });
+  const spec = buildContainerSpec({
+    record,
+    opts: createOpts,
+    pool: opts.pool,
+    sbxEnv: {},
+    mount: undefined,
+    machine: opts.machine,
+    keepSpec: opts.keepSpec ?? false,
+  });
+  const kept = spec.labels?.[SPEC_LABEL];
   return {
     ...spec,
     name: `sbx-${opts.manager}-${opts.spareId}`,
-    labels: { ...managerSelector(opts.manager, opts.pool.name), [MANAGED_BY]: MANAGED_BY_VALUE, [WARM_LABEL]: opts.key, 'sbx.image': t.image },
+    labels: {
+      ...managerSelector(opts.manager, opts.pool.name),
+      [MANAGED_BY]: MANAGED_BY_VALUE,
+      [WARM_LABEL]: opts.key,
+      'sbx.image': t.image,
+      ...(kept ? { [SPEC_LABEL]: kept } : {}),
+    },
   };
 }
 
