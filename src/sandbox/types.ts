@@ -90,11 +90,14 @@ export interface ListOptions {
  * What the engine says of a box's main process, one word per state:
  * - `creating`: created, not started yet;
  * - `running`: its process runs;
- * - `paused`: frozen by the engine (`docker pause`, never by sbx); exec waits or fails until unpaused;
+ * - `paused`: frozen in place by the engine's freezer (`pause()`, the idle ladder, the end of a
+ *   lifetime with action `pause`); any use resumes it first;
  * - `restarting`: it ended and the engine is starting it again (a restart policy someone else
  *   gave it: sbx gives none), `exitCode` says how the last run ended;
  * - `stopped`: it ended or was stopped, and nothing starts it again by itself; `exitCode` (and
- *   `oomKilled`) say how, whether it exited on its own or `stop()` ended it.
+ *   `oomKilled`) say how, whether it exited on its own or `stop()` ended it;
+ * - `archived`: no container, its filesystem and record kept in an archive (`archive()`, the idle
+ *   ladder); any use restores it. docs/lifecycle.md.
  */
 export type BoxStatus = 'creating' | 'running' | 'paused' | 'restarting' | 'stopped' | 'archived';
 export const BOX_STATUSES: readonly BoxStatus[] = ['creating', 'running', 'paused', 'restarting', 'stopped', 'archived'];
