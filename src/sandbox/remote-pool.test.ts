@@ -164,9 +164,11 @@ describe('pools that span machines: two namespace nodes behind sbx serve', { tim
   });
 
   test('creates are placed least loaded across the nodes; exec, stream with stdin, PTY and files work there', async () => {
-    // Least loaded first (sbx's containers on each node, a warm spare too), ties by name.
+    // Least loaded first, ties by name: every sbx container on each node counts, a warm spare and
+    // another Manager's (a run before this one may have left some on these engines), as placement counts.
+    const everySbx = { 'sbx.managed-by': 'sbx' };
     const leastLoaded = async () => {
-      const [c3, c4] = await Promise.all([countManaged(n3, {}), countManaged(n4, {})]);
+      const [c3, c4] = await Promise.all([countManaged(n3, {}, everySbx), countManaged(n4, {}, everySbx)]);
       return c3 <= c4 ? 'n3' : 'n4';
     };
     let expected = await leastLoaded();
