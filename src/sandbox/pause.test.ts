@@ -122,6 +122,21 @@ describe('pause and resume', () => {
     }
   });
 
+  test('a status read before a pause never undoes it (a list or inspect taken meanwhile, an event)', async () => {
+    const box = (await manager.create({ image: IMAGE })) as ManagedBox;
+    try {
+      const before = box.statusEpoch;
+      await box.pause();
+      box.observe('running', before); // what a list begun before the pause would report
+      assert.equal(box.status, 'paused');
+      box.observe('paused', box.statusEpoch); // a read begun after it is taken
+      assert.equal(box.status, 'paused');
+      assert.equal((await box.exec(['echo', 'thawed'])).stdout, 'thawed\n', 'and a use still thaws it');
+    } finally {
+      await box.remove();
+    }
+  });
+
   test('uses racing on a paused box thaw it once and all succeed', async () => {
     const box = (await manager.create({ image: IMAGE, pool: 'counted' })) as LocalBox;
     try {
