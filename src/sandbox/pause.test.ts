@@ -63,9 +63,15 @@ async function engineStatus(box: LocalBox): Promise<string> {
 /** A box whose main command is a long-lived process that wrote its pid: a restart would be a new one. */
 async function boxWithWorker(m: Manager = manager, extra: Omit<Parameters<Manager['create']>[0], 'image'> = {}): Promise<{ box: LocalBox; pid: string }> {
   const box = (await m.create({ ...extra, image: IMAGE, cmd: ['sh', '-c', 'echo $$ > /tmp/worker.pid; while :; do sleep 0.05; done'] })) as LocalBox;
-  const r = await box.exec(['sh', '-c', 'until [ -s /tmp/worker.pid ]; do sleep 0.01; done; cat /tmp/worker.pid']);
-  assert.equal(r.exitCode, 0, r.stderr);
-  return { box, pid: r.stdout.trim() };
+  try {
+    const r = await box.exec(['sh', '-c', 'until [ -s /tmp/worker.pid ]; do sleep 0.01; done; cat /tmp/worker.pid']);
+    assert.equal(r.exitCode, 0, r.stderr);
+    return { box, pid: r.stdout.trim() };
+  } catch (err) {
+    // The caller's finally never sees a box it was not given: it goes here.
+    await box.remove().catch(() => undefined);
+    throw err;
+  }
 }
 
 describe('pause and resume', () => {
