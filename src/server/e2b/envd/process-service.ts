@@ -186,9 +186,28 @@ export function processService(table: ProcessTable, resolve: ProcessCallerResolv
       return {};
     },
 
-    streamInput() {
-      // Client streaming needs HTTP/2 end to end; the SDK sends input with SendInput instead.
-      throw new ConnectError('StreamInput is not implemented by sbx; use SendInput', Code.Unimplemented);
+    /**
+     * Client streaming: a start event naming the process, then its input in order (the Python
+     * SDK's `stream_input`; Connect streams a request body over HTTP/1.1 as well). Each chunk is
+     * written before the next is read, so input keeps its order and a slow process pushes back.
+     */
+    async streamInput(requests, ctx) {
+      let proc: TrackedProcess | undefined;
+      for await (const req of requests) {
+        const event = req.event;
+        if (event.case === 'start') {
+          if (proc) throw new ConnectError('stream input: one start event, first', Code.InvalidArgument);
+          proc = await find(event.value.process, ctx);
+        } else if (event.case === 'data') {
+          if (!proc) throw new ConnectError('stream input: the start event naming the process comes first', Code.InvalidArgument);
+          const input = event.value.input?.input;
+          if (input?.case !== 'stdin' && input?.case !== 'pty') throw new ConnectError('input: stdin or pty bytes are required', Code.InvalidArgument);
+          await proc.writeStdin(input.value);
+        }
+        // keepalive: nothing to do.
+      }
+      if (!proc) throw new ConnectError('stream input: the start event naming the process is required', Code.InvalidArgument);
+      return {};
     },
   };
 }
