@@ -48,13 +48,14 @@ const DEFAULT_OWNER = 'default';
 
 /**
  * Keeps pools of container runtimes and the boxes on them, as the seed's table of operations:
- * create, get, getOrCreate, list, remove, heartbeat; pools; images; and the cleanup loop that
- * applies lifecycle policies. Every lookup is async, as it is in the SDK, so code moves between
+ * create, get, getOrCreate, list, remove, heartbeat; pools; images; and the lifecycle policies,
+ * applied at each box's deadlines (a timer per box) with a periodic cleanup pass as the safety
+ * net (docs/lifecycle.md, Deadlines). Every lookup is async, as it is in the SDK, so code moves between
  * the two unchanged.
  *
  * @example
  * const manager = new Manager();          // SBX_CONFIG / SBX_* or one pool `local` on the local engine
- * await manager.start();                  // recover existing boxes, start the cleanup loop
+ * await manager.start();                  // recover existing boxes, arm their deadlines, start the cleanup loop
  * const box = await manager.create({ image: 'sbx-base:latest', owner: 'alice' });
  * console.log((await box.exec(['uname', '-a'])).stdout);
  * await box.remove();
@@ -272,7 +273,8 @@ export class Manager {
   /**
    * Connects the pools, adopts every box this Manager's name labelled (all fields come back
    * from the labels), sweeps what a crash left half-made, follows the engines' events, then
-   * starts the cleanup loop. A pool that cannot be reached is logged and adopted later.
+   * starts the cleanup loop and arms every box's deadline. A pool that cannot be reached is
+   * logged and adopted later.
    */
   /**
    * Tells the Manager of a server in front of it (sbx serve does on listen), until the returned
