@@ -40,12 +40,12 @@ before(async () => {
   await manager.start();
 });
 after(async () => {
-  assert.equal(manager.cleanupStats.ticks, 0, 'no cleanup pass ran: the timers did it all');
   await manager.close();
   const left = await engine.list({ labels: managerSelector(name) });
   await Promise.all(left.map((c) => engine.remove(c.id, { force: true })));
   await engine.close();
   rmSync(dataDir, { recursive: true, force: true });
+  assert.equal(manager.cleanupStats.ticks, 0, 'no cleanup pass ran: the timers did it all');
 });
 
 /** Polls often enough to measure the lag to a few milliseconds; a hang is the only failure. */

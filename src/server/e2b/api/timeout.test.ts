@@ -32,8 +32,8 @@ before(async () => {
   key = (await t.server.keys.create({ name: 'timeout', role: 'user' })).e2bKey;
 });
 after(async () => {
-  assert.equal(t.manager.cleanupStats.ticks, 0, 'no cleanup pass ran');
   await t.dispose();
+  assert.equal(t.manager.cleanupStats.ticks, 0, 'no cleanup pass ran');
 });
 
 const opts = () => ({ apiUrl: `${t.url}/e2b/api`, sandboxUrl: `${t.url}/e2b/envd`, apiKey: key, requestTimeoutMs: 60_000 });
