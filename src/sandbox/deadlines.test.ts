@@ -16,6 +16,7 @@ import pino from 'pino';
 import { isSbxError } from '../errors.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { testEnv } from '../testing/env.js';
+import { MemoryRuntime } from '../testing/memory-runtime.js';
 import { waitFor } from '../testing/wait.js';
 import type { LocalBox } from './box.js';
 import { managerSelector } from './labels.js';
@@ -160,6 +161,46 @@ describe('deadlines are acted on at the deadline, not at the next pass', () => {
       assert.ok(again >= Date.parse((await box.info()).lastActive) + 1_000);
     } finally {
       await box.remove().catch(() => undefined);
+    }
+  });
+});
+
+describe('deadline timers (in-memory runtime, real clock)', () => {
+  test('an action that fails is left to the next pass, not retried by its timer in a loop', async () => {
+    const rt = new MemoryRuntime({ address: `mem-deadlines-${process.pid}` });
+    const m = new Manager({
+      name: `deadlines-mem-${process.pid}`,
+      dataDir,
+      cleanupIntervalMs: HOUR,
+      pools: [{ name: 'local', runtime: rt, idleTimeoutMs: 0 }],
+      logger: pino({ level: 'silent' }),
+    });
+    try {
+      await m.start();
+      const failing = await m.create({ image: IMAGE, maxLifetimeMs: 50 });
+      const remove = rt.remove.bind(rt);
+      let attempts = 0;
+      rt.remove = async (id, opts) => {
+        if (id !== failing.containerId) return remove(id, opts);
+        attempts++;
+        throw new Error('the engine refuses');
+      };
+      // A witness due after the failing box: once it is gone, the failing box's deadline and its
+      // one attempt are behind us.
+      const witness = await m.create({ image: IMAGE, maxLifetimeMs: 300 });
+      await waitFor(async () => !(await m.list()).some((b) => b.id === witness.id), { what: 'the witness to be removed at its deadline' });
+      assert.equal(attempts, 1, 'one attempt at the deadline, no loop');
+      assert.equal(m.cleanupStats.errors, 1);
+      assert.equal((await m.get(failing.id)).id, failing.id, 'a failed removal leaves the box registered');
+      await m.cleanup();
+      assert.ok(attempts >= 2, 'the pass retries it');
+      rt.remove = remove;
+      await m.cleanup();
+      await assert.rejects(m.get(failing.id), (e) => isSbxError(e, 'not_found'));
+      // The pass's removal, or the one its timer began meanwhile (the pass arms every box again).
+      await waitFor(() => m.cleanupStats.removedLifetime === 2, { what: 'the removal to be counted' });
+    } finally {
+      await m.close();
     }
   });
 });
