@@ -121,7 +121,8 @@ export interface Box extends AsyncDisposable {
   /**
    * Moves the end of the box's max lifetime to `lifetimeMs` from now, later or sooner than it
    * was (the e2b SDK's `setTimeout`): `maxLifetimeMs` becomes the time since creation plus
-   * `lifetimeMs`, and the cleanup loop removes the box at its next pass after that. Kept in the
+   * `lifetimeMs`, and the Manager removes the box at that deadline (within a timer's precision,
+   * not at a later cleanup pass), or pauses it with `maxLifetimeAction: 'pause'`. Kept in the
    * data directory, so a restarted Manager keeps the new deadline. Counts as use. A persistent
    * box has no max lifetime: conflict.
    */
@@ -252,6 +253,11 @@ export interface BoxHost {
   archivable(box: ManagedBox): boolean;
   /** Saves the box's filesystem as a snapshot of its owner (src/sandbox/snapshots.ts). */
   snapshot(box: ManagedBox, opts?: SnapshotOptions): Promise<SnapshotInfo>;
+  /**
+   * The box's next lifecycle deadline may have come sooner (its status changed, work in flight
+   * ended, its lifetime was renewed): the Manager arms its timer again. Absent: no timers.
+   */
+  deadlineMoved?(box: ManagedBox): void;
 }
 
 /** When the box was last used, and what is in use right now. */
@@ -277,7 +283,7 @@ export class ManagedBox implements LocalBox {
   readonly activity: BoxActivityState;
   /** When this Manager learnt of the box's container (a restore makes a new one): a list taken before cannot contain it. */
   registeredAt: number;
-  status: BoxStatus;
+  private current: BoxStatus;
   private boxRt: { of: Runtime; rt: Runtime } | undefined;
   private container: string;
   /** The lifecycle steps asked for so far, chained (step()). */
@@ -297,8 +303,19 @@ export class ManagedBox implements LocalBox {
   ) {
     this.registeredAt = host.now();
     this.activity = new BoxActivityState(this.registeredAt);
-    this.status = status;
+    this.current = status;
     this.container = containerId;
+  }
+
+  get status(): BoxStatus {
+    return this.current;
+  }
+
+  /** A new status can make a lifecycle step due (a box running again may pause), so its deadline is asked again. */
+  set status(status: BoxStatus) {
+    if (this.current === status) return;
+    this.current = status;
+    this.host.deadlineMoved?.(this);
   }
 
   /** The box's container now: a restore from an archive makes a new one ('' while archived). */
@@ -623,6 +640,8 @@ export class ManagedBox implements LocalBox {
       done = true;
       this.activity.inFlight--;
       this.touch();
+      // Idle deadlines start to run once nothing is in flight.
+      if (this.activity.inFlight === 0) this.host.deadlineMoved?.(this);
     };
   }
 
@@ -889,6 +908,7 @@ export class ManagedBox implements LocalBox {
     await this.host.saveLifetime(this, maxLifetimeMs);
     this.record.maxLifetimeMs = maxLifetimeMs;
     this.touch();
+    this.host.deadlineMoved?.(this);
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -231,7 +231,12 @@ export interface ManagerConfig {
   /** Instance name, stamped on every box (label sbx.manager): Managers of other names leave them alone. */
   name?: string;
   pools?: PoolConfig[];
-  /** Default 60 s; 0 = no cleanup loop. */
+  /**
+   * How often the cleanup pass runs, the safety net (default 60 s): it reconciles each pool with its
+   * engine and acts on anything due a deadline timer missed. Deadlines themselves (max lifetime,
+   * idle timeout, the idle ladder) are acted on at the deadline, whatever this is (docs/lifecycle.md,
+   * Deadlines). 0 = no automatic cleanup at all, neither the pass nor the timers: only cleanup().
+   */
   cleanupIntervalMs?: number;
   /** Where the token secret and workspaces live. Default `$SBX_DATA_DIR` or `~/.sbx`. */
   dataDir?: string;

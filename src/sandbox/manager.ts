@@ -20,7 +20,9 @@ import type { BoxHost, LocalBox, ProxyBase } from './box.js';
 import { buildContainerSpec, checkNetwork, newBoxRecord } from './box-spec.js';
 import { ArchiveStore } from './archives.js';
 import { Archiver } from './archiver.js';
-import { CleanupLoop, planCleanup } from './cleanup.js';
+import { CleanupLoop, DeadlineTimers, cleanupInput, planCleanup } from './cleanup.js';
+import type { PlannedCleanup } from './cleanup.js';
+import { nextDue } from './policy.js';
 import { resolveConfig, resolvePool, loadConfig } from './config.js';
 import type { ManagerConfig, PoolConfig, ResolvedConfig, ResolvedPool } from './config.js';
 import { validateCreateOptions } from './create-options.js';
@@ -46,13 +48,14 @@ const DEFAULT_OWNER = 'default';
 
 /**
  * Keeps pools of container runtimes and the boxes on them, as the seed's table of operations:
- * create, get, getOrCreate, list, remove, heartbeat; pools; images; and the cleanup loop that
- * applies lifecycle policies. Every lookup is async, as it is in the SDK, so code moves between
+ * create, get, getOrCreate, list, remove, heartbeat; pools; images; and the lifecycle policies,
+ * applied at each box's deadlines (a timer per box) with a periodic cleanup pass as the safety
+ * net (docs/lifecycle.md, Deadlines). Every lookup is async, as it is in the SDK, so code moves between
  * the two unchanged.
  *
  * @example
  * const manager = new Manager();          // SBX_CONFIG / SBX_* or one pool `local` on the local engine
- * await manager.start();                  // recover existing boxes, start the cleanup loop
+ * await manager.start();                  // recover existing boxes, arm their deadlines, start the cleanup loop
  * const box = await manager.create({ image: 'sbx-base:latest', owner: 'alice' });
  * console.log((await box.exec(['uname', '-a'])).stdout);
  * await box.remove();
@@ -90,12 +93,20 @@ export class Manager {
   private readonly servers: ServerEndpoints[] = [];
   private readonly now: () => number;
   private readonly poolsByName = new Map<string, Pool>();
-  private readonly registry = new BoxRegistry();
+  private readonly registry = new BoxRegistry((box) => this.armDeadline(box));
   /** Creates with a known id in flight: getOrCreate joins them instead of racing them. */
   private readonly creating = new Map<string, Promise<ManagedBox>>();
   /** Removals in progress: a second remove() of the same box waits for the first. */
   private readonly removing = new Map<string, Promise<void>>();
   private readonly loop: CleanupLoop;
+  /** Each box's next lifecycle deadline, acted on when it comes (armDeadline); the loop is the safety net. */
+  private readonly deadlines: DeadlineTimers<ManagedBox>;
+  /** Boxes whose deadline fired, acted on together at the next turn of the event loop. */
+  private readonly due = new Set<ManagedBox>();
+  /** Those batches while they run: close() waits for them. */
+  private readonly dueRuns = new Set<Promise<void>>();
+  /** Boxes a cleanup action (a pass's or a deadline's) is working on: nothing else acts on them meanwhile. */
+  private readonly acting = new Set<ManagedBox>();
   private started = false;
   private readonly boxHost: BoxHost;
   /** Brings the registry in line with the engines (src/sandbox/recovery.ts). */
@@ -140,6 +151,7 @@ export class Manager {
       log: this.log,
     });
     this.loop = new CleanupLoop(this.config.cleanupIntervalMs, () => this.cleanupOnce());
+    this.deadlines = new DeadlineTimers(this.now, (box) => this.deadlineDue(box));
     this.secrets = new BoxSecrets({
       tokenSecret: this.config.tokenSecret,
       dataDir: this.config.dataDir,
@@ -166,6 +178,7 @@ export class Manager {
         if (this.known(box.id) !== box) throw new SbxError('not_found', `box '${box.id}' not found`, { details: { id: box.id } });
         return this.snapshots.take(box, opts);
       },
+      deadlineMoved: (box) => this.armDeadline(box),
       onExecFinished: (box) => {
         if (box.policy === 'oneshot' && box.activity.inFlight === 0) {
           this.remove(box.id).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'oneshot removal failed; cleanup will retry'));
@@ -260,7 +273,8 @@ export class Manager {
   /**
    * Connects the pools, adopts every box this Manager's name labelled (all fields come back
    * from the labels), sweeps what a crash left half-made, follows the engines' events, then
-   * starts the cleanup loop. A pool that cannot be reached is logged and adopted later.
+   * starts the cleanup loop and arms every box's deadline. A pool that cannot be reached is
+   * logged and adopted later.
    */
   /**
    * Tells the Manager of a server in front of it (sbx serve does on listen), until the returned
@@ -321,12 +335,16 @@ export class Manager {
     await this.sweepWorkspaceHelpers();
     for (const p of this.poolsByName.values()) this.recovery.watch(p);
     this.loop.start();
+    for (const box of this.registry.all()) this.armDeadline(box);
   }
 
-  /** Stops the cleanup loop and closes connections. Boxes keep running. */
+  /** Stops the cleanup loop and the deadline timers, and closes connections. Boxes keep running. */
   async close(): Promise<void> {
     this.started = false;
+    this.deadlines.clear();
+    this.due.clear();
     await this.loop.stop();
+    await Promise.allSettled([...this.dueRuns]);
     // A oneshot removal started in the background must finish before its connection closes.
     await Promise.allSettled([...this.removing.values()]);
     await Promise.all([...this.workspaceVolumes.keys()].map((p) => this.closeVolumes(p)));
@@ -694,6 +712,7 @@ export class Manager {
     const inProgress = this.removing.get(id);
     if (inProgress) return inProgress;
     const box = this.known(id);
+    this.deadlines.arm(box, undefined);
     const removal = this.removeBox(box, graceful).finally(() => this.removing.delete(id));
     this.removing.set(id, removal);
     return removal;
@@ -805,36 +824,124 @@ export class Manager {
   }
 
   private async cleanupPool(pool: Pool): Promise<void> {
-    const boxes = (await this.recovery.reconcile(pool)).filter((b) => !this.removing.has(b.id));
-    const planned = planCleanup(boxes, this.now());
+    const boxes = await this.recovery.reconcile(pool);
+    await this.applyCleanup(pool.name, boxes);
+    // The safety net: a deadline a timer missed (a change nothing reported) is armed again.
+    for (const box of boxes) this.armDeadline(box);
+  }
+
+  /**
+   * Whether deadlines are acted on when they come: once started, unless `cleanupIntervalMs` is 0
+   * (no automatic cleanup at all: tests and benchmarks call cleanup() themselves).
+   */
+  private get deadlinesOn(): boolean {
+    return this.started && this.config.cleanupIntervalMs > 0;
+  }
+
+  /**
+   * Arms the box's timer for the time the policy table next acts on it (policy.ts nextDue), or
+   * clears it (a box removed or gone). Called wherever that time can come sooner: the box
+   * registered (create, claim, adoption, restore), its status changed, its work in flight ended,
+   * its lifetime renewed; and after every pass. A use only makes it later, so the timer that fires
+   * early finds the box not due and arms again.
+   */
+  private armDeadline(box: ManagedBox): void {
+    if (!this.deadlinesOn || this.registry.get(box.id) !== box || this.removing.has(box.id)) {
+      this.deadlines.arm(box, undefined);
+      return;
+    }
+    // The action working on it arms it when it is done.
+    if (this.acting.has(box)) return;
+    let at: number | undefined;
+    try {
+      at = nextDue(cleanupInput(box, this.now()));
+    } catch (err) {
+      // Its pool is going away (its runtime is no longer there to ask): the pass sees to it.
+      this.log.warn({ box: box.id, err }, 'could not compute the next deadline of a box; the next cleanup pass sees to it');
+    }
+    this.deadlines.arm(box, at);
+  }
+
+  /** A box's timer fired: it is acted on with the others due now, at the next turn of the event loop. */
+  private deadlineDue(box: ManagedBox): void {
+    if (this.due.size === 0) {
+      setImmediate(() => {
+        const batch = [...this.due];
+        this.due.clear();
+        if (!this.deadlinesOn) return;
+        const byPool = new Map<string, ManagedBox[]>();
+        for (const b of batch) byPool.set(b.pool, [...(byPool.get(b.pool) ?? []), b]);
+        const run = Promise.all(
+          [...byPool].map(([pool, boxes]) =>
+            this.applyCleanup(pool, boxes, { rearm: true }).catch((err: unknown) => {
+              this.cleanupStats.errors++;
+              this.log.error({ pool, err }, 'acting on a deadline failed; the next cleanup pass tries again');
+            }),
+          ),
+        ).then(() => undefined);
+        this.dueRuns.add(run);
+        void run.finally(() => this.dueRuns.delete(run));
+      });
+    }
+    this.due.add(box);
+  }
+
+  /**
+   * What the policy table says to do with `boxes` now, done: the one path of the cleanup pass
+   * and of the deadline timers (the same stats, log lines and lifecycle steps). Boxes removed,
+   * being removed or acted on already are skipped. `rearm` (the timers' path): a box the action
+   * leaves in place is armed for its next deadline, unless it is due again at once (an action
+   * that could change nothing: the next pass tries it, so nothing spins) or the action failed
+   * (the next pass retries it).
+   */
+  private async applyCleanup(poolName: string, boxes: ManagedBox[], opts: { rearm?: boolean } = {}): Promise<void> {
+    const candidates = boxes.filter((b) => this.registry.get(b.id) === b && !this.removing.has(b.id) && !this.acting.has(b));
+    const planned = planCleanup(candidates, this.now());
     const now = this.now();
-    const results = await mapSettled(planned, CLEANUP_PARALLELISM, async ({ box, action, reason }) => {
-      if (action === 'pause' && reason === 'lifetime') {
-        await box.pauseAtLifetimeEnd();
-        this.cleanupStats.pausedLifetime++;
-      } else if (action === 'archive') {
-        if (!(await box.archiveIfIdle(now))) return;
-        this.cleanupStats.archivedIdle++;
-      } else if (action === 'pause') {
-        // A use that came since the plan keeps it awake (checked again inside the box's step).
-        if (!(await box.pauseIfIdle(now))) return;
-        this.cleanupStats.pausedIdle++;
-      } else if (action === 'stop') {
-        await box.stop();
-        this.cleanupStats.stoppedIdle++;
-      } else {
-        await this.remove(box.id);
-        if (reason === 'idle') this.cleanupStats.removedIdle++;
-        else if (reason === 'lifetime') this.cleanupStats.removedLifetime++;
-        else this.cleanupStats.removedOneshot++;
+    for (const { box } of planned) this.acting.add(box);
+    // A box a timer fired for that is not due (used since): armed again for its new deadline.
+    if (opts.rearm) for (const box of candidates) if (!this.acting.has(box)) this.armDeadline(box);
+    const results = await mapSettled(planned, CLEANUP_PARALLELISM, async (p) => {
+      let done = false;
+      try {
+        await this.act(poolName, p, now);
+        done = true;
+      } finally {
+        this.acting.delete(p.box);
+        if (done && opts.rearm && this.deadlinesOn && this.registry.get(p.box.id) === p.box) {
+          const next = nextDue(cleanupInput(p.box, this.now()));
+          this.deadlines.arm(p.box, next !== undefined && next <= this.now() ? undefined : next);
+        }
       }
-      this.log.info({ box: box.id, pool: pool.name, policy: box.policy, action, reason }, 'cleanup');
     });
     for (const r of results) {
       if (r.status === 'rejected') {
         this.cleanupStats.errors++;
-        this.log.error({ pool: pool.name, err: r.reason }, 'cleanup action failed');
+        this.log.error({ pool: poolName, err: r.reason }, 'cleanup action failed');
       }
     }
+  }
+
+  private async act(poolName: string, { box, action, reason }: PlannedCleanup, now: number): Promise<void> {
+    if (action === 'pause' && reason === 'lifetime') {
+      await box.pauseAtLifetimeEnd();
+      this.cleanupStats.pausedLifetime++;
+    } else if (action === 'archive') {
+      if (!(await box.archiveIfIdle(now))) return;
+      this.cleanupStats.archivedIdle++;
+    } else if (action === 'pause') {
+      // A use that came since the plan keeps it awake (checked again inside the box's step).
+      if (!(await box.pauseIfIdle(now))) return;
+      this.cleanupStats.pausedIdle++;
+    } else if (action === 'stop') {
+      await box.stop();
+      this.cleanupStats.stoppedIdle++;
+    } else {
+      await this.remove(box.id);
+      if (reason === 'idle') this.cleanupStats.removedIdle++;
+      else if (reason === 'lifetime') this.cleanupStats.removedLifetime++;
+      else this.cleanupStats.removedOneshot++;
+    }
+    this.log.info({ box: box.id, pool: poolName, policy: box.policy, action, reason }, 'cleanup');
   }
 }

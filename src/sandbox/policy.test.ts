@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { decideCleanup, normalizePolicy } from './policy.js';
+import { decideCleanup, nextDue, normalizePolicy } from './policy.js';
 import type { BoxActivity } from './policy.js';
 import { labelsToRecord, recordToLabels } from './labels.js';
 import type { BoxRecord } from './labels.js';
@@ -109,6 +109,93 @@ describe('lifecycle policy table', () => {
     assert.equal(normalizePolicy(undefined), 'session');
     assert.equal(normalizePolicy('forever'), 'session');
     assert.equal(normalizePolicy('persistent'), 'persistent');
+  });
+});
+
+describe('nextDue: when the table next acts on a box (the deadline timers arm with it)', () => {
+  const due = (over: Partial<BoxActivity>) => nextDue({ ...base, ...over });
+
+  test('the idle timeout: lastActive plus the timeout; now when it is past', () => {
+    assert.equal(due({ lastActive: 95 * MIN }), 105 * MIN);
+    assert.equal(due({ lastActive: 0 }), 100 * MIN, 'due already');
+    assert.equal(due({ idleTimeoutMs: 0 }), undefined, 'no timeout: never');
+  });
+
+  test('work in flight defers every idle step; the max lifetime is due all the same', () => {
+    assert.equal(due({ inFlight: 1, lastActive: 0 }), undefined);
+    assert.equal(due({ inFlight: 1, maxLifetimeMs: 120 * MIN }), 120 * MIN);
+  });
+
+  test('the max lifetime, and the sooner of it and the idle timeout', () => {
+    assert.equal(due({ idleTimeoutMs: 0, maxLifetimeMs: 130 * MIN }), 130 * MIN);
+    assert.equal(due({ maxLifetimeMs: 103 * MIN }), 103 * MIN);
+    assert.equal(due({ maxLifetimeMs: 130 * MIN }), 110 * MIN, 'idle first');
+    assert.equal(due({ maxLifetimeMs: 130 * MIN, maxLifetimeAction: 'pause', idleTimeoutMs: 0 }), 130 * MIN);
+  });
+
+  test('the idle ladder: pause, then archive, then the idle timeout, each only where it applies', () => {
+    const ladder = { idlePauseMs: 2 * MIN, idleArchiveMs: 5 * MIN };
+    assert.equal(due(ladder), 102 * MIN);
+    assert.equal(due({ ...ladder, paused: true }), 105 * MIN, 'paused already: the archive next');
+    assert.equal(due({ ...ladder, paused: true, archivable: false }), 110 * MIN, 'no archive: the idle timeout');
+    assert.equal(due({ ...ladder, archived: true, running: false }), 110 * MIN);
+    assert.equal(due({ ...ladder, pausable: false }), 105 * MIN);
+  });
+
+  test('a longrunning box stopped for idleness is not due again; persistent boxes only on their ladder', () => {
+    assert.equal(due({ policy: 'longrunning', running: false, lastActive: 0 }), undefined);
+    assert.equal(due({ policy: 'longrunning' }), 110 * MIN);
+    assert.equal(due({ policy: 'persistent', maxLifetimeMs: 1 }), undefined);
+    assert.equal(due({ policy: 'persistent', idlePauseMs: MIN }), 101 * MIN);
+  });
+
+  test('oneshot: due now once its exec has ended', () => {
+    assert.equal(due({ policy: 'oneshot', execsCompleted: 1 }), 100 * MIN);
+    assert.equal(due({ policy: 'oneshot', execsCompleted: 1, inFlight: 1 }), undefined);
+  });
+
+  test('agrees with decideCleanup: keep a millisecond before, act at it, for every combination', () => {
+    const policies = ['oneshot', 'session', 'longrunning', 'persistent'] as const;
+    const choices = [0, MIN, 3 * MIN, 7 * MIN];
+    let checked = 0;
+    for (const policy of policies)
+      for (const lastActive of [90 * MIN, 99 * MIN, 100 * MIN])
+        for (const idleTimeoutMs of [0, 4 * MIN, 11 * MIN])
+          for (const idlePauseMs of choices)
+            for (const idleArchiveMs of choices)
+              for (const maxLifetimeMs of [0, 101 * MIN, 104 * MIN])
+                for (const [running, paused, archived] of [
+                  [true, false, false],
+                  [true, true, false],
+                  [false, false, false],
+                  [false, false, true],
+                ] as const)
+                  for (const inFlight of [0, 1]) {
+                    const b: BoxActivity = {
+                      ...base,
+                      policy,
+                      lastActive,
+                      idleTimeoutMs,
+                      idlePauseMs,
+                      idleArchiveMs,
+                      maxLifetimeMs,
+                      running,
+                      paused,
+                      archived,
+                      inFlight,
+                    };
+                    const t = nextDue(b);
+                    const label = JSON.stringify(b);
+                    if (t === undefined) {
+                      for (const later of [b.now, b.now + 30 * MIN, b.now + 10_000 * MIN])
+                        assert.equal(decideCleanup({ ...b, now: later }).action, 'keep', label);
+                    } else {
+                      assert.notEqual(decideCleanup({ ...b, now: t }).action, 'keep', label);
+                      if (t > b.now) assert.equal(decideCleanup({ ...b, now: t - 1 }).action, 'keep', label);
+                    }
+                    checked++;
+                  }
+    assert.ok(checked > 10_000);
   });
 });
 

@@ -96,3 +96,25 @@ function idleLadder(b: BoxActivity): CleanupAction {
 export function normalizePolicy(value: string | undefined): LifecyclePolicy {
   return (LIFECYCLE_POLICIES as readonly string[]).includes(value ?? '') ? (value as LifecyclePolicy) : DEFAULT_POLICY;
 }
+
+/**
+ * When `decideCleanup` next acts on this box if nothing about it changes (no use, nothing new in
+ * flight, its status as it is): `b.now` when it acts already, undefined when it never would. The
+ * Manager arms a box's deadline timer with it, so the table above stays the one place that decides.
+ *
+ * Every rule of the table is a threshold in time (`now - since >= ms`), so the decision is constant
+ * between thresholds and the first time it acts is one of them: each is tried in order through
+ * decideCleanup itself. A use only moves the idle thresholds later; whatever can move one sooner
+ * (a create, a renewed lifetime, work in flight ending, a status change) asks again.
+ */
+export function nextDue(b: BoxActivity): number | undefined {
+  const thresholds = [
+    b.now,
+    b.maxLifetimeMs > 0 ? b.createdAt + b.maxLifetimeMs : undefined,
+    b.idleTimeoutMs > 0 ? b.lastActive + b.idleTimeoutMs : undefined,
+    (b.idlePauseMs ?? 0) > 0 ? b.lastActive + b.idlePauseMs! : undefined,
+    (b.idleArchiveMs ?? 0) > 0 ? b.lastActive + b.idleArchiveMs! : undefined,
+  ].filter((t): t is number => t !== undefined && t >= b.now);
+  thresholds.sort((x, y) => x - y);
+  return thresholds.find((t) => decideCleanup({ ...b, now: t }).action !== 'keep');
+}

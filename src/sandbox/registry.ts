@@ -22,6 +22,9 @@ export class BoxRegistry {
   private readonly boxes = new Map<string, ManagedBox>();
   private readonly reservations = new Map<string, Reservation>();
 
+  /** `onChange`: a box was added or forgotten (the Manager arms or clears its deadline timer). */
+  constructor(private readonly onChange: (box: ManagedBox) => void = () => undefined) {}
+
   get(id: string): ManagedBox | undefined {
     return this.boxes.get(id);
   }
@@ -68,12 +71,14 @@ export class BoxRegistry {
 
   add(box: ManagedBox): void {
     this.boxes.set(box.id, box);
+    this.onChange(box);
   }
 
   /** Forgets `box` if it is still the one registered under its id. */
   delete(box: ManagedBox): boolean {
     if (this.boxes.get(box.id) !== box) return false;
     this.boxes.delete(box.id);
+    this.onChange(box);
     return true;
   }
 }

@@ -37,9 +37,10 @@ let key: string;
 
 before(async () => {
   srv = await startTestServer('e2b-python', {
-    // A cleanup loop that runs often: the on_timeout pause tests wait for it to pause a sandbox
-    // whose 1 s timeout passed (the test server's default has no loop).
-    config: { cleanupIntervalMs: 200 },
+    // Deadlines on, and a cleanup pass too rare to run during the suite: a sandbox's timeout
+    // (test_timeout.py; the on_timeout pause tests' 1 s ones) is acted on by the Manager's
+    // deadline timers, at the deadline (the test server's default, 0, turns both off).
+    config: { cleanupIntervalMs: 3_600_000 },
     serve: { proxyDomain: DOMAIN, e2b: { templates: { base: testEnv.e2bImage } } },
   });
   key = (await srv.server.keys.create({ name: 'e2b-python', role: 'user' })).e2bKey;
