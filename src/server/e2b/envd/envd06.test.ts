@@ -26,14 +26,14 @@ after(async () => {
   await srv.dispose();
 });
 
-/** SDK options for box `id` as the SDK builds them after create/connect. */
-async function sdkOptions(id: string): Promise<Record<string, unknown>> {
+/** SDK options for box `id` of server `on` as the SDK builds them after create/connect. */
+async function sdkOptions(id: string, on: TestServer = srv): Promise<Record<string, unknown>> {
   return {
     sandboxId: id,
-    envdAccessToken: await envdAccessToken(srv.manager, id, keyIdOf(srv.admin)),
+    envdAccessToken: await envdAccessToken(on.manager, id, keyIdOf(on.admin)),
     envdVersion: ENVD_VERSION,
-    sandboxUrl: srv.url + ENVD_PREFIX,
-    apiUrl: srv.url + '/e2b/api',
+    sandboxUrl: on.url + ENVD_PREFIX,
+    apiUrl: on.url + '/e2b/api',
     apiKey: 'e2b_' + '0'.repeat(80),
   };
 }
@@ -215,14 +215,7 @@ describe('signed file URLs', () => {
     const s = await startTestServer('envd06-limit', { serve: { authFailures: { max: 3, windowMs: 60_000 } } });
     try {
       const box = await s.manager.create({ image: testEnv.e2bImage });
-      const opts = {
-        sandboxId: box.id,
-        envdAccessToken: await envdAccessToken(s.manager, box.id, keyIdOf(s.admin)),
-        envdVersion: ENVD_VERSION,
-        sandboxUrl: s.url + ENVD_PREFIX,
-        apiUrl: s.url + '/e2b/api',
-        apiKey: 'e2b_' + '0'.repeat(80),
-      };
+      const opts = await sdkOptions(box.id, s);
       const own = new (Sandbox as unknown as new (o: Record<string, unknown>) => Sandbox)(opts);
       await own.files.write('/home/user/l.txt', 'limited');
       const used = await own.downloadUrl('/home/user/l.txt');
