@@ -4,9 +4,12 @@
 // `init` subcommand and is untouched by this file. See docs/box-files.md.
 //
 //	fs read PATH                 {"ok":true,"size":N} and a newline, then the bytes, on stdout
-//	fs write PATH [MODE]         stdin framed (4-byte big-endian length + bytes, length 0 = commit)
-//	fs stat PATH                 a FileStat as JSON on stdout
-//	fs ls PATH [--recursive]     a JSON array of DirEntry
+//	fs write PATH [MODE]         stdin framed (4-byte big-endian length + bytes, length 0 = commit);
+//	      [--owner=USER] [--meta=KEY=VALUE…]  hands the file and the directories made to USER,
+//	                             sets user.KEY xattrs (fs_details.go)
+//	fs stat PATH [--details]     a FileStat as JSON on stdout; --details: owner, group, symlink
+//	                             target, metadata (fs_details.go)
+//	fs ls PATH [--recursive] [--details]  a JSON array of DirEntry
 //	fs mkdir PATH [MODE]         mkdir -p
 //	fs rm PATH [--recursive]     a file, symlink or empty directory; --recursive: rm -rf, missing is fine
 //	fs mv FROM TO                rename(2), creating TO's parent directories
@@ -135,12 +138,20 @@ func runFs(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 const fsUsage = "usage: sbx-agent fs read|write|stat|ls|mkdir|rm|mv|watch|tar-out|tar-in|copy PATH [ARG] [--recursive]"
 
 func fsDispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	recursive := false
-	var pos []string
+	recursive, details := false, false
+	var pos, metaArgs []string
+	owner := ""
 	for _, a := range args {
-		if a == "--recursive" {
+		switch {
+		case a == "--recursive":
 			recursive = true
-		} else {
+		case a == "--details":
+			details = true
+		case strings.HasPrefix(a, "--owner="):
+			owner = strings.TrimPrefix(a, "--owner=")
+		case strings.HasPrefix(a, "--meta="):
+			metaArgs = append(metaArgs, a)
+		default:
 			pos = append(pos, a)
 		}
 	}
@@ -169,14 +180,38 @@ func fsDispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error 
 		if err != nil {
 			return err
 		}
-		return fsWrite(path, m, len(pos) >= 3, stdin)
+		var o *writeOwner
+		if owner != "" {
+			if o, err = parseOwner(owner); err != nil {
+				return err
+			}
+		}
+		meta, err := parseMeta(metaArgs)
+		if err != nil {
+			return err
+		}
+		return fsWrite(path, m, len(pos) >= 3, stdin, o, meta)
 	case "stat":
+		if details {
+			st, err := statDetailed(path)
+			if err != nil {
+				return toFsError(err, "stat", path)
+			}
+			return writeJSON(stdout, st)
+		}
 		st, err := statEntry(path, baseName(path))
 		if err != nil {
 			return toFsError(err, "stat", path)
 		}
 		return writeJSON(stdout, st)
 	case "ls":
+		if details {
+			entries, err := listDetailed(path, recursive)
+			if err != nil {
+				return err
+			}
+			return writeJSON(stdout, entries)
+		}
 		entries, err := fsList(path, recursive)
 		if err != nil {
 			return err
@@ -311,12 +346,16 @@ func fsRead(path string, stdout io.Writer) error {
 // fsWrite streams stdin into a temp file beside path and renames it in: readers see the old
 // file or the new one, never a part. The content arrives framed, and only the zero-length frame
 // commits; a stdin that ends without it (the host's source failed) leaves the old file alone.
-func fsWrite(path string, mode uint32, modeGiven bool, stdin io.Reader) error {
+//
+// With an owner (envd's writes, run as root): missing parents are made one by one and handed to
+// the owner, and so is the file, new or replaced, as E2B's envd does; meta becomes the file's
+// `user.*` extended attributes.
+func fsWrite(path string, mode uint32, modeGiven bool, stdin io.Reader, owner *writeOwner, meta map[string]string) error {
 	if path == "/" {
 		return invalid(path, "path: cannot write the root directory")
 	}
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, defaultDirMode); err != nil {
+	if err := ensureDirs(dir, owner); err != nil {
 		return toFsError(err, "write", path)
 	}
 	existing, err := os.Lstat(path)
@@ -351,8 +390,15 @@ func fsWrite(path string, mode uint32, modeGiven bool, stdin io.Reader) error {
 	if err := f.Chmod(os.FileMode(mode)); err != nil {
 		return toFsError(err, "write", path)
 	}
-	// root replacing someone's file keeps its owner, so the box user can still edit it.
-	if replaced && os.Geteuid() == 0 {
+	if err := writeMeta(f, meta); err != nil {
+		return toFsError(err, "write", path)
+	}
+	if owner != nil {
+		if err := owner.chown(f.Name()); err != nil {
+			return toFsError(err, "write", path)
+		}
+	} else if replaced && os.Geteuid() == 0 {
+		// root replacing someone's file keeps its owner, so the box user can still edit it.
 		if st, ok := existing.Sys().(*syscall.Stat_t); ok {
 			_ = f.Chown(int(st.Uid), int(st.Gid))
 		}

@@ -63,6 +63,71 @@ export interface BoxWatch extends AsyncIterable<BoxWatchEvent> {
   readonly ready: Promise<void>;
 }
 
+/**
+ * Options of `BoxFS.stat`.
+ *
+ * @example
+ * const { owner } = await files.stat('/etc/hosts', { details: true });
+ */
+export interface BoxStatOptions {
+  /** Adds the entry's details (BoxEntryDetails); the box's own BoxFS only, a remote one ignores it. */
+  details?: boolean;
+}
+
+/**
+ * Options of `BoxFS.readDir`.
+ *
+ * @example
+ * await files.readDir('/home/user', { details: true });
+ */
+export interface BoxReadDirOptions extends ReadDirOptions, BoxStatOptions {}
+
+const BoxStatOptionsSchema = z.object({ details: z.boolean().optional() }).strict();
+const BoxReadDirOptionsSchema = ReadDirOptionsSchema.extend({ details: z.boolean().optional() }).strict();
+
+/**
+ * What `BoxFS.stat` and `readDir` add to an entry with `details: true` (what e2b's envd reports): owner
+ * and group by name (the number when the box's /etc/passwd or /etc/group has none), a symlink's
+ * resolved target with the type and permission bits of what it points at, and the file's
+ * metadata (its `user.*` extended attributes, without the prefix).
+ *
+ * @example
+ * const { owner, group, symlinkTarget } = await files.stat('/home/user/link', { details: true });
+ */
+export interface BoxEntryDetails {
+  owner: string;
+  group: string;
+  /** Only for a symlink: its fully resolved target, or its own path when that cannot be resolved. */
+  symlinkTarget?: string;
+  /** Only for a symlink whose target exists: what that is. */
+  targetType?: 'file' | 'dir' | 'other';
+  targetMode?: number;
+  metadata?: Record<string, string>;
+}
+
+/**
+ * Options of `BoxFS.writeFile`: the workspace API's, and what envd's writes need.
+ *
+ * @example
+ * await box.files({ user: 'root' }).writeFile('/opt/app/a.txt', 'x', { owner: 'user', metadata: { k: 'v' } });
+ */
+export interface BoxWriteOptions extends WriteFileOptions {
+  /** Hands the file, and every parent directory the write creates (mode 0755), to this user (name or uid); needs a writer that may chown (root). */
+  owner?: string;
+  /** The file's metadata, kept as `user.<key>` extended attributes (keys lowercased); a replaced file's set is replaced whole. */
+  metadata?: Record<string, string>;
+}
+
+const BoxWriteOptionsSchema = WriteFileOptionsSchema.extend({
+  owner: userSpec.optional(),
+  metadata: z
+    .record(
+      z.string().regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,200}$/, 'a key of 1-200 HTTP token characters'),
+      z.string().regex(/^[\x20-\x7e]{0,4096}$/, 'printable ASCII, at most 4096 characters'),
+    )
+    .optional(),
+}).strict();
+
 /** What a BoxFS needs from its box: where the tool is, and the box's exec. */
 export interface BoxFSHost {
   readonly boxId: string;
@@ -178,14 +243,20 @@ export class BoxFS {
    * @example
    * await files.writeFile('/tmp/big.bin', fs.createReadStream('big.bin'), { mode: 0o600 });
    */
-  async writeFile(path: string, data: FileContent | Readable, options: WriteFileOptions = {}): Promise<void> {
+  async writeFile(path: string, data: FileContent | Readable, options: BoxWriteOptions = {}): Promise<void> {
     const p = parseBoxEntryPath(path);
-    const { mode } = parseOrThrow(WriteFileOptionsSchema, options, 'options');
+    const { mode, owner, metadata } = parseOrThrow(BoxWriteOptionsSchema, options, 'options');
     if (typeof data !== 'string' && !(data instanceof Uint8Array) && !isAsyncIterable(data)) {
       throw invalidArgument('data', 'must be a string, a Uint8Array or a Readable');
     }
     await this.streamIn(
-      ['write', p, ...(mode === undefined ? [] : [(mode & 0o777).toString(8)])],
+      [
+        'write',
+        p,
+        ...(mode === undefined ? [] : [(mode & 0o777).toString(8)]),
+        ...(owner === undefined ? [] : [`--owner=${owner}`]),
+        ...Object.entries(metadata ?? {}).map(([k, v]) => `--meta=${k}=${v}`),
+      ],
       p,
       typeof data === 'string' || data instanceof Uint8Array ? [data] : data,
     );
@@ -222,10 +293,12 @@ export class BoxFS {
    * @example
    * const entries = await files.readDir('/home/sandbox', { recursive: true });
    */
-  async readDir(path: string, options: ReadDirOptions = {}): Promise<DirEntry[]> {
+  async readDir(path: string, options: BoxReadDirOptions = {}): Promise<(DirEntry & Partial<BoxEntryDetails>)[]> {
     const p = parseBoxPath(path);
-    parseOrThrow(ReadDirOptionsSchema, options, 'options');
-    const entries = JSON.parse(await this.call(['ls', p, ...(options.recursive ? ['--recursive'] : [])], p)) as (DirEntry & { isFile?: boolean })[];
+    const { recursive, details } = parseOrThrow(BoxReadDirOptionsSchema, options, 'options');
+    const entries = JSON.parse(await this.call(['ls', p, ...(recursive ? ['--recursive'] : []), ...(details ? ['--details'] : [])], p)) as (DirEntry & {
+      isFile?: boolean;
+    })[];
     return entries.map(({ isFile: _isFile, ...e }) => e);
   }
 
@@ -235,9 +308,10 @@ export class BoxFS {
    * @example
    * const { isDir, size, mode, mtime } = await files.stat('/etc/hosts');
    */
-  async stat(path: string): Promise<FileStat> {
+  async stat(path: string, options: BoxStatOptions = {}): Promise<FileStat & Partial<BoxEntryDetails>> {
     const p = parseBoxPath(path);
-    return JSON.parse(await this.call(['stat', p], p)) as FileStat;
+    const { details } = parseOrThrow(BoxStatOptionsSchema, options, 'options');
+    return JSON.parse(await this.call(['stat', p, ...(details ? ['--details'] : [])], p)) as FileStat & Partial<BoxEntryDetails>;
   }
 
   /**

@@ -151,6 +151,11 @@ export class FailureLimiter {
     }
   }
 
+  /** Whether `address` is over the limit now: a check that is costly (a signed URL's search) is refused before it runs. */
+  over(address: string): boolean {
+    return this.max > 0 && this.recent(address).length >= this.max;
+  }
+
   /** Counts a failed attempt; throws limit_exceeded (with `cause`) when the address was already over the limit. */
   failed(address: string, cause?: unknown): void {
     if (this.max <= 0) return;

@@ -9,7 +9,7 @@
  * own, and revoking (deleting) a key ends every token handed to it, at once, while the tokens
  * of the owner's other keys keep working. It needs no storage and survives a server restart.
  */
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import { SbxError, isSbxError } from '../../errors.js';
 import type { Manager } from '../../sandbox/manager.js';
 import { mayAccess } from '../auth.js';
@@ -84,4 +84,83 @@ export async function verifyEnvdAccessToken(manager: Manager, keys: KeyStore, bo
   if (!key || !mayAccess(key, (await manager.get(boxId)).owner)) {
     throw new SbxError('unauthorized', 'X-Access-Token was issued to an API key that has been revoked; connect to the sandbox again with a live key');
   }
+}
+
+/** What a signed file URL (`sandbox.downloadUrl`/`uploadUrl`) says: envd's `/files` query, and the operation of its method. */
+export interface SignedFileRequest {
+  path: string;
+  operation: 'read' | 'write';
+  /** The `username` parameter; '' when absent (the sandbox's default user). */
+  user: string;
+  signature: string;
+  /** `signature_expiration` (Unix seconds) as the URL gives it, when it has one. */
+  expiration?: string | undefined;
+}
+
+/**
+ * envd's v1 signature of a file URL, as the SDK's getSignature() builds it: `v1_` and the
+ * unpadded base64 of sha256(`path:operation:user:token[:expiration]`).
+ */
+export function fileUrlSignature(req: Omit<SignedFileRequest, 'signature'>, token: string): string {
+  const raw = [req.path, req.operation, req.user, token, ...(req.expiration === undefined ? [] : [req.expiration])].join(':');
+  return 'v1_' + createHash('sha256').update(raw).digest('base64').replace(/=+$/, '');
+}
+
+/** Tokens by box (and its creation, so a later box under the same id is another) and key: two HMACs each, spared per request. */
+const tokenCache = new Map<string, string>();
+const TOKEN_CACHE_MAX = 100_000;
+/** The box and key of signatures that matched, so a URL used again costs one check (verified again on every use). */
+const bySignature = new Map<string, { boxId: string; keyId: string }>();
+
+async function cachedToken(manager: Manager, boxId: string, createdAt: string, keyId: string): Promise<string> {
+  const k = `${boxId}/${createdAt}/${keyId}`;
+  let token = tokenCache.get(k);
+  if (token === undefined) {
+    token = await envdAccessToken(manager, boxId, keyId);
+    if (tokenCache.size >= TOKEN_CACHE_MAX) tokenCache.clear();
+    tokenCache.set(k, token);
+  }
+  return token;
+}
+
+function sameText(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+/**
+ * The id of the box whose envd access token signed this file URL. The URL names no sandbox (the
+ * SDK builds it as `/files` at the root of E2B_SANDBOX_URL's host), so every live key's token of
+ * every box that key may see is tried: boxes × keys signatures (one sha256 each, the tokens
+ * cached), then the match is checked as an X-Access-Token is (live key, may still see the box).
+ * No match is unauthorized ("invalid signature"), which the caller counts as a failed
+ * authentication. `search: false` tries only the signatures that matched before (the caller's
+ * choice for an address over the failure limit). The expiry is the caller's to check.
+ */
+export async function sandboxOfSignature(manager: Manager, keys: KeyStore, req: SignedFileRequest, opts: { search?: boolean } = {}): Promise<string> {
+  const invalid = () =>
+    new SbxError('unauthorized', 'invalid signature: it is not the signature of this path, operation and user by the access token of a running sandbox');
+  const known = bySignature.get(req.signature);
+  if (known) {
+    const box = await manager.get(known.boxId).catch(() => undefined);
+    const token = box ? await cachedToken(manager, box.id, box.createdAt, known.keyId).catch(() => '') : '';
+    if (token !== '' && sameText(fileUrlSignature(req, token), req.signature)) {
+      await verifyEnvdAccessToken(manager, keys, known.boxId, token);
+      return known.boxId;
+    }
+    bySignature.delete(req.signature);
+  }
+  if (opts.search === false) throw invalid();
+  for (const key of keys.list()) {
+    for (const box of await manager.list(key.role === 'admin' ? {} : { owner: key.owner })) {
+      const token = await cachedToken(manager, box.id, box.createdAt, key.id).catch(() => '');
+      if (token === '' || !sameText(fileUrlSignature(req, token), req.signature)) continue;
+      await verifyEnvdAccessToken(manager, keys, box.id, token);
+      if (bySignature.size >= BY_TOKEN_MAX) bySignature.clear();
+      bySignature.set(req.signature, { boxId: box.id, keyId: key.id });
+      return box.id;
+    }
+  }
+  throw invalid();
 }

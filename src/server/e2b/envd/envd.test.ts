@@ -223,9 +223,11 @@ describe('files', () => {
     assert.equal(await sbx.files.read('/tmp/m/two.txt'), '22');
   });
 
-  test("the user's permissions hold: /root and /etc are closed to `user`, open to root", async () => {
+  test("reads keep the user's permissions (/root is closed to `user`, open to root); writes are envd's, as root, handed to the user", async () => {
     await assert.rejects(sbx.files.read('/root/.profile'));
-    await assert.rejects(sbx.files.write('/etc/owned', 'x'));
+    // As E2B's envd (which runs as root): the write succeeds, and the file is the user's.
+    await sbx.files.write('/etc/owned', 'x');
+    assert.equal((await sbx.files.getInfo('/etc/owned')).owner, 'user');
     await sbx.files.write('/etc/by-root', 'ok', { user: 'root' });
     assert.equal(await sbx.files.read('/etc/by-root', { user: 'root' }), 'ok');
   });

@@ -1,7 +1,7 @@
 /**
  * envd's plain-HTTP file routes: `GET /files?path=&username=` streams a file (gzip when the
  * client asks), `POST /files` writes one or more: multipart/form-data (each part's filename is its
- * destination) or application/octet-stream with `?path=` (optionally gzip-encoded). Answers
+ * destination unless ?path= names one) or application/octet-stream with `?path=` (optionally gzip-encoded). Answers
  * `[{name, type, path}]`; errors are envd's `{code, message}` with the HTTP status the SDK maps
  * (400, 401, 404, 507). Bodies stream both ways; nothing is held in memory whole.
  */
@@ -30,6 +30,45 @@ interface WrittenFile {
   name: string;
   type: 'file';
   path: string;
+  metadata?: Record<string, string>;
+}
+
+/** How one upload is written: as E2B's envd, which runs as root, and its metadata. */
+interface Upload {
+  uf: UserFS;
+  metadata: Record<string, string> | undefined;
+}
+
+const METADATA_HEADER = 'x-metadata-';
+const METADATA_KEY = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/;
+const METADATA_VALUE = /^[\x20-\x7e]*$/;
+
+/** The file metadata of `X-Metadata-<key>: <value>` headers (the SDK's `metadata` on write; envd 0.6.2), keys lowercased as envd stores them. */
+function metadataOf(req: IncomingMessage): Record<string, string> | undefined {
+  let out: Record<string, string> | undefined;
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (!name.startsWith(METADATA_HEADER) || value === undefined) continue;
+    const key = name.slice(METADATA_HEADER.length);
+    const v = Array.isArray(value) ? value[0]! : value;
+    if (key === '') continue;
+    if (!METADATA_KEY.test(key))
+      throw new SbxError('invalid_argument', `invalid metadata: key ${JSON.stringify(key)} is not an HTTP token`, { details: { field: name } });
+    if (!METADATA_VALUE.test(v))
+      throw new SbxError('invalid_argument', `invalid metadata: the value of ${JSON.stringify(key)} is not printable ASCII`, { details: { field: name } });
+    (out ??= {})[key.toLowerCase()] = v;
+  }
+  return out;
+}
+
+/**
+ * Writes one uploaded file as E2B's envd does: as root, creating missing parent directories
+ * (mode 0755) and handing them and the file, new or replaced, to the requesting user; the
+ * metadata becomes the file's `user.*` extended attributes (replacing a replaced file's).
+ */
+async function writeUpload(up: Upload, path: string, body: Readable): Promise<WrittenFile> {
+  const files = up.uf.user === 'root' ? up.uf.files : up.uf.rootFiles;
+  await files.writeFile(path, body, { ...(up.uf.user === 'root' ? {} : { owner: up.uf.user }), ...(up.metadata ? { metadata: up.metadata } : {}) });
+  return { name: posix.basename(path), type: 'file', path, ...(up.metadata ? { metadata: up.metadata } : {}) };
 }
 
 function sendError(res: ServerResponse, err: unknown): void {
@@ -93,7 +132,8 @@ async function download(res: ServerResponse, req: IncomingMessage, uf: UserFS, p
   await pipeline(gzip ? [body, createGzip(), res] : [body, res]);
 }
 
-async function uploadMultipart(req: IncomingMessage, uf: UserFS, pathParam: string | undefined): Promise<WrittenFile[]> {
+async function uploadMultipart(req: IncomingMessage, up: Upload, pathParam: string | undefined): Promise<WrittenFile[]> {
+  const { uf } = up;
   let parser: busboy.Busboy;
   try {
     parser = busboy({ headers: req.headers, preservePath: true });
@@ -111,7 +151,8 @@ async function uploadMultipart(req: IncomingMessage, uf: UserFS, pathParam: stri
       reject(err);
     };
     parser.on('file', (_field, stream, info) => {
-      const dest = info.filename || pathParam;
+      // As E2B's envd: ?path= first, else the part's filename.
+      const dest = pathParam || info.filename;
       if (!dest) {
         stream.resume();
         failed!(new SbxError('invalid_argument', 'path: a file part needs a filename or ?path='));
@@ -125,7 +166,7 @@ async function uploadMultipart(req: IncomingMessage, uf: UserFS, pathParam: stri
       body.on('error', () => undefined);
       stream.on('error', (err) => body.destroy(badBody('multipart form', err)));
       stream.pipe(body);
-      const written = uf.files.writeFile(path, body).then(() => ({ name: posix.basename(path), type: 'file' as const, path }));
+      const written = writeUpload(up, path, body);
       written.catch((err: unknown) => {
         stream.unpipe(body);
         stream.resume();
@@ -144,11 +185,16 @@ async function uploadMultipart(req: IncomingMessage, uf: UserFS, pathParam: stri
   return Promise.all(writes);
 }
 
-async function uploadOctetStream(req: IncomingMessage, uf: UserFS, pathParam: string | undefined): Promise<WrittenFile[]> {
+async function uploadOctetStream(req: IncomingMessage, up: Upload, pathParam: string | undefined): Promise<WrittenFile[]> {
   if (!pathParam) throw new SbxError('invalid_argument', 'path: ?path= is required with application/octet-stream');
-  const path = resolveUserPath(uf.home, pathParam);
-  await uf.files.writeFile(path, decoded(req));
-  return [{ name: posix.basename(path), type: 'file', path }];
+  return [await writeUpload(up, resolveUserPath(up.uf.home, pathParam), decoded(req))];
+}
+
+/** 405 for a method /files does not serve. */
+export function sendMethodNotAllowed(req: IncomingMessage, res: ServerResponse): void {
+  req.resume();
+  res.writeHead(405, { allow: 'GET, POST', 'content-type': 'application/json' });
+  res.end(JSON.stringify({ code: 405, message: `method ${req.method} is not allowed on /files` }));
 }
 
 /** Serves one `/files` request (the path prefix already removed). */
@@ -163,12 +209,12 @@ export async function handleFiles(req: IncomingMessage, res: ServerResponse, url
     }
     if (req.method === 'POST') {
       const type = String(req.headers['content-type'] ?? '');
-      const written = type.startsWith('multipart/form-data') ? await uploadMultipart(req, uf, pathParam) : await uploadOctetStream(req, uf, pathParam);
+      const up = { uf, metadata: metadataOf(req) };
+      const written = type.startsWith('multipart/form-data') ? await uploadMultipart(req, up, pathParam) : await uploadOctetStream(req, up, pathParam);
       sendJson(res, written);
       return;
     }
-    res.writeHead(405, { allow: 'GET, POST', 'content-type': 'application/json' });
-    res.end(JSON.stringify({ code: 405, message: `method ${req.method} is not allowed on /files` }));
+    sendMethodNotAllowed(req, res);
   } catch (err) {
     req.resume();
     sendError(res, err);

@@ -10,6 +10,7 @@ import { create, type MessageInitShape } from '@bufbuild/protobuf';
 import { timestampFromMs } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError } from '@connectrpc/connect';
 import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
+import type { BoxEntryDetails } from '../../../sandbox/box-fs.js';
 import type { FileStat } from '../../../workspace/types.js';
 import {
   EntryInfoSchema,
@@ -46,20 +47,56 @@ export function permissionString(st: Pick<FileStat, 'isDir' | 'isSymlink' | 'mod
   return kind + bits;
 }
 
-export function entryInfo(path: string, st: Omit<FileStat, 'isFile'>): EntryInfo {
+const TARGET_TYPES: Record<NonNullable<BoxEntryDetails['targetType']>, FileType> = {
+  file: FileType.FILE,
+  dir: FileType.DIRECTORY,
+  other: FileType.UNSPECIFIED,
+};
+
+/**
+ * envd's EntryInfo. As E2B's envd describes a symlink: its type and mode are its target's
+ * (unspecified and 0 when it dangles), its permissions string and size the link's own, and
+ * `symlinkTarget` the fully resolved target.
+ */
+export function entryInfo(path: string, st: Omit<FileStat, 'isFile'> & Partial<BoxEntryDetails>): EntryInfo {
+  const link = st.isSymlink && st.symlinkTarget !== undefined;
   return create(EntryInfoSchema, {
     name: posix.basename(path),
-    type: st.isDir ? FileType.DIRECTORY : st.isSymlink ? FileType.SYMLINK : FileType.FILE,
+    type: link
+      ? st.targetType
+        ? TARGET_TYPES[st.targetType]
+        : FileType.UNSPECIFIED
+      : st.isDir
+        ? FileType.DIRECTORY
+        : st.isSymlink
+          ? FileType.SYMLINK
+          : FileType.FILE,
     path,
     size: BigInt(st.size),
-    mode: st.mode,
+    mode: link ? (st.targetMode ?? 0) : st.mode,
     permissions: permissionString(st),
+    owner: st.owner ?? '',
+    group: st.group ?? '',
     modifiedTime: timestampFromMs(Date.parse(st.mtime)),
+    ...(st.symlinkTarget !== undefined ? { symlinkTarget: st.symlinkTarget } : {}),
+    metadata: st.metadata ?? {},
   });
 }
 
-function fsEvent(e: WatchEventLike): FilesystemEvent {
-  return create(FilesystemEventSchema, { name: e.name, type: EVENT_TYPES[e.type] });
+/** A path's EntryInfo with its details; undefined once it is gone (a watch event's entry of a removed file). */
+async function entryOrNone(uf: UserFS, path: string): Promise<EntryInfo | undefined> {
+  return uf.files.stat(path, DETAILS).then(
+    (st) => entryInfo(path, st),
+    () => undefined,
+  );
+}
+
+const DETAILS = { details: true };
+
+/** envd's event; with `includeEntry` (envd 0.6.3), the entry of what it names, when that still exists. */
+async function fsEvent(e: WatchEventLike, withEntry?: { uf: UserFS; dir: string }): Promise<FilesystemEvent> {
+  const entry = withEntry && e.type !== 'remove' ? await entryOrNone(withEntry.uf, posix.join(withEntry.dir, e.name)) : undefined;
+  return create(FilesystemEventSchema, { name: e.name, type: EVENT_TYPES[e.type], ...(entry ? { entry } : {}) });
 }
 
 /** Depth of a recursive listing's relative name: `a` is 1, `a/b` is 2. */
@@ -86,7 +123,7 @@ export function filesystemService(resolve: UserFSResolver): Partial<ServiceImpl<
     async stat(req, ctx) {
       const uf = await resolve(ctx);
       const path = resolveUserPath(uf.home, req.path);
-      return { entry: entryInfo(path, await uf.files.stat(path)) };
+      return { entry: entryInfo(path, await uf.files.stat(path, DETAILS)) };
     },
 
     async listDir(req, ctx) {
@@ -94,7 +131,7 @@ export function filesystemService(resolve: UserFSResolver): Partial<ServiceImpl<
       const path = resolveUserPath(uf.home, req.path);
       const depth = req.depth || 1;
       await mustBeDir(uf, path);
-      const entries = await uf.files.readDir(path, { recursive: depth > 1 });
+      const entries = await uf.files.readDir(path, { recursive: depth > 1, details: true });
       return {
         entries: entries.filter((e) => depthOf(e.name) <= depth).map((e) => entryInfo(posix.join(path, e.name), e)),
       };
@@ -106,7 +143,7 @@ export function filesystemService(resolve: UserFSResolver): Partial<ServiceImpl<
       // envd answers already_exists (the SDK's makeDir then returns false) instead of succeeding.
       if (await uf.files.exists(path)) throw new ConnectError(`path already exists: ${path}`, Code.AlreadyExists);
       await uf.files.mkdirAll(path);
-      return { entry: entryInfo(path, await uf.files.stat(path)) };
+      return { entry: entryInfo(path, await uf.files.stat(path, DETAILS)) };
     },
 
     async move(req, ctx) {
@@ -114,14 +151,13 @@ export function filesystemService(resolve: UserFSResolver): Partial<ServiceImpl<
       const from = resolveUserPath(uf.home, req.source);
       const to = resolveUserPath(uf.home, req.destination);
       await uf.files.rename(from, to);
-      return { entry: entryInfo(to, await uf.files.stat(to)) };
+      return { entry: entryInfo(to, await uf.files.stat(to, DETAILS)) };
     },
 
     async remove(req, ctx) {
       const uf = await resolve(ctx);
       const path = resolveUserPath(uf.home, req.path);
-      // envd reports a missing path as not_found rather than succeeding silently.
-      await uf.files.stat(path);
+      // As envd (os.RemoveAll): a missing path is done, not an error.
       await uf.files.removeAll(path);
       return {};
     },
@@ -135,7 +171,12 @@ export function filesystemService(resolve: UserFSResolver): Partial<ServiceImpl<
       await events.ready;
       yield { event: { case: 'start', value: {} } };
       for await (const e of withKeepalive(events, WATCH_KEEPALIVE_MS)) {
-        yield { event: e === 'keepalive' ? { case: 'keepalive', value: {} } : { case: 'filesystem', value: fsEvent(e) } };
+        yield {
+          event:
+            e === 'keepalive'
+              ? { case: 'keepalive', value: {} }
+              : { case: 'filesystem', value: await fsEvent(e, req.includeEntry ? { uf, dir: path } : undefined) },
+        };
       }
     },
 
@@ -151,7 +192,7 @@ export function filesystemService(resolve: UserFSResolver): Partial<ServiceImpl<
       void (async () => {
         try {
           for await (const e of events) {
-            watcher.events.push(fsEvent(e));
+            watcher.events.push(await fsEvent(e, req.includeEntry ? { uf, dir: path } : undefined));
             if (watcher.events.length > MAX_BUFFERED_EVENTS) watcher.events.shift();
           }
         } catch {

@@ -22,6 +22,9 @@ export interface ProcessCaller {
 
 export type ProcessCallerResolver = (ctx: HandlerContext) => Promise<ProcessCaller>;
 
+/** Whether the box is gone (killed, past its timeout): a process's end is then the sandbox's, not the command's. */
+export type BoxGone = (boxId: string) => Promise<boolean>;
+
 type EventInit = MessageInitShape<typeof ProcessEventSchema>;
 
 /** The SDK asks for keepalives with this header, in seconds (it sends 50). */
@@ -69,12 +72,20 @@ async function* untilAborted<T>(source: AsyncIterable<T>, signal: AbortSignal): 
  * The start event, then every update until the end; a disconnect only detaches this reader. The
  * request's deadline (Connect-Timeout-Ms: the SDK's `timeout`, 60 s unless given, none for 0)
  * ends the stream with deadline_exceeded, which the SDK raises as its TimeoutException.
+ *
+ * A process that ended because its box went away (killed, past its timeout) has no exit to
+ * report: the stream ends `unavailable` with e2b's proxy's words for a gone sandbox ("was not
+ * found"), which the SDKs raise as a sandbox that is not running (JS TimeoutError, Python
+ * SandboxNotRunningException; 2.20: TimeoutException), as they do on E2B.
  */
-async function* follow(proc: TrackedProcess, ctx: HandlerContext): AsyncGenerator<{ event: EventInit }> {
+async function* follow(proc: TrackedProcess, boxId: string, ctx: HandlerContext, gone: BoxGone): AsyncGenerator<{ event: EventInit }> {
   const sub = proc.subscribe();
   try {
     yield { event: { event: { case: 'start', value: { pid: proc.pid } } } };
     for await (const item of untilAborted(withKeepalive(sub, keepaliveMs(ctx)), ctx.signal)) {
+      if (item !== 'keepalive' && item.kind === 'end' && (await gone(boxId))) {
+        throw new ConnectError(`sandbox ${boxId} was not found: it was killed (or reached its timeout) while process ${proc.pid} ran`, Code.Unavailable);
+      }
       yield { event: item === 'keepalive' ? { event: { case: 'keepalive', value: {} } } : eventOf(item) };
     }
   } finally {
@@ -105,7 +116,7 @@ function killAtDeadline(proc: TrackedProcess, ctx: HandlerContext): void {
   else ctx.signal.addEventListener('abort', onAbort, { once: true });
 }
 
-export function processService(table: ProcessTable, resolve: ProcessCallerResolver): Partial<ServiceImpl<typeof Process>> {
+export function processService(table: ProcessTable, resolve: ProcessCallerResolver, gone: BoxGone): Partial<ServiceImpl<typeof Process>> {
   const find = async (sel: ProcessSelector | undefined, ctx: HandlerContext) => {
     const { box } = await resolve(ctx);
     return table.find(box.id, selectorOf(sel));
@@ -139,11 +150,12 @@ export function processService(table: ProcessTable, resolve: ProcessCallerResolv
       // envd gives a process no stdin unless asked (a terminal always has one): it reads EOF.
       if (!tty && req.stdin !== true) stream.stdin.end();
       killAtDeadline(proc, ctx);
-      yield* follow(proc, ctx);
+      yield* follow(proc, box.id, ctx, gone);
     },
 
     async *connect(req, ctx) {
-      yield* follow(await find(req.process, ctx), ctx);
+      const { box } = await resolve(ctx);
+      yield* follow(table.find(box.id, selectorOf(req.process)), box.id, ctx, gone);
     },
 
     async list(_req, ctx) {

@@ -12,14 +12,14 @@ import type { DescService } from '@bufbuild/protobuf';
 import { Code, ConnectError, createContextKey, createContextValues } from '@connectrpc/connect';
 import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
 import { connectNodeAdapter } from '@connectrpc/connect-node';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { SbxError, isSbxError, type ErrorCode } from '../../../errors.js';
 import type { Box, LocalBox } from '../../../sandbox/index.js';
 import type { ServerContext } from '../../context.js';
 import { retryAfterSeconds } from '../../errors.js';
-import { sandboxOfToken, verifyEnvdAccessToken } from '../access-token.js';
+import { sandboxOfSignature, sandboxOfToken, verifyEnvdAccessToken } from '../access-token.js';
 import { renewEndedLifetime, stateOf } from '../api/sandboxes.js';
-import { handleFiles } from './files-http.js';
+import { handleFiles, sendMethodNotAllowed } from './files-http.js';
 import { filesystemService } from './filesystem-service.js';
 import { Filesystem } from './gen/filesystem/filesystem_pb.js';
 import { Process } from './gen/process/process_pb.js';
@@ -28,6 +28,11 @@ import { ProcessTable } from './process-table.js';
 import type { EnvdFiles, UserFS } from './user-fs.js';
 
 export const ENVD_PREFIX = '/e2b/envd';
+/**
+ * Where the SDK's signed file URLs arrive: `new URL('/files', E2B_SANDBOX_URL)` is `/files` at the
+ * root of sbx's server, whatever path E2B_SANDBOX_URL has (sbx's own API is /v1, e2b's /e2b).
+ */
+export const SIGNED_FILES_PATH = '/files';
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
 /** e2b's default account in its templates; a box without it acts as its uid 1000, else root. */
 const E2B_USER = 'user';
@@ -38,6 +43,7 @@ interface EnvdCaller {
   user: string;
   home: string;
   files: EnvdFiles;
+  rootFiles: EnvdFiles;
 }
 
 const CONNECT_CODES: Partial<Record<ErrorCode, Code>> = {
@@ -202,7 +208,7 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
 
   const callerFor = async (box: Box, username: string | undefined): Promise<EnvdCaller> => {
     const account = await accounts.resolve(box, username);
-    return { box, user: account.name, home: account.home, files: box.files({ user: account.name }) };
+    return { box, user: account.name, home: account.home, files: box.files({ user: account.name }), rootFiles: box.files({ user: 'root' }) };
   };
 
   const resolve = async (hctx: HandlerContext): Promise<EnvdCaller> => {
@@ -212,7 +218,7 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
   };
   const userFS = async (hctx: HandlerContext): Promise<UserFS> => {
     const c = await resolve(hctx);
-    return { boxId: c.box.id, files: c.files, user: c.user, home: c.home };
+    return { boxId: c.box.id, files: c.files, rootFiles: c.rootFiles, user: c.user, home: c.home };
   };
 
   const rpc = connectNodeAdapter({
@@ -225,16 +231,93 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
         Process,
         mapErrors(
           Process,
-          processService(table, async (h) => resolve(h)),
+          processService(
+            table,
+            async (h) => resolve(h),
+            async (id) =>
+              ctx.manager.get(id).then(
+                () => false,
+                (err: unknown) => isSbxError(err) && err.code === 'not_found',
+              ),
+          ),
         ),
       );
       router.service(Filesystem, mapErrors(Filesystem, filesystemService(userFS)));
     },
   });
 
-  const serve = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+  /** The box of a signed file URL (no sandbox id, no token: the signature names both). */
+  const signedBoxOf = async (req: IncomingMessage, url: URL): Promise<LocalBox> => {
+    const q = url.searchParams;
+    const signature = q.get('signature');
+    if (!signature) {
+      throw new SbxError(
+        'unauthorized',
+        "missing signature query parameter: /files needs a signed URL (signature=…, as sandbox.downloadUrl()/uploadUrl() build it) or the sandbox's X-Access-Token",
+      );
+    }
+    const expiration = q.get('signature_expiration') ?? undefined;
+    if (expiration !== undefined) {
+      if (!/^\d{1,15}$/.test(expiration))
+        throw new SbxError('invalid_argument', 'signature_expiration: Unix seconds are required', { details: { field: 'signature_expiration' } });
+      const now = Math.floor(Date.now() / 1000);
+      // Checked before the search: an expired URL costs nothing, and says nothing a forger could not write.
+      if (Number(expiration) < now)
+        throw new SbxError('unauthorized', `signature is already expired: it was valid until ${new Date(Number(expiration) * 1000).toISOString()}`);
+    }
+    const address = req.socket.remoteAddress ?? '';
+    try {
+      // The search costs boxes × keys hashes: from an address over the failure limit only a URL
+      // that matched before passes (O(1)); any other gets the limit's 429 without the search.
+      const search = !limiter.over(address);
+      const id = await limiter.guard(address, () =>
+        sandboxOfSignature(
+          ctx.manager,
+          ctx.keys,
+          {
+            path: q.get('path') ?? '',
+            operation: req.method === 'POST' ? 'write' : 'read',
+            user: q.get('username') ?? '',
+            signature,
+            // As envd signs it: the number, printed again.
+            ...(expiration === undefined ? {} : { expiration: String(Number(expiration)) }),
+          },
+          { search },
+        ),
+      );
+      return await ctx.manager.get(id);
+    } catch (err) {
+      if (isSbxError(err) && (err.code === 'unauthorized' || err.code === 'limit_exceeded')) ctx.metrics.authFailures.inc();
+      if (isSbxError(err) && err.code === 'not_found')
+        throw new SbxError('runtime_unavailable', `sandbox of this signed URL was not found: it is not running`, { cause: err });
+      throw err;
+    }
+  };
+
+  /** `/files` at the server's root: a signed URL, or (as envd checks first) the sandbox's X-Access-Token. */
+  const serveRootFiles = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    if (req.headers['x-access-token'] !== undefined) return serve(req, res, '/files');
     const url = new URL(req.url ?? '/', 'http://envd');
-    const path = url.pathname.slice(ENVD_PREFIX.length);
+    // As /e2b/envd/files answers them, before any signature is looked for.
+    if (req.method !== 'GET' && req.method !== 'HEAD' && req.method !== 'POST') return sendMethodNotAllowed(req, res);
+    let box: LocalBox;
+    try {
+      box = await signedBoxOf(req, url);
+      await renewEndedLifetime(box);
+    } catch (err) {
+      sendEnvdError(res, err);
+      req.resume();
+      return;
+    }
+    await handleFiles(req, res, url, async (username) => {
+      const c = await callerFor(box, username);
+      return { boxId: box.id, files: c.files, rootFiles: c.rootFiles, user: c.user, home: c.home };
+    });
+  };
+
+  const serve = async (req: IncomingMessage, res: ServerResponse, envdPath?: string): Promise<void> => {
+    const url = new URL(req.url ?? '/', 'http://envd');
+    const path = envdPath ?? url.pathname.slice(ENVD_PREFIX.length);
     let box: LocalBox;
     try {
       box = await boxOf(req);
@@ -261,7 +344,7 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
     if (path === '/files') {
       await handleFiles(req, res, url, async (username) => {
         const c = await callerFor(box, username);
-        return { boxId: box.id, files: c.files, user: c.user, home: c.home };
+        return { boxId: box.id, files: c.files, rootFiles: c.rootFiles, user: c.user, home: c.home };
       });
       return;
     }
@@ -270,6 +353,16 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
     callers.set(req, caller);
     rpc(req, res);
   };
+
+  /** A handler that answers on the raw response, tracked so a shutdown can end it. */
+  const hijacked =
+    (fn: (req: IncomingMessage, res: ServerResponse) => Promise<void>) =>
+    async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
+      reply.hijack();
+      const done = new Promise<void>((resolveDone) => reply.raw.once('close', resolveDone));
+      ctx.streams.add({ done, abort: () => reply.raw.destroy() });
+      await fn(req.raw, reply.raw).catch((err: unknown) => sendEnvdError(reply.raw, err));
+    };
 
   void app.register(async (scope) => {
     // Bodies stay unread: Connect and the /files routes stream them.
@@ -280,12 +373,14 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
       url: `${ENVD_PREFIX}/*`,
       config: { auth: 'box' }, // the box's X-Access-Token, checked per request below
       schema: { hide: true },
-      handler: async (req, reply) => {
-        reply.hijack();
-        const done = new Promise<void>((resolveDone) => reply.raw.once('close', resolveDone));
-        ctx.streams.add({ done, abort: () => reply.raw.destroy() });
-        await serve(req.raw, reply.raw).catch((err: unknown) => sendEnvdError(reply.raw, err));
-      },
+      handler: hijacked((req, res) => serve(req, res)),
+    });
+    scope.route({
+      method: METHODS,
+      url: SIGNED_FILES_PATH,
+      config: { auth: 'box' }, // the URL's signature (or X-Access-Token), checked per request
+      schema: { hide: true },
+      handler: hijacked(serveRootFiles),
     });
   });
 }

@@ -5,15 +5,16 @@
  */
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
-import type { DirEntry, FileContent, FileStat, WriteFileOptions } from '../../../workspace/types.js';
+import type { BoxEntryDetails, BoxWriteOptions } from '../../../sandbox/box-fs.js';
+import type { DirEntry, FileContent, FileStat } from '../../../workspace/types.js';
 
 /** The part of the box filesystem (`box.files()`) that envd uses. */
 export interface EnvdFiles {
   readFile(path: string, encoding: BufferEncoding): Promise<string>;
   createReadStream(path: string): Promise<Readable>;
-  writeFile(path: string, data: FileContent | Readable, options?: WriteFileOptions): Promise<void>;
-  readDir(path: string, options?: { recursive?: boolean }): Promise<DirEntry[]>;
-  stat(path: string): Promise<FileStat>;
+  writeFile(path: string, data: FileContent | Readable, options?: BoxWriteOptions): Promise<void>;
+  readDir(path: string, options?: { recursive?: boolean; details?: boolean }): Promise<(DirEntry & Partial<BoxEntryDetails>)[]>;
+  stat(path: string, options?: { details?: boolean }): Promise<FileStat & Partial<BoxEntryDetails>>;
   exists(path: string): Promise<boolean>;
   mkdirAll(path: string, mode?: number): Promise<void>;
   removeAll(path: string): Promise<void>;
@@ -31,6 +32,8 @@ export interface WatchEventLike {
 export interface UserFS {
   boxId: string;
   files: EnvdFiles;
+  /** The box's files as root: envd's uploads, which hand what they create to `user` (as E2B's envd, which runs as root). */
+  rootFiles: EnvdFiles;
   user: string;
   home: string;
 }
