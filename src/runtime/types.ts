@@ -135,6 +135,8 @@ export interface ContainerStats {
   memoryBytes: number;
   memoryLimitBytes: number;
   pids: number;
+  /** Bytes the box wrote over its image (Docker: the container's SizeRw); absent where the engine does not say. */
+  diskUsedBytes?: number;
 }
 
 export interface ExecOptions {

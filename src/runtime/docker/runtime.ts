@@ -645,8 +645,18 @@ export class DockerRuntime implements Runtime {
 
   async stats(id: string): Promise<ContainerStats> {
     let s: Docker.ContainerStats;
+    let sizeRw: number | undefined;
     try {
-      s = (await this.docker.getContainer(id).stats({ stream: false })) as Docker.ContainerStats;
+      const c = this.docker.getContainer(id);
+      // The writable layer's size beside the sample (the engine walks only that layer's files).
+      [s, sizeRw] = await Promise.all([
+        c.stats({ stream: false }) as Promise<Docker.ContainerStats>,
+        // dockerode passes options as the query; its types omit `size`.
+        c.inspect({ size: true } as Docker.ContainerInspectOptions).then(
+          (i) => (i as { SizeRw?: number }).SizeRw,
+          () => undefined,
+        ),
+      ]);
     } catch (err) {
       this.fail(err, `container ${id}`);
     }
@@ -659,6 +669,7 @@ export class DockerRuntime implements Runtime {
       memoryBytes: Math.max(0, (s.memory_stats.usage ?? 0) - cache),
       memoryLimitBytes: s.memory_stats.limit ?? 0,
       pids: (s as unknown as { pids_stats?: { current?: number } }).pids_stats?.current ?? 0,
+      ...(typeof sizeRw === 'number' ? { diskUsedBytes: sizeRw } : {}),
     };
   }
 
