@@ -663,12 +663,15 @@ export class DockerRuntime implements Runtime {
     const cpuDelta = s.cpu_stats.cpu_usage.total_usage - (s.precpu_stats?.cpu_usage?.total_usage ?? 0);
     const sysDelta = (s.cpu_stats.system_cpu_usage ?? 0) - (s.precpu_stats?.system_cpu_usage ?? 0);
     const cores = s.cpu_stats.online_cpus ?? s.cpu_stats.cpu_usage.percpu_usage?.length ?? 1;
-    const cache = (s.memory_stats.stats as Record<string, number> | undefined)?.['inactive_file'] ?? 0;
+    const memStats = s.memory_stats.stats as Record<string, number> | undefined;
+    const cache = memStats?.['inactive_file'] ?? 0;
+    const pageCache = memStats?.['cache'] ?? memStats?.['file'];
     return {
       cpuPercent: sysDelta > 0 && cpuDelta > 0 ? (cpuDelta / sysDelta) * cores * 100 : 0,
       memoryBytes: Math.max(0, (s.memory_stats.usage ?? 0) - cache),
       memoryLimitBytes: s.memory_stats.limit ?? 0,
       pids: (s as unknown as { pids_stats?: { current?: number } }).pids_stats?.current ?? 0,
+      ...(typeof pageCache === 'number' ? { memoryCacheBytes: pageCache } : {}),
       ...(typeof sizeRw === 'number' ? { diskUsedBytes: sizeRw } : {}),
     };
   }

@@ -22,8 +22,8 @@ import type { ServerContext } from '../../context.js';
 import { mapError } from '../../errors.js';
 import { DEFAULT_TIMEOUT_SECONDS, E2B_LABEL_PREFIX, INTERNET_LABEL, timeoutSeconds } from './body.js';
 
-/** Forks one call may ask for: each is a whole sandbox made at once. */
-export const MAX_FORK_COUNT = 10;
+/** Forks one call may ask for (e2b's own bound): each is a whole sandbox made at once, within the owner's box limits. */
+export const MAX_FORK_COUNT = 20;
 
 const ForkBodySchema = z.object({
   timeout: timeoutSeconds.nullish(),

@@ -113,7 +113,17 @@ test('the wire: start and end must be whole seconds', async () => {
     const ok = await fetch(`${t.url}/e2b/api/sandboxes/${sbx.sandboxId}/metrics?start=0&end=99999999999`, { headers: { 'x-api-key': alice } });
     const body = (await ok.json()) as Record<string, unknown>[];
     assert.ok(body.length >= 1);
-    assert.deepEqual(Object.keys(body[0]!).sort(), ['cpuCount', 'cpuUsedPct', 'diskTotal', 'diskUsed', 'memTotal', 'memUsed', 'timestamp', 'timestampUnix']);
+    assert.deepEqual(Object.keys(body[0]!).sort(), [
+      'cpuCount',
+      'cpuUsedPct',
+      'diskTotal',
+      'diskUsed',
+      'memCache',
+      'memTotal',
+      'memUsed',
+      'timestamp',
+      'timestampUnix',
+    ]);
     assert.equal(body[0]!['timestampUnix'], Math.floor(Date.parse(body[0]!['timestamp'] as string) / 1000));
   } finally {
     await sbx.kill();

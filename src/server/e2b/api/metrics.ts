@@ -27,6 +27,7 @@ interface Sample {
   cpuPercent: number;
   memUsed: number;
   memTotal: number;
+  memCache: number;
   diskUsed: number;
 }
 
@@ -38,6 +39,8 @@ export interface SandboxMetric {
   cpuUsedPct: number;
   memUsed: number;
   memTotal: number;
+  /** Optional in the npm SDK's type, required by the Python SDK 2.63's. */
+  memCache: number;
   diskUsed: number;
   diskTotal: number;
 }
@@ -98,7 +101,14 @@ export class MetricsSampler {
     // Paused (or stopped) while the engine measured it: a paused sandbox has no samples.
     if (box.status !== 'running') return;
     const ring = this.rings.get(box.id) ?? [];
-    ring.push({ atMs: Date.now(), cpuPercent: s.cpuPercent, memUsed: s.memoryBytes, memTotal: s.memoryLimitBytes, diskUsed: s.diskUsedBytes ?? 0 });
+    ring.push({
+      atMs: Date.now(),
+      cpuPercent: s.cpuPercent,
+      memUsed: s.memoryBytes,
+      memTotal: s.memoryLimitBytes,
+      memCache: s.memoryCacheBytes ?? 0,
+      diskUsed: s.diskUsedBytes ?? 0,
+    });
     if (ring.length > METRICS_KEPT) ring.splice(0, ring.length - METRICS_KEPT);
     this.rings.set(box.id, ring);
   }
@@ -121,6 +131,7 @@ export class MetricsSampler {
         cpuUsedPct: Math.round((s.cpuPercent / cpuCount) * 100) / 100,
         memUsed: s.memUsed,
         memTotal: s.memTotal,
+        memCache: s.memCache,
         diskUsed: s.diskUsed,
         // sbx sets no disk size per sandbox (as diskSizeMB is 0 in its details).
         diskTotal: 0,
