@@ -45,7 +45,7 @@ export function e2bApiRoutes(app: FastifyInstance, ctx: ServerContext, opts: E2b
   const sampler = new MetricsSampler(ctx, opts.metricsIntervalMs);
   sampler.start();
   app.addHook('onClose', async () => sampler.stop());
-  (ctx.portGates ??= []).push(trafficGate(ctx));
+  (ctx.portGates ??= []).push(trafficGate(ctx, opts.publicTraffic === true));
   void app.register(
     async (api) => {
       api.addHook('onRoute', (route) => {

@@ -105,7 +105,7 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
       clientID: CLIENT_ID,
       envdVersion: ENVD_VERSION,
       envdAccessToken: await envdAccessToken(ctx.manager, box.id, keyId),
-      trafficAccessToken: await trafficTokenOf(ctx.manager, box),
+      trafficAccessToken: await trafficTokenOf(ctx.manager, box, opts.publicTraffic),
       domain: domain(),
     };
   }

@@ -263,3 +263,20 @@ for (const { name, mod } of SDKS) {
     });
   });
 }
+
+test('a label claiming public traffic opens nothing where the operator did not allow it', async () => {
+  // A box whose labels say e2b sandbox and public, set through sbx's own API (labels are the caller's).
+  const box = await secure.manager.create({
+    image: testEnv.e2bImage,
+    owner: 'alice',
+    proxyAllPorts: true,
+    labels: { 'e2b.template': 'base', 'e2b.traffic': 'public' },
+  });
+  try {
+    assert.equal((await fetch(`https://8080-${box.id}.${DOMAIN}/`)).status, 401);
+    const connected = await e2b.Sandbox.connect(box.id, opts(secure, alice));
+    assert.equal(typeof connected.trafficAccessToken, 'string', 'connect answers a token: its ports are not public');
+  } finally {
+    await box.remove();
+  }
+});

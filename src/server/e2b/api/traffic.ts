@@ -32,17 +32,22 @@ export async function trafficAccessToken(manager: Manager, boxId: string): Promi
     .digest('base64url');
 }
 
-export function isPublic(box: LocalBox): boolean {
-  return box.labels[TRAFFIC_LABEL] === 'public';
+/**
+ * Whether anyone may reach the box's ports: only while the operator allows public e2b ports
+ * (`publicAllowed`), so neither a label set through sbx's own API nor a sandbox made before the
+ * operator turned it off opens a port on its own.
+ */
+export function isPublic(box: LocalBox, publicAllowed: boolean): boolean {
+  return publicAllowed && box.labels[TRAFFIC_LABEL] === 'public';
 }
 
 /** What create, connect and fork answer as `trafficAccessToken`: null for a public sandbox. */
-export async function trafficTokenOf(manager: Manager, box: LocalBox): Promise<string | null> {
-  return isPublic(box) ? null : trafficAccessToken(manager, box.id);
+export async function trafficTokenOf(manager: Manager, box: LocalBox, publicAllowed: boolean): Promise<string | null> {
+  return isPublic(box, publicAllowed) ? null : trafficAccessToken(manager, box.id);
 }
 
 /** The port proxy's gate for e2b sandboxes (registered into ServerContext.portGates by the plugin). */
-export function trafficGate(ctx: ServerContext): PortGate {
+export function trafficGate(ctx: ServerContext, publicAllowed: boolean): PortGate {
   return {
     headers: [TRAFFIC_TOKEN_HEADER],
     async authorize(request: FastifyRequest, boxId: string): Promise<LocalBox | undefined> {
@@ -53,7 +58,7 @@ export function trafficGate(ctx: ServerContext): PortGate {
       });
       // Not an e2b sandbox (or none): sbx's own credentials decide, and answer a missing box.
       if (!box || box.labels[TEMPLATE_LABEL] === undefined) return undefined;
-      if (given === undefined) return isPublic(box) ? box : undefined;
+      if (given === undefined) return isPublic(box, publicAllowed) ? box : undefined;
       const { limiter } = request.server.sbxAuth;
       try {
         return await limiter.guard(request.ip, async () => {
