@@ -135,6 +135,10 @@ export interface ContainerStats {
   memoryBytes: number;
   memoryLimitBytes: number;
   pids: number;
+  /** Page cache of the box's files (cgroup v1 `cache`, v2 `file`); absent where the engine does not say. */
+  memoryCacheBytes?: number;
+  /** Bytes the box wrote over its image (Docker: the container's SizeRw); absent where the engine does not say. */
+  diskUsedBytes?: number;
 }
 
 export interface ExecOptions {

@@ -4,7 +4,7 @@ import type { AttachOptions, ServiceConn, SseAttachOptions, SseServiceConn, WsAt
 import { SbxError, invalidArgument } from '../errors.js';
 import { MAX_DURATION_MS } from '../runtime/bounds.js';
 import { validateExec, validateExecStream, validateLogs } from '../runtime/spec.js';
-import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, LogChunk, LogOptions, Runtime } from '../runtime/types.js';
+import type { ContainerStats, ExecOptions, ExecResult, ExecStream, ExecStreamOptions, LogChunk, LogOptions, Runtime } from '../runtime/types.js';
 import type { WorkspaceFS } from '../workspace/index.js';
 import { attachPath, validateAttach } from './attach-options.js';
 import { boxRuntime } from './box-errors.js';
@@ -172,6 +172,8 @@ export interface LocalBox extends Box {
   proxyUrl(port: number, path?: string, opts?: ProxyUrlOptions, issuer?: PortUrlIssuer): Promise<{ url: string; expiresAt?: number }>;
   /** box.vnc() with the token's expiry (epoch ms), issued by `issuer` if given. */
   vncUrl(opts?: VncUrlOptions, issuer?: PortUrlIssuer): Promise<{ url: string; expiresAt: number }>;
+  /** The engine's current CPU, memory and disk use (Runtime.stats): a read, no touch; a paused box stays paused. */
+  stats(): Promise<ContainerStats>;
 }
 
 /**
@@ -825,6 +827,17 @@ export class ManagedBox implements LocalBox {
       exitCode: this.status === 'stopped' || this.status === 'restarting' ? c.exitCode : null,
       oomKilled: (this.status === 'stopped' || this.status === 'restarting') && c.oomKilled,
     };
+  }
+
+  /**
+   * The engine's current CPU, memory (and, where it says, disk) use of the box (Runtime.stats). A
+   * read, as info() is: no touch, and a paused box stays paused. An archived box has none: conflict.
+   */
+  async stats(): Promise<ContainerStats> {
+    if (this.status === 'archived') {
+      throw new SbxError('conflict', `box '${this.id}' is archived: it has no container to measure`, { details: { id: this.id, status: this.status } });
+    }
+    return this.runtime.stats(this.containerId);
   }
 
   async logs(opts?: LogOptions): Promise<AsyncIterable<LogChunk>> {

@@ -237,7 +237,9 @@ function boxVncDeps(ctx: ServerContext): VncDeps {
     authorize: async (req, id, port) => {
       const grant = await authorizePortRequest(req, id, port);
       const boxId = grant.box.id;
-      return grant.expiresAt !== undefined ? { boxId, via: grant.via, expiresAt: grant.expiresAt } : { boxId, via: grant.via };
+      // A plugin's gate (a header, or a box made public) is no cookie a page of another origin could ride.
+      const via = grant.via === 'gate' ? 'key' : grant.via;
+      return grant.expiresAt !== undefined ? { boxId, via, expiresAt: grant.expiresAt } : { boxId, via };
     },
     dial: async (id, port) => (await ctx.manager.get(id)).dial(port),
     hasVnc: async (id) => (await (await ctx.manager.get(id)).info()).vnc,

@@ -47,8 +47,8 @@ export interface ServerFileSection {
   logFormat?: LogFormat;
   publicUrl?: string;
   proxyDomain?: string;
-  /** The e2b-compatible API (docs/e2b.md): template name → image. */
-  e2b?: { templates: Record<string, string> };
+  /** The e2b-compatible API (docs/e2b.md): template name → image; whether e2b ports may be public. */
+  e2b?: { templates?: Record<string, string>; publicTraffic?: boolean };
 }
 
 const port = bindPortNumber;
@@ -96,7 +96,7 @@ const sectionSchema = z
     publicUrl: z.string().url().optional(),
     proxyDomain: z.string().min(1).optional(),
     e2b: z
-      .object({ templates: z.record(z.string().min(1).max(256), imageRef) })
+      .object({ templates: z.record(z.string().min(1).max(256), imageRef).optional(), publicTraffic: z.boolean().optional() })
       .strict()
       .optional(),
   })
@@ -152,6 +152,13 @@ export function readServerSection(file: string): ServerFileSection {
     ...(v.logFormat !== undefined ? { logFormat: v.logFormat } : {}),
     ...(v.publicUrl !== undefined ? { publicUrl: v.publicUrl } : {}),
     ...(v.proxyDomain !== undefined ? { proxyDomain: v.proxyDomain } : {}),
-    ...(v.e2b !== undefined ? { e2b: { templates: v.e2b.templates } } : {}),
+    ...(v.e2b !== undefined
+      ? {
+          e2b: {
+            ...(v.e2b.templates !== undefined ? { templates: v.e2b.templates } : {}),
+            ...(v.e2b.publicTraffic !== undefined ? { publicTraffic: v.e2b.publicTraffic } : {}),
+          },
+        }
+      : {}),
   };
 }

@@ -2,7 +2,7 @@
  * What every route module gets: the Manager, the key store, metrics, the stream registry used by
  * graceful shutdown, and the owner-scoping helpers.
  */
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { SbxError } from '../errors.js';
 import type { LocalBox, Manager, PortUrlIssuer } from '../sandbox/index.js';
@@ -70,6 +70,22 @@ export interface ServerContext {
   publicUrl(): string;
   /** This server's host-based proxy domain (`<port>-<id>.<domain>`), if any. */
   proxyDomain: string | undefined;
+  /** Plugins' say on the port proxy, asked before sbx's own port tokens (port-auth.ts); a plugin adds its own. */
+  portGates?: PortGate[];
+}
+
+/**
+ * A plugin's own way into the port proxy (e2b's public sandboxes and traffic access tokens,
+ * src/server/e2b/api/traffic.ts). The core knows nothing of it but these two things.
+ */
+export interface PortGate {
+  /** Request headers that carry its credential (lower case): never forwarded to the box. */
+  headers: readonly string[];
+  /**
+   * The box when this gate lets the request through; undefined leaves the request to sbx's own
+   * credentials; throws to refuse it (a wrong credential: the gate counts the failure).
+   */
+  authorize(request: FastifyRequest, boxId: string, port: number): Promise<LocalBox | undefined>;
 }
 
 /** URLs this server issues for the API key `keyId` (box.proxyUrl, box.vncUrl). */

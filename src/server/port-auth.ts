@@ -19,8 +19,11 @@ export const PORT_TOKEN_COOKIE = 'sbx_token';
 
 export interface PortAuthorization {
   box: LocalBox;
-  /** Where the credential came from: a token in the query is swapped for a cookie by the proxy. */
-  via: 'key' | 'query' | 'cookie';
+  /**
+   * Where the credential came from: a token in the query is swapped for a cookie by the proxy;
+   * `gate`: a plugin's PortGate let it through (a header of its own, or a box it made public).
+   */
+  via: 'key' | 'query' | 'cookie' | 'gate';
   /** With a token: when it expires (epoch ms). */
   expiresAt?: number;
 }
@@ -112,6 +115,10 @@ export async function authorizePortRequest(request: FastifyRequest, boxId: strin
     request.caller = caller;
     requireKey(caller);
     return { box: await boxFor(ctx, caller, boxId), via: 'key' };
+  }
+  for (const gate of ctx.portGates ?? []) {
+    const box = await gate.authorize(request, boxId, port);
+    if (box) return { box, via: 'gate' };
   }
   const fromQuery = queryValues(request.raw.url ?? '', PORT_TOKEN_QUERY);
   const fromCookie = cookieValues(request.headers.cookie, PORT_TOKEN_COOKIE);

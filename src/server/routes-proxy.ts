@@ -84,6 +84,8 @@ function upstreamPath(rawUrl: string): string {
 
 function forwardHeaders(req: FastifyRequest, keepUpgrade: boolean): OutgoingHttpHeaders {
   const h: IncomingHttpHeaders = req.headers;
+  // The plugins' proxy credentials (e2b's traffic token) are the proxy's, like Authorization: the box never sees them.
+  const gateHeaders = new Set(req.server.sbxAuth.ctx.portGates?.flatMap((g) => g.headers) ?? []);
   const listed = new Set(
     String(h.connection ?? '')
       .split(',')
@@ -92,7 +94,7 @@ function forwardHeaders(req: FastifyRequest, keepUpgrade: boolean): OutgoingHttp
   );
   const out: OutgoingHttpHeaders = {};
   for (const [k, v] of Object.entries(h)) {
-    if (v === undefined || k === 'authorization' || k === 'cookie' || k.startsWith('x-forwarded-')) continue;
+    if (v === undefined || k === 'authorization' || k === 'cookie' || k.startsWith('x-forwarded-') || gateHeaders.has(k)) continue;
     if (!keepUpgrade && (HOP_BY_HOP.has(k) || listed.has(k))) continue;
     if (keepUpgrade && (k === 'proxy-authorization' || k === 'expect' || k === 'keep-alive')) continue;
     out[k] = v;

@@ -645,20 +645,34 @@ export class DockerRuntime implements Runtime {
 
   async stats(id: string): Promise<ContainerStats> {
     let s: Docker.ContainerStats;
+    let sizeRw: number | undefined;
     try {
-      s = (await this.docker.getContainer(id).stats({ stream: false })) as Docker.ContainerStats;
+      const c = this.docker.getContainer(id);
+      // The writable layer's size beside the sample (the engine walks only that layer's files).
+      [s, sizeRw] = await Promise.all([
+        c.stats({ stream: false }) as Promise<Docker.ContainerStats>,
+        // dockerode passes options as the query; its types omit `size`.
+        c.inspect({ size: true } as Docker.ContainerInspectOptions).then(
+          (i) => (i as { SizeRw?: number }).SizeRw,
+          () => undefined,
+        ),
+      ]);
     } catch (err) {
       this.fail(err, `container ${id}`);
     }
     const cpuDelta = s.cpu_stats.cpu_usage.total_usage - (s.precpu_stats?.cpu_usage?.total_usage ?? 0);
     const sysDelta = (s.cpu_stats.system_cpu_usage ?? 0) - (s.precpu_stats?.system_cpu_usage ?? 0);
     const cores = s.cpu_stats.online_cpus ?? s.cpu_stats.cpu_usage.percpu_usage?.length ?? 1;
-    const cache = (s.memory_stats.stats as Record<string, number> | undefined)?.['inactive_file'] ?? 0;
+    const memStats = s.memory_stats.stats as Record<string, number> | undefined;
+    const cache = memStats?.['inactive_file'] ?? 0;
+    const pageCache = memStats?.['cache'] ?? memStats?.['file'];
     return {
       cpuPercent: sysDelta > 0 && cpuDelta > 0 ? (cpuDelta / sysDelta) * cores * 100 : 0,
       memoryBytes: Math.max(0, (s.memory_stats.usage ?? 0) - cache),
       memoryLimitBytes: s.memory_stats.limit ?? 0,
       pids: (s as unknown as { pids_stats?: { current?: number } }).pids_stats?.current ?? 0,
+      ...(typeof pageCache === 'number' ? { memoryCacheBytes: pageCache } : {}),
+      ...(typeof sizeRw === 'number' ? { diskUsedBytes: sizeRw } : {}),
     };
   }
 

@@ -1,9 +1,10 @@
 /**
  * The e2b control plane's request bodies: NewSandbox (POST /v2/sandboxes, POST /sandboxes), the
  * timeout of connect, resume and setTimeout. What sbx can honour becomes CreateOptions (`autoPause`:
- * the timeout pauses the box); what it cannot (MCP, volumes, egress rules) is refused with a 400
+ * the timeout pauses the box); what it cannot (volumes, egress rules) is refused with a 400
  * naming the field, so code that relies on it fails loudly instead of running without it. Fields
- * that change nothing here (`secure`, `autoResume`, `autoPauseMemory`, …) and fields this version
+ * that change nothing here (`secure`, `autoResume`, `autoPauseMemory`, `mcp`: the SDK itself starts
+ * the gateway of its `mcp-gateway` template) and fields this version
  * does not know are ignored, as the SDKs send different sets.
  */
 import { z } from 'zod';
@@ -18,11 +19,15 @@ export const MAX_TIMEOUT_SECONDS = 86_400;
 
 /** Labels that carry the e2b view of a box: its template, and each metadata key under a prefix. */
 export const TEMPLATE_LABEL = 'e2b.template';
+/** Every e2b label starts so (a fork copies them all). */
+export const E2B_LABEL_PREFIX = 'e2b.';
+/** `false` on a sandbox made with `allow_internet_access: false` (its network is `none`; forks keep it). */
+export const INTERNET_LABEL = 'e2b.internet';
 export const METADATA_LABEL_PREFIX = 'e2b.meta.';
 /** sbx label keys are 1-64 of [A-Za-z0-9._/-] starting with a letter or digit; the prefix takes its share. */
 const METADATA_KEY = new RegExp(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,${63 - METADATA_LABEL_PREFIX.length}}$`);
 
-const timeoutSeconds = z
+export const timeoutSeconds = z
   .number({ error: 'must be a number of seconds' })
   .int('must be a whole number of seconds')
   .min(1, 'must be at least 1 second')
@@ -59,15 +64,16 @@ export interface NewSandbox {
    * resumes it in sbx.
    */
   autoPause: boolean;
+  /** `network.allowPublicTraffic`: false asks for a traffic access token on its ports; unset is e2b's default (public). */
+  allowPublicTraffic: boolean | undefined;
 }
 
-/** Network fields sbx serves: allowPublicTraffic (sbx's proxy always asks for credentials, so false is already so). */
+/** Network fields sbx serves: allowPublicTraffic (traffic.ts). */
 const NETWORK_KEPT = new Set(['allowPublicTraffic']);
 
 export function parseNewSandbox(body: unknown): NewSandbox {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) throw invalidArgument('body', 'must be a JSON object (NewSandbox)');
   const b = parseOrThrow(NewSandboxSchema, body, 'body');
-  if (b.mcp) throw invalidArgument('mcp', 'sbx has no MCP gateway');
   if (b.volumeMounts && b.volumeMounts.length > 0) throw invalidArgument('volumeMounts', 'sbx does not serve e2b volumes');
   if (b.iam && Object.keys(b.iam).length > 0) throw invalidArgument('iam', 'sbx does not serve e2b IAM tokens');
   for (const [k, v] of Object.entries(b.network ?? {})) {
@@ -82,6 +88,7 @@ export function parseNewSandbox(body: unknown): NewSandbox {
     envVars: checkEnvVars(b.envVars ?? {}),
     internet: b.allow_internet_access !== false,
     autoPause: b.autoPause === true,
+    allowPublicTraffic: typeof b.network?.['allowPublicTraffic'] === 'boolean' ? b.network['allowPublicTraffic'] : undefined,
   };
 }
 
@@ -116,7 +123,7 @@ export function metadataOf(labels: Record<string, string>): Record<string, strin
 
 /** The labels that carry a new sandbox's template and metadata. */
 export function labelsFor(s: NewSandbox): Record<string, string> {
-  const labels: Record<string, string> = { [TEMPLATE_LABEL]: s.templateID };
+  const labels: Record<string, string> = { [TEMPLATE_LABEL]: s.templateID, ...(s.internet ? {} : { [INTERNET_LABEL]: 'false' }) };
   for (const [k, v] of Object.entries(s.metadata)) labels[METADATA_LABEL_PREFIX + k] = v;
   return labels;
 }

@@ -346,7 +346,6 @@ describe('the wire, without an SDK', () => {
       { templateID: 'base', timeout: 0 },
       { templateID: 'base', timeout: 86_401 },
       { templateID: 'base', timeout: 1.5 },
-      { templateID: 'base', mcp: { x: {} } },
       { templateID: 'base', volumeMounts: [{ name: 'v', path: '/v' }] },
       { templateID: 'base', network: { allowOut: ['1.1.1.1'] } },
       { templateID: 'base', autoPause: 'yes' },
@@ -360,15 +359,14 @@ describe('the wire, without an SDK', () => {
     }
     const unknown = await raw('GET', '/sandboxes/sb-nope');
     assert.deepEqual([unknown.status, unknown.json.code], [404, 404]);
-    for (const path of ['/sandboxes/sb-nope/pause', '/sandboxes/sb-nope/resume']) {
+    for (const path of ['/sandboxes/sb-nope/pause', '/sandboxes/sb-nope/resume', '/sandboxes/sb-nope/fork']) {
       assert.deepEqual((await raw('POST', path, { body: {} })).json, { code: 404, message: "sandbox 'sb-nope' not found" }, path);
     }
+    assert.deepEqual((await raw('GET', '/sandboxes/sb-nope/metrics')).json, { code: 404, message: "sandbox 'sb-nope' not found" });
     for (const [method, path] of [
       ['DELETE', '/templates/base'],
-      ['POST', '/sandboxes/sb-nope/fork'],
       ['GET', '/templates'],
       ['POST', '/v3/templates'],
-      ['GET', '/sandboxes/sb-nope/metrics'],
     ] as const) {
       const r = await raw(method, path, method === 'POST' ? { body: {} } : {});
       assert.deepEqual([r.status, r.json.code], [501, 501], `${method} ${path}`);

@@ -8,7 +8,9 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { ServerContext } from '../../context.js';
 import { mapError, retryAfterSeconds } from '../../errors.js';
+import { MetricsSampler } from './metrics.js';
 import { sandboxRoutes } from './sandboxes.js';
+import { trafficGate } from './traffic.js';
 
 export const E2B_API_PREFIX = '/e2b/api';
 
@@ -18,6 +20,15 @@ export const DEFAULT_E2B_TEMPLATES: Readonly<Record<string, string>> = Object.fr
 export interface E2bApiOptions {
   /** Template name → image (`server.e2b.templates` in the config file). */
   templates?: Record<string, string>;
+  /**
+   * `server.e2b.publicTraffic`: the ports of e2b sandboxes that do not ask for
+   * `network.allowPublicTraffic: false` are reachable by anyone through the proxy, as on e2b's
+   * cloud. Default false: every port needs a credential (the sandbox's traffic access token, a
+   * key or a signed port token).
+   */
+  publicTraffic?: boolean;
+  /** How often sandboxes are sampled for metrics (tests); default METRICS_INTERVAL_MS. */
+  metricsIntervalMs?: number;
 }
 
 /** The e2b error body: the SDK turns `code` (a number) and `message` into its error classes. */
@@ -31,6 +42,10 @@ function send(reply: FastifyReply, status: number, message: string): FastifyRepl
  */
 export function e2bApiRoutes(app: FastifyInstance, ctx: ServerContext, opts: E2bApiOptions = {}): void {
   const templates = { ...(opts.templates ?? DEFAULT_E2B_TEMPLATES) };
+  const sampler = new MetricsSampler(ctx, opts.metricsIntervalMs);
+  sampler.start();
+  app.addHook('onClose', async () => sampler.stop());
+  (ctx.portGates ??= []).push(trafficGate(ctx, opts.publicTraffic === true));
   void app.register(
     async (api) => {
       api.addHook('onRoute', (route) => {
@@ -45,14 +60,13 @@ export function e2bApiRoutes(app: FastifyInstance, ctx: ServerContext, opts: E2b
         if (retryAfter) reply.header('retry-after', retryAfter);
         return send(reply, mapped.status, mapped.error.message);
       });
-      // Fork, templates (beyond deleting a snapshot, snapshots.ts), volumes, secrets, metrics,
-      // network updates:
+      // Templates (beyond deleting a snapshot, snapshots.ts), volumes, secrets, network updates:
       // an answer the SDK shows as it is ("501: …"), rather than a 404 it would read as "no such sandbox".
       api.setNotFoundHandler(async (req, reply) => {
         const path = req.url.split('?')[0]!.slice(E2B_API_PREFIX.length);
         return send(reply, 501, `sbx does not implement ${req.method} ${path} of the e2b API (see docs/e2b.md for what it serves)`);
       });
-      sandboxRoutes(api, ctx, { templates });
+      sandboxRoutes(api, ctx, { templates, publicTraffic: opts.publicTraffic === true, sampler });
     },
     { prefix: E2B_API_PREFIX },
   );

@@ -14,6 +14,10 @@ import type { ServerContext } from '../../context.js';
 import { envdAccessToken } from '../access-token.js';
 import { ENVD_VERSION } from '../envd/version.js';
 import { DEFAULT_TIMEOUT_SECONDS, TEMPLATE_LABEL, labelsFor, metadataOf, parseNewSandbox, parseTimeout } from './body.js';
+import { forkRoutes } from './fork.js';
+import type { MetricsSampler } from './metrics.js';
+import { cpuCountOf, metricsRoutes } from './metrics.js';
+import { TRAFFIC_LABEL, trafficTokenOf } from './traffic.js';
 import { paginate, parseListQuery, parseMetadataFilter } from './list.js';
 import type { SandboxState } from './list.js';
 import { snapshotImage, snapshotRoutes } from './snapshots.js';
@@ -25,6 +29,10 @@ const MIB = 1024 * 1024;
 export interface SandboxRoutesOptions {
   /** Template name → image. */
   templates: Record<string, string>;
+  /** The operator's `server.e2b.publicTraffic`: ports of sandboxes that do not refuse it are public (traffic.ts). */
+  publicTraffic: boolean;
+  /** Samples the sandboxes' engine stats for GET /sandboxes/:id/metrics. */
+  sampler: MetricsSampler;
 }
 
 /** What a create or a connect answers (e2b's `Sandbox`). */
@@ -35,7 +43,8 @@ interface SandboxAnswer {
   clientID: string;
   envdVersion: string;
   envdAccessToken: string;
-  trafficAccessToken: null;
+  /** Sent as `e2b-traffic-access-token` to reach its ports (traffic.ts); null when they are public. */
+  trafficAccessToken: string | null;
   /** Where `<port>-<sandboxID>.<domain>` reaches the box: sbx's proxy domain, else null (see docs/e2b.md). */
   domain: string | null;
 }
@@ -96,7 +105,7 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
       clientID: CLIENT_ID,
       envdVersion: ENVD_VERSION,
       envdAccessToken: await envdAccessToken(ctx.manager, box.id, keyId),
-      trafficAccessToken: null,
+      trafficAccessToken: await trafficTokenOf(ctx.manager, box, opts.publicTraffic),
       domain: domain(),
     };
   }
@@ -113,7 +122,7 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
       startedAt: box.createdAt,
       endAt: new Date(endAt(box)).toISOString(),
       // A box asks for no resources of its own here: the pool's defaults are what it has.
-      cpuCount: Math.max(1, Math.ceil(pool?.cpus ?? 1)),
+      cpuCount: cpuCountOf(pool),
       memoryMB: pool?.memory ? Math.round(pool.memory / MIB) : 0,
       // Required by e2b's API (the Python SDK fails to parse an answer without it); sbx sets no
       // disk size per sandbox, so 0, as memoryMB is for a pool without a memory limit.
@@ -148,7 +157,8 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
     const box = await ctx.manager.create({
       image,
       owner,
-      labels: labelsFor(s),
+      // Public only where the operator allows it and the sandbox did not refuse it (traffic.ts).
+      labels: { ...labelsFor(s), [TRAFFIC_LABEL]: opts.publicTraffic && s.allowPublicTraffic !== false ? 'public' : 'token' },
       env: s.envVars,
       // e2b sandboxes live until their timeout, idle or not; setTimeout and connect renew it.
       policy: 'session',
@@ -160,6 +170,7 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
       ...(s.internet ? { proxyAllPorts: true } : { network: 'none' }),
     });
     ctx.metrics.creates.inc({ pool: box.pool });
+    opts.sampler.sampleSoon(box);
     return reply.code(201).send(await answer(box, p.keyId));
   };
   api.post('/v2/sandboxes', create);
@@ -205,6 +216,8 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
   });
 
   snapshotRoutes(api, ctx, { templates: opts.templates, sandboxFor });
+  forkRoutes(api, ctx, { sandboxFor, answer, created: (box) => opts.sampler.sampleSoon(box) });
+  metricsRoutes(api, ctx, { sampler: opts.sampler, sandboxFor });
 
   api.post('/sandboxes/:id/timeout', async (req: FastifyRequest<{ Params: { id: string } }>, reply) => {
     const box = await sandboxFor(req, req.params.id);
