@@ -18,9 +18,11 @@ CONTAINERD_PIDFILE=/var/run/docker/containerd/containerd.pid
 # builds sbx-base's busybox (scripts/busybox.sh) from the source of busybox-static's version, with
 # dpkg-dev's tools and a static libc.
 TOOL_PACKAGES=(busybox-static dpkg-dev gcc libc6-dev docker-registry apache2-utils)
-# The programs images/sbx-desktop copies in (Xvfb, twm, x11vnc, xsetroot, xclock, xterm) and the
-# browser the VNC test drives; installed without recommends (chromium's would pull in ~100 MB).
-LEAN_PACKAGES=(xvfb x11-xkb-utils twm x11vnc x11-xserver-utils x11-apps xterm chromium)
+# The programs images/sbx-desktop copies in (Xvfb, twm, x11vnc, xsetroot, xclock, xterm), the
+# browser the VNC test drives, and mmdebstrap, which builds sbx-e2b's Debian root filesystem
+# (scripts/debian-rootfs.sh); installed without recommends (chromium's would pull in ~100 MB,
+# mmdebstrap's fakechroot, uidmap and friends serve modes other than root's).
+LEAN_PACKAGES=(xvfb x11-xkb-utils twm x11vnc x11-xserver-utils x11-apps xterm chromium mmdebstrap)
 
 did=()
 

@@ -3,6 +3,7 @@ import { describe, test } from 'node:test';
 import { isSbxError } from '../errors.js';
 import { buildContainerSpec, newBoxRecord } from './box-spec.js';
 import { resolvePool } from './config.js';
+import { validateCreateOptions } from './create-options.js';
 import type { CreateOptions } from './types.js';
 
 const GiB = 1024 ** 3;
@@ -92,6 +93,16 @@ describe('container spec building (no engine)', () => {
       (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'cpus',
     );
     assert.equal(spec({ memory: 0 } as never, { name: 'p', memory: 0, cpus: 0 }).memory, undefined, '0 = no limit');
+  });
+
+  test("sudo is standard's capabilities without no-new-privileges (setuid programs take effect), network as standard's", () => {
+    const standard = spec().security;
+    const sudo = spec({ security: 'sudo' });
+    assert.equal(sudo.security?.noNewPrivileges, undefined);
+    assert.deepEqual(sudo.security?.capDrop, standard?.capDrop);
+    assert.deepEqual(sudo.security?.capAdd, standard?.capAdd);
+    assert.equal(sudo.network, undefined);
+    assert.equal(validateCreateOptions({ image: 'x', security: 'sudo' }).security, 'sudo');
   });
 
   test('strict means no network; asking for one with it is refused, not silently applied', () => {

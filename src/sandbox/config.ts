@@ -13,6 +13,7 @@ import { parseOrThrow } from '../util/validation.js';
 import { imageRef } from '../runtime/spec.js';
 import { DEFAULT_MAX_WORKSPACES_PER_OWNER } from '../workspace/manager.js';
 import { DEFAULT_MAX_SNAPSHOTS_PER_OWNER } from './snapshots.js';
+import type { SecurityProfile } from './types.js';
 
 export const NAME_PATTERN = /^[a-z0-9][a-z0-9_-]{0,31}$/;
 
@@ -35,7 +36,8 @@ export const WarmTemplateSchema = z
   .object({
     image: imageRef,
     size: z.number().int().min(0).max(64),
-    security: z.enum(['standard', 'strict']).optional(),
+    // `sudo`: the shape of e2b's sandboxes (docs/e2b.md), which ask for it.
+    security: z.enum(['standard', 'strict', 'sudo']).optional(),
     memory: z
       .number()
       .int()
@@ -220,7 +222,7 @@ export interface WarmTemplate {
   image: string;
   /** Spares kept started and unclaimed (0..64). */
   size: number;
-  security?: 'standard' | 'strict';
+  security?: SecurityProfile;
   memory?: number;
   cpus?: number;
   network?: string;

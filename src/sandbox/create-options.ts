@@ -83,7 +83,7 @@ export const CreateOptionsSchema = z
       .regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$/, 'must be a network name')
       .refine((n) => n !== 'host', "'host' would share the host's network; not allowed")
       .optional(),
-    security: z.enum(['standard', 'strict']).optional(),
+    security: z.enum(['standard', 'strict', 'sudo']).optional(),
     workspaceId: z
       .string()
       .regex(/^[a-z0-9][a-z0-9_.-]{0,62}$/, 'must be a workspace id')

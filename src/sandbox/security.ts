@@ -20,6 +20,9 @@ export function securityFor(profile: SecurityProfile): ResolvedSecurity {
   switch (profile) {
     case 'standard':
       return { security: { noNewPrivileges: true, capDrop: ['ALL'], capAdd: STANDARD_CAPS } };
+    case 'sudo':
+      // What a caller can already do with exec as user 0; the bounding set stays standard's.
+      return { security: { capDrop: ['ALL'], capAdd: STANDARD_CAPS } };
     case 'strict':
       return {
         security: { noNewPrivileges: true, capDrop: ['ALL'], readOnlyRootfs: true, tmpfs: { '/tmp': 'rw,nosuid,nodev,size=64m' } },

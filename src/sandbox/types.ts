@@ -13,9 +13,13 @@ export const DEFAULT_POLICY: LifecyclePolicy = 'session';
 /**
  * Named container hardening presets. `standard`: no-new-privileges, a reduced capability set,
  * a pids limit. `strict`: also no capabilities at all, a read-only root with a tmpfs /tmp,
- * and no network unless one is asked for.
+ * and no network unless one is asked for. `sudo`: `standard` without no-new-privileges, so
+ * setuid programs take effect: a box user can become the box's root through the image's `sudo`
+ * (E2B's base template, docs/e2b.md), and that root has no more than `standard`'s capabilities.
  */
-export type SecurityProfile = 'standard' | 'strict';
+export type SecurityProfile = 'standard' | 'strict' | 'sudo';
+/** The profiles a pool may default to: `sudo` is asked for box by box, never a pool's default. */
+export type PoolSecurityProfile = Exclude<SecurityProfile, 'sudo'>;
 
 export type MountMode = 'rw' | 'ro';
 
@@ -162,7 +166,7 @@ export interface PoolInfo {
   idleArchiveMs: number;
   maxLifetimeMs: number;
   stopTimeoutMs: number;
-  security: SecurityProfile;
+  security: PoolSecurityProfile;
   memory: number;
   cpus: number;
   /** New boxes get the in-box agent. */

@@ -73,6 +73,12 @@ describe('warm templates (no engine)', () => {
     assert.ok(matchTemplate({ image: IMAGE, memory: 8 * GiB }, big, machine), 'the pool default capped at the machine equals an explicit 8 GiB');
   });
 
+  test('a sudo template (the shape of e2b sandboxes) is claimed by sudo creates only', () => {
+    const sudo = pool({ warm: [{ image: IMAGE, size: 1, security: 'sudo' }] });
+    assert.ok(matchTemplate({ image: IMAGE, security: 'sudo' }, sudo, machine));
+    assert.equal(matchTemplate({ image: IMAGE }, sudo, machine), undefined, 'a standard create is another shape');
+  });
+
   test('the template key changes with the shape and the pool, not with the size', () => {
     const p = pool();
     const k = templateKey({ image: IMAGE, size: 2 }, p, machine);

@@ -11,7 +11,7 @@ import { DEFAULT_WORKDIR, buildContainerSpec, newBoxRecord } from './box-spec.js
 import type { ResolvedPool, WarmTemplate } from './config.js';
 import { MANAGED_BY, MANAGED_BY_VALUE, SPEC_LABEL, managerSelector } from './labels.js';
 import { securityFor } from './security.js';
-import type { CreateOptions } from './types.js';
+import type { CreateOptions, SecurityProfile } from './types.js';
 
 /** Label of a spare: its template's key. A container with it and no claim is not a user box. */
 export const WARM_LABEL = 'sbx.warm';
@@ -19,7 +19,7 @@ export const WARM_LABEL = 'sbx.warm';
 /** What must be equal between a create and a template: everything fixed at container create. */
 interface Shape {
   image: string;
-  security: 'standard' | 'strict';
+  security: SecurityProfile;
   memory: number;
   cpus: number;
   network: string | undefined;
@@ -34,7 +34,7 @@ interface Shape {
 const FIXED_AT_CREATE = ['cmd', 'user', 'pidsLimit', 'ports', 'vnc', 'proxyAllPorts', 'workspaceId', 'mountMode', 'mountPath'] as const;
 
 function shapeOf(
-  o: { image: string; security?: 'standard' | 'strict'; memory?: number; cpus?: number; network?: string },
+  o: { image: string; security?: SecurityProfile; memory?: number; cpus?: number; network?: string },
   pool: ResolvedPool,
   machine: RuntimeResources | undefined,
 ): Shape {

@@ -203,7 +203,7 @@ exact<Exact<z.infer<typeof ImportResultSchema>, ImportResult>>(true);
 const warmTemplateSchema = z.object({
   image: z.string(),
   size: z.number().int(),
-  security: z.enum(['standard', 'strict']).optional(),
+  security: z.enum(['standard', 'strict', 'sudo']).optional(),
   memory: z.number().int().optional(),
   cpus: z.number().optional(),
   network: z.string().optional(),

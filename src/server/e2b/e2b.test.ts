@@ -50,7 +50,10 @@ test('pause and resume keep files and processes: connect resumes, so does any us
     await sbx.commands.run('mkdir -p state && head -c 65536 /dev/urandom > state/blob.bin');
     const hash = (await sbx.commands.run('sha256sum state/blob.bin')).stdout;
     // timeoutMs 0: no command deadline, so only the pause and resume could end it.
-    const bg = await sbx.commands.run('echo $$ > /tmp/bg.pid; exec sleep 3600', { background: true, timeoutMs: 0 });
+    // Written by a rename, so whole once it exists; run() returns once the command started, and
+    // bash -l reads the image's profile files before it gets there.
+    const bg = await sbx.commands.run('echo $$ > /tmp/bg.pid.new && mv /tmp/bg.pid.new /tmp/bg.pid; exec sleep 3600', { background: true, timeoutMs: 0 });
+    await sbx.commands.run('until [ -e /tmp/bg.pid ]; do sleep 0.05; done', { timeoutMs: 30_000 });
     const pid = (await sbx.files.read('/tmp/bg.pid')).trim();
     const box = await srv.manager.get(sbx.sandboxId);
 
@@ -108,9 +111,9 @@ test('create, run, write and read, connect from a second process, getHost throug
 
     // A service started after create is reached at getHost(port), with the key as the credential.
     await sbx.commands.run('mkdir -p /tmp/www && echo served-by-box > /tmp/www/index.html');
-    await sbx.commands.run('httpd -f -p 8080 -h /tmp/www', { background: true });
+    await sbx.commands.run('python3 -m http.server 8080 --directory /tmp/www', { background: true });
     // Started is not yet listening: wait for the port (the proxy says 503 port_not_listening till then).
-    await sbx.commands.run('until wget -q -O /dev/null http://127.0.0.1:8080/index.html; do sleep 0.05; done', { timeoutMs: 30_000 });
+    await sbx.commands.run('until curl -sf -o /dev/null http://127.0.0.1:8080/index.html; do sleep 0.05; done', { timeoutMs: 30_000 });
     const page = await viaHost(sbx.getHost(8080), '/index.html', key);
     assert.equal(page.status, 200, page.body);
     assert.equal(page.body, 'served-by-box\n');

@@ -168,6 +168,9 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
       maxLifetimeAction: s.autoPause ? 'pause' : 'remove',
       // getHost(port) reaches any port a service opens later, through sbx's authenticated proxy.
       ...(s.internet ? { proxyAllPorts: true } : { network: 'none' }),
+      // E2B's base gives its user passwordless sudo, which no-new-privileges would defeat (sudo
+      // refuses to run): the `sudo` profile, unless the operator made the default pool strict.
+      ...((await ctx.manager.pools())[0]?.security === 'strict' ? {} : { security: 'sudo' as const }),
     });
     ctx.metrics.creates.inc({ pool: box.pool });
     opts.sampler.sampleSoon(box);

@@ -126,13 +126,13 @@ async def test_get_host_reaches_a_service_started_in_the_box(async_sandbox, prox
     host = async_sandbox.get_host(8081)
     assert host == f"8081-{async_sandbox.sandbox_id}.{proxy['domain']}"
     await async_sandbox.commands.run("mkdir -p /tmp/www && echo async-served > /tmp/www/index.html")
-    await async_sandbox.commands.run("httpd -f -p 8081 -h /tmp/www", background=True)
+    await async_sandbox.commands.run("python3 -m http.server 8081 --directory /tmp/www", background=True)
     port = proxy["url"].rsplit(":", 1)[1]
     headers = {"host": f"{host}:{port}", "authorization": f"Bearer {proxy['key']}"}
     async with httpx.AsyncClient(timeout=WAIT_S) as client:
 
         async def page():
-            # The proxy answers 502 until httpd listens.
+            # The proxy answers 502 until the server listens.
             while (r := await client.get(f"{proxy['url']}/index.html", headers=headers)).status_code != 200:
                 await asyncio.sleep(0.05)
             return r

@@ -120,8 +120,25 @@ def test_a_wrong_key_and_an_unknown_sandbox():
 # Pause and resume: sbx freezes the box in place (memory, processes and files kept) and connect,
 # or any use, thaws it. Snapshots (the filesystem saved as an image) are at the end.
 
-# A background process with no command deadline (timeout=0), whose real pid it writes down.
-BACKGROUND = "echo $$ > /tmp/bg.pid; exec sleep 3600"
+# A background process with no command deadline (timeout=0), whose real pid it writes down (by a
+# rename, so the file is whole once it exists).
+BACKGROUND = "echo $$ > /tmp/bg.pid.new && mv /tmp/bg.pid.new /tmp/bg.pid; exec sleep 3600"
+
+
+def read_pid(s):
+    """The background command's pid, once it wrote it: run() returns when it started, and bash -l
+    reads the image's profile files first."""
+    wait_for(lambda: s.files.exists("/tmp/bg.pid"), "the background command's pid file")
+    return s.files.read("/tmp/bg.pid").strip()
+
+
+async def read_pid_async(s):
+    async def written():
+        while not await s.files.exists("/tmp/bg.pid"):
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(written(), WAIT_S)
+    return (await s.files.read("/tmp/bg.pid")).strip()
 
 
 def paused_query(run_id):
@@ -139,7 +156,7 @@ def test_sync_pause_connect_keeps_files_and_processes_and_kill(run_id):
         s.commands.run("head -c 65536 /dev/urandom > blob.bin")
         digest = s.commands.run("sha256sum blob.bin").stdout
         bg = s.commands.run(BACKGROUND, background=True, timeout=0)
-        pid = s.files.read("/tmp/bg.pid").strip()
+        pid = read_pid(s)
 
         paused = s.beta_pause()
         if SDK_VERSION >= (2, 63):
@@ -172,7 +189,7 @@ async def test_async_pause_connect_keeps_files_and_processes_and_kill(run_id):
         await s.files.write("notes.txt", run_id * 50)
         digest = (await s.commands.run("sha256sum notes.txt")).stdout
         bg = await s.commands.run(BACKGROUND, background=True, timeout=0)
-        pid = (await s.files.read("/tmp/bg.pid")).strip()
+        pid = await read_pid_async(s)
 
         await s.beta_pause()
         assert (await s.get_info()).state == SandboxState.PAUSED
@@ -204,7 +221,7 @@ def test_sync_on_timeout_pause(run_id):
     try:
         s.files.write("kept.txt", run_id)
         bg = s.commands.run(BACKGROUND, background=True, timeout=0)
-        pid = s.files.read("/tmp/bg.pid").strip()
+        pid = read_pid(s)
         # The timeout passes: the server's cleanup loop pauses the sandbox instead of killing it.
         s.set_timeout(1)
         wait_for(lambda: s.get_info().state == SandboxState.PAUSED, "the timeout to pause the sandbox")

@@ -170,14 +170,14 @@ def test_get_host_reaches_a_service_started_in_the_box(sandbox, proxy):
     host = sandbox.get_host(8080)
     assert host == f"8080-{sandbox.sandbox_id}.{proxy['domain']}"
     sandbox.commands.run("mkdir -p /tmp/www && echo served-by-box > /tmp/www/index.html")
-    sandbox.commands.run("httpd -f -p 8080 -h /tmp/www", background=True)
+    sandbox.commands.run("python3 -m http.server 8080 --directory /tmp/www", background=True)
     port = proxy["url"].rsplit(":", 1)[1]
 
     def page():
-        # The proxy answers 502 until httpd listens.
+        # The proxy answers 502 until the server listens.
         r = httpx.get(f"{proxy['url']}/index.html", headers={"host": f"{host}:{port}", "authorization": f"Bearer {proxy['key']}"}, timeout=WAIT_S)
         return r if r.status_code == 200 else None
 
-    assert wait_for(page, "httpd behind getHost(8080)").text == "served-by-box\n"
+    assert wait_for(page, "the HTTP server behind getHost(8080)").text == "served-by-box\n"
     anonymous = httpx.get(f"{proxy['url']}/index.html", headers={"host": f"{host}:{port}"}, timeout=WAIT_S)
     assert anonymous.status_code == 401
