@@ -349,16 +349,21 @@ func fsRead(path string, stdout io.Writer) error {
 //
 // With an owner (envd's writes, run as root): missing parents are made one by one and handed to
 // the owner, and so is the file, new or replaced, as E2B's envd does; meta becomes the file's
-// `user.*` extended attributes.
+// `user.*` extended attributes. The walk to the directory follows only root's symlinks: root
+// writes where the box user could not through a link of theirs (openWriteDir).
 func fsWrite(path string, mode uint32, modeGiven bool, stdin io.Reader, owner *writeOwner, meta map[string]string) error {
 	if path == "/" {
 		return invalid(path, "path: cannot write the root directory")
 	}
-	dir := filepath.Dir(path)
-	if err := ensureDirs(dir, owner); err != nil {
+	// Everything below acts on the directory's fd: with an owner the walk to it followed no
+	// symlink of the box user's (openWriteDir), and nothing after may resolve the path again.
+	dirfd, err := openWriteDir(filepath.Dir(path), owner)
+	if err != nil {
 		return toFsError(err, "write", path)
 	}
-	existing, err := os.Lstat(path)
+	defer syscall.Close(dirfd)
+	name := filepath.Base(path)
+	existing, err := lstatAt(dirfd, name)
 	switch {
 	case err == nil && existing.IsDir():
 		return &fsError{Code: "invalid_argument", Errno: "EISDIR", Message: fmt.Sprintf("cannot write %s: it is a directory", path), Path: path}
@@ -372,21 +377,24 @@ func fsWrite(path string, mode uint32, modeGiven bool, stdin io.Reader, owner *w
 			mode = uint32(existing.Mode().Perm())
 		}
 	}
-	tmp := filepath.Join(dir, tempPrefix+randomHex(8))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	tmp := tempPrefix + randomHex(8)
+	fd, err := syscall.Openat(dirfd, tmp, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
 		return toFsError(err, "write", path)
 	}
+	f := os.NewFile(uintptr(fd), filepath.Join(filepath.Dir(path), tmp))
 	committed := false
 	defer func() {
 		if !committed {
 			f.Close()
-			os.Remove(tmp)
+			_ = syscall.Unlinkat(dirfd, tmp)
 		}
 	}()
 	if err := copyFrames(f, bufio.NewReaderSize(stdin, 256*1024)); err != nil {
 		return toFsError(err, "write", path)
 	}
+	// Mode, metadata and owner through the fd: by name, a swap of the temp file (its directory
+	// may be the box user's) would redirect them.
 	if err := f.Chmod(os.FileMode(mode)); err != nil {
 		return toFsError(err, "write", path)
 	}
@@ -394,7 +402,7 @@ func fsWrite(path string, mode uint32, modeGiven bool, stdin io.Reader, owner *w
 		return toFsError(err, "write", path)
 	}
 	if owner != nil {
-		if err := owner.chown(f.Name()); err != nil {
+		if err := owner.fchown(int(f.Fd())); err != nil {
 			return toFsError(err, "write", path)
 		}
 	} else if replaced && os.Geteuid() == 0 {
@@ -409,14 +417,11 @@ func fsWrite(path string, mode uint32, modeGiven bool, stdin io.Reader, owner *w
 	if err := f.Close(); err != nil {
 		return toFsError(err, "write", path)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := syscall.Renameat(dirfd, tmp, dirfd, name); err != nil {
 		return toFsError(err, "write", path)
 	}
 	committed = true
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
+	_ = syscall.Fsync(dirfd)
 	return nil
 }
 

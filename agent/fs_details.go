@@ -1,7 +1,8 @@
 // Entry details for envd (the e2b SDK's EntryInfo, as E2B's envd reports it): owner and group by
 // name, a symlink's resolved target and the type and permission bits of what it points at, and
 // the file's user metadata (`user.*` extended attributes). `fs stat|ls PATH --details` add them;
-// `fs write PATH [MODE] --owner=USER --meta=KEY=VALUE…` writes as E2B's envd does (see fsWrite).
+// `fs write PATH [MODE] --owner=USER --meta=KEY=VALUE…` writes as E2B's envd does (see fsWrite
+// and, for the walk to the directory, fs_walk.go).
 package main
 
 import (
@@ -100,12 +101,12 @@ func detailsOf(path string, fi fs.FileInfo, n *names) entryDetails {
 // readMeta: the `user.*` extended attributes of path (not followed through a symlink); none where
 // the filesystem has none or the caller may not read them.
 func readMeta(path string) map[string]string {
-	size, err := syscall.Listxattr(path, nil)
+	size, err := llistxattr(path, nil)
 	if err != nil || size <= 0 {
 		return nil
 	}
 	buf := make([]byte, size)
-	size, err = syscall.Listxattr(path, buf)
+	size, err = llistxattr(path, buf)
 	if err != nil {
 		return nil
 	}
@@ -114,12 +115,12 @@ func readMeta(path string) map[string]string {
 		if !strings.HasPrefix(name, metaXattrPrefix) {
 			continue
 		}
-		vsize, err := syscall.Getxattr(path, name, nil)
+		vsize, err := lgetxattr(path, name, nil)
 		if err != nil {
 			continue
 		}
 		v := make([]byte, vsize)
-		vsize, err = syscall.Getxattr(path, name, v)
+		vsize, err = lgetxattr(path, name, v)
 		if err != nil {
 			continue
 		}
@@ -170,52 +171,6 @@ func parseOwner(spec string) (*writeOwner, error) {
 	return &writeOwner{uid: int(cred.uid), gid: int(cred.gid)}, nil
 }
 
-// chown hands path to the owner. Without the right to (a box whose root lacks CAP_CHOWN) it stays
-// the writer's: the write itself succeeded and is not undone for it.
-func (o *writeOwner) chown(path string) error {
-	if o == nil {
-		return nil
-	}
-	if err := os.Lchown(path, o.uid, o.gid); err != nil && !errors.Is(err, syscall.EPERM) {
-		return err
-	}
-	return nil
-}
-
-// ensureDirs creates dir's missing ancestors one by one with mode 0755, each handed to the
-// owner, as E2B's envd does (permissions.EnsureDirs); an existing non-directory is an error.
-func ensureDirs(dir string, owner *writeOwner) error {
-	if owner == nil {
-		return os.MkdirAll(dir, defaultDirMode)
-	}
-	var missing []string
-	for p := dir; ; p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
-		if err == nil {
-			if !fi.IsDir() {
-				return &fsError{Code: "conflict", Errno: "ENOTDIR", Message: "cannot create directory " + dir + ": " + p + " is not a directory", Path: p}
-			}
-			break
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		missing = append(missing, p)
-		if p == "/" {
-			break
-		}
-	}
-	for i := len(missing) - 1; i >= 0; i-- {
-		if err := os.Mkdir(missing[i], defaultDirMode); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
-		}
-		if err := owner.chown(missing[i]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // parseMeta reads `--meta=KEY=VALUE` arguments (keys lowercased, as E2B's envd stores them).
 func parseMeta(args []string) (map[string]string, error) {
 	var out map[string]string
@@ -234,10 +189,10 @@ func parseMeta(args []string) (map[string]string, error) {
 }
 
 // writeMeta sets the metadata on the (temp) file before it is renamed in: a new file's set
-// replaces the old one's whole, as on E2B.
+// replaces the old one's whole, as on E2B. Through the fd, not the temp file's name (fs_walk.go).
 func writeMeta(f *os.File, meta map[string]string) error {
 	for k, v := range meta {
-		if err := syscall.Setxattr(f.Name(), metaXattrPrefix+k, []byte(v), 0); err != nil {
+		if err := fsetxattr(int(f.Fd()), metaXattrPrefix+k, []byte(v)); err != nil {
 			if errors.Is(err, syscall.ENOTSUP) {
 				return &fsError{Code: "invalid_argument", Errno: "ENOTSUP", Message: "cannot set metadata on " + f.Name() + ": its filesystem has no user extended attributes"}
 			}

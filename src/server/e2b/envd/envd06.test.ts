@@ -135,6 +135,32 @@ describe('writes and removes as in E2B', () => {
     assert.equal((await sbx.commands.run("ls -ld /srv/as-root /srv/as-root/f | awk '{print $3}'")).stdout, 'root\nroot\n');
   });
 
+  test("a write as root follows no symlink of the user's: ~/out -> /etc cannot replace /etc/passwd or make dirs under /etc; root's links are followed", async () => {
+    const sbx = await sandbox251();
+    const passwd = (await sbx.commands.run('cat /etc/passwd', { user: 'root' })).stdout;
+    await sbx.commands.run('ln -s /etc /home/user/out');
+    const refused = async (write: Promise<unknown>) => {
+      await assert.rejects(write, (err: Error) => {
+        assert.match(err.message, /^403: permission denied: \/home\/user\/out is a symbolic link owned by uid 1000/);
+        return true;
+      });
+    };
+    await refused(sbx.files.write('/home/user/out/passwd', 'x'));
+    await refused(sbx.files.write('/home/user/out/new/f', 'x'));
+    // A signed upload URL without a path: the part's filename is the destination, under the same rule.
+    const form = new FormData();
+    form.append('file', new Blob(['x']), '/home/user/out/passwd');
+    const res = await fetch(await sbx.uploadUrl(), { method: 'POST', body: form });
+    assert.equal(res.status, 403, await res.clone().text());
+    const after = await sbx.commands.run('cat /etc/passwd; stat -c %U /etc/passwd; ls -A /etc | grep -c -e "^new$" -e "^.sbx-tmp-" || true', { user: 'root' });
+    assert.equal(after.stdout, `${passwd}root\n0\n`);
+    // Root's own links (as /bin -> usr/bin in many images) are followed, relative ones too.
+    await sbx.commands.run('mkdir -p /srv/target && ln -s /srv/target /home/user/rootlink && ln -s rootlink /home/user/rootrel', { user: 'root' });
+    await sbx.files.write('/home/user/rootrel/sub/f', 'through');
+    const ls = await sbx.commands.run("cat /srv/target/sub/f; echo; ls -ld /srv/target/sub /srv/target/sub/f | awk '{print $3}'", { user: 'root' });
+    assert.equal(ls.stdout, 'through\nuser\nuser\n');
+  });
+
   test('remove of a missing path is a silent no-op (2.51 and 2.31)', async () => {
     const sbx = await sandbox251();
     await sbx.files.remove('/home/user/never-was');
