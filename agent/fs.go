@@ -6,7 +6,7 @@
 //	fs read PATH                 {"ok":true,"size":N} and a newline, then the bytes, on stdout
 //	fs write PATH [MODE]         stdin framed (4-byte big-endian length + bytes, length 0 = commit);
 //	      [--owner=USER] [--meta=KEY=VALUE…]  hands the file and the directories made to USER,
-//	                             sets user.KEY xattrs (fs_details.go)
+//	                             sets user.e2b.KEY xattrs (fs_details.go)
 //	fs stat PATH [--details]     a FileStat as JSON on stdout; --details: owner, group, symlink
 //	                             target, metadata (fs_details.go)
 //	fs ls PATH [--recursive] [--details]  a JSON array of DirEntry
@@ -349,7 +349,7 @@ func fsRead(path string, stdout io.Writer) error {
 //
 // With an owner (envd's writes, run as root): missing parents are made one by one and handed to
 // the owner, and so is the file, new or replaced, as E2B's envd does; meta becomes the file's
-// `user.*` extended attributes. The walk to the directory follows only root's symlinks: root
+// `user.e2b.*` extended attributes. The walk to the directory follows only root's symlinks: root
 // writes where the box user could not through a link of theirs (openWriteDir).
 func fsWrite(path string, mode uint32, modeGiven bool, stdin io.Reader, owner *writeOwner, meta map[string]string) error {
 	if path == "/" {

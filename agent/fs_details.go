@@ -1,6 +1,6 @@
 // Entry details for envd (the e2b SDK's EntryInfo, as E2B's envd reports it): owner and group by
 // name, a symlink's resolved target and the type and permission bits of what it points at, and
-// the file's user metadata (`user.*` extended attributes). `fs stat|ls PATH --details` add them;
+// the file's user metadata (`user.e2b.*` extended attributes). `fs stat|ls PATH --details` add them;
 // `fs write PATH [MODE] --owner=USER --meta=KEY=VALUE…` writes as E2B's envd does (see fsWrite
 // and, for the walk to the directory, fs_walk.go).
 package main
@@ -15,8 +15,8 @@ import (
 	"syscall"
 )
 
-// metaXattrPrefix: E2B's envd keeps a file's metadata as `user.<key>` extended attributes.
-const metaXattrPrefix = "user."
+// metaXattrPrefix: E2B's envd keeps a file's metadata as `user.e2b.<key>` extended attributes (E2B's own SDK tests set one out of band and read it back as metadata).
+const metaXattrPrefix = "user.e2b."
 
 // entryDetails: what `--details` adds to a dirEntry.
 type entryDetails struct {
@@ -98,7 +98,7 @@ func detailsOf(path string, fi fs.FileInfo, n *names) entryDetails {
 	return d
 }
 
-// readMeta: the `user.*` extended attributes of path (not followed through a symlink); none where
+// readMeta: the `user.e2b.*` extended attributes of path (not followed through a symlink); none where
 // the filesystem has none or the caller may not read them.
 func readMeta(path string) map[string]string {
 	size, err := llistxattr(path, nil)

@@ -147,7 +147,7 @@ func TestReadMetaDoesNotFollowSymlinks(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "f")
 	os.WriteFile(f, nil, 0o644)
-	if err := syscall.Setxattr(f, "user.k", []byte("v"), 0); err != nil {
+	if err := syscall.Setxattr(f, "user.e2b.k", []byte("v"), 0); err != nil {
 		t.Skipf("no user xattrs here: %v", err)
 	}
 	if m := readMeta(f); m["k"] != "v" {

@@ -89,7 +89,7 @@ const BoxReadDirOptionsSchema = ReadDirOptionsSchema.extend({ details: z.boolean
  * What `BoxFS.stat` and `readDir` add to an entry with `details: true` (what e2b's envd reports): owner
  * and group by name (the number when the box's /etc/passwd or /etc/group has none), a symlink's
  * resolved target with the type and permission bits of what it points at, and the file's
- * metadata (its `user.*` extended attributes, without the prefix).
+ * metadata (its `user.e2b.*` extended attributes, without the prefix).
  *
  * @example
  * const { owner, group, symlinkTarget } = await files.stat('/home/user/link', { details: true });
@@ -114,7 +114,7 @@ export interface BoxEntryDetails {
 export interface BoxWriteOptions extends WriteFileOptions {
   /** Hands the file, and every parent directory the write creates (mode 0755), to this user (name or uid); needs a writer that may chown (root). */
   owner?: string;
-  /** The file's metadata, kept as `user.<key>` extended attributes (keys lowercased); a replaced file's set is replaced whole. */
+  /** The file's metadata, kept as `user.e2b.<key>` extended attributes (keys lowercased); a replaced file's set is replaced whole. */
   metadata?: Record<string, string>;
 }
 

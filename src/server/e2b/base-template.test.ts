@@ -66,6 +66,11 @@ describe(`the base template (${testEnv.e2bImage})`, () => {
     );
   });
 
+  test('python is python3, and pip is there', async () => {
+    assert.match(await run('python --version'), /^Python 3\.\d+\.\d+\n$/);
+    assert.match(await run('pip --version'), /^pip \d+(\.\d+)* from \S+ \(python 3\.\d+\)\n$/);
+  });
+
   test('curl fetches from an HTTP server started in the box, and reports a 404 and a refused connection', async () => {
     await run('mkdir -p /tmp/www && printf "served in the box\\n" > /tmp/www/hello.txt');
     // python3 -u: unbuffered, so its "Serving HTTP on" line says the socket is listening.

@@ -93,7 +93,7 @@ describe('file metadata (envd 0.6.2)', () => {
     assert.equal(byName['link']!.symlinkTarget, '/home/user/meta/a.txt');
   });
 
-  test("write's metadata is kept on the file (user.* xattrs), answered by write and getInfo, replaced by a rewrite", async () => {
+  test("write's metadata is kept on the file (user.e2b.* xattrs), answered by write and getInfo, replaced by a rewrite", async () => {
     const written = await sbx.files.write('/home/user/tagged.txt', 'x', { metadata: { Author: 'mish', purpose: 'test run' } });
     assert.deepEqual(written.metadata, { author: 'mish', purpose: 'test run' });
     assert.deepEqual((await sbx.files.getInfo('/home/user/tagged.txt')).metadata, { author: 'mish', purpose: 'test run' });
@@ -101,6 +101,16 @@ describe('file metadata (envd 0.6.2)', () => {
     assert.deepEqual((await sbx.files.getInfo('/home/user/tagged.txt')).metadata, { author: 'other' });
     await sbx.files.write('/home/user/tagged.txt', 'z');
     assert.equal((await sbx.files.getInfo('/home/user/tagged.txt')).metadata, undefined);
+  });
+
+  test('metadata is the user.e2b.* namespace, as E2B keeps it: an xattr set in the box is answered, other user.* ones are not', async () => {
+    await sbx.files.write('/home/user/xattr.txt', 'x');
+    const set = (name: string, value: string) => `import os; os.setxattr('/home/user/xattr.txt', '${name}', b'${value}')`;
+    await sbx.commands.run(`python3 -c "${set('user.e2b.author', 'mish')}; ${set('user.other', 'no')}"`);
+    assert.deepEqual((await sbx.files.getInfo('/home/user/xattr.txt')).metadata, { author: 'mish' });
+    await sbx.files.write('/home/user/xattr.txt', 'y', { metadata: { purpose: 'check' } });
+    const { stdout } = await sbx.commands.run(`python3 -c "import os; print(sorted(os.listxattr('/home/user/xattr.txt')))"`);
+    assert.equal(stdout.trim(), "['user.e2b.purpose']");
   });
 
   test('watchDir with includeEntry: events carry the entry; allowNetworkMounts is accepted', async () => {

@@ -63,7 +63,7 @@ function metadataOf(req: IncomingMessage): Record<string, string> | undefined {
 /**
  * Writes one uploaded file as E2B's envd does: as root, creating missing parent directories
  * (mode 0755) and handing them and the file, new or replaced, to the requesting user; the
- * metadata becomes the file's `user.*` extended attributes (replacing a replaced file's).
+ * metadata becomes the file's `user.e2b.*` extended attributes (replacing a replaced file's).
  */
 async function writeUpload(up: Upload, path: string, body: Readable): Promise<WrittenFile> {
   const files = up.uf.user === 'root' ? up.uf.files : up.uf.rootFiles;

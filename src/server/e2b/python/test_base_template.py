@@ -27,6 +27,8 @@ def test_git_init_and_commit(sandbox):
 
 def test_python3(sandbox):
     assert sandbox.commands.run("python3 -c 'import sys; print(sys.version_info[0] * 7)'").stdout == "21\n"
+    assert sandbox.commands.run("python -c 'import sys; print(sys.version_info[0])'").stdout == "3\n"
+    assert sandbox.commands.run("pip --version").stdout.startswith("pip ")
 
 
 def test_curl_against_a_server_in_the_sandbox(sandbox):
