@@ -93,11 +93,16 @@ describe('deadlines are acted on at the deadline, not at the next pass', () => {
   test('idle timeout: an exec in flight defers it until the exec ends, and each use pushes it back', async (t) => {
     const box = await manager.create({ image: IMAGE, idleTimeoutMs: 1_000 });
     try {
+      // Held in flight until the test lets it go, so the box is never idle between the uses below,
+      // however long an exec takes to start or end on a loaded machine (busy from this call on).
+      const held = box.exec(['sh', '-c', 'until [ -e /tmp/go ]; do sleep 0.05; done']);
       // In flight for twice the idle timeout: the box is not idle meanwhile.
       const long = await box.exec(['sleep', '2']);
       assert.equal(long.exitCode, 0, 'the exec ran to its end: the box was not removed under it');
       const longEnd = Date.parse((await box.info()).lastActive);
-      assert.equal((await box.exec(['true'])).exitCode, 0);
+      // A use after the long one, which lets the held exec end after it.
+      assert.equal((await box.exec(['touch', '/tmp/go'])).exitCode, 0);
+      assert.equal((await held).exitCode, 0);
       // A read, not a use: the deadline is the last use's end plus the timeout.
       const lastUse = Date.parse((await box.info()).lastActive);
       assert.ok(lastUse >= longEnd);
