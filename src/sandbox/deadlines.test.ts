@@ -127,19 +127,32 @@ describe('deadlines are acted on at the deadline, not at the next pass', () => {
   });
 
   test('a lifetime renewed to a later deadline does not end at the old one', async (t) => {
-    const renewed = await manager.create({ image: IMAGE, maxLifetimeMs: 1_000 });
+    // The renewal must land before the old deadline, however long the create took on a loaded
+    // engine (createdAt is its start): one that came after it proves nothing, so the test tries
+    // again with a lifetime twice as long instead of assuming the create and the renewal fit in 1 s.
+    let renewed: LocalBox | undefined;
+    let oldLifetimeMs = 1_000;
     try {
-      await renewed.renewLifetime(HOUR);
-      const oldDeadline = Date.parse(renewed.createdAt) + 1_000;
+      for (;;) {
+        renewed = await manager.create({ image: IMAGE, maxLifetimeMs: oldLifetimeMs });
+        await renewed.renewLifetime(HOUR);
+        // Timers never fire early (1 ms for Date.now() and the timer clock rounding apart).
+        if (Date.now() < Date.parse(renewed.createdAt) + oldLifetimeMs - 1) break;
+        t.diagnostic(`the renewal landed after the old ${oldLifetimeMs} ms lifetime: again with a longer one`);
+        await renewed.remove().catch(() => undefined);
+        assert.ok(oldLifetimeMs < 60_000, 'a create and a renewal within a minute');
+        oldLifetimeMs *= 2;
+      }
+      const oldDeadline = Date.parse(renewed.createdAt) + oldLifetimeMs;
       // A witness whose deadline comes after the old one: once it is gone, the old deadline has passed.
-      const witness = await manager.create({ image: IMAGE, maxLifetimeMs: 1_500 });
+      const witness = await manager.create({ image: IMAGE, maxLifetimeMs: oldLifetimeMs + 500 });
       const witnessGone = await removal(witness, 'the witness box to reach its deadline');
       assert.ok(witnessGone > oldDeadline);
-      lag(t, 'witness max lifetime → removed', Date.parse(witness.createdAt) + 1_500, witnessGone);
+      lag(t, 'witness max lifetime → removed', Date.parse(witness.createdAt) + oldLifetimeMs + 500, witnessGone);
       assert.equal((await manager.get(renewed.id)).id, renewed.id, 'still there past its old deadline');
       assert.equal((await engine.inspect(renewed.containerId)).status, 'running');
     } finally {
-      await renewed.remove().catch(() => undefined);
+      await renewed?.remove().catch(() => undefined);
     }
   });
 
