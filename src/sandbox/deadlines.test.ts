@@ -20,7 +20,9 @@ import { MemoryRuntime } from '../testing/memory-runtime.js';
 import { waitFor } from '../testing/wait.js';
 import type { LocalBox } from './box.js';
 import { managerSelector } from './labels.js';
+import { DEADLINE_RETRY_MS } from './cleanup.js';
 import { Manager } from './manager.js';
+import { CLEANUP_PARALLELISM } from './recovery.js';
 
 const IMAGE = testEnv.baseImage;
 const HOUR = 3_600_000;
@@ -91,11 +93,16 @@ describe('deadlines are acted on at the deadline, not at the next pass', () => {
   test('idle timeout: an exec in flight defers it until the exec ends, and each use pushes it back', async (t) => {
     const box = await manager.create({ image: IMAGE, idleTimeoutMs: 1_000 });
     try {
+      // Held in flight until the test lets it go, so the box is never idle between the uses below,
+      // however long an exec takes to start or end on a loaded machine (busy from this call on).
+      const held = box.exec(['sh', '-c', 'until [ -e /tmp/go ]; do sleep 0.05; done']);
       // In flight for twice the idle timeout: the box is not idle meanwhile.
       const long = await box.exec(['sleep', '2']);
       assert.equal(long.exitCode, 0, 'the exec ran to its end: the box was not removed under it');
       const longEnd = Date.parse((await box.info()).lastActive);
-      assert.equal((await box.exec(['true'])).exitCode, 0);
+      // A use after the long one, which lets the held exec end after it.
+      assert.equal((await box.exec(['touch', '/tmp/go'])).exitCode, 0);
+      assert.equal((await held).exitCode, 0);
       // A read, not a use: the deadline is the last use's end plus the timeout.
       const lastUse = Date.parse((await box.info()).lastActive);
       assert.ok(lastUse >= longEnd);
@@ -120,19 +127,32 @@ describe('deadlines are acted on at the deadline, not at the next pass', () => {
   });
 
   test('a lifetime renewed to a later deadline does not end at the old one', async (t) => {
-    const renewed = await manager.create({ image: IMAGE, maxLifetimeMs: 1_000 });
+    // The renewal must land before the old deadline, however long the create took on a loaded
+    // engine (createdAt is its start): one that came after it proves nothing, so the test tries
+    // again with a lifetime twice as long instead of assuming the create and the renewal fit in 1 s.
+    let renewed: LocalBox | undefined;
+    let oldLifetimeMs = 1_000;
     try {
-      await renewed.renewLifetime(HOUR);
-      const oldDeadline = Date.parse(renewed.createdAt) + 1_000;
+      for (;;) {
+        renewed = await manager.create({ image: IMAGE, maxLifetimeMs: oldLifetimeMs });
+        await renewed.renewLifetime(HOUR);
+        // Timers never fire early (1 ms for Date.now() and the timer clock rounding apart).
+        if (Date.now() < Date.parse(renewed.createdAt) + oldLifetimeMs - 1) break;
+        t.diagnostic(`the renewal landed after the old ${oldLifetimeMs} ms lifetime: again with a longer one`);
+        await renewed.remove().catch(() => undefined);
+        assert.ok(oldLifetimeMs < 60_000, 'a create and a renewal within a minute');
+        oldLifetimeMs *= 2;
+      }
+      const oldDeadline = Date.parse(renewed.createdAt) + oldLifetimeMs;
       // A witness whose deadline comes after the old one: once it is gone, the old deadline has passed.
-      const witness = await manager.create({ image: IMAGE, maxLifetimeMs: 1_500 });
+      const witness = await manager.create({ image: IMAGE, maxLifetimeMs: oldLifetimeMs + 500 });
       const witnessGone = await removal(witness, 'the witness box to reach its deadline');
       assert.ok(witnessGone > oldDeadline);
-      lag(t, 'witness max lifetime → removed', Date.parse(witness.createdAt) + 1_500, witnessGone);
+      lag(t, 'witness max lifetime → removed', Date.parse(witness.createdAt) + oldLifetimeMs + 500, witnessGone);
       assert.equal((await manager.get(renewed.id)).id, renewed.id, 'still there past its old deadline');
       assert.equal((await engine.inspect(renewed.containerId)).status, 'running');
     } finally {
-      await renewed.remove().catch(() => undefined);
+      await renewed?.remove().catch(() => undefined);
     }
   });
 
@@ -166,40 +186,144 @@ describe('deadlines are acted on at the deadline, not at the next pass', () => {
 });
 
 describe('deadline timers (in-memory runtime, real clock)', () => {
-  test('an action that fails is left to the next pass, not retried by its timer in a loop', async () => {
-    const rt = new MemoryRuntime({ address: `mem-deadlines-${process.pid}` });
-    const m = new Manager({
-      name: `deadlines-mem-${process.pid}`,
+  function memoryManager(tag: string, pools: Array<{ name: string; runtime: MemoryRuntime }>): Manager {
+    return new Manager({
+      name: `deadlines-${tag}-${process.pid}`,
       dataDir,
       cleanupIntervalMs: HOUR,
-      pools: [{ name: 'local', runtime: rt, idleTimeoutMs: 0 }],
+      pools: pools.map((p) => ({ ...p, idleTimeoutMs: 0 })),
       logger: pino({ level: 'silent' }),
     });
+  }
+
+  test('a removal that fails is retried by its timer after a back-off, not in a loop, without a pass', async (t) => {
+    const rt = new MemoryRuntime({ address: `mem-deadlines-${process.pid}` });
+    const m = memoryManager('retry', [{ name: 'local', runtime: rt }]);
     try {
       await m.start();
       const failing = await m.create({ image: IMAGE, maxLifetimeMs: 50 });
       const remove = rt.remove.bind(rt);
-      let attempts = 0;
+      const attempts: number[] = [];
       rt.remove = async (id, opts) => {
         if (id !== failing.containerId) return remove(id, opts);
-        attempts++;
-        throw new Error('the engine refuses');
+        attempts.push(Date.now());
+        if (attempts.length <= 2) throw new Error('the engine refuses');
+        return remove(id, opts);
       };
-      // A witness due after the failing box: once it is gone, the failing box's deadline and its
-      // one attempt are behind us.
-      const witness = await m.create({ image: IMAGE, maxLifetimeMs: 300 });
-      await waitFor(async () => !(await m.list()).some((b) => b.id === witness.id), { what: 'the witness to be removed at its deadline' });
-      assert.equal(attempts, 1, 'one attempt at the deadline, no loop');
-      assert.equal(m.cleanupStats.errors, 1);
-      assert.equal((await m.get(failing.id)).id, failing.id, 'a failed removal leaves the box registered');
-      await m.cleanup();
-      assert.ok(attempts >= 2, 'the pass retries it');
-      rt.remove = remove;
-      await m.cleanup();
+      await waitFor(async () => !(await m.list()).some((b) => b.id === failing.id), { what: 'the box to be removed by its timer after two failures' });
       await assert.rejects(m.get(failing.id), (e) => isSbxError(e, 'not_found'));
-      // The pass's removal, or the one its timer began meanwhile (the pass arms every box again).
-      await waitFor(() => m.cleanupStats.removedLifetime === 2, { what: 'the removal to be counted' });
+      assert.equal(attempts.length, 3, 'two failures, then the removal that worked');
+      const [first, second, third] = attempts as [number, number, number];
+      // Timers never fire early; 1 ms for Date.now() and the timer clock rounding apart.
+      assert.ok(second - first >= DEADLINE_RETRY_MS - 1, `retried ${second - first} ms after the first failure`);
+      assert.ok(third - second >= 2 * DEADLINE_RETRY_MS - 1, `retried ${third - second} ms after the second failure: the back-off doubles`);
+      t.diagnostic(`retries ${second - first} ms and ${third - second} ms after each failure`);
+      assert.equal(m.cleanupStats.errors, 2);
+      await waitFor(() => m.cleanupStats.removedLifetime === 1, { what: 'the removal to be counted' });
+      assert.equal(m.cleanupStats.ticks, 0, 'no pass ran: the timer retried it');
     } finally {
+      await m.close();
+    }
+  });
+
+  test('a box the pass acted on is armed again as its own action settles, not after the whole pass', async () => {
+    const rt = new MemoryRuntime({ address: `mem-pass-${process.pid}` });
+    // A clock the test moves on: the pass finds both boxes due for the idle ladder's pause, long
+    // before their timers (armed on the real clock) would fire.
+    let offsetMs = 0;
+    const m = new Manager({
+      name: `deadlines-pass-${process.pid}`,
+      dataDir,
+      cleanupIntervalMs: HOUR,
+      clock: () => Date.now() + offsetMs,
+      pools: [{ name: 'local', runtime: rt, idleTimeoutMs: 0 }],
+      logger: pino({ level: 'silent' }),
+    });
+    const pause = rt.pause.bind(rt);
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let heldId: string | undefined;
+    let held = false;
+    rt.pause = async (id) => {
+      if (id === heldId) {
+        held = true;
+        await gate;
+      }
+      return pause(id);
+    };
+    try {
+      await m.start();
+      const ladder = { image: IMAGE, idlePauseMs: 10 * 60_000, idleTimeoutMs: 10 * 60_000 + 200 };
+      const quick = await m.create(ladder);
+      const slow = await m.create(ladder);
+      heldId = slow.containerId;
+      offsetMs = 10 * 60_000 + 1;
+      const pass = m.cleanup();
+      await waitFor(() => held && m.cleanupStats.pausedIdle === 1, { what: 'the pass to pause one box and hold the other' });
+      // The quick box's next deadline (its idle timeout, 200 ms after its pause's) is its timer's
+      // while the pass still waits for the slow box.
+      await waitFor(async () => !(await m.list()).some((b) => b.id === quick.id), { what: 'the paused box to be removed by its timer during the pass' });
+      assert.equal(m.cleanupStats.pausedIdle, 1, 'the slow box is still held');
+      assert.equal(m.cleanupStats.removedIdle, 1);
+      open();
+      await pass;
+      assert.equal(m.cleanupStats.pausedIdle, 2);
+      assert.equal(m.cleanupStats.ticks, 1);
+    } finally {
+      open();
+      await m.close();
+    }
+  });
+
+  test('deadline actions due at different moments share one limit per pool', async () => {
+    const rt = new MemoryRuntime({ address: `mem-limit-${process.pid}` });
+    const other = new MemoryRuntime({ address: `mem-limit-other-${process.pid}` });
+    const m = memoryManager('limit', [
+      { name: 'local', runtime: rt },
+      { name: 'other', runtime: other },
+    ]);
+    const remove = rt.remove.bind(rt);
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const ours = new Set<string>();
+    let inFlight = 0;
+    let maxInFlight = 0;
+    rt.remove = async (id, opts) => {
+      if (!ours.has(id)) return remove(id, opts);
+      inFlight++;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      try {
+        await gate;
+        return await remove(id, opts);
+      } finally {
+        inFlight--;
+      }
+    };
+    try {
+      await m.start();
+      // Deadlines 100 ms apart: their timers fire at different moments, each its own batch.
+      const count = 12;
+      const boxes: LocalBox[] = [];
+      for (let i = 0; i < count; i++) {
+        const box = await m.create({ image: IMAGE, maxLifetimeMs: 100 + i * 100 });
+        ours.add(box.containerId);
+        boxes.push(box);
+      }
+      const last = boxes[count - 1]!;
+      // A witness on another pool (its own limit), due after all of them: once it is gone, every
+      // timer before it has fired and its batch asked for its slots.
+      const witness = await m.create({ pool: 'other', image: IMAGE, maxLifetimeMs: last.maxLifetimeMs });
+      assert.ok(Date.parse(witness.createdAt) >= Date.parse(last.createdAt));
+      await waitFor(async () => !(await m.list()).some((b) => b.id === witness.id), { what: 'the witness to be removed at its deadline' });
+      await waitFor(() => inFlight >= CLEANUP_PARALLELISM, { what: 'the first removals to reach the engine' });
+      assert.equal(maxInFlight, CLEANUP_PARALLELISM, 'the later batches wait for a slot');
+      open();
+      await waitFor(async () => (await m.list({ pool: 'local' })).length === 0, { what: 'every box to be removed' });
+      await waitFor(() => m.cleanupStats.removedLifetime === count + 1, { what: 'the removals to be counted' });
+      assert.equal(maxInFlight, CLEANUP_PARALLELISM);
+      assert.equal(m.cleanupStats.ticks, 0);
+    } finally {
+      open();
       await m.close();
     }
   });

@@ -20,9 +20,9 @@ import type { BoxHost, LocalBox, ProxyBase } from './box.js';
 import { buildContainerSpec, checkNetwork, newBoxRecord } from './box-spec.js';
 import { ArchiveStore } from './archives.js';
 import { Archiver } from './archiver.js';
-import { CleanupLoop, DeadlineTimers, cleanupInput, planCleanup } from './cleanup.js';
+import { ActionLimiter, CleanupLoop, DeadlineTimers, cleanupInput, planCleanup, retryAt } from './cleanup.js';
 import type { PlannedCleanup } from './cleanup.js';
-import { nextDue } from './policy.js';
+import { decideCleanup, nextDue } from './policy.js';
 import { resolveConfig, resolvePool, loadConfig } from './config.js';
 import type { ManagerConfig, PoolConfig, ResolvedConfig, ResolvedPool } from './config.js';
 import { validateCreateOptions } from './create-options.js';
@@ -107,6 +107,14 @@ export class Manager {
   private readonly dueRuns = new Set<Promise<void>>();
   /** Boxes a cleanup action (a pass's or a deadline's) is working on: nothing else acts on them meanwhile. */
   private readonly acting = new Set<ManagedBox>();
+  /**
+   * Per pool, the cleanup actions in flight (CLEANUP_PARALLELISM at most), the pass's and the
+   * timers' together. Per pool as the pass always was: a pool is an engine of its own, and a slow
+   * one does not hold up the others.
+   */
+  private readonly actionLimiters = new Map<string, ActionLimiter>();
+  /** Boxes whose last cleanup actions failed: how many in a row, and when their timer tries again. */
+  private readonly failedActions = new WeakMap<ManagedBox, { failures: number; retryAt: number }>();
   private started = false;
   private readonly boxHost: BoxHost;
   /** Brings the registry in line with the engines (src/sandbox/recovery.ts). */
@@ -713,7 +721,16 @@ export class Manager {
     if (inProgress) return inProgress;
     const box = this.known(id);
     this.deadlines.arm(box, undefined);
-    const removal = this.removeBox(box, graceful).finally(() => this.removing.delete(id));
+    const removal = this.removeBox(box, graceful).then(
+      () => void this.removing.delete(id),
+      (err: unknown) => {
+        this.removing.delete(id);
+        // Still registered, so still due when it was: its timer again (a cleanup action's own
+        // failure arms it with a back-off when the action settles).
+        this.armDeadline(box);
+        throw err;
+      },
+    );
     this.removing.set(id, removal);
     return removal;
   }
@@ -825,9 +842,9 @@ export class Manager {
 
   private async cleanupPool(pool: Pool): Promise<void> {
     const boxes = await this.recovery.reconcile(pool);
+    // Arms every box again as its action settles, or at once if it has none: the safety net for a
+    // deadline a timer missed (a change nothing reported).
     await this.applyCleanup(pool.name, boxes);
-    // The safety net: a deadline a timer missed (a change nothing reported) is armed again.
-    for (const box of boxes) this.armDeadline(box);
   }
 
   /**
@@ -859,7 +876,41 @@ export class Manager {
       // Its pool is going away (its runtime is no longer there to ask): the pass sees to it.
       this.log.warn({ box: box.id, err }, 'could not compute the next deadline of a box; the next cleanup pass sees to it');
     }
+    // An action that failed is not tried again before its back-off, whatever re-arms the box.
+    const retry = this.failedActions.get(box)?.retryAt;
+    if (at !== undefined && retry !== undefined && at < retry) at = retry;
     this.deadlines.arm(box, at);
+  }
+
+  /**
+   * A box's cleanup action settled: its timer armed again at once, not after the rest of its batch
+   * or pass. One that failed is tried again after a back-off (retryAt); one that succeeded is
+   * armed for its next deadline, unless it is due again at once (an action that could change
+   * nothing: the next pass tries it, so nothing spins).
+   */
+  private armAfterAction(box: ManagedBox, failed: boolean): void {
+    const now = this.now();
+    if (failed) {
+      const failures = (this.failedActions.get(box)?.failures ?? 0) + 1;
+      this.failedActions.set(box, { failures, retryAt: retryAt(now, failures, this.config.cleanupIntervalMs) });
+      this.armDeadline(box);
+      return;
+    }
+    this.failedActions.delete(box);
+    if (!this.deadlinesOn || this.registry.get(box.id) !== box || this.removing.has(box.id)) return this.armDeadline(box);
+    let next: number | undefined;
+    try {
+      next = nextDue(cleanupInput(box, now));
+    } catch {
+      return this.armDeadline(box);
+    }
+    this.deadlines.arm(box, next !== undefined && next <= now ? undefined : next);
+  }
+
+  private actionLimiter(poolName: string): ActionLimiter {
+    let limiter = this.actionLimiters.get(poolName);
+    if (!limiter) this.actionLimiters.set(poolName, (limiter = new ActionLimiter(CLEANUP_PARALLELISM)));
+    return limiter;
   }
 
   /** A box's timer fired: it is acted on with the others due now, at the next turn of the event loop. */
@@ -873,7 +924,7 @@ export class Manager {
         for (const b of batch) byPool.set(b.pool, [...(byPool.get(b.pool) ?? []), b]);
         const run = Promise.all(
           [...byPool].map(([pool, boxes]) =>
-            this.applyCleanup(pool, boxes, { rearm: true }).catch((err: unknown) => {
+            this.applyCleanup(pool, boxes).catch((err: unknown) => {
               this.cleanupStats.errors++;
               this.log.error({ pool, err }, 'acting on a deadline failed; the next cleanup pass tries again');
             }),
@@ -889,31 +940,36 @@ export class Manager {
   /**
    * What the policy table says to do with `boxes` now, done: the one path of the cleanup pass
    * and of the deadline timers (the same stats, log lines and lifecycle steps). Boxes removed,
-   * being removed or acted on already are skipped. `rearm` (the timers' path): a box the action
-   * leaves in place is armed for its next deadline, unless it is due again at once (an action
-   * that could change nothing: the next pass tries it, so nothing spins) or the action failed
-   * (the next pass retries it).
+   * being removed or acted on already are skipped; a box not due (used since its timer was armed)
+   * is armed again for its new deadline, and each box acted on as soon as its action settles
+   * (armAfterAction). The actions wait for a slot of their pool's limiter, shared by every pass
+   * and batch, and are decided again when they get it: a box used while it waited is kept.
    */
-  private async applyCleanup(poolName: string, boxes: ManagedBox[], opts: { rearm?: boolean } = {}): Promise<void> {
+  private async applyCleanup(poolName: string, boxes: ManagedBox[]): Promise<void> {
     const candidates = boxes.filter((b) => this.registry.get(b.id) === b && !this.removing.has(b.id) && !this.acting.has(b));
     const planned = planCleanup(candidates, this.now());
-    const now = this.now();
     for (const { box } of planned) this.acting.add(box);
-    // A box a timer fired for that is not due (used since): armed again for its new deadline.
-    if (opts.rearm) for (const box of candidates) if (!this.acting.has(box)) this.armDeadline(box);
-    const results = await mapSettled(planned, CLEANUP_PARALLELISM, async (p) => {
-      let done = false;
-      try {
-        await this.act(poolName, p, now);
-        done = true;
-      } finally {
-        this.acting.delete(p.box);
-        if (done && opts.rearm && this.deadlinesOn && this.registry.get(p.box.id) === p.box) {
-          const next = nextDue(cleanupInput(p.box, this.now()));
-          this.deadlines.arm(p.box, next !== undefined && next <= this.now() ? undefined : next);
-        }
-      }
-    });
+    for (const box of candidates) if (!this.acting.has(box)) this.armDeadline(box);
+    const limiter = this.actionLimiter(poolName);
+    const results = await Promise.allSettled(
+      planned.map(({ box }) =>
+        limiter.run(async () => {
+          let failed = true;
+          try {
+            // Removed meanwhile (by its owner, by another path): nothing left to do.
+            if (this.registry.get(box.id) === box && !this.removing.has(box.id)) {
+              const now = this.now();
+              const decision = decideCleanup(cleanupInput(box, now));
+              if (decision.action !== 'keep') await this.act(poolName, { box, ...decision }, now);
+            }
+            failed = false;
+          } finally {
+            this.acting.delete(box);
+            this.armAfterAction(box, failed);
+          }
+        }),
+      ),
+    );
     for (const r of results) {
       if (r.status === 'rejected') {
         this.cleanupStats.errors++;
