@@ -42,8 +42,8 @@ export function boundBodyReads(server: Server, timeoutMs: number, log: Logger): 
           req.destroy(cause);
           return;
         }
-        // The envd and e2b API routes answer in envd's shape, everything else in sbx's.
-        const body = req.url?.startsWith('/e2b/')
+        // The envd and e2b API routes, and envd's signed file URLs at the root, answer in envd's shape; everything else in sbx's.
+        const body = isE2bPath(req.url ?? '')
           ? { code: 408, message }
           : { error: { code: 'timeout', message, details: { limit: 'bodyTimeoutMs', timeoutMs } } };
         res.once('finish', () => req.destroy(cause));
@@ -63,6 +63,12 @@ export function boundBodyReads(server: Server, timeoutMs: number, log: Logger): 
     req.once('close', stop);
     res.once('close', stop);
   });
+}
+
+/** The e2b routes: /e2b/… and `/files` at the root (the SDK's signed file URLs; see envd/routes.ts SIGNED_FILES_PATH). */
+function isE2bPath(url: string): boolean {
+  const path = url.split('?')[0]!;
+  return path.startsWith('/e2b/') || path === '/files';
 }
 
 function hasBody(req: IncomingMessage): boolean {

@@ -26,9 +26,63 @@ export async function envdAccessToken(manager: Manager, boxId: string, keyId: st
   return `${keyId}.${mac}`;
 }
 
+/** A Map that keeps its `max` most recently used entries: a full one drops its least recent, never everything. */
+class LruMap<K, V> {
+  private readonly map = new Map<K, V>();
+  constructor(private readonly max: number) {}
+
+  get(key: K): V | undefined {
+    const value = this.map.get(key);
+    if (value !== undefined) {
+      this.map.delete(key);
+      this.map.set(key, value);
+    }
+    return value;
+  }
+
+  set(key: K, value: V): void {
+    this.map.delete(key);
+    if (this.map.size >= this.max) this.map.delete(this.map.keys().next().value as K);
+    this.map.set(key, value);
+  }
+
+  delete(key: K): void {
+    this.map.delete(key);
+  }
+
+  entries(): IterableIterator<[K, V]> {
+    return this.map.entries();
+  }
+}
+
 /** The token's box id by token, for requests that name no box (bounded; verified again on every use). */
-const byToken = new Map<string, string>();
+const byToken = new LruMap<string, string>(1024);
 const BY_TOKEN_MAX = 1024;
+
+/**
+ * The keys each box's envd access token was handed to (or was used by) since the server started:
+ * a signed file URL is looked for among these first, one hash per pair, instead of every key ×
+ * every box. Bounded: the boxes used most recently, a few keys each; what falls out (and
+ * everything after a restart) is found by the bounded full search, and indexed again.
+ */
+const issued = new LruMap<string, Set<string>>(10_000);
+const ISSUED_KEYS_MAX = 32;
+
+function recordIssued(boxId: string, keyId: string): void {
+  const set = issued.get(boxId) ?? new Set<string>();
+  if (!set.has(keyId)) {
+    if (set.size >= ISSUED_KEYS_MAX) set.delete(set.values().next().value!);
+    set.add(keyId);
+  }
+  issued.set(boxId, set);
+}
+
+/** envdAccessToken() for handing out (create, connect, getInfo, fork): its signed file URLs are then found at once. */
+export async function issueEnvdAccessToken(manager: Manager, boxId: string, keyId: string): Promise<string> {
+  const token = await envdAccessToken(manager, boxId, keyId);
+  recordIssued(boxId, keyId);
+  return token;
+}
 
 /**
  * The id of the box whose envd access token `token` is, for a request without `E2b-Sandbox-Id`:
@@ -49,7 +103,6 @@ export async function sandboxOfToken(manager: Manager, keys: KeyStore, token: st
   for (const box of await manager.list(key.role === 'admin' ? {} : { owner: key.owner })) {
     const expected = Buffer.from(await envdAccessToken(manager, box.id, m[1]!).catch(() => ''));
     if (expected.length === given.length && timingSafeEqual(expected, given)) {
-      if (byToken.size >= BY_TOKEN_MAX) byToken.clear();
       byToken.set(token, box.id);
       return box.id;
     }
@@ -84,6 +137,8 @@ export async function verifyEnvdAccessToken(manager: Manager, keys: KeyStore, bo
   if (!key || !mayAccess(key, (await manager.get(boxId)).owner)) {
     throw new SbxError('unauthorized', 'X-Access-Token was issued to an API key that has been revoked; connect to the sandbox again with a live key');
   }
+  // A token in use (perhaps issued before a restart): its signed URLs are found without a search.
+  recordIssued(boxId, m[1]!);
 }
 
 /** What a signed file URL (`sandbox.downloadUrl`/`uploadUrl`) says: envd's `/files` query, and the operation of its method. */
@@ -107,17 +162,15 @@ export function fileUrlSignature(req: Omit<SignedFileRequest, 'signature'>, toke
 }
 
 /** Tokens by box (and its creation, so a later box under the same id is another) and key: two HMACs each, spared per request. */
-const tokenCache = new Map<string, string>();
-const TOKEN_CACHE_MAX = 100_000;
+const tokenCache = new LruMap<string, string>(100_000);
 /** The box and key of signatures that matched, so a URL used again costs one check (verified again on every use). */
-const bySignature = new Map<string, { boxId: string; keyId: string }>();
+const bySignature = new LruMap<string, { boxId: string; keyId: string }>(BY_TOKEN_MAX);
 
 async function cachedToken(manager: Manager, boxId: string, createdAt: string, keyId: string): Promise<string> {
   const k = `${boxId}/${createdAt}/${keyId}`;
   let token = tokenCache.get(k);
   if (token === undefined) {
     token = await envdAccessToken(manager, boxId, keyId);
-    if (tokenCache.size >= TOKEN_CACHE_MAX) tokenCache.clear();
     tokenCache.set(k, token);
   }
   return token;
@@ -129,18 +182,88 @@ function sameText(a: string, b: string): boolean {
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
+/** A search gives the event loop a turn after this long (a few hundred hashes, fewer with cold tokens): it never holds it for long. */
+const SEARCH_TURN_MS = 5;
+/** Full searches at a time, and waiting: beyond these a request is refused (429) before it costs anything. */
+const SEARCHES_MAX = 1;
+const SEARCH_QUEUE_MAX = 4;
+const SEARCH_RETRY_MS = 1000;
+
+/** The full searches running and waiting (server-wide: their cost is the server's, whoever asks). */
+const searches = { running: 0, waiting: [] as Array<() => void> };
+
+async function searchSlot<T>(fn: () => Promise<T>): Promise<T> {
+  if (searches.running >= SEARCHES_MAX) {
+    if (searches.waiting.length >= SEARCH_QUEUE_MAX) {
+      throw new SbxError('limit_exceeded', 'too many signed file URLs are being looked up at once; retry shortly', {
+        details: { limit: 'signatureSearches', retryAfterMs: SEARCH_RETRY_MS },
+      });
+    }
+    await new Promise<void>((resolve) => searches.waiting.push(resolve));
+  } else searches.running++;
+  try {
+    return await fn();
+  } finally {
+    // The slot passes to the next waiter as is, or is freed.
+    const next = searches.waiting.shift();
+    if (next) next();
+    else searches.running--;
+  }
+}
+
+/** The (box, key) pairs a search tries, and a hash counter that yields the event loop now and then. */
+class SignatureSearch {
+  private hashes = 0;
+  private turnStart = performance.now();
+  readonly tried = new Set<string>();
+  constructor(
+    private readonly manager: Manager,
+    private readonly req: SignedFileRequest,
+  ) {}
+
+  /** Whether key `keyId`'s token of `box` signed the URL. */
+  async matches(box: { id: string; createdAt: string }, keyId: string): Promise<boolean> {
+    const pair = `${box.id}/${keyId}`;
+    if (this.tried.has(pair)) return false;
+    this.tried.add(pair);
+    this.hashes++;
+    if (performance.now() - this.turnStart >= SEARCH_TURN_MS) {
+      await new Promise((resolve) => setImmediate(resolve));
+      this.turnStart = performance.now();
+    }
+    const token = await cachedToken(this.manager, box.id, box.createdAt, keyId).catch(() => '');
+    return token !== '' && sameText(fileUrlSignature(this.req, token), this.req.signature);
+  }
+
+  get count(): number {
+    return this.hashes;
+  }
+}
+
+/** The number of signatures the last sandboxOfSignature() computed (for measurements). */
+export let lastSignatureSearchHashes = 0;
+
 /**
  * The id of the box whose envd access token signed this file URL. The URL names no sandbox (the
- * SDK builds it as `/files` at the root of E2B_SANDBOX_URL's host), so every live key's token of
- * every box that key may see is tried: boxes × keys signatures (one sha256 each, the tokens
- * cached), then the match is checked as an X-Access-Token is (live key, may still see the box).
- * No match is unauthorized ("invalid signature"), which the caller counts as a failed
- * authentication. `search: false` tries only the signatures that matched before (the caller's
- * choice for an address over the failure limit). The expiry is the caller's to check.
+ * SDK builds it as `/files` at the root of E2B_SANDBOX_URL's host), so the signature is looked for:
+ *
+ * 1. among the signatures that matched before (one hash);
+ * 2. among the tokens handed out (create, connect, getInfo, fork) or used as X-Access-Token since
+ *    the server started: one hash per (box, key) pair indexed, however many boxes there are;
+ * 3. only then, for a URL signed before a restart (or whose token fell out of the bounded index),
+ *    every live key's token of every box that key may see: a full search, at most SEARCHES_MAX at a
+ *    time server-wide with SEARCH_QUEUE_MAX waiting (more: limit_exceeded, 429), yielding the
+ *    event loop every SEARCH_TURN_MS. Its match is indexed, so the next use is step 1.
+ *
+ * The match is checked as an X-Access-Token is (live key, may still see the box). No match is
+ * unauthorized ("invalid signature"), which the caller counts as a failed authentication.
+ * `search: false` tries only step 1 (the caller's choice for an address over the failure limit).
+ * The expiry is the caller's to check.
  */
 export async function sandboxOfSignature(manager: Manager, keys: KeyStore, req: SignedFileRequest, opts: { search?: boolean } = {}): Promise<string> {
   const invalid = () =>
     new SbxError('unauthorized', 'invalid signature: it is not the signature of this path, operation and user by the access token of a running sandbox');
+  lastSignatureSearchHashes = 0;
   const known = bySignature.get(req.signature);
   if (known) {
     const box = await manager.get(known.boxId).catch(() => undefined);
@@ -152,15 +275,31 @@ export async function sandboxOfSignature(manager: Manager, keys: KeyStore, req: 
     bySignature.delete(req.signature);
   }
   if (opts.search === false) throw invalid();
-  for (const key of keys.list()) {
-    for (const box of await manager.list(key.role === 'admin' ? {} : { owner: key.owner })) {
-      const token = await cachedToken(manager, box.id, box.createdAt, key.id).catch(() => '');
-      if (token === '' || !sameText(fileUrlSignature(req, token), req.signature)) continue;
-      await verifyEnvdAccessToken(manager, keys, box.id, token);
-      if (bySignature.size >= BY_TOKEN_MAX) bySignature.clear();
-      bySignature.set(req.signature, { boxId: box.id, keyId: key.id });
-      return box.id;
+  const search = new SignatureSearch(manager, req);
+  const found = async (boxId: string, keyId: string): Promise<string> => {
+    await verifyEnvdAccessToken(manager, keys, boxId, await envdAccessToken(manager, boxId, keyId));
+    bySignature.set(req.signature, { boxId, keyId });
+    return boxId;
+  };
+  const boxId = await searchSlot(async () => {
+    // Step 2: the issued pairs, the most recent first (a snapshot: the index may change meanwhile).
+    for (const [id, keyIds] of [...issued.entries()].reverse().map(([b, k]) => [b, [...k]] as const)) {
+      const box = await manager.get(id).catch(() => undefined);
+      if (!box) continue;
+      for (const keyId of keyIds) {
+        const key = keys.principal(keyId);
+        if (key && mayAccess(key, box.owner) && (await search.matches(box, keyId))) return { boxId: box.id, keyId };
+      }
     }
-  }
-  throw invalid();
+    // Step 3: every other pair.
+    for (const key of keys.list()) {
+      for (const box of await manager.list(key.role === 'admin' ? {} : { owner: key.owner })) {
+        if (await search.matches(box, key.id)) return { boxId: box.id, keyId: key.id };
+      }
+    }
+    return undefined;
+  });
+  lastSignatureSearchHashes = search.count;
+  if (!boxId) throw invalid();
+  return found(boxId.boxId, boxId.keyId);
 }

@@ -11,7 +11,7 @@ import { SbxError } from '../../../errors.js';
 import type { LocalBox, PoolInfo } from '../../../sandbox/index.js';
 import { actingOwner, mayAccess, requireKey } from '../../auth.js';
 import type { ServerContext } from '../../context.js';
-import { envdAccessToken } from '../access-token.js';
+import { issueEnvdAccessToken } from '../access-token.js';
 import { ENVD_VERSION } from '../envd/version.js';
 import { DEFAULT_TIMEOUT_SECONDS, TEMPLATE_LABEL, labelsFor, metadataOf, parseNewSandbox, parseTimeout } from './body.js';
 import { forkRoutes } from './fork.js';
@@ -104,7 +104,7 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
       alias: templateID,
       clientID: CLIENT_ID,
       envdVersion: ENVD_VERSION,
-      envdAccessToken: await envdAccessToken(ctx.manager, box.id, keyId),
+      envdAccessToken: await issueEnvdAccessToken(ctx.manager, box.id, keyId),
       trafficAccessToken: await trafficTokenOf(ctx.manager, box, opts.publicTraffic),
       domain: domain(),
     };
@@ -241,7 +241,11 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
 
   api.get('/sandboxes/:id', async (req: FastifyRequest<{ Params: { id: string } }>) => {
     const box = await sandboxFor(req, req.params.id);
-    return { ...listed(box, await poolsByName()), envdAccessToken: await envdAccessToken(ctx.manager, box.id, requireKey(req.caller).keyId), domain: domain() };
+    return {
+      ...listed(box, await poolsByName()),
+      envdAccessToken: await issueEnvdAccessToken(ctx.manager, box.id, requireKey(req.caller).keyId),
+      domain: domain(),
+    };
   });
 
   /** The caller's e2b sandboxes (all owners' for an admin key) matching the metadata filter. */

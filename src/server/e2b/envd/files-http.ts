@@ -53,6 +53,10 @@ function metadataOf(req: IncomingMessage): Record<string, string> | undefined {
     if (key === '') continue;
     if (!METADATA_KEY.test(key))
       throw new SbxError('invalid_argument', `invalid metadata: key ${JSON.stringify(key)} is not an HTTP token`, { details: { field: name } });
+    // Refused, not dropped: a plain object (and the zod record box-fs checks metadata with) would
+    // take `__proto__` as the prototype and lose the key silently.
+    if (key.toLowerCase() === '__proto__')
+      throw new SbxError('invalid_argument', 'invalid metadata: the key "__proto__" is not supported', { details: { field: name } });
     if (!METADATA_VALUE.test(v))
       throw new SbxError('invalid_argument', `invalid metadata: the value of ${JSON.stringify(key)} is not printable ASCII`, { details: { field: name } });
     (out ??= {})[key.toLowerCase()] = v;

@@ -33,6 +33,15 @@ export const ENVD_PREFIX = '/e2b/envd';
  * root of sbx's server, whatever path E2B_SANDBOX_URL has (sbx's own API is /v1, e2b's /e2b).
  */
 export const SIGNED_FILES_PATH = '/files';
+/**
+ * The largest Connect request message (a unary body or one streamed message, e.g. a chunk of
+ * stdin) read, after decompression: @connectrpc checks an envelope's length header before
+ * buffering it and inflates gzip/brotli with this as zlib's maxOutputLength, so neither a huge
+ * length nor a compression bomb is held whole. Beyond it: resource_exhausted. Connect's own default
+ * is 4 GiB; the SDKs send stdin in small chunks and no envd RPC carries file contents (those go
+ * through /files, streamed).
+ */
+export const ENVD_READ_MAX_BYTES = 16 * 1024 * 1024;
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
 /** e2b's default account in its templates; a box without it acts as its uid 1000, else root. */
 const E2B_USER = 'user';
@@ -223,6 +232,7 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
 
   const rpc = connectNodeAdapter({
     requestPathPrefix: ENVD_PREFIX,
+    readMaxBytes: ENVD_READ_MAX_BYTES,
     grpc: false,
     grpcWeb: false,
     contextValues: (req) => createContextValues().set(callerKey, callers.get(req as IncomingMessage)),
@@ -305,8 +315,7 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
       box = await signedBoxOf(req, url);
       await renewEndedLifetime(box);
     } catch (err) {
-      sendEnvdError(res, err);
-      req.resume();
+      refuse(req, res, err);
       return;
     }
     await handleFiles(req, res, url, async (username) => {
@@ -322,8 +331,7 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
     try {
       box = await boxOf(req);
     } catch (err) {
-      sendEnvdError(res, err);
-      req.resume();
+      refuse(req, res, err);
       return;
     }
     // The SDK asks after a dropped request whether the sandbox still runs (and isRunning() asks):
@@ -337,8 +345,7 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
     try {
       await renewEndedLifetime(box);
     } catch (err) {
-      sendEnvdError(res, err);
-      req.resume();
+      refuse(req, res, err);
       return;
     }
     if (path === '/files') {
@@ -395,13 +402,27 @@ const HTTP_STATUS: Partial<Record<ErrorCode, number>> = {
 };
 
 /** envd's error body `{code, message}` with the status the SDK maps (401 AuthenticationError, 502 sandbox gone). */
-function sendEnvdError(res: ServerResponse, err: unknown): void {
+function sendEnvdError(res: ServerResponse, err: unknown, headers: Record<string, string> = {}): void {
   if (res.headersSent) {
     res.destroy();
     return;
   }
   const status = isSbxError(err) ? (HTTP_STATUS[err.code] ?? 500) : 500;
   const retryAfter = retryAfterSeconds(err);
-  res.writeHead(status, { 'content-type': 'application/json', ...(retryAfter ? { 'retry-after': retryAfter } : {}) });
+  res.writeHead(status, { 'content-type': 'application/json', ...(retryAfter ? { 'retry-after': retryAfter } : {}), ...headers });
   res.end(JSON.stringify({ code: status, message: err instanceof Error ? err.message : String(err) }));
+}
+
+/**
+ * The error of a request refused before its body is read (failed authentication, a sandbox that is
+ * gone): the body is not read at all. Its connection is closed once the answer is out, as the
+ * body-read timeout does, so a client cannot keep the server reading an unauthenticated upload.
+ */
+function refuse(req: IncomingMessage, res: ServerResponse, err: unknown): void {
+  if (req.complete) {
+    sendEnvdError(res, err);
+    return;
+  }
+  res.once('finish', () => req.destroy());
+  sendEnvdError(res, err, { connection: 'close' });
 }
