@@ -11,7 +11,7 @@
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import type { TestContext } from 'node:test';
 import { testEnv } from '../../testing/env.js';
 import { runProcess } from '../../testing/run-process.js';
@@ -32,23 +32,21 @@ function findVenvs(): string[] {
     .map((d) => join(build, d, 'bin'));
 }
 
-let srv: TestServer;
-let key: string;
-
-before(async () => {
-  srv = await startTestServer('e2b-python', {
+/**
+ * One server per SDK version: the suite's refusals (wrong keys and tokens, forged signatures, a
+ * killed sandbox's calls) count toward the server's per-address auth-failure limit, and two runs
+ * against one server would share it.
+ */
+async function startServer(): Promise<{ srv: TestServer; key: string }> {
+  const srv = await startTestServer('e2b-python', {
     // Deadlines on, and a cleanup pass too rare to run during the suite: a sandbox's timeout
     // (test_timeout.py; the on_timeout pause tests' 1 s ones) is acted on by the Manager's
     // deadline timers, at the deadline (the test server's default, 0, turns both off).
     config: { cleanupIntervalMs: 3_600_000 },
     serve: { proxyDomain: DOMAIN, e2b: { templates: { base: testEnv.e2bImage } } },
   });
-  key = (await srv.server.keys.create({ name: 'e2b-python', role: 'user' })).e2bKey;
-});
-
-after(async () => {
-  await srv?.dispose();
-});
+  return { srv, key: (await srv.server.keys.create({ name: 'e2b-python', role: 'user' })).e2bKey };
+}
 
 const venvs = findVenvs();
 
@@ -60,7 +58,9 @@ describe('the e2b Python SDK', () => {
   });
 
   for (const bin of venvs) {
-    test(`pytest with ${bin}`, async () => {
+    test(`pytest with ${bin}`, async (t: TestContext) => {
+      const { srv, key } = await startServer();
+      t.after(() => srv.dispose());
       const { code, out } = await runProcess(join(bin, 'python'), ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', '--color=no', '.'], {
         cwd: SUITE,
         env: {

@@ -37,7 +37,9 @@ set -e
 mkdir -p /etc/mcp-gateway /srv/mcp
 printf %s "$GATEWAY_ACCESS_TOKEN" > /etc/mcp-gateway/.token
 printf %s "$2" > /srv/mcp/mcp
-busybox httpd -p 50005 -h /srv/mcp
+nohup python3 -m http.server 50005 --directory /srv/mcp >/dev/null 2>&1 &
+# Returns once it serves, as the real gateway's start does.
+until (exec 3<>/dev/tcp/127.0.0.1/50005) 2>/dev/null; do kill -0 $! || exit 1; sleep 0.05; done
 `;
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-e2b-traffic-'));
@@ -125,12 +127,25 @@ function opts(srv: TestServer, apiKey: string) {
   return { apiUrl: `${srv.url}/e2b/api`, sandboxUrl: `${srv.url}/e2b/envd`, apiKey, requestTimeoutMs: 60_000 };
 }
 
-/** An HTTP service on port 8080 of the sandbox: /hello.txt, and /cgi-bin/env (the request's headers as CGI sees them). */
+/** An HTTP service on port 8080 of the sandbox: /hello.txt, and /headers (the request's headers as the box got them). */
+const SERVER_PY = `import http.server, os
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def do_GET(self):
+        if self.path != "/headers":
+            return super().do_GET()
+        body = str(self.headers).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+os.chdir(os.path.expanduser("~/www"))
+http.server.ThreadingHTTPServer(("", 8080), Handler).serve_forever()
+`;
 async function serve(sbx: e2b.Sandbox): Promise<void> {
-  await sbx.commands.run(
-    'mkdir -p ~/www/cgi-bin && printf hello > ~/www/hello.txt && printf "#!/bin/sh\\nprintf \'Content-Type: text/plain\\\\r\\\\n\\\\r\\\\n\'\\nenv\\n" > ~/www/cgi-bin/env && chmod 755 ~/www/cgi-bin/env',
-  );
-  await sbx.commands.run('busybox httpd -f -p 8080 -h ~/www', { background: true });
+  await sbx.files.write('/home/user/www/hello.txt', 'hello');
+  await sbx.files.write('/home/user/server.py', SERVER_PY);
+  await sbx.commands.run('exec python3 ~/server.py', { background: true });
 }
 
 /** GET on the plain-http server's host-based proxy (fetch cannot set Host). */
@@ -180,9 +195,9 @@ for (const { name, mod } of SDKS) {
         );
         assert.equal(await withToken.text(), 'hello');
         // The box never sees the token (it is the proxy's credential, as Authorization is).
-        const env = await (await fetch(`${url}/cgi-bin/env`, { headers: { [TRAFFIC_TOKEN_HEADER]: sbx.trafficAccessToken! } })).text();
-        assert.match(env, /HTTP_HOST=8080-/);
-        assert.doesNotMatch(env, /TRAFFIC|e2b-traffic/i);
+        const headers = await (await fetch(`${url}/headers`, { headers: { [TRAFFIC_TOKEN_HEADER]: sbx.trafficAccessToken! } })).text();
+        assert.match(headers, /^host: 8080-/im);
+        assert.doesNotMatch(headers, /traffic/i);
         const failures = await authFailures(secure);
         assert.equal((await fetch(`${url}/hello.txt`)).status, 401, 'no credential');
         assert.equal(

@@ -90,7 +90,7 @@ describe('Connect message size', () => {
 });
 
 describe('unauthenticated bodies', () => {
-  test('a refused POST /files is answered with connection: close and its socket cut, the body left unread', async () => {
+  test('a refused POST /files is answered at once, and its connection cut once the body goes on past what a request may drop', async () => {
     const u = new URL(srv.url);
     const chunk = Buffer.alloc(64 * 1024, 1);
     // Enough that the kernel buffers cannot swallow it: a server that reads on takes it all.
@@ -135,7 +135,6 @@ describe('unauthenticated bodies', () => {
       pump();
     });
     assert.equal(outcome.status, 401);
-    assert.equal(outcome.connection, 'close');
     assert.ok(outcome.cut, 'the server stopped reading the body before the client finished it');
   });
 });

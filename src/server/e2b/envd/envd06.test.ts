@@ -211,6 +211,17 @@ describe('signed file URLs', () => {
     assert.equal((await sbx.files.getInfo('/home/user/up')).owner, 'user');
   });
 
+  test("uploadUrl: a `file` form field without a filename is the file, as E2B takes it (E2B's own SDK test sends one)", async () => {
+    const url = await sbx.uploadUrl('/home/user/up/field.txt', { useSignatureExpiration: 60 });
+    const form = new FormData();
+    form.append('file', 'field content');
+    form.append('other', 'ignored');
+    const res = await fetch(url, { method: 'POST', body: form });
+    assert.equal(res.status, 200, await res.clone().text());
+    assert.deepEqual(await res.json(), [{ name: 'field.txt', path: '/home/user/up/field.txt', type: 'file' }]);
+    assert.equal(await sbx.files.read('/home/user/up/field.txt'), 'field content');
+  });
+
   test('refused with 401 naming why: unsigned, tampered, another operation, another path, expired', async () => {
     const refused = async (url: string, init?: RequestInit) => {
       const res = await fetch(url, init);
@@ -238,8 +249,7 @@ describe('signed file URLs', () => {
     expired.searchParams.set('signature', sig.signature);
     expired.searchParams.set('signature_expiration', String(sig.expiration));
     const e = await refused(expired.toString());
-    assert.equal(e.status, 401);
-    assert.match(e.message, /expired/);
+    assert.deepEqual(e, { status: 401, message: 'signature is already expired' }); // E2B's words, whole
     // The same URL with an expiration ahead works (the signature covers it).
     const fresh = await getSignature({ path: '/home/user/shared.txt', operation: 'read', user: undefined, expirationInSeconds: 60, envdAccessToken: token });
     expired.searchParams.set('signature', fresh.signature);
@@ -291,7 +301,7 @@ describe('a sandbox killed while a command runs', () => {
     return outcome;
   };
 
-  test('2.51: the run rejects as a sandbox that is gone (TimeoutError, "was not found"), not with an exit code', async () => {
+  test('2.51: the run rejects as a sandbox that is gone (TimeoutError, "killed or reached its end of life", E2B\'s words after its health check), not with an exit code', async () => {
     const sbx = await sandbox251();
     const out = await killedUnder(
       () => sbx.commands.run('echo started; sleep 300'),
@@ -301,7 +311,7 @@ describe('a sandbox killed while a command runs', () => {
     assert.ok('err' in out, `the run ended normally: ${JSON.stringify(out)}`);
     assert.ok(!(out.err instanceof CommandExitError), `an exit: ${String(out.err)}`);
     assert.ok(out.err instanceof TimeoutError, String(out.err));
-    assert.match(String(out.err), /was not found/);
+    assert.match(String(out.err), /The sandbox was killed or reached its end of life/);
   });
 
   test('2.51 background handle and 2.31: wait() rejects the same way', async () => {
@@ -314,6 +324,7 @@ describe('a sandbox killed while a command runs', () => {
     await (await srv.manager.get(sbx.sandboxId)).remove();
     const err = await waited;
     assert.ok(err instanceof TimeoutError, String(err));
+    assert.match(String(err), /The sandbox was killed or reached its end of life/);
 
     const old = await sandbox231();
     const oh = await old.commands.run('sleep 300', { background: true });
@@ -324,6 +335,6 @@ describe('a sandbox killed while a command runs', () => {
     await (await srv.manager.get(old.sandboxId)).remove();
     const oldErr = (await oldWaited) as Error | undefined;
     assert.ok(oldErr && oldErr.name === 'TimeoutError', String(oldErr));
-    assert.match(oldErr.message, /was not found/);
+    assert.match(oldErr.message, /The sandbox was killed or reached its end of life/);
   });
 });

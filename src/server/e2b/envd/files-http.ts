@@ -7,7 +7,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { posix } from 'node:path';
-import { PassThrough, finished, type Readable } from 'node:stream';
+import { PassThrough, Readable, finished } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip, createGzip } from 'node:zlib';
 import busboy from 'busboy';
@@ -136,11 +136,14 @@ async function download(res: ServerResponse, req: IncomingMessage, uf: UserFS, p
   await pipeline(gzip ? [body, createGzip(), res] : [body, res]);
 }
 
+/** The most a form field (a `file` part without a filename) may hold: busboy's default. */
+const FIELD_MAX_BYTES = 1 << 20;
+
 async function uploadMultipart(req: IncomingMessage, up: Upload, pathParam: string | undefined): Promise<WrittenFile[]> {
   const { uf } = up;
   let parser: busboy.Busboy;
   try {
-    parser = busboy({ headers: req.headers, preservePath: true });
+    parser = busboy({ headers: req.headers, preservePath: true, limits: { fieldSize: FIELD_MAX_BYTES } });
   } catch (err) {
     throw badBody('multipart form', err); // no boundary, an unknown type
   }
@@ -152,11 +155,23 @@ async function uploadMultipart(req: IncomingMessage, up: Upload, pathParam: stri
     failed = (err) => {
       req.unpipe(parser);
       parser.removeAllListeners('file');
+      parser.removeAllListeners('field');
       reject(err);
     };
-    parser.on('file', (_field, stream, info) => {
+    // A part named `file` without a filename (a plain form field, as `form.append('file', 'text')`
+    // sends it) is a file too, as E2B's envd writes it: to ?path=, up to busboy's field size.
+    parser.on('field', (name, value, info) => {
+      if (name !== 'file') return;
+      if (info.valueTruncated) {
+        failed!(new SbxError('invalid_argument', `file: a form field without a filename holds at most ${FIELD_MAX_BYTES} bytes; send a file part`));
+        return;
+      }
+      onFile(Readable.from([Buffer.from(value, 'utf8')]), undefined);
+    });
+    parser.on('file', (_field, stream, info) => onFile(stream, info.filename));
+    function onFile(stream: Readable, filename: string | undefined): void {
       // As E2B's envd: ?path= first, else the part's filename.
-      const dest = pathParam || info.filename;
+      const dest = pathParam || filename;
       if (!dest) {
         stream.resume();
         failed!(new SbxError('invalid_argument', 'path: a file part needs a filename or ?path='));
@@ -177,7 +192,7 @@ async function uploadMultipart(req: IncomingMessage, up: Upload, pathParam: stri
         failed!(err);
       });
       writes.push(written);
-    });
+    }
     parser.on('error', (err) => failed!(badBody('multipart form', err)));
     finished(req, (err) => {
       if (err) failed!(err);

@@ -5,7 +5,7 @@
  * by pid or tag. Input, stdin close, signals and terminal resizes act on that table's entry.
  */
 import type { MessageInitShape } from '@bufbuild/protobuf';
-import { Code, ConnectError } from '@connectrpc/connect';
+import { Code, ConnectError, createContextKey } from '@connectrpc/connect';
 import type { HandlerContext, ServiceImpl } from '@connectrpc/connect';
 import type { Box } from '../../../sandbox/index.js';
 import { Signal, type Process, type ProcessEventSchema, type ProcessSelector } from './gen/process/process_pb.js';
@@ -21,6 +21,9 @@ export interface ProcessCaller {
 }
 
 export type ProcessCallerResolver = (ctx: HandlerContext) => Promise<ProcessCaller>;
+
+/** Drops the request's connection, as E2B's proxy does when the sandbox under a stream is gone (set by routes.ts). */
+export const dropConnectionKey = createContextKey<(() => void) | undefined>(undefined);
 
 /** Whether the box is gone (killed, past its timeout): a process's end is then the sandbox's, not the command's. */
 export type BoxGone = (boxId: string) => Promise<boolean>;
@@ -74,9 +77,11 @@ async function* untilAborted<T>(source: AsyncIterable<T>, signal: AbortSignal): 
  * ends the stream with deadline_exceeded, which the SDK raises as its TimeoutException.
  *
  * A process that ended because its box went away (killed, past its timeout) has no exit to
- * report: the stream ends `unavailable` with e2b's proxy's words for a gone sandbox ("was not
- * found"), which the SDKs raise as a sandbox that is not running (JS TimeoutError, Python
- * SandboxNotRunningException; 2.20: TimeoutException), as they do on E2B.
+ * report: as on E2B, whose proxy loses the sandbox under the stream, the connection is dropped.
+ * The SDKs then ask `/health`, which answers 502 for a gone sandbox, and raise it as one that was
+ * killed (JS TimeoutError "… killed or reached its end of life …", Python
+ * SandboxNotRunningException). Where nothing can drop it, the stream ends `unavailable` with
+ * e2b's words for a gone sandbox ("was not found"), which they raise the same way.
  */
 async function* follow(proc: TrackedProcess, boxId: string, ctx: HandlerContext, gone: BoxGone): AsyncGenerator<{ event: EventInit }> {
   const sub = proc.subscribe();
@@ -84,6 +89,7 @@ async function* follow(proc: TrackedProcess, boxId: string, ctx: HandlerContext,
     yield { event: { event: { case: 'start', value: { pid: proc.pid } } } };
     for await (const item of untilAborted(withKeepalive(sub, keepaliveMs(ctx)), ctx.signal)) {
       if (item !== 'keepalive' && item.kind === 'end' && (await gone(boxId))) {
+        ctx.values.get(dropConnectionKey)?.();
         throw new ConnectError(`sandbox ${boxId} was not found: it was killed (or reached its timeout) while process ${proc.pid} ran`, Code.Unavailable);
       }
       yield { event: item === 'keepalive' ? { event: { case: 'keepalive', value: {} } } : eventOf(item) };

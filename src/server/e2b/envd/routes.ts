@@ -23,7 +23,7 @@ import { handleFiles, sendMethodNotAllowed } from './files-http.js';
 import { filesystemService } from './filesystem-service.js';
 import { Filesystem } from './gen/filesystem/filesystem_pb.js';
 import { Process } from './gen/process/process_pb.js';
-import { processService } from './process-service.js';
+import { dropConnectionKey, processService } from './process-service.js';
 import { ProcessTable } from './process-table.js';
 import type { EnvdFiles, UserFS } from './user-fs.js';
 
@@ -235,7 +235,10 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
     readMaxBytes: ENVD_READ_MAX_BYTES,
     grpc: false,
     grpcWeb: false,
-    contextValues: (req) => createContextValues().set(callerKey, callers.get(req as IncomingMessage)),
+    contextValues: (req) =>
+      createContextValues()
+        .set(callerKey, callers.get(req as IncomingMessage))
+        .set(dropConnectionKey, () => (req as IncomingMessage).socket.destroy()),
     routes: (router) => {
       router.service(
         Process,
@@ -272,8 +275,7 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
         throw new SbxError('invalid_argument', 'signature_expiration: Unix seconds are required', { details: { field: 'signature_expiration' } });
       const now = Math.floor(Date.now() / 1000);
       // Checked before the search: an expired URL costs nothing, and says nothing a forger could not write.
-      if (Number(expiration) < now)
-        throw new SbxError('unauthorized', `signature is already expired: it was valid until ${new Date(Number(expiration) * 1000).toISOString()}`);
+      if (Number(expiration) < now) throw new SbxError('unauthorized', 'signature is already expired'); // E2B's words, which its SDK's tests compare whole
     }
     const address = req.socket.remoteAddress ?? '';
     try {
@@ -413,16 +415,25 @@ function sendEnvdError(res: ServerResponse, err: unknown, headers: Record<string
   res.end(JSON.stringify({ code: status, message: err instanceof Error ? err.message : String(err) }));
 }
 
+/** What a refused request's body may still send before its connection is cut. */
+const REFUSED_BODY_MAX_BYTES = 64 * 1024;
+
 /**
  * The error of a request refused before its body is read (failed authentication, a sandbox that is
- * gone): the body is not read at all. Its connection is closed once the answer is out, as the
- * body-read timeout does, so a client cannot keep the server reading an unauthenticated upload.
+ * gone). The body already sent (a Connect message, a small upload) is read and dropped, up to
+ * REFUSED_BODY_MAX_BYTES, and the connection kept: closing one with bytes still arriving resets
+ * it, and the client can lose the answer. Past that the connection is cut, so a client cannot
+ * keep the server reading an unauthenticated upload.
  */
 function refuse(req: IncomingMessage, res: ServerResponse, err: unknown): void {
-  if (req.complete) {
-    sendEnvdError(res, err);
-    return;
+  if (!req.complete) {
+    let dropped = 0;
+    req.on('data', (chunk: Buffer) => {
+      dropped += chunk.length;
+      if (dropped > REFUSED_BODY_MAX_BYTES) req.destroy();
+    });
+    req.on('error', () => undefined);
+    req.resume();
   }
-  res.once('finish', () => req.destroy());
-  sendEnvdError(res, err, { connection: 'close' });
+  sendEnvdError(res, err);
 }

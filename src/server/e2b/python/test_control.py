@@ -54,7 +54,7 @@ def test_traffic_access_token_guards_the_ports(proxy):
             plain.kill()
         host = sbx.get_host(8080)
         sbx.commands.run("mkdir -p /tmp/www && echo behind-the-token > /tmp/www/index.html")
-        sbx.commands.run("httpd -f -p 8080 -h /tmp/www", background=True)
+        sbx.commands.run("exec python3 -m http.server 8080 --directory /tmp/www", background=True)
         port = proxy["url"].rsplit(":", 1)[1]
 
         def page():
