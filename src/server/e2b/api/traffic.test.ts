@@ -199,7 +199,7 @@ for (const { name, mod } of SDKS) {
         assert.match(headers, /^host: 8080-/im);
         assert.doesNotMatch(headers, /traffic/i);
         const failures = await authFailures(secure);
-        assert.equal((await fetch(`${url}/hello.txt`)).status, 401, 'no credential');
+        assert.equal((await fetch(`${url}/hello.txt`)).status, 403, "no credential: e2b's 403");
         assert.equal(
           (await fetch(`${url}/hello.txt`, { headers: { [TRAFFIC_TOKEN_HEADER]: other.trafficAccessToken! } })).status,
           401,
@@ -235,7 +235,7 @@ for (const { name, mod } of SDKS) {
         await waitFor(async () => (await viaHost(open, pubHost, '/hello.txt')).status === 200, { what: 'the public port, with no credential' });
         assert.equal((await viaHost(open, pubHost, '/hello.txt')).body, 'hello');
         const privHost = priv.getHost(8080);
-        assert.equal((await viaHost(open, privHost, '/hello.txt')).status, 401);
+        assert.equal((await viaHost(open, privHost, '/hello.txt')).status, 403);
         await waitFor(async () => (await viaHost(open, privHost, '/hello.txt', { [TRAFFIC_TOKEN_HEADER]: priv.trafficAccessToken! })).status === 200, {
           what: 'the private port with its token',
         });
@@ -288,7 +288,7 @@ test('a label claiming public traffic opens nothing where the operator did not a
     labels: { 'e2b.template': 'base', 'e2b.traffic': 'public' },
   });
   try {
-    assert.equal((await fetch(`https://8080-${box.id}.${DOMAIN}/`)).status, 401);
+    assert.equal((await fetch(`https://8080-${box.id}.${DOMAIN}/`)).status, 403);
     const connected = await e2b.Sandbox.connect(box.id, opts(secure, alice));
     assert.equal(typeof connected.trafficAccessToken, 'string', 'connect answers a token: its ports are not public');
   } finally {

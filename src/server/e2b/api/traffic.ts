@@ -17,6 +17,7 @@ import type { FastifyRequest } from 'fastify';
 import { SbxError } from '../../../errors.js';
 import type { LocalBox, Manager } from '../../../sandbox/index.js';
 import type { PortGate, ServerContext } from '../../context.js';
+import { PORT_TOKEN_COOKIE, PORT_TOKEN_QUERY, cookieValues, queryValues } from '../../port-auth.js';
 import { TEMPLATE_LABEL } from './body.js';
 
 /** e2b's header name (its docs, "Restrict public access"; its code interpreter sends it so). */
@@ -58,7 +59,22 @@ export function trafficGate(ctx: ServerContext, publicAllowed: boolean): PortGat
       });
       // Not an e2b sandbox (or none): sbx's own credentials decide, and answer a missing box.
       if (!box || box.labels[TEMPLATE_LABEL] === undefined) return undefined;
-      if (given === undefined) return isPublic(box, publicAllowed) ? box : undefined;
+      if (given === undefined) {
+        if (isPublic(box, publicAllowed)) return box;
+        // No credential at all: 403 as e2b's proxy answers a protected sandbox's port (a port
+        // token in the query or cookie is sbx's own, checked after the gates).
+        const url = request.raw.url ?? '';
+        if (queryValues(url, PORT_TOKEN_QUERY).length === 0 && cookieValues(request.headers.cookie, PORT_TOKEN_COOKIE).length === 0) {
+          const missing = new SbxError(
+            'forbidden',
+            `sandbox ${box.id} does not allow public traffic: send its trafficAccessToken as ${TRAFFIC_TOKEN_HEADER} (or an sbx key or port token)`,
+          );
+          ctx.metrics.authFailures.inc();
+          request.server.sbxAuth.limiter.failed(request.ip, missing);
+          throw missing;
+        }
+        return undefined;
+      }
       const { limiter } = request.server.sbxAuth;
       try {
         return await limiter.guard(request.ip, async () => {
