@@ -51,33 +51,6 @@ export function retryAt(now: number, failures: number, maxMs: number): number {
   return now + Math.min(maxMs, DEADLINE_RETRY_MS * 2 ** Math.min(failures - 1, 30));
 }
 
-/**
- * At most `limit` cleanup actions of one pool in flight, however they were triggered: the pass and
- * every batch of deadline timers share it. Batches each bounded on their own add up: 1,000 boxes
- * created over ten minutes come due at 1,000 moments, and each batch would start its own actions
- * whether the ones before were done or not. A slot a finished action leaves goes straight to the
- * first in line (no count dropped and taken again), so a caller arriving meanwhile cannot slip in
- * past the limit; waiters are served in order.
- */
-export class ActionLimiter {
-  private active = 0;
-  private readonly waiting: Array<() => void> = [];
-
-  constructor(private readonly limit: number) {}
-
-  async run<T>(fn: () => Promise<T>): Promise<T> {
-    if (this.active < this.limit) this.active++;
-    else await new Promise<void>((resolve) => this.waiting.push(resolve));
-    try {
-      return await fn();
-    } finally {
-      const next = this.waiting.shift();
-      if (next) next();
-      else this.active--;
-    }
-  }
-}
-
 /** The longest delay a Node timer takes (2^31-1 ms, about 24.8 days); a later deadline is armed in steps. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 

@@ -18,3 +18,30 @@ export async function mapSettled<T, R>(items: readonly T[], limit: number, fn: (
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
   return results;
 }
+
+/**
+ * At most `limit` calls of `run` in flight, shared by every caller that holds it (mapSettled bounds
+ * one batch only; batches each bounded on their own add up). The Manager's cleanup actions of one
+ * pool share one: the pass and every batch of deadline timers (1,000 boxes created over ten
+ * minutes come due at 1,000 moments). e2b metrics samples share another. A slot a finished action leaves goes straight to the
+ * first in line (no count dropped and taken again), so a caller arriving meanwhile cannot slip in
+ * past the limit; waiters are served in order.
+ */
+export class ActionLimiter {
+  private active = 0;
+  private readonly waiting: Array<() => void> = [];
+
+  constructor(private readonly limit: number) {}
+
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.active < this.limit) this.active++;
+    else await new Promise<void>((resolve) => this.waiting.push(resolve));
+    try {
+      return await fn();
+    } finally {
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.active--;
+    }
+  }
+}

@@ -11,6 +11,7 @@ import { z } from 'zod';
 import { invalidArgument } from '../../../errors.js';
 import { ENV_NAME, MAX_LABEL_VALUE, MAX_LABELS, plainText } from '../../../runtime/bounds.js';
 import { parseOrThrow } from '../../../util/validation.js';
+import type { Manager } from '../../../sandbox/manager.js';
 
 /** e2b's default sandbox lifetime when a create names none (the SDKs' 300 000 ms). */
 export const DEFAULT_TIMEOUT_SECONDS = 300;
@@ -148,4 +149,13 @@ export function parseSnapshotBody(body: unknown): { name?: string } {
   const b = parseOrThrow(SnapshotBodySchema, body ?? {}, 'body');
   if (b.memory === true) throw invalidArgument('memory', "sbx snapshots save the filesystem only (mode 'filesystem'): processes and memory are not kept");
   return b.name ? { name: b.name } : {};
+}
+
+/**
+ * The security profile of a new e2b sandbox (a create or a fork): `sudo`, since E2B's base gives
+ * its user passwordless sudo, which no-new-privileges would defeat (sudo refuses to run); none
+ * (the pool's own) where the operator made the default pool strict.
+ */
+export async function sandboxSecurity(manager: Manager): Promise<{ security?: 'sudo' }> {
+  return (await manager.pools())[0]?.security === 'strict' ? {} : { security: 'sudo' };
 }

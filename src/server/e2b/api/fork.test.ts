@@ -66,6 +66,7 @@ describe('e2b 2.51 Sandbox.fork against sbx', () => {
         assert.equal(await fork.files.read('/home/user/state.txt'), 'before the fork');
         assert.equal((await fork.commands.run('printf %s "$GREETING"')).stdout, 'from the source');
         assert.deepEqual(await fork.commands.list(), [], 'no process of the source');
+        assert.equal((await fork.commands.run('sudo -n id -u')).stdout, '0\n', 'sudo works in a fork as in the source (the sudo profile)');
         const info = await fork.getInfo();
         assert.equal(info.templateId, 'base');
         assert.deepEqual(info.metadata, { role: 'fork-source' });
@@ -109,7 +110,21 @@ describe('e2b 2.51 Sandbox.fork against sbx', () => {
       assert.ok(only instanceof Sandbox);
       const info = await only.getInfo();
       assert.equal(info.endAt.getTime() - info.startedAt.getTime(), 300_000, "e2b's default timeout");
+      // The next fork collects the fork snapshot nobody uses any more (e2b code never deletes it).
+      const [firstSnap, ...others] = await t.manager.snapshots.list({ owner: 'alice' });
+      assert.deepEqual(others, []);
       await only.kill();
+      const [again] = await Sandbox.fork(source.sandboxId, opts(alice));
+      assert.ok(again instanceof Sandbox);
+      const now = await t.manager.snapshots.list({ owner: 'alice' });
+      assert.equal(now.length, 1, 'the unused fork snapshot was deleted, only the new one is left');
+      assert.notEqual(now[0]!.id, firstSnap!.id);
+      // One still used by a fork stays.
+      const [third] = await Sandbox.fork(source.sandboxId, opts(alice));
+      assert.ok(third instanceof Sandbox);
+      assert.equal((await t.manager.snapshots.list({ owner: 'alice' })).length, 2, 'a snapshot a fork runs from is kept');
+      await again.kill();
+      await third.kill();
       for (const s of await t.manager.snapshots.list({ owner: 'alice' })) await t.manager.snapshots.delete(s.id);
     } finally {
       await source.kill();

@@ -8,9 +8,9 @@
  * or memory (e2b's forks resume its memory). Each fork succeeds or fails on its own: the answer
  * has one entry per fork, `{sandbox}` or `{error: {code, message}}`, as e2b's does.
  *
- * The snapshot stays, as any sbx snapshot does: `listSnapshots({sandboxId})` lists it and
- * `deleteSnapshot` removes it once its forks are gone; when no fork could be made it is deleted
- * at once.
+ * The snapshot (named `e2b-fork-<source>-<time>`) stays while a fork made from it exists:
+ * `listSnapshots({sandboxId})` lists it. The owner's next fork deletes those whose forks are all
+ * gone, and one no fork could be made from is deleted at once.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
@@ -20,7 +20,7 @@ import { parseOrThrow } from '../../../util/validation.js';
 import { requireKey } from '../../auth.js';
 import type { ServerContext } from '../../context.js';
 import { mapError } from '../../errors.js';
-import { DEFAULT_TIMEOUT_SECONDS, E2B_LABEL_PREFIX, INTERNET_LABEL, timeoutSeconds } from './body.js';
+import { DEFAULT_TIMEOUT_SECONDS, E2B_LABEL_PREFIX, INTERNET_LABEL, sandboxSecurity, timeoutSeconds } from './body.js';
 
 /** Forks one call may ask for (e2b's own bound): each is a whole sandbox made at once, within the owner's box limits. */
 export const MAX_FORK_COUNT = 20;
@@ -45,6 +45,24 @@ export interface ForkRoutesOptions {
   created(box: LocalBox): void;
 }
 
+/** The name of a snapshot a fork made, so that the next fork of its owner can collect it. */
+const FORK_SNAPSHOT_PREFIX = 'e2b-fork-';
+
+/**
+ * Deletes the owner's fork snapshots that no box uses any more (a snapshot a box was made from
+ * is `conflict` to delete, and stays). e2b code never deletes them, and without this every fork
+ * would hold an image until the owner's snapshot limit refused the next.
+ */
+async function collectForkSnapshots(ctx: ServerContext, owner: string): Promise<void> {
+  const mine = await ctx.manager.snapshots.list({ owner });
+  for (const s of mine.filter((s) => s.name?.startsWith(FORK_SNAPSHOT_PREFIX))) {
+    await ctx.manager.snapshots.delete(s.id, { owner }).catch((err: unknown) => {
+      if (!isSbxError(err, 'conflict') && !isSbxError(err, 'not_found'))
+        ctx.log.warn({ err, snapshot: s.id }, 'e2b fork: could not delete an unused fork snapshot');
+    });
+  }
+}
+
 export function forkRoutes(api: FastifyInstance, ctx: ServerContext, opts: ForkRoutesOptions): void {
   api.post('/sandboxes/:id/fork', async (req: FastifyRequest<{ Params: { id: string } }>, reply) => {
     const source = await opts.sandboxFor(req, req.params.id);
@@ -53,9 +71,10 @@ export function forkRoutes(api: FastifyInstance, ctx: ServerContext, opts: ForkR
     const timeoutMs = (body.timeout ?? DEFAULT_TIMEOUT_SECONDS) * 1000;
     const keyId = requireKey(req.caller).keyId;
     const info = await source.info();
+    await collectForkSnapshots(ctx, source.owner);
     let snapshot;
     try {
-      snapshot = await source.snapshot();
+      snapshot = await source.snapshot({ name: `${FORK_SNAPSHOT_PREFIX}${source.id}-${Date.now().toString(36)}` });
     } catch (err) {
       if (isSbxError(err, 'not_available')) {
         throw new SbxError('not_available', `cannot fork sandbox '${source.id}': ${err.message} (a fork is a copy of its filesystem)`, {
@@ -78,6 +97,7 @@ export function forkRoutes(api: FastifyInstance, ctx: ServerContext, opts: ForkR
           maxLifetimeMs: timeoutMs,
           maxLifetimeAction: info.maxLifetimeAction === 'pause' ? 'pause' : 'remove',
           ...(labels[INTERNET_LABEL] === 'false' ? { network: 'none' } : { proxyAllPorts: true }),
+          ...(await sandboxSecurity(ctx.manager)),
         });
         ctx.metrics.creates.inc({ pool: box.pool });
         opts.created(box);

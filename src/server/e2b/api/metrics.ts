@@ -9,7 +9,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { invalidArgument } from '../../../errors.js';
 import type { LocalBox, PoolInfo } from '../../../sandbox/index.js';
-import { mapSettled } from '../../../util/concurrency.js';
+import { ActionLimiter } from '../../../util/concurrency.js';
 import type { ServerContext } from '../../context.js';
 import { TEMPLATE_LABEL } from './body.js';
 import { one } from './list.js';
@@ -18,8 +18,10 @@ import { one } from './list.js';
 export const METRICS_INTERVAL_MS = 5_000;
 /** Samples kept per sandbox: one hour at the interval. */
 export const METRICS_KEPT = 720;
-/** Sandboxes sampled at once in a pass (each engine call takes about a second: the engine's own CPU window). */
+/** Samples taken at once, by the passes, creates and reads together (each engine call takes about a second: the engine's own CPU window). */
 const SAMPLE_CONCURRENCY = 4;
+/** A sample the engine has not answered by then is skipped, so one stuck call cannot stall every sandbox's metrics. */
+const SAMPLE_TIMEOUT_MS = 10_000;
 
 interface Sample {
   atMs: number;
@@ -52,6 +54,10 @@ export function cpuCountOf(pool: PoolInfo | undefined): number {
 
 export class MetricsSampler {
   private readonly rings = new Map<string, Sample[]>();
+  /** Every sample goes through it: the passes, a new sandbox's first and a read's. */
+  private readonly limiter = new ActionLimiter(SAMPLE_CONCURRENCY);
+  /** The sample of a box in flight: a second ask for it waits for that one. */
+  private readonly inFlight = new Map<string, Promise<void>>();
   private timer: NodeJS.Timeout | undefined;
   private passing = false;
 
@@ -78,11 +84,7 @@ export class MetricsSampler {
       const boxes = (await this.ctx.manager.list()).filter((b) => b.labels[TEMPLATE_LABEL] !== undefined);
       const live = new Set(boxes.map((b) => b.id));
       for (const id of this.rings.keys()) if (!live.has(id)) this.rings.delete(id);
-      await mapSettled(
-        boxes.filter((b) => b.status === 'running'),
-        SAMPLE_CONCURRENCY,
-        (b) => this.sample(b),
-      );
+      await Promise.all(boxes.filter((b) => b.status === 'running').map((b) => this.sample(b)));
     } catch (err) {
       this.ctx.log.warn({ err }, 'e2b metrics: a sampling pass failed');
     } finally {
@@ -90,13 +92,33 @@ export class MetricsSampler {
     }
   }
 
-  /** Takes one sample of `box` now (a read: no touch). A box gone meanwhile leaves no ring. */
-  async sample(box: LocalBox): Promise<void> {
+  /**
+   * Takes one sample of `box` (a read: no touch), or joins the one in flight. A box gone meanwhile
+   * leaves no ring; an engine that does not answer within SAMPLE_TIMEOUT_MS leaves no sample.
+   */
+  sample(box: LocalBox): Promise<void> {
+    let running = this.inFlight.get(box.id);
+    if (!running) {
+      running = this.limiter.run(() => this.take(box)).finally(() => this.inFlight.delete(box.id));
+      this.inFlight.set(box.id, running);
+    }
+    return running;
+  }
+
+  private async take(box: LocalBox): Promise<void> {
     let s;
+    let timer: NodeJS.Timeout | undefined;
     try {
-      s = await box.stats();
+      s = await Promise.race([
+        box.stats(),
+        new Promise<never>((_resolve, reject) => {
+          timer = setTimeout(() => reject(new Error('the engine did not answer')), SAMPLE_TIMEOUT_MS);
+        }),
+      ]);
     } catch {
-      return; // removed or archived under the pass: the next pass drops its ring
+      return; // removed or archived under the pass, or a stuck engine: no sample this time
+    } finally {
+      clearTimeout(timer);
     }
     // Paused (or stopped) while the engine measured it: a paused sandbox has no samples.
     if (box.status !== 'running') return;

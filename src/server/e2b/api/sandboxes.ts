@@ -13,7 +13,7 @@ import { actingOwner, mayAccess, requireKey } from '../../auth.js';
 import type { ServerContext } from '../../context.js';
 import { issueEnvdAccessToken } from '../access-token.js';
 import { ENVD_VERSION } from '../envd/version.js';
-import { DEFAULT_TIMEOUT_SECONDS, TEMPLATE_LABEL, labelsFor, metadataOf, parseNewSandbox, parseTimeout } from './body.js';
+import { DEFAULT_TIMEOUT_SECONDS, TEMPLATE_LABEL, labelsFor, metadataOf, parseNewSandbox, parseTimeout, sandboxSecurity } from './body.js';
 import { forkRoutes } from './fork.js';
 import type { MetricsSampler } from './metrics.js';
 import { cpuCountOf, metricsRoutes } from './metrics.js';
@@ -168,9 +168,7 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
       maxLifetimeAction: s.autoPause ? 'pause' : 'remove',
       // getHost(port) reaches any port a service opens later, through sbx's authenticated proxy.
       ...(s.internet ? { proxyAllPorts: true } : { network: 'none' }),
-      // E2B's base gives its user passwordless sudo, which no-new-privileges would defeat (sudo
-      // refuses to run): the `sudo` profile, unless the operator made the default pool strict.
-      ...((await ctx.manager.pools())[0]?.security === 'strict' ? {} : { security: 'sudo' as const }),
+      ...(await sandboxSecurity(ctx.manager)),
     });
     ctx.metrics.creates.inc({ pool: box.pool });
     opts.sampler.sampleSoon(box);

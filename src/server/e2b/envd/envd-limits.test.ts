@@ -170,6 +170,45 @@ describe('signed file URLs at the root', () => {
   });
 });
 
+describe('slow and crowded bodies', () => {
+  test('a refused request whose body trickles in has its connection cut, not held', async () => {
+    const u = new URL(srv.url);
+    const closed = await new Promise<{ status: number }>((resolve) => {
+      let status = 0;
+      const req = httpRequest(
+        {
+          host: u.hostname,
+          port: u.port,
+          method: 'POST',
+          path: '/files?path=/tmp/x&signature=v1_forged',
+          headers: { 'content-type': 'application/octet-stream', 'content-length': '60000' },
+        },
+        (res) => {
+          status = res.statusCode ?? 0;
+          res.resume();
+        },
+      );
+      // One byte now and then, under every byte limit: only a deadline ends it.
+      const trickle = setInterval(() => req.write('x'), 200);
+      req.on('close', () => {
+        clearInterval(trickle);
+        resolve({ status });
+      });
+      req.on('error', () => undefined);
+      req.write('x');
+    });
+    assert.equal(closed.status, 401);
+  });
+
+  test('a form with more fields than a form may hold is refused (400), not held', async () => {
+    const form = new FormData();
+    for (let i = 0; i < 20; i++) form.append('file', `field ${i}`);
+    const res = await fetch(`${srv.url}${ENVD_PREFIX}/files?path=/tmp/fields.txt`, { method: 'POST', headers: envdHeaders(), body: form });
+    assert.equal(res.status, 400, await res.clone().text());
+    assert.match(await res.text(), /more than 16 fields/);
+  });
+});
+
 describe('file metadata keys', () => {
   test('x-metadata-__proto__ is refused with 400 naming the key, not dropped', async () => {
     const res = await post(

@@ -138,12 +138,22 @@ async function download(res: ServerResponse, req: IncomingMessage, uf: UserFS, p
 
 /** The most a form field (a `file` part without a filename) may hold: busboy's default. */
 const FIELD_MAX_BYTES = 1 << 20;
+/** Fields and parts one form may have: a form beyond is refused, not held. */
+const MAX_FIELDS = 16;
+const MAX_PARTS = 1000;
 
 async function uploadMultipart(req: IncomingMessage, up: Upload, pathParam: string | undefined): Promise<WrittenFile[]> {
   const { uf } = up;
   let parser: busboy.Busboy;
   try {
-    parser = busboy({ headers: req.headers, preservePath: true, limits: { fieldSize: FIELD_MAX_BYTES } });
+    // Fields (a `file` part without a filename) are held whole: a few, each bounded; bytes taken as
+    // they came (latin1 maps each byte to one character and back).
+    parser = busboy({
+      headers: req.headers,
+      preservePath: true,
+      defCharset: 'latin1',
+      limits: { fieldSize: FIELD_MAX_BYTES, fields: MAX_FIELDS, parts: MAX_PARTS },
+    });
   } catch (err) {
     throw badBody('multipart form', err); // no boundary, an unknown type
   }
@@ -166,7 +176,7 @@ async function uploadMultipart(req: IncomingMessage, up: Upload, pathParam: stri
         failed!(new SbxError('invalid_argument', `file: a form field without a filename holds at most ${FIELD_MAX_BYTES} bytes; send a file part`));
         return;
       }
-      onFile(Readable.from([Buffer.from(value, 'utf8')]), undefined);
+      onFile(Readable.from([Buffer.from(value, 'latin1')]), undefined);
     });
     parser.on('file', (_field, stream, info) => onFile(stream, info.filename));
     function onFile(stream: Readable, filename: string | undefined): void {
@@ -194,6 +204,9 @@ async function uploadMultipart(req: IncomingMessage, up: Upload, pathParam: stri
       writes.push(written);
     }
     parser.on('error', (err) => failed!(badBody('multipart form', err)));
+    const tooMany = (what: string, max: number) => () => failed!(new SbxError('invalid_argument', `multipart form: more than ${max} ${what}`));
+    parser.on('fieldsLimit', tooMany('fields', MAX_FIELDS));
+    parser.on('partsLimit', tooMany('parts', MAX_PARTS));
     finished(req, (err) => {
       if (err) failed!(err);
     });

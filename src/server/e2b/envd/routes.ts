@@ -415,23 +415,27 @@ function sendEnvdError(res: ServerResponse, err: unknown, headers: Record<string
   res.end(JSON.stringify({ code: status, message: err instanceof Error ? err.message : String(err) }));
 }
 
-/** What a refused request's body may still send before its connection is cut. */
+/** What a refused request's body may still send before its connection is cut, and how long it may take. */
 const REFUSED_BODY_MAX_BYTES = 64 * 1024;
+const REFUSED_BODY_MAX_MS = 5_000;
 
 /**
  * The error of a request refused before its body is read (failed authentication, a sandbox that is
  * gone). The body already sent (a Connect message, a small upload) is read and dropped, up to
- * REFUSED_BODY_MAX_BYTES, and the connection kept: closing one with bytes still arriving resets
- * it, and the client can lose the answer. Past that the connection is cut, so a client cannot
- * keep the server reading an unauthenticated upload.
+ * REFUSED_BODY_MAX_BYTES within REFUSED_BODY_MAX_MS, and the connection kept: closing one with
+ * bytes still arriving resets it, and the client can lose the answer. Past either the connection
+ * is cut, so a client cannot keep the server reading (or holding) an unauthenticated upload.
  */
 function refuse(req: IncomingMessage, res: ServerResponse, err: unknown): void {
   if (!req.complete) {
     let dropped = 0;
+    // A body trickled in slowly would keep the connection (and a file descriptor) forever.
+    const cut = setTimeout(() => req.destroy(), REFUSED_BODY_MAX_MS).unref();
     req.on('data', (chunk: Buffer) => {
       dropped += chunk.length;
       if (dropped > REFUSED_BODY_MAX_BYTES) req.destroy();
     });
+    req.on('close', () => clearTimeout(cut));
     req.on('error', () => undefined);
     req.resume();
   }
