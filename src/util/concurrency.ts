@@ -29,17 +29,27 @@ export async function mapSettled<T, R>(items: readonly T[], limit: number, fn: (
  */
 export class ActionLimiter {
   private active = 0;
-  private readonly waiting: Array<() => void> = [];
+  private readonly queue: Array<() => void> = [];
 
   constructor(private readonly limit: number) {}
 
+  /** Calls waiting for a slot (every slot taken). */
+  get waiting(): number {
+    return this.queue.length;
+  }
+
+  /** Whether a call now would wait. */
+  get full(): boolean {
+    return this.active >= this.limit;
+  }
+
   async run<T>(fn: () => Promise<T>): Promise<T> {
     if (this.active < this.limit) this.active++;
-    else await new Promise<void>((resolve) => this.waiting.push(resolve));
+    else await new Promise<void>((resolve) => this.queue.push(resolve));
     try {
       return await fn();
     } finally {
-      const next = this.waiting.shift();
+      const next = this.queue.shift();
       if (next) next();
       else this.active--;
     }

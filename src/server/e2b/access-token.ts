@@ -12,6 +12,7 @@
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import { SbxError, isSbxError } from '../../errors.js';
 import type { Manager } from '../../sandbox/manager.js';
+import { ActionLimiter } from '../../util/concurrency.js';
 import { mayAccess } from '../auth.js';
 import type { KeyStore } from '../keys.js';
 
@@ -190,25 +191,15 @@ const SEARCH_QUEUE_MAX = 4;
 const SEARCH_RETRY_MS = 1000;
 
 /** The full searches running and waiting (server-wide: their cost is the server's, whoever asks). */
-const searches = { running: 0, waiting: [] as Array<() => void> };
+const searches = new ActionLimiter(SEARCHES_MAX);
 
 async function searchSlot<T>(fn: () => Promise<T>): Promise<T> {
-  if (searches.running >= SEARCHES_MAX) {
-    if (searches.waiting.length >= SEARCH_QUEUE_MAX) {
-      throw new SbxError('limit_exceeded', 'too many signed file URLs are being looked up at once; retry shortly', {
-        details: { limit: 'signatureSearches', retryAfterMs: SEARCH_RETRY_MS },
-      });
-    }
-    await new Promise<void>((resolve) => searches.waiting.push(resolve));
-  } else searches.running++;
-  try {
-    return await fn();
-  } finally {
-    // The slot passes to the next waiter as is, or is freed.
-    const next = searches.waiting.shift();
-    if (next) next();
-    else searches.running--;
+  if (searches.full && searches.waiting >= SEARCH_QUEUE_MAX) {
+    throw new SbxError('limit_exceeded', 'too many signed file URLs are being looked up at once; retry shortly', {
+      details: { limit: 'signatureSearches', retryAfterMs: SEARCH_RETRY_MS },
+    });
   }
+  return searches.run(fn);
 }
 
 /** The (box, key) pairs a search tries, and a hash counter that yields the event loop now and then. */
