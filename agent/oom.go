@@ -128,10 +128,12 @@ func newOOMWatch(token string) *oomWatch {
 	return &oomWatch{counter: c, start: n, token: token}
 }
 
-// oomSettleTime bounds the wait for the counter after a SIGKILL: the kernel counts the kill just
-// after it sends the signal, so a victim other than the allocating task can, in principle, be
-// reaped first. A SIGKILL the OOM killer did not send costs this much on the way out.
-const oomSettleTime = 50 * time.Millisecond
+// oomSettleTime bounds the wait for the counter after a SIGKILL: the kernel counts the kill after
+// it sends the signal and prints its "Killed process" report (printk, which a busy console can
+// hold for tens of milliseconds), so the victim can be reaped first. 50 ms proved too short on a
+// loaded CI machine (the line went missing twice); a SIGKILL the OOM killer did not send costs
+// this much on the way out, which only a box whose own command is SIGKILLed pays.
+const oomSettleTime = 1 * time.Second
 
 // killedByOOM says whether the counter grew since start (the command just ended with 137).
 func (w *oomWatch) killedByOOM() bool {

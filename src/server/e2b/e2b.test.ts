@@ -117,7 +117,7 @@ test('create, run, write and read, connect from a second process, getHost throug
     const page = await viaHost(sbx.getHost(8080), '/index.html', key);
     assert.equal(page.status, 200, page.body);
     assert.equal(page.body, 'served-by-box\n');
-    assert.equal((await viaHost(sbx.getHost(8080), '/index.html', null)).status, 401);
+    assert.equal((await viaHost(sbx.getHost(8080), '/index.html', null)).status, 403); // no credential: e2b's 403
   } finally {
     assert.equal(await sbx.kill(), true);
   }
