@@ -143,6 +143,7 @@ describe('signed file URLs at the root', () => {
   test('a body that stops arriving is 408 in envd’s shape {code, message}', async () => {
     const q = { path: '/tmp/slow.bin', operation: 'write' as const, user: '' };
     const signature = fileUrlSignature(q, token);
+    // base64 with + and /: encoded, as the SDK's URL building does (a bare + would read as a space).
     const u = new URL(srv.url);
     const res = await new Promise<{ status: number; body: string }>((resolve, reject) => {
       const req = httpRequest(
@@ -150,7 +151,7 @@ describe('signed file URLs at the root', () => {
           host: u.hostname,
           port: u.port,
           method: 'POST',
-          path: `/files?path=${encodeURIComponent(q.path)}&signature=${signature}`,
+          path: `/files?path=${encodeURIComponent(q.path)}&signature=${encodeURIComponent(signature)}`,
           headers: { 'content-type': 'application/octet-stream', 'content-length': '1000' },
         },
         (r) => {

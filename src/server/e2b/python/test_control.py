@@ -62,7 +62,7 @@ def test_traffic_access_token_guards_the_ports(proxy):
             return r if r.status_code == 200 else None
 
         assert wait_for(page, "httpd behind the traffic token").text == "behind-the-token\n"
-        assert httpx.get(f"{proxy['url']}/index.html", headers={"host": f"{host}:{port}"}, timeout=WAIT_S).status_code == 401
+        assert httpx.get(f"{proxy['url']}/index.html", headers={"host": f"{host}:{port}"}, timeout=WAIT_S).status_code == 403  # no credential: e2b's 403
         wrong = httpx.get(f"{proxy['url']}/index.html", headers={"host": f"{host}:{port}", TOKEN_HEADER: "x" * 43}, timeout=WAIT_S)
         assert wrong.status_code == 401
         assert Sandbox.connect(sbx.sandbox_id).traffic_access_token == token
