@@ -100,15 +100,33 @@ export async function sandboxOfToken(manager: Manager, keys: KeyStore, token: st
   if (!m || !key) throw new SbxError('unauthorized', 'X-Access-Token is not the access token of this sandbox');
   const cached = byToken.get(token);
   if (cached !== undefined) return cached;
-  const given = Buffer.from(token);
-  for (const box of await manager.list(key.role === 'admin' ? {} : { owner: key.owner })) {
-    const expected = Buffer.from(await envdAccessToken(manager, box.id, m[1]!).catch(() => ''));
-    if (expected.length === given.length && timingSafeEqual(expected, given)) {
+  const keyId = m[1]!;
+  const matches = async (box: { id: string; createdAt: string }) => sameText(await cachedToken(manager, box.id, box.createdAt, keyId).catch(() => ''), token);
+  // The boxes this key was handed tokens of, the most recent first: one (cached) HMAC each.
+  for (const [id, keyIds] of [...issued.entries()].reverse()) {
+    if (!keyIds.has(keyId)) continue;
+    const box = await manager.get(id).catch(() => undefined);
+    if (box && mayAccess(key, box.owner) && (await matches(box))) {
       byToken.set(token, box.id);
       return box.id;
     }
   }
-  throw new SbxError('not_found', 'the sandbox of this X-Access-Token was not found');
+  // Then every box the key may see (a token from before a restart), as a signature's full search:
+  // one at a time server-wide, yielding the event loop (key ids are no secret, so anyone could ask).
+  const found = await searchSlot(async () => {
+    let turnStart = performance.now();
+    for (const box of await manager.list(key.role === 'admin' ? {} : { owner: key.owner })) {
+      if (performance.now() - turnStart >= SEARCH_TURN_MS) {
+        await new Promise((resolve) => setImmediate(resolve));
+        turnStart = performance.now();
+      }
+      if (await matches(box)) return box.id;
+    }
+    return undefined;
+  });
+  if (found === undefined) throw new SbxError('not_found', 'the sandbox of this X-Access-Token was not found');
+  byToken.set(token, found);
+  return found;
 }
 
 /**
