@@ -27,3 +27,26 @@ test('at most N hold a slot; a release lets the next in, and a second release of
   (await c)();
   (await d)();
 });
+
+test('a released slot goes to the caller waiting for it: one arriving meanwhile cannot slip in past the limit', async () => {
+  const gate = new StartGate(1);
+  const a = await gate.acquire();
+  let bHolds = false;
+  const b = gate.acquire().then((r) => {
+    bHolds = true;
+    return r;
+  });
+  a();
+  // Called before the waiter has resumed: it must wait behind it, not take the slot.
+  let cHolds = false;
+  const c = gate.acquire().then((r) => {
+    cHolds = true;
+    return r;
+  });
+  await new Promise((r) => setImmediate(r));
+  assert.equal(bHolds, true);
+  assert.equal(cHolds, false, 'two callers hold the one slot');
+  (await b)();
+  (await c)();
+  assert.equal(cHolds, true);
+});

@@ -14,16 +14,21 @@ export class StartGate {
 
   constructor(private readonly limit: number) {}
 
-  /** Waits for a slot; the returned function gives it back (once, whatever calls it). */
+  /**
+   * Waits for a slot; the returned function gives it back (once, whatever calls it). A slot given
+   * back goes straight to the first waiter (the count is not dropped and taken again), so a caller
+   * arriving before that waiter resumes cannot slip in past the limit.
+   */
   async acquire(): Promise<() => void> {
-    if (this.active >= this.limit) await new Promise<void>((resolve) => this.waiting.push(resolve));
-    this.active++;
+    if (this.active < this.limit) this.active++;
+    else await new Promise<void>((resolve) => this.waiting.push(resolve));
     let released = false;
     return () => {
       if (released) return;
       released = true;
-      this.active--;
-      this.waiting.shift()?.();
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.active--;
     };
   }
 }
