@@ -3,7 +3,6 @@
  * plain HTTP refused off loopback, request ids.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { tmpdir } from 'node:os';
@@ -15,6 +14,7 @@ import { isSbxError } from '../errors.js';
 import { loadConfig } from '../sandbox/config.js';
 import { serve } from './index.js';
 import { startTestServer } from '../testing/server.js';
+import { selfSignedCert } from '../testing/tls.js';
 import { testEnv } from '../testing/env.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-serve-opts-'));
@@ -204,11 +204,7 @@ describe('serve options', () => {
   });
 
   test('TLS: the API is served over https with the given certificate', async () => {
-    const key = join(dir, 'key.pem');
-    const cert = join(dir, 'cert.pem');
-    execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', cert, '-days', '1', '-subj', '/CN=127.0.0.1'], {
-      stdio: 'ignore',
-    });
+    const { keyFile: key, certFile: cert } = selfSignedCert(dir, '127.0.0.1');
     const t = await startTestServer('tls', { serve: { tls: { certFile: cert, keyFile: key } } });
     try {
       assert.match(t.url, /^https:\/\/127\.0\.0\.1:\d+$/);

@@ -3,7 +3,6 @@
 // with another certificate must still get no request, so never the bearer token. The typed API
 // client, the watch and the WebSockets each make their own connections, so each is tried.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -12,6 +11,7 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { isSbxError } from '../../errors.js';
 import { KubernetesRuntime } from './runtime.js';
+import { selfSignedCert } from '../../testing/tls.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'sbx-kube-tls-'));
 const seen: string[] = [];
@@ -19,30 +19,8 @@ let server: https.Server;
 let rt: KubernetesRuntime;
 
 function selfSigned(name: string): { key: string; cert: string } {
-  const key = join(dir, `${name}.key`);
-  const cert = join(dir, `${name}.crt`);
-  execFileSync(
-    'openssl',
-    [
-      'req',
-      '-x509',
-      '-newkey',
-      'rsa:2048',
-      '-nodes',
-      '-keyout',
-      key,
-      '-out',
-      cert,
-      '-days',
-      '1',
-      '-subj',
-      `/CN=${name}`,
-      '-addext',
-      'subjectAltName=IP:127.0.0.1',
-    ],
-    { stdio: 'ignore' },
-  );
-  return { key: readFileSync(key, 'utf8'), cert: readFileSync(cert, 'utf8') };
+  const { keyFile, certFile } = selfSignedCert(dir, name, 'IP:127.0.0.1');
+  return { key: readFileSync(keyFile, 'utf8'), cert: readFileSync(certFile, 'utf8') };
 }
 
 before(async () => {

@@ -7,7 +7,6 @@
  * `mcp-gateway` the operator maps, else e2b's 404 for an unknown template.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -19,6 +18,7 @@ import * as e2bV231 from 'e2b-v231';
 import { Agent, buildConnector, setGlobalDispatcher } from 'undici';
 import { DockerRuntime } from '../../../runtime/docker/runtime.js';
 import { testEnv } from '../../../testing/env.js';
+import { selfSignedCert } from '../../../testing/tls.js';
 import { startTestServer } from '../../../testing/server.js';
 import type { TestServer } from '../../../testing/server.js';
 import { waitFor } from '../../../testing/wait.js';
@@ -53,30 +53,8 @@ let bob: string;
 let openKey: string;
 
 before(async () => {
-  const cert = join(dir, 'cert.pem');
-  const key = join(dir, 'key.pem');
   // The SAN: the wildcard the SDK's getHost names, and 127.0.0.1 for the API and envd URLs.
-  execFileSync(
-    'openssl',
-    [
-      'req',
-      '-x509',
-      '-newkey',
-      'rsa:2048',
-      '-nodes',
-      '-keyout',
-      key,
-      '-out',
-      cert,
-      '-days',
-      '1',
-      '-subj',
-      '/CN=sbx-test',
-      '-addext',
-      `subjectAltName=DNS:*.${DOMAIN},IP:127.0.0.1`,
-    ],
-    { stdio: 'ignore' },
-  );
+  const { certFile: cert, keyFile: key } = selfSignedCert(dir, 'sbx-test', `DNS:*.${DOMAIN},IP:127.0.0.1`);
   const ca = readFileSync(cert);
   // Trust the test CA in every TLS connection of this process, as NODE_EXTRA_CA_CERTS would at
   // startup: the 2.51 SDK makes its own undici Agent (the default CAs only), and Node 20 has no
