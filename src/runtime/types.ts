@@ -31,6 +31,40 @@ export interface SecuritySpec {
   tmpfs?: Record<string, string>;
 }
 
+/**
+ * One destination of an egress rule, as the runtime enforces it (src/sandbox/egress-policy.ts
+ * parses the user's strings into these): an address block or a domain, optionally one port range
+ * and one protocol.
+ */
+export interface EgressTarget {
+  /**
+   * A CIDR in canonical form (`198.18.0.0/15`, `198.18.0.1/32`, `2001:db8::/32`), or a domain:
+   * lowercase ASCII (IDNA as punycode), no trailing dot; `*.example.com` matches every name
+   * below example.com, not example.com itself.
+   */
+  host: string;
+  /** Inclusive port range; absent: every port (and ICMP for address blocks). */
+  ports?: [number, number];
+  /** Absent: TCP and UDP (both only when `ports` is set). */
+  protocol?: 'tcp' | 'udp';
+}
+
+/**
+ * What a box may connect to, compiled for the runtime (docs/network.md). Order of the checks,
+ * first match wins: `endpoints` accept; `deny` reject; `allow` address blocks accept; the always
+ * denied (link-local and metadata, the engine host's own addresses, other boxes, and for
+ * `allowlist` the private ranges) reject; addresses DNS gave for allowed names accept; then
+ * `all`/`denylist` accept, `allowlist`/`none` reject. Names: a query for a name no rule allows
+ * (allowlist, none) or a name denied without ports gets NXDOMAIN and is never forwarded.
+ */
+export interface EgressSpec {
+  mode: 'all' | 'none' | 'allowlist' | 'denylist';
+  allow: EgressTarget[];
+  deny: EgressTarget[];
+  /** sbx's own services the box must reach whatever the policy (heartbeats, the API): address blocks with a port. */
+  endpoints: EgressTarget[];
+}
+
 export interface ContainerSpec {
   image: string;
   name?: string;
@@ -64,6 +98,12 @@ export interface ContainerSpec {
    * the engine's machine). Nothing more is published on the host.
    */
   dialAnyPort?: boolean;
+  /**
+   * The box's egress rules, in force before its command can send a packet (a runtime that
+   * cannot enforce them refuses the create with not_available). Absent: `all` (the always
+   * denied ranges still closed where the runtime enforces egress at all).
+   */
+  egress?: EgressSpec;
 }
 
 /**
@@ -393,6 +433,8 @@ export interface RuntimeCapabilities {
   pause?: boolean;
   /** `commit` saves a container's filesystem as an image (absent means true). Kubernetes: false. */
   commit?: boolean;
+  /** `ContainerSpec.egress` and `setEgress` are enforced (absent means false). */
+  egress?: boolean;
 }
 
 /** One heartbeat a box sent (agent/heartbeat.go), as a node relays it. */
@@ -533,6 +575,14 @@ export interface Runtime {
    * does a heartbeat the box posts itself.
    */
   heartbeats?(signal: AbortSignal): AsyncIterable<BoxHeartbeat>;
+  /**
+   * Replaces a running box's egress rules: new connections follow them at once, and packets of
+   * open connections to what is now denied are refused (TCP gets a reset). Present exactly when
+   * `capabilities.egress` is true.
+   */
+  setEgress?(id: string, egress: EgressSpec): Promise<void>;
+  /** The egress rules in force for a box (the last `setEgress`, else its spec's); undefined: none recorded. */
+  getEgress?(id: string): Promise<EgressSpec | undefined>;
   /** Releases connections (and what `allowHostEndpoints` declared); containers are not touched. */
   close(): Promise<void>;
 }
