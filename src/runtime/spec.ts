@@ -17,6 +17,7 @@ import {
   portNumber,
   userSpec,
 } from './bounds.js';
+import { EgressSpecSchema } from './egress-spec.js';
 import { parseImageRef } from './image-ref.js';
 import type { ContainerSpec, ExecOptions, ExecStreamOptions, LogOptions, OutputBudget } from './types.js';
 
@@ -89,6 +90,7 @@ export const ContainerSpecSchema = z
       .optional(),
     shmSize: z.number().int().min(0).optional(),
     dialAnyPort: z.boolean().optional(),
+    egress: EgressSpecSchema.optional(),
   })
   .strict();
 
