@@ -7,9 +7,13 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { compressionBrotli, compressionGzip } from '@connectrpc/connect-node';
 import { isSbxError } from '../../errors.js';
+import type { SbxError } from '../../errors.js';
 import { startNode } from '../../node/server.js';
 import { readNodeState, writeNodeState } from '../../node/state.js';
-import { testEnv } from '../../testing/env.js';
+import { assertNoContainersLeft } from '../../testing/cleanup.js';
+import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
+import { DockerRuntime } from '../docker/runtime.js';
+import type { EgressSpec } from '../types.js';
 import { LogLines, startJoinedNode, startTestHub } from '../../testing/remote-node.js';
 import { waitFor, within } from '../../testing/wait.js';
 import { createIdentity } from './identity.js';
@@ -165,5 +169,75 @@ describe('node hub: trust over mutual TLS', () => {
     const credential = (await readNodeState(node.dataDir)).credential;
     const kept = await readFile(join(dataDir, 'nodes', 'nodes.json'), 'utf8');
     assert.equal(kept.includes(credential), false);
+  });
+});
+
+describe('node hub: egress policies over joined nodes', () => {
+  const runId = testRunId('hub-egress');
+  const labels = { [TEST_LABEL]: runId, 'sbx.managed-by': 'sbx' };
+  const policy: EgressSpec = {
+    mode: 'allowlist',
+    allow: [{ host: 'ok.test' }, { host: '198.18.0.0/24', ports: [80, 80], protocol: 'tcp' }],
+    deny: [],
+    endpoints: [],
+  };
+  const none: EgressSpec = { mode: 'none', allow: [], deny: [], endpoints: [] };
+  const docker = new DockerRuntime(testEnv.engineAddr);
+  after(async () => {
+    try {
+      await assertNoContainersLeft(docker, runId);
+    } finally {
+      await docker.close();
+    }
+  });
+
+  test("a node's facts say whether its engine enforces egress; the link's runtime and the pool over it follow; a policy the node cannot enforce creates nothing", async () => {
+    const { hub, close } = await startTestHub();
+    cleanups.push(close);
+    const node = await startJoinedNode(hub, { name: 'egress-1' });
+    cleanups.push(() => node.close());
+    const enforced = docker.capabilities.egress === true;
+    assert.equal(hub.nodes()[0]!.facts?.egress, enforced);
+    assert.equal(node.runtime().capabilities.egress, enforced);
+    const pool = hub.runtimeFor('sbx://egress-1');
+    assert.equal(pool.capabilities.egress, enforced);
+    if (!enforced) {
+      await assert.rejects(
+        pool.create({ image: testEnv.baseImage, labels, egress: policy }),
+        (e: SbxError) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'no_egress',
+      );
+      await assert.rejects(pool.setEgress!('egress-1:abc', none), (e: SbxError) => isSbxError(e, 'not_available') && e.details?.['node'] === 'egress-1');
+      assert.deepEqual(await docker.list({ labels: { [TEST_LABEL]: runId } }), [], 'nothing was created');
+      return;
+    }
+    const id = await pool.create({ image: testEnv.baseImage, cmd: ['sleep', '300'], labels, egress: policy });
+    try {
+      await pool.start(id);
+      assert.deepEqual(await pool.getEgress!(id), policy);
+      await pool.setEgress!(id, none);
+      assert.deepEqual(await pool.getEgress!(id), none);
+    } finally {
+      await pool.remove(id, { force: true });
+    }
+  });
+
+  test("another Manager's box on the same engine: its node refuses setEgress and getEgress as not_found", async () => {
+    const mine = await startTestHub();
+    const theirs = await startTestHub();
+    cleanups.push(mine.close, theirs.close);
+    const myNode = await startJoinedNode(mine.hub, { name: 'egress-mine' });
+    const theirNode = await startJoinedNode(theirs.hub, { name: 'egress-theirs' });
+    cleanups.push(
+      () => myNode.close(),
+      () => theirNode.close(),
+    );
+    const id = await theirNode.runtime().create({ image: testEnv.baseImage, labels });
+    try {
+      for (const call of [() => myNode.runtime().setEgress(id, none), () => myNode.runtime().getEgress(id)]) {
+        await assert.rejects(call(), (e: SbxError) => isSbxError(e, 'not_found') && !e.message.includes('sbx.node'));
+      }
+    } finally {
+      await theirNode.runtime().remove(id, { force: true });
+    }
   });
 });
