@@ -549,7 +549,9 @@ export class NodeSet implements Runtime {
     const best = fits
       .filter((f): f is { m: NodeMember; boxes: number } => f !== undefined)
       .sort((a, b) => a.boxes - b.boxes || (a.m.name < b.m.name ? -1 : a.m.name > b.m.name ? 1 : 0))[0];
-    if (!best) throw this.noFit(why, home);
+    // A node away that enforces egress (or has not said) may take the box once back: then it is not for good.
+    const egressAway = candidates.some((m) => m.state !== 'online' && m.runtime.capabilities.egress !== false);
+    if (!best) throw this.noFit(why, home, egressAway);
     const flight = this.inFlight.get(best.m.name) ?? { count: 0, memory: 0 };
     flight.count++;
     flight.memory += need.memory;
@@ -572,17 +574,18 @@ export class NodeSet implements Runtime {
     return { boxes: listed.length + flight.count, freeMemory: machine ? machine.memoryBytes - used - flight.memory : Infinity };
   }
 
-  private noFit(why: Map<string, string>, home: NodeMember | undefined): SbxError {
+  private noFit(why: Map<string, string>, home: NodeMember | undefined, egressAway: boolean): SbxError {
     const reasons = [...why].map(([node, reason]) => `${node}: ${reason}`).join('; ') || 'the pool has no nodes';
     const states = [...why.values()];
     const nodes = Object.fromEntries(why);
     const away = (s: string) => s === 'offline' || s === 'connecting' || s === 'unreachable';
-    if (states.includes(NO_EGRESS) && states.every((s) => s === NO_EGRESS || away(s))) {
+    if (states.includes(NO_EGRESS) && states.every((s) => s === NO_EGRESS || away(s)) && !egressAway) {
       return new SbxError('not_available', `no node of ${this.address} that is online enforces egress policies, which the box has (${reasons})`, {
         details: { address: this.address, nodes, reason: 'no_egress' },
       });
     }
-    if (!home && !states.some((s) => !away(s))) {
+    // A node that enforces no egress is no place for the box at all: what remains is only away.
+    if (!home && !states.some((s) => !away(s) && s !== NO_EGRESS)) {
       return new SbxError('runtime_unavailable', `no node of ${this.address} is online to take the box (${reasons})`, {
         details: { address: this.address, nodes },
       });
