@@ -14,7 +14,7 @@ import type { Duplex } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import * as tar from 'tar-stream';
 import { SbxError, isSbxError } from '../errors.js';
-import { validateEgress } from '../runtime/egress-spec.js';
+import { validateEgressSpec } from '../runtime/egress-spec.js';
 import { validateSpec } from '../runtime/spec.js';
 import type {
   BoxHeartbeat,
@@ -253,7 +253,7 @@ export class NodeService {
    * about a box, that this node created it; then that the runtime enforces egress at all.
    */
   async setEgress(id: string, egress: unknown): Promise<void> {
-    const valid = validateEgress(egress);
+    const valid = validateEgressSpec(egress);
     await this.check(id);
     if (!this.enforcesEgress()) throw this.noEgress(`set the egress policy of container ${id}`);
     await this.runtime.setEgress!(id, valid);

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { isSbxError } from '../errors.js';
-import { MAX_EGRESS_ENTRIES, isEgressCidr, isEgressDomain, validateEgress } from './egress-spec.js';
+import { MAX_EGRESS_ENTRIES, isEgressCidr, isEgressDomain, validateEgressSpec } from './egress-spec.js';
 import { validateSpec } from './spec.js';
 import type { EgressSpec } from './types.js';
 
@@ -25,7 +25,7 @@ export const SAMPLE_EGRESS: EgressSpec = {
 /** Fails unless `value` is refused as invalid_argument naming `field`. */
 function refused(value: unknown, field: string): void {
   assert.throws(
-    () => validateEgress(value),
+    () => validateEgressSpec(value),
     (e: unknown) => {
       assert.ok(isSbxError(e, 'invalid_argument'), String(e));
       assert.equal(e.details?.['field'], field, e.message);
@@ -38,8 +38,8 @@ const withAllow = (...allow: unknown[]) => ({ ...SAMPLE_EGRESS, allow });
 
 describe('EgressSpec shape', () => {
   test('a well-formed spec passes unchanged, and as ContainerSpec.egress', () => {
-    assert.deepEqual(validateEgress(SAMPLE_EGRESS), SAMPLE_EGRESS);
-    for (const mode of ['all', 'none', 'denylist'] as const) validateEgress({ mode, allow: [], deny: [], endpoints: [] });
+    assert.deepEqual(validateEgressSpec(SAMPLE_EGRESS), SAMPLE_EGRESS);
+    for (const mode of ['all', 'none', 'denylist'] as const) validateEgressSpec({ mode, allow: [], deny: [], endpoints: [] });
     assert.deepEqual(validateSpec({ image: 'sbx-base:latest', egress: SAMPLE_EGRESS }).egress, SAMPLE_EGRESS);
   });
 
@@ -115,7 +115,7 @@ describe('EgressSpec shape', () => {
 
   test(`bounded: ${MAX_EGRESS_ENTRIES} entries of allow and deny together; 100,000 are refused at once`, () => {
     const entries = (n: number) => Array.from({ length: n }, (_, i) => ({ host: `h${i}.test` }));
-    validateEgress({ mode: 'allowlist', allow: entries(600), deny: entries(400), endpoints: [] });
+    validateEgressSpec({ mode: 'allowlist', allow: entries(600), deny: entries(400), endpoints: [] });
     refused({ mode: 'allowlist', allow: entries(600), deny: entries(401), endpoints: [] }, 'egress.allow');
     refused({ mode: 'allowlist', allow: entries(MAX_EGRESS_ENTRIES + 1), deny: [], endpoints: [] }, 'egress.allow');
     refused({ ...SAMPLE_EGRESS, endpoints: Array.from({ length: 65 }, () => SAMPLE_EGRESS.endpoints[0]) }, 'egress.endpoints');

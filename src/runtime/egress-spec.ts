@@ -121,8 +121,8 @@ export const EgressSpecSchema = z
  * Checks an EgressSpec from outside (invalid_argument naming the field, e.g. `egress.allow.3.host`).
  *
  * @example
- * const spec = validateEgress(JSON.parse(body), 'egress');
+ * const spec = validateEgressSpec(JSON.parse(body), 'egress');
  */
-export function validateEgress(value: unknown, field = 'egress'): EgressSpec {
+export function validateEgressSpec(value: unknown, field = 'egress'): EgressSpec {
   return parseOrThrow(EgressSpecSchema, value, field, field) as EgressSpec;
 }

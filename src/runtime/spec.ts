@@ -33,6 +33,9 @@ export const imageRef = z.string({ error: 'is required' }).superRefine((ref, ctx
   }
 });
 
+// The EgressSpec shape (ContainerSpec.egress, setEgress) lives in egress-spec.ts; its checks, from here too.
+export { EgressSpecSchema, MAX_EGRESS_ENTRIES, validateEgressSpec } from './egress-spec.js';
+
 /**
  * The engine-neutral validation of a ContainerSpec: every runtime checks specs with it, so a
  * bad field is reported the same way (invalid_argument naming it) on every engine.

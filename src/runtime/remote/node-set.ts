@@ -27,7 +27,7 @@
 import { Readable } from 'node:stream';
 import type { Duplex } from 'node:stream';
 import { SbxError, isSbxError } from '../../errors.js';
-import { validateEgress } from '../egress-spec.js';
+import { validateEgressSpec } from '../egress-spec.js';
 import { validateSpec } from '../spec.js';
 import type {
   ContainerEvent,
@@ -485,7 +485,7 @@ export class NodeSet implements Runtime {
 
   /** Replaces the box's egress rules on its node; not_available naming the node when its runtime enforces none. */
   async setEgress(id: string, egress: EgressSpec): Promise<void> {
-    const valid = validateEgress(egress);
+    const valid = validateEgressSpec(egress);
     await this.on(id, 'set the egress policy of container', (rt, local, m) => egressOf(rt, m).setEgress(local, valid));
   }
 
