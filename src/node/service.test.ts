@@ -444,15 +444,17 @@ describe('node service: egress policies', () => {
     }
   });
 
-  test('a node whose runtime enforces no egress: a create with a policy is not_available and creates nothing; setEgress, getEgress not_available', async () => {
+  test("a node whose runtime enforces no egress: a create with a policy is not_available and creates nothing; setEgress, getEgress not_available; 'all' asks nothing of it", async () => {
     const n = await node('eg-none', withoutEgress);
     await assert.rejects(n.runtime.create(spec({ egress: POLICY })), (e: SbxError) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'no_egress');
     assert.equal((await local.list({ labels })).length, 0, 'nothing was created');
-    const id = await n.runtime.create(spec());
+    const all: EgressSpec = { ...NONE, mode: 'all' };
+    const id = await n.runtime.create(spec({ egress: all }));
     try {
       for (const call of [() => n.runtime.setEgress(id, NONE), () => n.runtime.getEgress(id)]) {
         await assert.rejects(call(), (e: SbxError) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'no_egress');
       }
+      await n.runtime.setEgress(id, all);
     } finally {
       await n.runtime.remove(id);
     }

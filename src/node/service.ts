@@ -158,6 +158,18 @@ export class NodeService {
     };
   }
 
+  /**
+   * A spec as this node's runtime takes its egress: never a box whose policy would be ignored (a
+   * runtime without egress would create it open), but `all` asks nothing such a runtime does not
+   * do already: it goes without, as on a DockerRuntime whose engine lacks the enforcer's image.
+   */
+  private egressFor(spec: ContainerSpec): ContainerSpec {
+    if (!spec.egress || this.enforcesEgress()) return spec;
+    if (spec.egress.mode !== 'all') throw this.noEgress(`create a box with egress '${spec.egress.mode}'`);
+    const { egress: _, ...rest } = spec;
+    return rest;
+  }
+
   /** Whether the node's runtime enforces egress policies (what `facts` tells the Manager). */
   private enforcesEgress(): boolean {
     return this.runtime.capabilities.egress === true && typeof this.runtime.setEgress === 'function';
@@ -168,10 +180,7 @@ export class NodeService {
   }
 
   async create(spec: ContainerSpec): Promise<string> {
-    const checked = validateSpec(spec);
-    // Never a box whose policy would be ignored: a runtime without egress would create it open.
-    if (checked.egress && !this.enforcesEgress()) throw this.noEgress('create a box with an egress policy');
-    const valid = await nodeSpec(checked, this.name, (p) => this.volumes.dataDir(p));
+    const valid = await nodeSpec(this.egressFor(validateSpec(spec)), this.name, (p) => this.volumes.dataDir(p));
     const env = valid.env ? await this.boxEnv(valid.env) : undefined;
     const id = await this.runtime.create(env ? { ...valid, env } : valid);
     this.remember(id);
@@ -255,7 +264,11 @@ export class NodeService {
   async setEgress(id: string, egress: unknown): Promise<void> {
     const valid = validateEgressSpec(egress);
     await this.check(id);
-    if (!this.enforcesEgress()) throw this.noEgress(`set the egress policy of container ${id}`);
+    if (!this.enforcesEgress()) {
+      // What such a runtime does already (see egressFor).
+      if (valid.mode === 'all') return;
+      throw this.noEgress(`set egress '${valid.mode}' on container ${id}`);
+    }
     await this.runtime.setEgress!(id, valid);
   }
 

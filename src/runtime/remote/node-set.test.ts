@@ -38,6 +38,14 @@ let seq = 0;
 /** A node: an in-memory runtime with workspace volumes, as a RemoteRuntime has them. */
 class NodeRuntime extends MemoryRuntime {
   readonly vols = new Map<string, Record<string, string>>();
+  /** The spec of each create, as the node got it. */
+  readonly specs = new Map<string, ContainerSpec>();
+
+  override async create(spec: ContainerSpec): Promise<string> {
+    const id = await super.create(spec);
+    this.specs.set(id, spec);
+    return id;
+  }
 
   async createWorkspaceVolume(hostPath: string, opts: WorkspaceVolumeOptions = {}): Promise<string> {
     await this.ping();
@@ -514,6 +522,12 @@ describe('NodeSet: egress policies', () => {
     const guarded = await started(c.set, { ...box, egress: policy });
     assert.equal(c.set.nodeOf(guarded), 'b');
     assert.deepEqual(egressOf(c, 'b').get(split(guarded)[1]), policy);
+    // `all` asks nothing of a node without egress (as a Docker engine without the enforcer's image): placed as any box, the field left out.
+    const all: EgressSpec = { mode: 'all', allow: [], deny: [], endpoints: [] };
+    const anyWhere = await started(c.set, { ...box, egress: all });
+    assert.equal(c.set.nodeOf(anyWhere), 'a');
+    assert.equal(c.rt('a').specs.get(split(anyWhere)[1])!.egress, undefined);
+    await c.set.setEgress(anyWhere, all);
     // b, which enforces egress, away: it comes back, so that is runtime_unavailable, not for good.
     c.down('b');
     const before = (await c.rt('a').list()).length;

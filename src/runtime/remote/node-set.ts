@@ -21,8 +21,8 @@
  * containers listed there plus creates in flight) and with the memory the spec asks for free
  * (its machine's memory minus the limits of its running containers) takes the box, fewest
  * containers first, ties by name. A box mounting a workspace volume goes to the node holding the
- * volume (draining or not). A box with an egress policy goes only to a node whose runtime
- * enforces one (`capabilities.egress`). See docs/nodes.md.
+ * volume (draining or not). A box with an egress policy other than `all` goes only to a node
+ * whose runtime enforces one (`capabilities.egress`). See docs/nodes.md.
  */
 import { Readable } from 'node:stream';
 import type { Duplex } from 'node:stream';
@@ -383,7 +383,7 @@ export class NodeSet implements Runtime {
     try {
       await this.declare(m);
       const labels = valid.memory ? { ...valid.labels, [MEMORY_LABEL]: String(valid.memory) } : valid.labels;
-      const local = await m.runtime.create({ ...valid, ...(labels ? { labels } : {}) });
+      const local = await m.runtime.create(egressFor({ ...valid, ...(labels ? { labels } : {}) }, m.runtime));
       // Known at once: a node that goes offline right after still lists the box.
       this.table(m.name).set(local, {
         id: local,
@@ -486,7 +486,11 @@ export class NodeSet implements Runtime {
   /** Replaces the box's egress rules on its node; not_available naming the node when its runtime enforces none. */
   async setEgress(id: string, egress: EgressSpec): Promise<void> {
     const valid = validateEgressSpec(egress);
-    await this.on(id, 'set the egress policy of container', (rt, local, m) => egressOf(rt, m).setEgress(local, valid));
+    await this.on(id, 'set the egress policy of container', async (rt, local, m) => {
+      // `all` on a node without egress: what it does already (see egressFor).
+      if (valid.mode === 'all' && rt.capabilities.egress !== true) return;
+      await egressOf(rt, m).setEgress(local, valid);
+    });
   }
 
   getEgress(id: string): Promise<EgressSpec | undefined> {
@@ -530,8 +534,8 @@ export class NodeSet implements Runtime {
         if (m.state !== 'online') return void why.set(m.name, m.state);
         // A box whose workspace or image is on one node goes there even while it drains: it has nowhere else to run.
         if (m.draining && !home) return void why.set(m.name, 'draining');
-        // Never created open: a runtime without egress would ignore the policy.
-        if (spec.egress && m.runtime.capabilities.egress !== true) return void why.set(m.name, NO_EGRESS);
+        // Never created open: a runtime without egress would ignore the policy (`all` asks nothing of it).
+        if (spec.egress && spec.egress.mode !== 'all' && m.runtime.capabilities.egress !== true) return void why.set(m.name, NO_EGRESS);
         let load;
         try {
           load = await this.loadOf(m, need.memory > 0);
@@ -932,6 +936,16 @@ class NodeImages implements Images {
       }
     }
   }
+}
+
+/**
+ * A spec as a member takes it: a node that enforces no egress gets none (only `all` is placed
+ * there, which asks nothing of it, and a node from before egress policies refuses the field).
+ */
+function egressFor(spec: ContainerSpec, rt: Runtime): ContainerSpec {
+  if (!spec.egress || rt.capabilities.egress === true) return spec;
+  const { egress: _, ...rest } = spec;
+  return rest;
 }
 
 /** The member's runtime as one that enforces egress; not_available naming the node when it does not. */
