@@ -16,6 +16,7 @@ import type { FakeNet } from './fakenet.js';
 import { runProcess } from './run-process.js';
 
 const TOOL = '/usr/local/bin/nettool';
+const CA = '/etc/fakenet-ca.pem';
 const runId = testRunId('fakenet');
 const rt = new DockerRuntime(testEnv.engineAddr);
 
@@ -25,7 +26,10 @@ before(async () => {
   net = await fakenet();
   box = await rt.create({
     image: testEnv.testImage,
-    binds: [{ hostPath: net.toolPath, containerPath: TOOL, readOnly: true }],
+    binds: [
+      { hostPath: net.toolPath, containerPath: TOOL, readOnly: true },
+      { hostPath: net.caPath, containerPath: CA, readOnly: true },
+    ],
     labels: { [TEST_LABEL]: runId },
   });
   await rt.start(box);
@@ -61,6 +65,14 @@ describe('a box reaches the fake internet', () => {
   test('HTTP to 198.18.0.1 with busybox wget', async () => {
     const body = await inBox(['wget', '-q', '-O', '-', `http://${net.ok.address}/`]);
     assert.equal(body, `hello from ${net.ok.address} host=${net.ok.address}\n`);
+  });
+
+  test('HTTPS: busybox wget (which verifies no certificate) and the tool, trusting the test CA only', async () => {
+    const hello = `hello from ${net.other.address} host=${net.other.address}\n`;
+    assert.equal(await inBox(['wget', '-q', '-O', '-', `https://${net.other.address}/`]), hello);
+    assert.equal(await inBox([TOOL, '-ca', CA, 'get', `https://${net.other.address}/`]), hello);
+    const r = await rt.exec(box, [TOOL, 'get', `https://${net.other.address}/`]);
+    assert.match(r.stderr, /unknown authority/);
   });
 
   test('UDP echo and the zone DNS server through the tool', async () => {

@@ -56,7 +56,11 @@ export interface FakeNet {
   foreignLog: string;
   /** PEM of the test CA the HTTPS servers' certificate is signed by. */
   caPath: string;
-  /** The static client for boxes (`nettool udp|tcp|dns|hold`; see harness/fakenet/nettool); bind it read-only. */
+  /**
+   * The static client for boxes (`nettool udp|tcp|dns|get|hold`; usage in harness/fakenet/nettool):
+   * bind it read-only. Busybox wget reaches the HTTPS hosts but verifies no certificate; `nettool
+   * -ca <caPath> get https://…` does.
+   */
   toolPath: string;
   /** Where the servers keep their state (pid, logs). */
   stateDir: string;

@@ -6,6 +6,8 @@
 //	nettool [-timeout 3s] [-tcp] [-type A] dns <server:port> <name>
 //	                                              one query to that server: an answer per line
 //	                                              ("A 198.18.0.1", "CNAME ok.test."), or the rcode
+//	nettool [-timeout 3s] [-ca ca.pem] get <url>  HTTP(S) GET, print the body (TLS verified
+//	                                              against -ca, or the system roots without it)
 //	nettool [-timeout 3s] hold <addr:port>        connect to an echo server, print "connected",
 //	                                              then send a line every 100 ms and read it back
 //	                                              until that fails (an open connection was cut)
@@ -16,12 +18,15 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -33,8 +38,9 @@ func main() {
 	timeout := flag.Duration("timeout", 3*time.Second, "for each connect and each reply")
 	overTCP := flag.Bool("tcp", false, "dns: query over TCP")
 	qtype := flag.String("type", "A", "dns: A, AAAA, CNAME or TXT")
+	caFile := flag.String("ca", "", "get: PEM file of the CA to trust")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: nettool [-timeout D] udp ADDR MSG | tcp ADDR | [-tcp] [-type T] dns SERVER NAME | hold ADDR")
+		fmt.Fprintln(os.Stderr, "usage: nettool [-timeout D] udp ADDR MSG | tcp ADDR | [-tcp] [-type T] dns SERVER NAME | [-ca FILE] get URL | hold ADDR")
 	}
 	flag.Parse()
 	args := flag.Args()
@@ -46,6 +52,8 @@ func main() {
 		err = tcpConnect(args[1], *timeout)
 	case len(args) == 3 && args[0] == "dns":
 		err = dns(args[1], args[2], *qtype, *overTCP, *timeout)
+	case len(args) == 2 && args[0] == "get":
+		err = get(args[1], *caFile, *timeout)
 	case len(args) == 2 && args[0] == "hold":
 		err = hold(args[1], *timeout)
 	default:
@@ -90,6 +98,35 @@ func tcpConnect(addr string, timeout time.Duration) error {
 	c.Close()
 	fmt.Println("ok")
 	return nil
+}
+
+func get(url, caFile string, timeout time.Duration) error {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return err
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("no certificate in %s", caFile)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: roots}
+	}
+	res, err := (&http.Client{Transport: tr, Timeout: timeout}).Get(url)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return err
+	}
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, res.Status)
+	}
+	_, err = os.Stdout.Write(body)
+	return err
 }
 
 func hold(addr string, timeout time.Duration) error {

@@ -7,6 +7,11 @@
 // Usage: sbx-fakenet -state DIR
 // Writes DIR/ca.pem (a test CA made at start), DIR/foreign.log, and DIR/pid last, once every
 // listener is bound: the script's readiness signal.
+//
+// tlssha1=1: busybox wget (the boxes' HTTPS client) sends no signature_algorithms in its TLS 1.2
+// ClientHello, which Go refuses by default (RFC 9155); with SHA-1 signatures allowed it connects.
+//
+//go:debug tlssha1=1
 package main
 
 import (
