@@ -2,8 +2,11 @@
 # The fake internet of the egress tests (issue 28): this machine has no internet, so a network
 # namespace `sbx-inet` stands in for it, linked to the host by the veth sbx-inet-h ↔ sbx-inet-n on
 # 198.18.0.0/24 (RFC 2544 benchmarking) and 2001:db8:5b::/64 (documentation). Boxes on Docker
-# bridges reach it through the host's routing (connected route on the veth, Docker's masquerade);
-# nothing else on the host changes: no iptables rule, no sysctl, no route beyond the two connected ones.
+# bridges reach it through the host's routing (connected route on the veth, Docker's masquerade).
+# On the host: the veth's two connected routes, and for the remote-node test engines (namespaces
+# behind veths sbxt<N>-h, src/testing/netns-engine.ts), whose traffic the host forwards under
+# Docker's FORWARD policy DROP, two DOCKER-USER rules (comment sbx-fakenet) passing exactly
+# sbxt+ -> sbx-inet-h and its replies. No sysctl, no other route or rule.
 # The servers (harness/fakenet/server, run as root in the namespace):
 #   198.18.0.1 ok.test, .2 other.test, .3 api.example.test, .4 deep.sub.example.test, 2001:db8:5b::1
 #     v6.test: HTTP :80 and :8000, HTTPS :443 (test CA) answering `hello from <addr> host=<Host>`
@@ -13,7 +16,7 @@
 # input hash into .build/fakenet. Needs root.
 # Usage: scripts/fakenet.sh up     bring it up (idempotent; replaces what a killed run left), print env
 #        scripts/fakenet.sh env    print the SBX_FAKENET_* lines only (exit 1 when it is not up)
-#        scripts/fakenet.sh down   stop the servers, delete namespace, veth and state
+#        scripts/fakenet.sh down   stop the servers, delete namespace, veth, rules and state
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -30,6 +33,10 @@ NS_ADDR6=2001:db8:5b::1
 STATE=/run/sbx-fakenet
 OUT=$SBX_ROOT/.build/fakenet
 SERVER=sbx-fakenet
+FORWARD_RULES=(
+  "-i sbxt+ -o $HOST_LINK -m comment --comment sbx-fakenet -j ACCEPT"
+  "-i $HOST_LINK -o sbxt+ -m conntrack --ctstate RELATED,ESTABLISHED -m comment --comment sbx-fakenet -j ACCEPT"
+)
 
 print_env() {
   cat <<EOF
@@ -76,6 +83,20 @@ server_pids() {
   local pid
   for pid in $(pids_named "$SERVER"); do
     ! is_server "$pid" || printf '%s\n' "$pid"
+  done
+}
+
+# forward_rules add|del. Without Docker's DOCKER-USER chain (no engine here) there is no
+# DROP policy to open: nothing to do.
+forward_rules() {
+  local rule
+  have iptables && iptables -w -S DOCKER-USER >/dev/null 2>&1 || return 0
+  for rule in "${FORWARD_RULES[@]}"; do
+    # shellcheck disable=SC2086 # a rule is words
+    case $1 in
+      add) iptables -w -C DOCKER-USER $rule 2>/dev/null || iptables -w -I DOCKER-USER $rule ;;
+      del) while iptables -w -C DOCKER-USER $rule 2>/dev/null; do iptables -w -D DOCKER-USER $rule; done ;;
+    esac
   done
 }
 
@@ -150,6 +171,7 @@ teardown() {
     ip link del "$HOST_LINK" 2>/dev/null || [ ! -e "/sys/class/net/$HOST_LINK" ] || die "ip link del $HOST_LINK failed"
   fi
   if [ -e "/run/netns/$NS" ]; then ip netns del "$NS" || die "ip netns del $NS failed"; fi
+  forward_rules del
   rm -rf "$STATE"
 }
 
@@ -203,6 +225,8 @@ case "$cmd" in
       healthy "$BUILT" || die "the fake internet is not in place after start (log: $STATE/server.log)"
       warn "up in $(elapsed "$t")"
     fi
+    # Outside `healthy`: rules someone removed come back without restarting the servers.
+    forward_rules add
     print_env
     ;;
   env)
