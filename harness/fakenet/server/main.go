@@ -204,6 +204,8 @@ func hello(w http.ResponseWriter, r *http.Request) {
 	host := r.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
+	} else {
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]") // a v6 literal without a port
 	}
 	w.Header().Set("Content-Type", "text/plain")
 	fmt.Fprintf(w, "hello from %s host=%s\n", local, host)
