@@ -11,6 +11,7 @@
 #   198.18.0.1 ok.test, .2 other.test, .3 api.example.test, .4 deep.sub.example.test, 2001:db8:5b::1
 #     v6.test: HTTP :80 and :8000, HTTPS :443 (test CA) answering `hello from <addr> host=<Host>`
 #   198.18.0.7: UDP and TCP echo :7
+#   169.254.169.254: a stand-in metadata service (HTTP :80, :8000; a host route to the veth)
 #   198.18.0.53: DNS for the zone (udp+tcp :53); 198.18.0.54: a "foreign" resolver logging every query
 # State (pid, CA, foreign log, copies of the binaries) in /run/sbx-fakenet; binaries built by
 # input hash into .build/fakenet. Needs root.
@@ -30,6 +31,8 @@ HOST_ADDR6=2001:db8:5b::fe
 # In step with harness/fakenet/server/main.go and src/testing/fakenet.ts.
 NS_ADDRS=(198.18.0.1 198.18.0.2 198.18.0.3 198.18.0.4 198.18.0.7 198.18.0.53 198.18.0.54)
 NS_ADDR6=2001:db8:5b::1
+# A stand-in for the cloud metadata service: what egress must refuse by default (host route below).
+METADATA=169.254.169.254
 STATE=/run/sbx-fakenet
 OUT=$SBX_ROOT/.build/fakenet
 SERVER=sbx-fakenet
@@ -51,6 +54,7 @@ SBX_FAKENET_API=198.18.0.3
 SBX_FAKENET_DEEP=198.18.0.4
 SBX_FAKENET_ECHO=198.18.0.7
 SBX_FAKENET_V6=$NS_ADDR6
+SBX_FAKENET_METADATA=$METADATA
 SBX_FAKENET_DNS=198.18.0.53:53
 SBX_FAKENET_FOREIGN_DNS=198.18.0.54:53
 SBX_FAKENET_FOREIGN_LOG=$STATE/foreign.log
@@ -144,6 +148,7 @@ healthy() {
   [ -s "$STATE/ca.pem" ] && [ -x "$STATE/nettool" ] || return 1
   # Outputs captured, not piped into `grep -q`: under pipefail its early exit fails the pipe.
   [[ $(ip -o addr show dev "$HOST_LINK") == *" $HOST_ADDR/24 "* ]] || return 1
+  [ -n "$(ip route show "$METADATA/32" dev "$HOST_LINK" 2>/dev/null)" ] || return 1
   probe "${2:-2s}"
 }
 
@@ -185,11 +190,14 @@ setup() {
   ip link set "$HOST_LINK" up
   for a in "${NS_ADDRS[@]}"; do ip -n "$NS" addr add "$a/24" dev "$NS_LINK"; done
   ip -n "$NS" -6 addr add "$NS_ADDR6/64" dev "$NS_LINK" nodad
+  ip -n "$NS" addr add "$METADATA/32" dev "$NS_LINK"
   ip -n "$NS" link set lo up
   ip -n "$NS" link set "$NS_LINK" up
   # Replies to boxes whose address Docker does not masquerade (v6, other bridges) go back via the host.
   ip -n "$NS" route add default via "$HOST_ADDR"
   ip -n "$NS" -6 route add default via "$HOST_ADDR6"
+  # The metadata address is link-local: a host route, gone with the veth at `down`.
+  ip route add "$METADATA/32" dev "$HOST_LINK"
   mkdir -p "$STATE"
   # Copies, so a rebuild in some worktree never swaps the binaries under a running server or a box.
   cp "$OUT/$SERVER" "$OUT/nettool" "$STATE/"

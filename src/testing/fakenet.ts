@@ -38,6 +38,8 @@ export interface FakeNet {
   api: FakeHost;
   /** deep.sub.example.test 198.18.0.4 (a second name under example.test, for wildcards). */
   deep: FakeHost;
+  /** 169.254.169.254, HTTP on :80 and :8000: the cloud metadata service's address, which egress refuses by default. */
+  metadata: string;
   /** v6.test 2001:db8:5b::1 (AAAA only); same web services as the v4 hosts. */
   v6: FakeHost;
   /** cname.test: a CNAME to ok.test. */
@@ -115,6 +117,7 @@ export function parseEnv(out: string): FakeNet {
     api: { name: 'api.example.test', address: get('API') },
     deep: { name: 'deep.sub.example.test', address: get('DEEP') },
     v6: { name: 'v6.test', address: get('V6') },
+    metadata: get('METADATA'),
     cnameName: 'cname.test',
     bigName: 'big.test',
     echo: get('ECHO'),

@@ -44,7 +44,7 @@ import (
 // The layout; scripts/fakenet.sh puts these addresses on the namespace's side of the veth and
 // src/testing/fakenet.ts names them for the tests: keep the three in step.
 var (
-	webAddrs    = []string{"198.18.0.1", "198.18.0.2", "198.18.0.3", "198.18.0.4", "2001:db8:5b::1"}
+	webAddrs    = []string{"198.18.0.1", "198.18.0.2", "198.18.0.3", "198.18.0.4", "2001:db8:5b::1", "169.254.169.254"}
 	echoAddr    = "198.18.0.7"
 	dnsAddr     = "198.18.0.53"
 	foreignAddr = "198.18.0.54"
