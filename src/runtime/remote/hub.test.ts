@@ -12,6 +12,7 @@ import { startNode } from '../../node/server.js';
 import { readNodeState, writeNodeState } from '../../node/state.js';
 import { assertNoContainersLeft } from '../../testing/cleanup.js';
 import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
+import { fakenet } from '../../testing/fakenet.js';
 import { DockerRuntime } from '../docker/runtime.js';
 import type { EgressSpec } from '../types.js';
 import { LogLines, startJoinedNode, startTestHub } from '../../testing/remote-node.js';
@@ -220,6 +221,51 @@ describe('node hub: egress policies over joined nodes', () => {
       await pool.remove(id, { force: true });
     }
   });
+
+  test(
+    'packets from a box on a node follow its policy, at create and after setEgress: addresses, ports, names (the fake internet)',
+    { skip: !docker.capabilities.egress && 'DockerRuntime enforces no egress yet' },
+    async () => {
+      const net = await fakenet();
+      // `sbx node` takes its enforcer's upstream resolvers from SBX_EGRESS_DNS, as a user runs it.
+      const dnsBefore = process.env['SBX_EGRESS_DNS'];
+      process.env['SBX_EGRESS_DNS'] = net.dns;
+      const { hub, close } = await startTestHub();
+      cleanups.push(close);
+      let node;
+      try {
+        node = await startJoinedNode(hub, { name: 'egress-packets' });
+      } finally {
+        if (dnsBefore === undefined) delete process.env['SBX_EGRESS_DNS'];
+        else process.env['SBX_EGRESS_DNS'] = dnsBefore;
+      }
+      cleanups.push(() => node.close());
+      const pool = hub.runtimeFor('sbx://egress-packets');
+      const get = async (id: string, url: string) => (await pool.exec(id, ['wget', '-q', '-T', '5', '-O', '-', url])).exitCode === 0;
+      const resolves = async (id: string, name: string) => (await pool.exec(id, ['nslookup', name])).exitCode === 0;
+      const okOnly: EgressSpec = {
+        mode: 'allowlist',
+        allow: [{ host: `${net.ok.address}/32`, ports: [80, 80], protocol: 'tcp' }, { host: net.api.name }],
+        deny: [],
+        endpoints: [],
+      };
+      const id = await pool.create({ image: testEnv.baseImage, cmd: ['sleep', '300'], labels, egress: okOnly });
+      try {
+        await pool.start(id);
+        assert.equal(await get(id, `http://${net.ok.address}/`), true, 'the allowed address and port');
+        assert.equal(await get(id, `http://${net.ok.address}:8000/`), false, 'another port of it');
+        assert.equal(await get(id, `http://${net.other.address}/`), false, 'an address not allowed');
+        assert.equal(await get(id, `http://${net.api.name}/`), true, 'an allowed name, through its address');
+        assert.equal(await resolves(id, net.other.name), false, 'a name not allowed does not resolve');
+        assert.equal(await get(id, `http://${net.metadata}/`), false, 'the metadata service');
+        await pool.setEgress!(id, { mode: 'allowlist', allow: [{ host: `${net.other.address}/32` }], deny: [], endpoints: [] });
+        assert.equal(await get(id, `http://${net.other.address}/`), true, 'allowed now');
+        assert.equal(await get(id, `http://${net.ok.address}/`), false, 'denied now');
+      } finally {
+        await pool.remove(id, { force: true });
+      }
+    },
+  );
 
   test("another Manager's box on the same engine: its node refuses setEgress and getEgress as not_found", async () => {
     const mine = await startTestHub();
