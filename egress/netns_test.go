@@ -3,8 +3,9 @@ package main
 // The integration test: real packets through the real kernel, in network namespaces made here
 // (never the host's own: a table there would drop the traffic of every box on the machine).
 //
-//	box1 (10.99.0.2) ─┐                 router: bridges sbx-boxes0 (10.99.0.1), sbx-boxes1
-//	box2 (10.99.1.2) ─┴─ router ─────── server (198.18.0.1-.9, 169.254.169.254: TCP echo :80 :8000,
+//	box1 (10.99.0.2, fd5b:0::2) ─┐      router: bridges sbx-boxes0 (10.99.0.1), sbx-boxes1
+//	box2 (10.99.1.2, fd5b:1::2) ─┴─ router ─── server (198.18.0.1-.9, 2001:db8:5b::1,
+//	                                            169.254.169.254: TCP echo :80 :8000,
 //	pod  (10.99.2.2, own table) ──┘      UDP echo :7, DNS on 198.18.0.53:53 for *.test)
 //
 // sbx-egress node runs in the router netns, sbx-egress pod in the pod netns, both as the binary
@@ -112,6 +113,7 @@ func newLab(t testing.TB) *lab {
 	}
 	r := l.router
 	sh(t, "ip", "netns", "exec", r, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	sh(t, "ip", "netns", "exec", r, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
 	for i, b := range []string{l.box1, l.box2} {
 		br := fmt.Sprintf("sbx-boxes%d", i)
 		sh(t, "ip", "-n", r, "link", "add", br, "type", "bridge")
@@ -122,6 +124,9 @@ func newLab(t testing.TB) *lab {
 		sh(t, "ip", "-n", b, "addr", "add", fmt.Sprintf("10.99.%d.2/24", i), "dev", "eth0")
 		sh(t, "ip", "-n", b, "link", "set", "eth0", "up")
 		sh(t, "ip", "-n", b, "route", "add", "default", "via", fmt.Sprintf("10.99.%d.1", i))
+		sh(t, "ip", "-n", r, "-6", "addr", "add", fmt.Sprintf("fd5b:%d::1/64", i), "dev", br, "nodad")
+		sh(t, "ip", "-n", b, "-6", "addr", "add", fmt.Sprintf("fd5b:%d::2/64", i), "dev", "eth0", "nodad")
+		sh(t, "ip", "-n", b, "-6", "route", "add", "default", "via", fmt.Sprintf("fd5b:%d::1", i))
 	}
 	sh(t, "ip", "-n", r, "link", "add", "vp", "type", "veth", "peer", "name", "eth0", "netns", l.pod)
 	sh(t, "ip", "-n", r, "addr", "add", "10.99.2.1/24", "dev", "vp")
@@ -136,7 +141,10 @@ func newLab(t testing.TB) *lab {
 	for _, a := range []string{"198.18.0.1/24", "198.18.0.2/24", "198.18.0.3/24", "198.18.0.4/24", "198.18.0.5/24", "198.18.0.6/24", "198.18.0.9/24", "198.18.0.53/24", "169.254.169.254/32"} {
 		sh(t, "ip", "-n", l.server, "addr", "add", a, "dev", "eth0")
 	}
+	sh(t, "ip", "-n", r, "-6", "addr", "add", "2001:db8:5b::fe/64", "dev", "vs", "nodad")
+	sh(t, "ip", "-n", l.server, "-6", "addr", "add", "2001:db8:5b::1/64", "dev", "eth0", "nodad")
 	sh(t, "ip", "-n", l.server, "link", "set", "eth0", "up")
+	sh(t, "ip", "-n", l.server, "-6", "route", "add", "default", "via", "2001:db8:5b::fe")
 	sh(t, "ip", "-n", l.server, "route", "add", "default", "via", "198.18.0.254")
 	l.startServers()
 
@@ -356,10 +364,27 @@ func (l *lab) put(id string, addrs []string, spec string) {
 
 // dial connects from a netns; the returned error tells reset/refused from dropped (timeout).
 func dial(t testing.TB, ns, network, addr string) (net.Conn, error) {
+	return dialTimeout(t, ns, network, addr, 5*time.Second)
+}
+
+func dialTimeout(t testing.TB, ns, network, addr string, d time.Duration) (net.Conn, error) {
 	var c net.Conn
 	var err error
-	inNetns(t, ns, func() { c, err = net.DialTimeout(network, addr, time.Second) })
+	inNetns(t, ns, func() { c, err = net.DialTimeout(network, addr, d) })
 	return c, err
+}
+
+// wantDropped: the connection attempt gets no answer at all (a dropped SYN); one second of
+// silence stands for "never", as a refused or accepted connection answers in microseconds here.
+func wantDropped(t testing.TB, ns, addr string) {
+	t.Helper()
+	c, err := dialTimeout(t, ns, "tcp", addr, time.Second)
+	if err == nil {
+		c.Close()
+	}
+	if !isTimeout(err) {
+		t.Fatalf("%s → %s: want dropped, got %v", ns, addr, err)
+	}
 }
 
 // tcpOK: a connection opens and echoes.
@@ -473,9 +498,7 @@ func TestNodeInNetns(t *testing.T) {
 	l.startHelper("node", "SBX_EGRESS_ALWAYS_DENY=198.18.0.9/32")
 
 	// Fail closed: a box nobody registered sends nothing (dropped: TCP retries once registered).
-	if err := tcpOK(t, l.box1, "198.18.0.1:80"); !isTimeout(err) {
-		t.Fatalf("unregistered box: want dropped, got %v", err)
-	}
+	wantDropped(t, l.box1, "198.18.0.1:80")
 	// A source that is not a box gets REFUSED from the proxy.
 	if rc, _ := query(t, l.box2, "10.99.1.1:15353", "ok.test", false); rc != dnsmessage.RCodeRefused {
 		t.Fatalf("unregistered query: %v", rc)
@@ -587,9 +610,7 @@ func TestNodeInNetns(t *testing.T) {
 	if st, _, _ := l.api("DELETE", "/v1/boxes/box3", ""); st != 204 {
 		t.Fatal(st)
 	}
-	if err := tcpOK(t, l.box1, "198.18.0.1:80"); !isTimeout(err) {
-		t.Fatalf("after DELETE: want dropped, got %v", err)
-	}
+	wantDropped(t, l.box1, "198.18.0.1:80")
 	// Bad input never reaches nft.
 	st, body, _ = l.api("PUT", "/v1/boxes/x", `{"addresses":["10.99.0.2"],"spec":{"mode":"all","allow":[{"host":"1.2.3.4/32 }; flush ruleset; {"}],"deny":[],"endpoints":[]}}`)
 	if st != 400 || !strings.Contains(body, "error") {
@@ -641,6 +662,105 @@ func TestPodInNetns(t *testing.T) {
 	if err := bad.Run(); err == nil || !strings.HasPrefix(stderr.String(), "400: ") {
 		t.Fatalf("bad call: %v %s", err, stderr.String())
 	}
+}
+
+// udpSink records the payloads that reach a UDP port of the server.
+func udpSink(t testing.TB, ns, addr string) chan string {
+	got := make(chan string, 16)
+	var c net.PacketConn
+	inNetns(t, ns, func() {
+		var err error
+		if c, err = net.ListenPacket("udp", addr); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Cleanup(func() { c.Close() })
+	go func() {
+		buf := make([]byte, 100)
+		for {
+			n, _, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			got <- string(buf[:n])
+		}
+	}()
+	return got
+}
+
+// sendFrom sends one UDP datagram from a netns; from, if set, is a source address the sender does
+// not own, bound with IPV6_FREEBIND: what any process can do without a capability.
+func sendFrom(t testing.TB, ns, from, to, payload string) error {
+	var err error
+	inNetns(t, ns, func() {
+		fd, e := syscall.Socket(syscall.AF_INET6, syscall.SOCK_DGRAM, 0)
+		if e != nil {
+			err = e
+			return
+		}
+		defer syscall.Close(fd)
+		if from != "" {
+			syscall.SetsockoptInt(fd, syscall.SOL_IPV6, 78 /* IPV6_FREEBIND */, 1)
+			if err = syscall.Bind(fd, &syscall.SockaddrInet6{Addr: netip.MustParseAddr(from).As16()}); err != nil {
+				return
+			}
+		}
+		ap := netip.MustParseAddrPort(to)
+		err = syscall.Sendto(fd, []byte(payload), 0, &syscall.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()})
+	})
+	return err
+}
+
+func macOf(t testing.TB, ns string) string {
+	out, err := exec.Command("ip", "netns", "exec", ns, "cat", "/sys/class/net/eth0/address").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// A box's process can send IPv6 from another box's address without any capability; with the
+// boxes' MACs registered, such a packet is dropped instead of passing under the other's policy.
+func TestSpoofInNetns(t *testing.T) {
+	l := newLab(t)
+	l.startHelper("node")
+	// One socket, so what arrives arrives in the order sent (one path: box2's bridge).
+	sink := udpSink(t, l.server, "[2001:db8:5b::1]:7001")
+	box1 := func(macs string) string {
+		return fmt.Sprintf(`{"addresses":["10.99.0.2","fd5b:0::2"],"macs":[%s],"spec":{"mode":"all","allow":[],"deny":[],"endpoints":[]}}`, macs)
+	}
+	box2 := fmt.Sprintf(`{"addresses":["10.99.1.2","fd5b:1::2"],"macs":["%s"],"spec":{"mode":"allowlist","allow":[{"host":"2001:db8:5b::1/128","ports":[7001,7001],"protocol":"udp"}],"deny":[],"endpoints":[]}}`, macOf(t, l.box2))
+	for id, body := range map[string]string{"box1": box1(""), "box2": box2} {
+		if st, b, err := l.api("PUT", "/v1/boxes/"+id, body); st != 200 {
+			t.Fatal(st, b, err)
+		}
+	}
+	wantOK(t, l.box1, "[2001:db8:5b::1]:80")
+	wantRefused(t, l.box2, "[2001:db8:5b::1]:80")
+	// Without box1's MAC the spoof works: box2 sends under box1's policy ("all").
+	if err := sendFrom(t, l.box2, "fd5b:0::2", "[2001:db8:5b::1]:7001", "spoof1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-sink; got != "spoof1" {
+		t.Fatal(got)
+	}
+	if st, b, err := l.api("PUT", "/v1/boxes/box1", box1(`"`+macOf(t, l.box1)+`"`)); st != 200 {
+		t.Fatal(st, b, err)
+	}
+	wantOK(t, l.box1, "[2001:db8:5b::1]:80")
+	wantOK(t, l.box1, "198.18.0.1:80")
+	sendFrom(t, l.box2, "fd5b:0::2", "[2001:db8:5b::1]:7001", "spoof2")
+	if err := sendFrom(t, l.box2, "", "[2001:db8:5b::1]:7001", "marker"); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-sink; got != "marker" {
+		t.Fatalf("spoofed packet arrived: %q", got)
+	}
+	// A wrong MAC: the box's own traffic is dropped.
+	if st, b, err := l.api("PUT", "/v1/boxes/box1", box1(`"02:00:00:00:00:01"`)); st != 200 {
+		t.Fatal(st, b, err)
+	}
+	wantDropped(t, l.box1, "198.18.0.1:80")
 }
 
 // TestMeasure prints the numbers of the report (SBX_EGRESS_MEASURE=1): PUT→committed latency of

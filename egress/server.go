@@ -22,6 +22,7 @@ type box struct {
 	spec      Spec
 	specKey   string
 	dnsRaw    []string
+	macs      []string // canonical (net.HardwareAddr.String), so safe in nft text
 	upstreams []netip.AddrPort
 	pol       *policy
 	tag       string
@@ -31,6 +32,10 @@ type box struct {
 	// repeated answer refreshes the kernel's element only once half its lifetime is gone, so a
 	// hot name costs no nft run per query.
 	learned map[string]time.Time
+}
+
+func (b *box) view() boxView {
+	return boxView{ID: b.id, Addresses: b.addrStrings(), Spec: b.spec, DNS: b.dnsRaw, MACs: b.macs}
 }
 
 func (b *box) addrStrings() []string {
@@ -91,12 +96,22 @@ func (s *server) compileBoxInput(id string, body *PutBody) (*box, error) {
 	if err != nil {
 		return nil, badRequest("%v", err)
 	}
-	key, _ := json.Marshal(body.Spec)
-	b := &box{id: id, addrs: addrs, spec: *body.Spec, specKey: string(key), dnsRaw: body.DNS, upstreams: ups, pol: pol, tag: boxTag(id)}
+	macs, err := parseMACs(body.MACs)
+	if err != nil {
+		return nil, badRequest("%v", err)
+	}
+	if s.cfg.pod {
+		macs = nil
+	}
+	key, _ := json.Marshal([]any{body.Spec, macs})
+	b := &box{id: id, addrs: addrs, spec: *body.Spec, specKey: string(key), dnsRaw: body.DNS, upstreams: ups, pol: pol, tag: boxTag(id), macs: macs}
 	if b.dnsRaw == nil {
 		b.dnsRaw = []string{}
 	}
 	b.rules = compileBox(s.cfg, b.tag, pol)
+	if len(macs) > 0 {
+		b.rules.rules = append([]string{fmt.Sprintf("ether saddr != { %s } drop", strings.Join(macs, ", "))}, b.rules.rules...)
+	}
 	return b, nil
 }
 
@@ -217,6 +232,7 @@ type boxView struct {
 	Addresses []string `json:"addresses"`
 	Spec      Spec     `json:"spec"`
 	DNS       []string `json:"dns,omitempty"`
+	MACs      []string `json:"macs,omitempty"`
 }
 
 func (s *server) list() []boxView {
@@ -224,7 +240,7 @@ func (s *server) list() []boxView {
 	defer s.mu.Unlock()
 	out := make([]boxView, 0, len(s.boxes))
 	for _, b := range s.boxes {
-		out = append(out, boxView{b.id, b.addrStrings(), b.spec, b.dnsRaw})
+		out = append(out, b.view())
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -237,7 +253,7 @@ func (s *server) get(id string) (boxView, bool) {
 	if b == nil {
 		return boxView{}, false
 	}
-	return boxView{b.id, b.addrStrings(), b.spec, b.dnsRaw}, true
+	return b.view(), true
 }
 
 type stateFile struct {
@@ -252,7 +268,7 @@ func (s *server) statePath() string { return filepath.Join(s.dir, "state.json") 
 func (s *server) saveLocked() error {
 	views := make([]boxView, 0, len(s.boxes))
 	for _, b := range s.boxes {
-		views = append(views, boxView{b.id, b.addrStrings(), b.spec, b.dnsRaw})
+		views = append(views, b.view())
 	}
 	sort.Slice(views, func(i, j int) bool { return views[i].ID < views[j].ID })
 	data, _ := json.Marshal(stateFile{Version: 1, Boxes: views})
@@ -297,7 +313,7 @@ func (s *server) loadState() []*box {
 	seen := map[netip.Addr]bool{}
 	for _, v := range st.Boxes {
 		spec := v.Spec
-		b, err := s.compileBoxInput(v.ID, &PutBody{Addresses: v.Addresses, Spec: &spec, DNS: v.DNS})
+		b, err := s.compileBoxInput(v.ID, &PutBody{Addresses: v.Addresses, Spec: &spec, DNS: v.DNS, MACs: v.MACs})
 		if err != nil {
 			log.Printf("state: box %q dropped: %v", v.ID, err)
 			continue

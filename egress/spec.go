@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"regexp"
 	"strings"
@@ -31,6 +32,11 @@ type PutBody struct {
 	Addresses []string `json:"addresses"`
 	Spec      *Spec    `json:"spec"`
 	DNS       []string `json:"dns"`
+	// MACs (node mode, optional): the box's interface MAC addresses. When given, a packet with
+	// one of the box's source addresses but another source MAC is dropped: without NET_ADMIN a box
+	// cannot change its MAC, but an unprivileged process can send IPv6 from a foreign source
+	// address (IPV6_FREEBIND), and would otherwise be checked against another box's policy.
+	MACs []string `json:"macs,omitempty"`
 }
 
 // Bounds on what a caller may register: sbx allows 1000 user entries, plus a few endpoints.
@@ -262,6 +268,21 @@ func (r rule) matches(name string) bool {
 		return len(name) > len(r.domain)+1 && strings.HasSuffix(name, r.domain) && name[len(name)-len(r.domain)-1] == '.'
 	}
 	return name == r.domain
+}
+
+func parseMACs(ss []string) ([]string, error) {
+	if len(ss) > maxAddresses {
+		return nil, fmt.Errorf("at most %d macs", maxAddresses)
+	}
+	out := make([]string, 0, len(ss))
+	for i, s := range ss {
+		m, err := net.ParseMAC(s)
+		if err != nil || len(m) != 6 {
+			return nil, fmt.Errorf("macs[%d]: %q is not an Ethernet MAC address", i, s)
+		}
+		out = append(out, m.String())
+	}
+	return out, nil
 }
 
 func parseAddresses(ss []string) ([]netip.Addr, error) {

@@ -387,6 +387,8 @@ func TestAPI(t *testing.T) {
 		{"/v1/boxes/a", `{"addresses":["10.99.0.2"]}`},
 		{"/v1/boxes/a", good + good},
 		{"/v1/boxes/a", `{"addresses":["10.99.0.2"],"spec":{"mode":"all","allow":[],"deny":[],"endpoints":[]},"dns":["x"]}`},
+		{"/v1/boxes/a", `{"addresses":["10.99.0.2"],"macs":["02:42:ac:12:00:05 } accept"],"spec":{"mode":"all","allow":[],"deny":[],"endpoints":[]}}`},
+		{"/v1/boxes/a", `{"addresses":["10.99.0.2"],"macs":["00:00:00:00:fe:80:00:00:00:00:00:00:02:00:5e:10:00:00:00:01"],"spec":{"mode":"all","allow":[],"deny":[],"endpoints":[]}}`},
 		{"/v1/boxes/a", `{"addresses":["10.99.0.2"],"spec":{"mode":"all","allow":[{"host":"a.test","bogus":1}],"deny":[],"endpoints":[]}}`},
 		{"/v1/boxes/a", `{"addresses":["10.99.0.2"],"spec":{"mode":"all","allow":[],"deny":[],"endpoints":[]},"pad":"` + strings.Repeat("x", maxBodyBytes) + `"}`},
 	} {
