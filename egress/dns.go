@@ -66,6 +66,7 @@ func (p *proxy) serveUDP(conn *net.UDPConn) {
 		}
 		go func() {
 			defer func() { <-p.udp }()
+			defer recoverLog("dns udp")
 			if resp := p.handle(src.Addr(), buf[:n], false); resp != nil {
 				conn.WriteToUDPAddrPort(resp, src)
 			}
@@ -93,6 +94,7 @@ func (p *proxy) serveTCP(ln net.Listener) {
 		go func() {
 			defer func() { <-p.tcp }()
 			defer c.Close()
+			defer recoverLog("dns tcp")
 			src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
 			r := bufio.NewReader(c)
 			for i := 0; i < maxTCPQueries; i++ {
@@ -110,6 +112,13 @@ func (p *proxy) serveTCP(ln net.Listener) {
 				}
 			}
 		}()
+	}
+}
+
+// recoverLog keeps one bad message from ending the helper (and with it DNS for every box).
+func recoverLog(what string) {
+	if r := recover(); r != nil {
+		log.Printf("%s: recovered: %v", what, r)
 	}
 }
 
@@ -237,7 +246,7 @@ func (p *proxy) handle(src netip.Addr, q []byte, tcp bool) []byte {
 	if deniedOutright(b.pol, names) {
 		return reply(hdr, &question, dnsmessage.RCodeNameError)
 	}
-	if err := p.s.learn(b, v.allow, denyClasses(b.pol, names), addrs); err != nil {
+	if err := p.s.learn(b, name, names, v.allow, denyClasses(b.pol, names), addrs); err != nil {
 		log.Printf("dns: %s from %s: learning the answer: %v", name, src, err)
 		return reply(hdr, &question, dnsmessage.RCodeServerFailure)
 	}

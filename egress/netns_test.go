@@ -405,6 +405,22 @@ func tcpOK(t testing.TB, ns, addr string) error {
 	return nil
 }
 
+// echoOnce writes a line on an open connection and reads it back.
+func echoOnce(c net.Conn, line string) error {
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte(line)); err != nil {
+		return err
+	}
+	got := make([]byte, len(line))
+	if _, err := io.ReadFull(c, got); err != nil {
+		return err
+	}
+	if string(got) != line {
+		return fmt.Errorf("echo %q", got)
+	}
+	return nil
+}
+
 func udpOK(t testing.TB, ns, addr string) error {
 	c, err := dial(t, ns, "udp", addr)
 	if err != nil {
@@ -549,6 +565,28 @@ func TestNodeInNetns(t *testing.T) {
 	}
 	wantRefused(t, l.box1, "198.18.0.1:8000")
 	wantOK(t, l.box1, "198.18.0.1:80")
+
+	// A change keeps what DNS taught for names the new policy still allows (their open
+	// connections survive) and cuts the rest.
+	keep, err := dial(t, l.box1, "tcp", "198.18.0.3:80") // ok.test
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close()
+	cut, err := dial(t, l.box1, "tcp", "198.18.0.4:80") // alias.test
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cut.Close()
+	l.put("box1", []string{"10.99.0.2"}, strings.Replace(allowlistSpec, `{"host":"alias.test"},`, `{"host":"other.test"},`, 1))
+	if err := echoOnce(keep, "still\n"); err != nil {
+		t.Fatalf("connection to a still-allowed name cut: %v", err)
+	}
+	if err := echoOnce(cut, "gone\n"); err == nil || isTimeout(err) {
+		t.Fatalf("connection to a name no longer allowed survived: %v", err)
+	}
+	wantOK(t, l.box1, "198.18.0.3:80")
+	wantRefused(t, l.box1, "198.18.0.4:80")
 
 	// Denylist: everything but the denied and the always-denied; other boxes refused.
 	l.put("box2", []string{"10.99.1.2"}, `{"mode":"all","allow":[],"deny":[],"endpoints":[]}`)

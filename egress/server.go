@@ -32,6 +32,7 @@ type box struct {
 	// repeated answer refreshes the kernel's element only once half its lifetime is gone, so a
 	// hot name costs no nft run per query.
 	learned map[string]time.Time
+	answers map[string]answer // by queried name
 }
 
 func (b *box) view() boxView {
@@ -131,6 +132,13 @@ func (s *server) put(b *box) error {
 		}
 	}
 	sameRules := old != nil && old.specKey == b.specKey
+	now := time.Now()
+	var carried []learnedEntry
+	carry := func() {
+		t, f, answers := carryText(old, b, now)
+		text.WriteString(t)
+		carried, b.answers = f, answers
+	}
 	switch {
 	case s.cfg.pod:
 		if old != nil {
@@ -139,6 +147,9 @@ func (s *server) put(b *box) error {
 			fmt.Fprintf(&text, "flush chain %s box\n", table)
 		}
 		text.WriteString(addBoxText(s.cfg, b.tag, b.rules))
+		if old != nil {
+			carry()
+		}
 	case sameRules:
 		// Only the addresses change; the sets (and what DNS taught them) stay.
 		text.WriteString(addrElems("delete", old.tag, minus(old.addrs, b.addrs), dns))
@@ -147,6 +158,7 @@ func (s *server) put(b *box) error {
 		text.WriteString(addrElems("delete", old.tag, old.addrs, old.pol.needsDNS()))
 		text.WriteString(clearBoxText(s.cfg, old.tag, old.rules))
 		text.WriteString(addBoxText(s.cfg, b.tag, b.rules))
+		carry()
 		text.WriteString(addrElems("add", b.tag, b.addrs, dns))
 	default:
 		fmt.Fprintf(&text, "add chain %s %s\n", table, b.tag)
@@ -165,7 +177,9 @@ func (s *server) put(b *box) error {
 		}
 	}
 	if sameRules {
-		b.rules, b.learned = old.rules, old.learned
+		b.rules, b.learned, b.answers = old.rules, old.learned, old.answers
+	} else {
+		b.remember(carried, now)
 	}
 	s.registerLocked(b, sameRules, old)
 	return s.saveLocked()
@@ -399,10 +413,102 @@ type learned struct {
 	ttl  time.Duration
 }
 
-// learn adds an answer's addresses to the box's learned sets of the given classes, in one
+// answer is what DNS last told a box about a name. A policy change re-decides each unexpired
+// answer under the new policy and puts its addresses in the new sets in the same transaction, so
+// connections to names the new policy still allows survive the change.
+type answer struct {
+	names   []string // the queried name and its CNAME chain
+	addrs   []netip.Addr
+	expires []time.Time
+}
+
+const maxAnswers = 4096
+
+type learnedEntry struct {
+	key     string
+	expires time.Time
+}
+
+// learnBatch writes the elements for addrs into b's learned sets of the given classes. With
+// skipFresh, an element whose kernel timeout is still more than half its new lifetime away is
+// left alone: a hot name costs no nft run per query.
+func learnBatch(b *box, allow, deny []class, addrs []netip.Addr, expires []time.Time, now time.Time, skipFresh bool) (string, []learnedEntry) {
+	var text strings.Builder
+	var fresh []learnedEntry
+	write := func(sets []learnSet, classes []class) {
+		for _, c := range classes {
+			for _, ls := range sets {
+				if ls.class != c {
+					continue
+				}
+				for i, a := range addrs {
+					ttl := expires[i].Sub(now).Round(time.Second)
+					if ttl < time.Second {
+						continue
+					}
+					set := ls.name6
+					if a.Is4() {
+						set = ls.name4
+					}
+					key := set + " " + a.String()
+					if exp, ok := b.learned[key]; skipFresh && ok && exp.Sub(now) > ttl/2 {
+						continue
+					}
+					text.WriteString(learnText(set, a, ttl))
+					fresh = append(fresh, learnedEntry{key, now.Add(ttl)})
+				}
+			}
+		}
+	}
+	write(b.rules.learnDeny, deny)
+	write(b.rules.learnAllow, allow)
+	return text.String(), fresh
+}
+
+func (b *box) remember(fresh []learnedEntry, now time.Time) {
+	if b.learned == nil {
+		b.learned = map[string]time.Time{}
+	}
+	for _, e := range fresh {
+		b.learned[e.key] = e.expires
+	}
+	// Forget what the kernel has expired, so the map stays as small as the sets.
+	if len(b.learned) > maxAnswers {
+		for k, exp := range b.learned {
+			if exp.Before(now) {
+				delete(b.learned, k)
+			}
+		}
+	}
+}
+
+// carryText re-decides old's answers under b's policy and writes the elements of those still
+// allowed (or denied with ports) into b's new sets; it returns what b then holds.
+func carryText(old, b *box, now time.Time) (string, []learnedEntry, map[string]answer) {
+	var text strings.Builder
+	var fresh []learnedEntry
+	answers := map[string]answer{}
+	for qname, ans := range old.answers {
+		live := false
+		for _, e := range ans.expires {
+			live = live || e.After(now)
+		}
+		v := decide(b.pol, qname)
+		if !live || v.nxdomain || deniedOutright(b.pol, ans.names) {
+			continue
+		}
+		t, f := learnBatch(b, v.allow, denyClasses(b.pol, ans.names), ans.addrs, ans.expires, now, false)
+		text.WriteString(t)
+		fresh = append(fresh, f...)
+		answers[qname] = ans
+	}
+	return text.String(), fresh, answers
+}
+
+// learn puts an answer's addresses in the box's learned sets of the given classes, in one
 // transaction, before the answer goes back to the box.
-func (s *server) learn(b *box, allow, deny []class, addrs []learned) error {
-	if len(addrs) == 0 || len(allow)+len(deny) == 0 {
+func (s *server) learn(b *box, qname string, names []string, allow, deny []class, addrs []learned) error {
+	if len(addrs) == 0 {
 		return nil
 	}
 	s.mu.Lock()
@@ -411,55 +517,31 @@ func (s *server) learn(b *box, allow, deny []class, addrs []learned) error {
 	if cur == nil || cur.gen != b.gen {
 		return errStale
 	}
-	var text strings.Builder
 	now := time.Now()
-	type entry struct {
-		key string
-		ttl time.Duration
+	ans := answer{names: names}
+	for _, l := range addrs {
+		ans.addrs = append(ans.addrs, l.addr)
+		ans.expires = append(ans.expires, now.Add(l.ttl))
 	}
-	var fresh []entry
-	write := func(sets []learnSet, classes []class) {
-		for _, c := range classes {
-			for _, ls := range sets {
-				if ls.class != c {
-					continue
-				}
-				for _, l := range addrs {
-					set := ls.name6
-					if l.addr.Is4() {
-						set = ls.name4
-					}
-					key := set + " " + l.addr.String()
-					if exp, ok := cur.learned[key]; ok && exp.Sub(now) > l.ttl/2 {
-						continue
-					}
-					text.WriteString(learnText(set, l.addr, l.ttl))
-					fresh = append(fresh, entry{key, l.ttl})
-				}
+	text, fresh := learnBatch(cur, allow, deny, ans.addrs, ans.expires, now, true)
+	if text != "" {
+		if err := runNft(s.nft, text); err != nil {
+			return err
+		}
+	}
+	cur.remember(fresh, now)
+	if cur.answers == nil {
+		cur.answers = map[string]answer{}
+	}
+	if len(cur.answers) >= maxAnswers {
+		for k, a := range cur.answers {
+			if last := a.expires[len(a.expires)-1]; last.Before(now) {
+				delete(cur.answers, k)
 			}
 		}
 	}
-	write(cur.rules.learnDeny, deny)
-	write(cur.rules.learnAllow, allow)
-	if text.Len() == 0 {
-		return nil
-	}
-	if err := runNft(s.nft, text.String()); err != nil {
-		return err
-	}
-	if cur.learned == nil {
-		cur.learned = map[string]time.Time{}
-	}
-	for _, e := range fresh {
-		cur.learned[e.key] = now.Add(e.ttl)
-	}
-	// Forget what the kernel has expired, so the map stays as small as the sets.
-	if len(cur.learned) > 1024 {
-		for k, exp := range cur.learned {
-			if exp.Before(now) {
-				delete(cur.learned, k)
-			}
-		}
+	if len(cur.answers) < maxAnswers {
+		cur.answers[qname] = ans
 	}
 	return nil
 }
