@@ -367,7 +367,11 @@ func (s *server) install(boxes []*box) error {
 	for _, b := range boxes {
 		s.registerLocked(b, false, nil)
 	}
-	return s.saveLocked()
+	// The table is in force; a state.json that cannot be written is reported by the next PUT.
+	if err := s.saveLocked(); err != nil {
+		log.Print(err)
+	}
+	return nil
 }
 
 func (s *server) fullText(boxes []*box) string {
