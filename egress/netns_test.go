@@ -191,7 +191,7 @@ func (l *lab) startServers() {
 				if err != nil {
 					return
 				}
-				if resp := l.zone(buf[:n]); resp != nil {
+				if resp := l.zone(buf[:n], false); resp != nil {
 					du.WriteTo(resp, a)
 				}
 			}
@@ -211,7 +211,7 @@ func (l *lab) startServers() {
 					defer c.Close()
 					q, err := readTCPMessage(c)
 					if err == nil {
-						if resp := l.zone(q); resp != nil {
+						if resp := l.zone(q, true); resp != nil {
 							writeTCPMessage(c, resp)
 						}
 					}
@@ -222,8 +222,9 @@ func (l *lab) startServers() {
 }
 
 // zone answers: ok.test A .3 (TTL 1: clamped to 30 s), alias.test CNAME ok2.test A .4, any
-// name under wild.test A .5, bad.test A .6, ssh.test A .1; others NXDOMAIN.
-func (l *lab) zone(q []byte) []byte {
+// name under wild.test A .5, bad.test A .6, ssh.test A .1, evil.test CNAME bad.test, big.test
+// truncated over UDP and A .2 over TCP, hN.example.test A 198.18.2.N; others NXDOMAIN.
+func (l *lab) zone(q []byte, tcp bool) []byte {
 	var m dnsmessage.Message
 	if m.Unpack(q) != nil || len(m.Questions) != 1 {
 		return nil
@@ -257,6 +258,13 @@ func (l *lab) zone(q []byte) []byte {
 			m.Answers = append(m.Answers, a(name, 6))
 		case name == "ssh.test":
 			m.Answers = append(m.Answers, a(name, 1))
+		case name == "evil.test":
+			m.Answers = append(m.Answers, dnsmessage.Resource{Header: dnsmessage.ResourceHeader{Name: dnsmessage.MustNewName("evil.test."), Type: dnsmessage.TypeCNAME, Class: dnsmessage.ClassINET, TTL: 60},
+				Body: &dnsmessage.CNAMEResource{CNAME: dnsmessage.MustNewName("bad.test.")}}, a("bad.test", 6))
+		case name == "big.test" && !tcp:
+			m.Truncated = true
+		case name == "big.test":
+			m.Answers = append(m.Answers, a(name, 2))
 		default:
 			m.RCode = dnsmessage.RCodeNameError
 		}
@@ -405,6 +413,41 @@ func tcpOK(t testing.TB, ns, addr string) error {
 	return nil
 }
 
+// ping sends one ICMP echo request from a netns and returns the type of the first ICMP message
+// that comes back from dst's direction (0 echo reply, 3 unreachable), or -1 after 5 s.
+func ping(t testing.TB, ns, dst string) int {
+	var c net.PacketConn
+	inNetns(t, ns, func() {
+		var err error
+		if c, err = net.ListenPacket("ip4:icmp", "0.0.0.0"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer c.Close()
+	msg := []byte{8, 0, 0, 0, 0x5b, 0x5b, 0, 1, 'p', 'i', 'n', 'g'}
+	var sum uint32
+	for i := 0; i < len(msg); i += 2 {
+		sum += uint32(msg[i])<<8 | uint32(msg[i+1])
+	}
+	sum = (sum >> 16) + (sum & 0xffff)
+	sum += sum >> 16
+	msg[2], msg[3] = byte(^sum>>8), byte(^sum)
+	if _, err := c.WriteTo(msg, &net.IPAddr{IP: net.ParseIP(dst)}); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 1500)
+	for {
+		n, _, err := c.ReadFrom(buf)
+		if err != nil {
+			return -1
+		}
+		if n > 0 && buf[0] != 8 { // not our own request
+			return int(buf[0])
+		}
+	}
+}
+
 // echoOnce writes a line on an open connection and reads it back.
 func echoOnce(c net.Conn, line string) error {
 	c.SetDeadline(time.Now().Add(10 * time.Second))
@@ -505,7 +548,7 @@ func query(t testing.TB, ns, server, name string, tcp bool) (dnsmessage.RCode, [
 const allowlistSpec = `{"mode":"allowlist","allow":[
 	{"host":"198.18.0.1/32","ports":[80,80],"protocol":"tcp"},
 	{"host":"ok.test"},{"host":"alias.test"},{"host":"*.wild.test","ports":[80,80],"protocol":"tcp"},
-	{"host":"ssh.test"},{"host":"bad.test"}],
+	{"host":"ssh.test"},{"host":"bad.test"},{"host":"evil.test"},{"host":"big.test"}],
 	"deny":[{"host":"bad.test"},{"host":"ssh.test","ports":[8000,8000],"protocol":"tcp"}],
 	"endpoints":[{"host":"198.18.0.9/32","ports":[8000,8000],"protocol":"tcp"}]}`
 
@@ -553,6 +596,24 @@ func TestNodeInNetns(t *testing.T) {
 		}
 	}
 	wantRefused(t, l.box1, "198.18.0.6:80")
+	// A CNAME into a denied name: NXDOMAIN too.
+	if rc, _ := query(t, l.box1, "198.18.0.53:53", "evil.test", false); rc != dnsmessage.RCodeNameError {
+		t.Fatalf("evil.test: %v", rc)
+	}
+	// Truncated over UDP: the client gets the truncated answer (and would retry over TCP); the
+	// proxy fetched the whole answer over TCP and opened its address already.
+	wantRefused(t, l.box1, "198.18.0.2:80")
+	if rc, addrs := query(t, l.box1, "198.18.0.53:53", "big.test", false); rc != dnsmessage.RCodeSuccess || len(addrs) != 0 {
+		t.Fatalf("big.test: %v %v", rc, addrs)
+	}
+	wantOK(t, l.box1, "198.18.0.2:80")
+	// ICMP follows address rules without ports (ok.test's learned address), not port-scoped ones.
+	if typ := ping(t, l.box1, "198.18.0.3"); typ != 0 {
+		t.Fatalf("ping ok.test's address: ICMP type %d", typ)
+	}
+	if typ := ping(t, l.box1, "198.18.0.1"); typ != 3 {
+		t.Fatalf("ping a TCP-only address: ICMP type %d, want 3 (unreachable)", typ)
+	}
 	// Wildcard with a port.
 	if rc, _ := query(t, l.box1, "198.18.0.53:53", "a.b.wild.test", false); rc != dnsmessage.RCodeSuccess {
 		t.Fatal(rc)
