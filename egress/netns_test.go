@@ -818,9 +818,10 @@ func macOf(t testing.TB, ns string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// A box's process can send IPv6 from another box's address without any capability; with the
+// IPv6: filtering and DNS redirect work, and a box's process can send from another box's address
+// without any capability; with the
 // boxes' MACs registered, such a packet is dropped instead of passing under the other's policy.
-func TestSpoofInNetns(t *testing.T) {
+func TestIPv6SpoofInNetns(t *testing.T) {
 	l := newLab(t)
 	l.startHelper("node")
 	// One socket, so what arrives arrives in the order sent (one path: box2's bridge).
@@ -836,6 +837,12 @@ func TestSpoofInNetns(t *testing.T) {
 	}
 	wantOK(t, l.box1, "[2001:db8:5b::1]:80")
 	wantRefused(t, l.box2, "[2001:db8:5b::1]:80")
+	// IPv6 DNS of a filtered box lands in the proxy too (box2 is an allowlist).
+	for _, tcp := range []bool{false, true} {
+		if rc, _ := query(t, l.box2, "[2001:db8:5b::1]:53", "ok.test", tcp); rc != dnsmessage.RCodeNameError {
+			t.Fatalf("ok.test over IPv6 (tcp %v): %v", tcp, rc)
+		}
+	}
 	// Without box1's MAC the spoof works: box2 sends under box1's policy ("all").
 	if err := sendFrom(t, l.box2, "fd5b:0::2", "[2001:db8:5b::1]:7001", "spoof1"); err != nil {
 		t.Fatal(err)
