@@ -819,8 +819,8 @@ func macOf(t testing.TB, ns string) string {
 }
 
 // IPv6: filtering and DNS redirect work, and a box's process can send from another box's address
-// without any capability; with the
-// boxes' MACs registered, such a packet is dropped instead of passing under the other's policy.
+// without any capability; with the boxes' MACs registered, such a packet is dropped instead of
+// passing under the other's policy.
 func TestIPv6SpoofInNetns(t *testing.T) {
 	l := newLab(t)
 	l.startHelper("node")
