@@ -49,7 +49,7 @@ export const METHODS: Record<string, Method> = {
   execSignal: method(z.tuple([z.string().min(1).max(64), z.string().min(1).max(16)]), (s, [handle, name]) => s.execSignal(handle, name)),
   setBoxEnv: method(z.tuple([containerId, envMap]), (s, [id, env]) => s.setBoxEnv(id, env)),
   boxTool: method(z.tuple([containerId]), (s, [id]) => s.boxTool(id)),
-  // The policy is checked by validateEgressSpec in setEgress (EgressSpecSchema: bounded), so its fields are named `egress.…`.
+  // The policy is checked by validateEgressGrammar in setEgress (every entry, bounded), so its fields are named `egress.…`.
   setEgress: method(z.tuple([containerId, z.unknown()]), (s, [id, egress]) => s.setEgress(id, egress)),
   getEgress: method(z.tuple([containerId]), (s, [id]) => s.getEgress(id)),
   imageExists: method(z.tuple([z.string().min(1).max(1024)]), (s, [ref]) => s.imageExists(ref)),

@@ -476,6 +476,8 @@ describe('node service: egress policies', () => {
     const many = Array.from({ length: 100_000 }, (_, i) => ({ host: `h${i}.test` }));
     await bad(n.runtime.setEgress('no-such-box', raw({ ...POLICY, allow: many })), 'egress.allow');
     await bad(n.runtime.create(spec({ egress: raw({ ...POLICY, allow: [{ host: 'ok.test', ports: [443, 80] }] }) })), 'egress.allow.0.ports');
+    // Beyond the shape every runtime checks: each entry, as a node takes its Manager's bytes.
+    await bad(n.runtime.create(spec({ egress: raw({ ...POLICY, deny: [{ host: '198.18.0.1/24' }] }) })), 'egress.deny.0.host');
     assert.equal((await local.list({ labels })).length, 0, 'nothing was created');
     assert.equal(seen.size, 0, 'the runtime saw none of it');
   });

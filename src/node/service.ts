@@ -14,7 +14,7 @@ import type { Duplex } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import * as tar from 'tar-stream';
 import { SbxError, isSbxError } from '../errors.js';
-import { validateEgressSpec } from '../runtime/egress-spec.js';
+import { validateEgressGrammar } from '../runtime/egress-spec.js';
 import { validateSpec } from '../runtime/spec.js';
 import type {
   BoxHeartbeat,
@@ -164,7 +164,10 @@ export class NodeService {
    * do already: it goes without, as on a DockerRuntime whose engine lacks the enforcer's image.
    */
   private egressFor(spec: ContainerSpec): ContainerSpec {
-    if (!spec.egress || this.enforcesEgress()) return spec;
+    if (!spec.egress) return spec;
+    // The Manager's bytes: every entry checked, beyond the shape the spec schema saw.
+    validateEgressGrammar(spec.egress);
+    if (this.enforcesEgress()) return spec;
     if (spec.egress.mode !== 'all') throw this.noEgress(`create a box with egress '${spec.egress.mode}'`);
     const { egress: _, ...rest } = spec;
     return rest;
@@ -262,7 +265,7 @@ export class NodeService {
    * about a box, that this node created it; then that the runtime enforces egress at all.
    */
   async setEgress(id: string, egress: unknown): Promise<void> {
-    const valid = validateEgressSpec(egress);
+    const valid = validateEgressGrammar(egress);
     await this.check(id);
     if (!this.enforcesEgress()) {
       // What such a runtime does already (see egressFor).

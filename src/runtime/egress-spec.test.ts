@@ -1,10 +1,10 @@
-// The runtime form of an egress policy as a node (or any runtime) takes it from outside: what
+// The runtime form of an egress policy as a node takes it from its Manager, entry by entry: what
 // passes, what is refused with the field named, and the bound on its size.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { isSbxError } from '../errors.js';
-import { MAX_EGRESS_ENTRIES, isEgressCidr, isEgressDomain, validateEgressSpec } from './egress-spec.js';
-import { validateSpec } from './spec.js';
+import { isEgressCidr, isEgressDomain, validateEgressGrammar } from './egress-spec.js';
+import { MAX_EGRESS_ENTRIES, validateSpec } from './spec.js';
 import type { EgressSpec } from './types.js';
 
 export const SAMPLE_EGRESS: EgressSpec = {
@@ -25,7 +25,7 @@ export const SAMPLE_EGRESS: EgressSpec = {
 /** Fails unless `value` is refused as invalid_argument naming `field`. */
 function refused(value: unknown, field: string): void {
   assert.throws(
-    () => validateEgressSpec(value),
+    () => validateEgressGrammar(value),
     (e: unknown) => {
       assert.ok(isSbxError(e, 'invalid_argument'), String(e));
       assert.equal(e.details?.['field'], field, e.message);
@@ -37,9 +37,9 @@ function refused(value: unknown, field: string): void {
 const withAllow = (...allow: unknown[]) => ({ ...SAMPLE_EGRESS, allow });
 
 describe('EgressSpec shape', () => {
-  test('a well-formed spec passes unchanged, and as ContainerSpec.egress', () => {
-    assert.deepEqual(validateEgressSpec(SAMPLE_EGRESS), SAMPLE_EGRESS);
-    for (const mode of ['all', 'none', 'denylist'] as const) validateEgressSpec({ mode, allow: [], deny: [], endpoints: [] });
+  test('a well-formed spec passes unchanged (and the spec schema takes it as ContainerSpec.egress)', () => {
+    assert.deepEqual(validateEgressGrammar(SAMPLE_EGRESS), SAMPLE_EGRESS);
+    for (const mode of ['all', 'none', 'denylist'] as const) validateEgressGrammar({ mode, allow: [], deny: [], endpoints: [] });
     assert.deepEqual(validateSpec({ image: 'sbx-base:latest', egress: SAMPLE_EGRESS }).egress, SAMPLE_EGRESS);
   });
 
@@ -105,17 +105,11 @@ describe('EgressSpec shape', () => {
     refused({ mode: 'all', allow: [], endpoints: [] }, 'egress.deny');
     refused({ ...SAMPLE_EGRESS, rules: [] }, 'egress');
     refused('all', 'egress');
-    assert.throws(
-      () => validateSpec({ image: 'sbx-base:latest', egress: withAllow({ host: '10.1.0.0/8' }) as EgressSpec }),
-      (e: unknown) => {
-        return isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'egress.allow.0.host';
-      },
-    );
   });
 
   test(`bounded: ${MAX_EGRESS_ENTRIES} entries of allow and deny together; 100,000 are refused at once`, () => {
     const entries = (n: number) => Array.from({ length: n }, (_, i) => ({ host: `h${i}.test` }));
-    validateEgressSpec({ mode: 'allowlist', allow: entries(600), deny: entries(400), endpoints: [] });
+    validateEgressGrammar({ mode: 'allowlist', allow: entries(600), deny: entries(400), endpoints: [] });
     refused({ mode: 'allowlist', allow: entries(600), deny: entries(401), endpoints: [] }, 'egress.allow');
     refused({ mode: 'allowlist', allow: entries(MAX_EGRESS_ENTRIES + 1), deny: [], endpoints: [] }, 'egress.allow');
     refused({ ...SAMPLE_EGRESS, endpoints: Array.from({ length: 65 }, () => SAMPLE_EGRESS.endpoints[0]) }, 'egress.endpoints');

@@ -1,20 +1,19 @@
 /**
- * The shape of an EgressSpec (types.ts), checked wherever one crosses a trust boundary: a node
- * parses its Manager's bytes (src/node), and every runtime checks a ContainerSpec's `egress`
- * with the spec schema (spec.ts). This is the runtime form, already normalized by the sandbox
- * layer (src/sandbox/egress-policy.ts parses the user's strings): here only what an enforcer may
- * safely take — address blocks that parse and have no host bits set, domains of the DNS grammar,
- * port ranges in order, a protocol only with ports, and a bounded number of each.
+ * An EgressSpec (types.ts) checked entry by entry, where one crosses a trust boundary: a node
+ * parses its Manager's bytes (src/node). Every runtime checks the spec's shape and size
+ * (EgressSpecSchema in spec.ts: the Manager parsed each entry, src/sandbox/egress-policy.ts);
+ * this adds what an enforcer may safely take of someone else's bytes — address blocks that parse
+ * and have no host bits set, domains of the DNS grammar, a protocol only with ports, endpoints as
+ * address blocks with ports — with the same bounds.
  */
 import { isIPv4, isIPv6 } from 'node:net';
 import { z } from 'zod';
 import { parseOrThrow } from '../util/validation.js';
 import { portNumber } from './bounds.js';
+import { MAX_EGRESS_ENTRIES } from './spec.js';
 import type { EgressSpec } from './types.js';
 
-/** Entries of `allow` and `deny` together, at most (the bound the user-level policy documents). */
-export const MAX_EGRESS_ENTRIES = 1000;
-/** sbx's own endpoints in one spec, at most (a handful in practice: heartbeats, the API, gRPC). */
+/** sbx's own endpoints in one spec, at most (a handful in practice: heartbeats, the API, gRPC; spec.ts's bound). */
 export const MAX_EGRESS_ENDPOINTS = 64;
 /** The longest domain DNS carries (RFC 1035: 253 characters written out). */
 const MAX_DOMAIN = 253;
@@ -103,8 +102,8 @@ const endpoint = z
   })
   .strict();
 
-/** An EgressSpec as a runtime takes it (bounded: MAX_EGRESS_ENTRIES, MAX_EGRESS_ENDPOINTS). */
-export const EgressSpecSchema = z
+/** An EgressSpec with every entry checked (bounded: MAX_EGRESS_ENTRIES, MAX_EGRESS_ENDPOINTS). */
+export const EgressGrammarSchema = z
   .object({
     mode: z.enum(['all', 'none', 'allowlist', 'denylist']),
     allow: z.array(target).max(MAX_EGRESS_ENTRIES, `must have at most ${MAX_EGRESS_ENTRIES} entries`),
@@ -118,11 +117,12 @@ export const EgressSpecSchema = z
   });
 
 /**
- * Checks an EgressSpec from outside (invalid_argument naming the field, e.g. `egress.allow.3.host`).
+ * Checks an EgressSpec from outside, every entry (invalid_argument naming the field, e.g.
+ * `egress.allow.3.host`).
  *
  * @example
- * const spec = validateEgressSpec(JSON.parse(body), 'egress');
+ * const spec = validateEgressGrammar(JSON.parse(body), 'egress');
  */
-export function validateEgressSpec(value: unknown, field = 'egress'): EgressSpec {
-  return parseOrThrow(EgressSpecSchema, value, field, field) as EgressSpec;
+export function validateEgressGrammar(value: unknown, field = 'egress'): EgressSpec {
+  return parseOrThrow(EgressGrammarSchema, value, field, field) as EgressSpec;
 }

@@ -553,8 +553,8 @@ describe('NodeSet: egress policies', () => {
     assert.deepEqual(egressOf(c, 'b').get(split(onB)[1]), next);
     assert.deepEqual(await c.set.getEgress(onB), next);
     await assert.rejects(
-      c.set.setEgress(onB, { ...next, allow: [{ host: '198.18.0.1/24' }] }),
-      rejectsWith('invalid_argument', (e) => assert.equal(e.details?.['field'], 'egress.allow.0.host')),
+      c.set.setEgress(onB, { ...next, allow: [{ host: 'ok.test', ports: [443, 80] }] }),
+      rejectsWith('invalid_argument', (e) => assert.equal(e.details?.['field'], 'egress.allow.0.ports')),
     );
     assert.deepEqual(egressOf(c, 'b').get(split(onB)[1]), next, 'unchanged');
     for (const call of [() => c.set.setEgress(onA, next), () => c.set.getEgress(onA)]) {

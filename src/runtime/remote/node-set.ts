@@ -27,8 +27,7 @@
 import { Readable } from 'node:stream';
 import type { Duplex } from 'node:stream';
 import { SbxError, isSbxError } from '../../errors.js';
-import { validateEgressSpec } from '../egress-spec.js';
-import { validateSpec } from '../spec.js';
+import { validateEgressSpec, validateSpec } from '../spec.js';
 import type {
   ContainerEvent,
   ContainerInfo,
