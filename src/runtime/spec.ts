@@ -18,7 +18,7 @@ import {
   userSpec,
 } from './bounds.js';
 import { parseImageRef } from './image-ref.js';
-import type { ContainerSpec, ExecOptions, ExecStreamOptions, LogOptions, OutputBudget } from './types.js';
+import type { ContainerSpec, EgressSpec, ExecOptions, ExecStreamOptions, LogOptions, OutputBudget } from './types.js';
 
 const port = portNumber;
 const labelKey = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/;
@@ -31,6 +31,34 @@ export const imageRef = z.string({ error: 'is required' }).superRefine((ref, ctx
     ctx.addIssue({ code: 'custom', message: (e as Error).message.replace(/^image: /, '') });
   }
 });
+
+/** One EgressTarget as a runtime takes it: the grammar is src/sandbox/egress-policy.ts's, this is only its shape and bounds. */
+const egressTarget = z
+  .object({
+    host: z.string().min(1).max(300),
+    ports: z
+      .tuple([port, port])
+      .refine(([lo, hi]) => lo <= hi, 'must be [low, high] with low <= high')
+      .optional(),
+    protocol: z.enum(['tcp', 'udp']).optional(),
+  })
+  .strict();
+
+/** An EgressSpec's shape and bounds (at most 1000 allow and deny entries together, as the policy allows). */
+export const EgressSpecSchema = z
+  .object({
+    mode: z.enum(['all', 'none', 'allowlist', 'denylist']),
+    allow: z.array(egressTarget),
+    deny: z.array(egressTarget),
+    endpoints: z.array(egressTarget).max(100),
+  })
+  .strict()
+  .refine((e) => e.allow.length + e.deny.length <= 1000, 'must have at most 1000 allow and deny entries together');
+
+/** Checks an EgressSpec before a runtime hands it to its enforcer (`setEgress`). */
+export function validateEgress(egress: EgressSpec, field = 'egress'): EgressSpec {
+  return parseOrThrow(EgressSpecSchema, egress, field, field) as EgressSpec;
+}
 
 /**
  * The engine-neutral validation of a ContainerSpec: every runtime checks specs with it, so a
@@ -89,6 +117,7 @@ export const ContainerSpecSchema = z
       .optional(),
     shmSize: z.number().int().min(0).optional(),
     dialAnyPort: z.boolean().optional(),
+    egress: EgressSpecSchema.optional(),
   })
   .strict();
 
