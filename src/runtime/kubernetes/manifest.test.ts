@@ -194,7 +194,7 @@ test('egress: a native sidecar with NET_ADMIN alone holds the rules, first of th
   assert.equal(sidecar!.image, 'sbx-egress:1');
   // restartPolicy Always on an init container is what makes it a sidecar that runs beside the box.
   assert.equal(sidecar!.restartPolicy, 'Always');
-  assert.deepEqual(sidecar!.command, ['/sbx-egress', 'pod']);
+  assert.deepEqual(sidecar!.command, ['/usr/local/bin/sbx-egress', 'pod']);
   assert.deepEqual(sidecar!.securityContext!.capabilities, { drop: ['ALL'], add: ['NET_ADMIN'] });
   assert.equal(sidecar!.securityContext!.allowPrivilegeEscalation, false);
   assert.equal(sidecar!.securityContext!.readOnlyRootFilesystem, true);
@@ -202,7 +202,7 @@ test('egress: a native sidecar with NET_ADMIN alone holds the rules, first of th
   assert.deepEqual(JSON.parse(env['SBX_EGRESS_SPEC']!.value!), { spec: egress, dns: ['198.18.0.53:53'] });
   assert.deepEqual(env['SBX_EGRESS_HOST_ADDRESSES']!.valueFrom, { fieldRef: { fieldPath: 'status.hostIP' } });
   // Fail closed: the box's container starts only after this probe passed.
-  assert.deepEqual(sidecar!.startupProbe!.exec, { command: ['/sbx-egress', 'ready'] });
+  assert.deepEqual(sidecar!.startupProbe!.exec, { command: ['/usr/local/bin/sbx-egress', 'ready'] });
   assert.ok(sidecar!.resources!.requests!['memory'] && sidecar!.resources!.limits!['memory'], 'the sidecar is counted in the pod');
   // Its socket's volume is the sidecar's alone.
   const run = sidecar!.volumeMounts!.map((m) => m.name);

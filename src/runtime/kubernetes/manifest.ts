@@ -49,8 +49,8 @@ export interface AgentOptions {
  * box's command never runs unfiltered.
  */
 export const EGRESS_CONTAINER = 'sbx-egress';
-/** The enforcer's binary in its image (images/sbx-egress: FROM scratch, the binary and nft). */
-export const EGRESS_BIN = '/sbx-egress';
+/** The enforcer's binary in its image (images/sbx-egress: FROM scratch, the binary and nft; its ENTRYPOINT). */
+export const EGRESS_BIN = '/usr/local/bin/sbx-egress';
 /** The enforcer's start configuration, JSON `{ spec, dns }`, read once at its start. */
 export const EGRESS_SPEC_ENV = 'SBX_EGRESS_SPEC';
 /** The node's addresses (the downward API's status.hostIP), always denied unless a rule names them. */
