@@ -3,6 +3,8 @@
 // for the world. Every assertion is a real packet from the box. Needs the sbx-egress image in the
 // cluster (scripts/kube.sh imports sbx-egress:latest; SBX_TEST_KUBE_EGRESS_IMAGE names another).
 import assert from 'node:assert/strict';
+import { createServer } from 'node:net';
+import type { AddressInfo, Server } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { isSbxError } from '../../errors.js';
 import { readPort, sh as shIn, startTestBox } from '../../testing/boxes.js';
@@ -18,6 +20,15 @@ const why = await unavailable();
 const runId = testRunId('kube-egress');
 /** The test cluster's pod network (scripts/kube.sh): other boxes. */
 const POD_NETWORK = '10.244.0.0/24';
+/** The test cluster's node address, the pods' gateway (scripts/kube.sh). */
+const NODE_ADDRESS = '10.244.0.1';
+
+/** A TCP service on the node's address that says `text` to each connection. */
+async function nodeService(text: string): Promise<Server & { port: number }> {
+  const server = createServer((c) => c.end(`${text}\n`));
+  await new Promise<void>((resolve, reject) => server.once('error', reject).listen(0, NODE_ADDRESS, resolve));
+  return Object.assign(server, { port: (server.address() as AddressInfo).port });
+}
 
 const policy = (mode: EgressSpec['mode'], allow: EgressSpec['allow'] = [], deny: EgressSpec['deny'] = []): EgressSpec => ({ mode, allow, deny, endpoints: [] });
 
@@ -126,6 +137,26 @@ describe('egress rules on Kubernetes pods', { skip: why ?? false }, () => {
     const peer = await sh(client, `nc -w 3 ${addr} 8080 </dev/null`);
     assert.doesNotMatch(peer.stdout, /hello-from-peer/);
     assert.notEqual(peer.exitCode, 0);
+  });
+
+  test('a pod whose spec has no rules: everything but the node, where only the declared endpoints are open', async () => {
+    const endpoint = await nodeService('sbx-endpoint');
+    const other = await nodeService('other-service');
+    try {
+      await rt.allowHostEndpoints([{ address: NODE_ADDRESS, port: endpoint.port }]);
+      const id = await box();
+      assert.match((await fetch(id, `http://${net.ok.address}/`)) ?? '', /hello from/);
+      assert.match((await sh(id, `nc -w 3 ${NODE_ADDRESS} ${endpoint.port} </dev/null`)).stdout, /sbx-endpoint/);
+      assert.doesNotMatch((await sh(id, `nc -w 3 ${NODE_ADDRESS} ${other.port} </dev/null`)).stdout, /other-service/);
+      assert.deepEqual(await rt.getEgress(id), {
+        ...policy('all'),
+        endpoints: [{ host: `${NODE_ADDRESS}/32`, ports: [endpoint.port, endpoint.port], protocol: 'tcp' }],
+      });
+    } finally {
+      await rt.allowHostEndpoints([]);
+      endpoint.close();
+      other.close();
+    }
   });
 
   test('rules the sidecar cannot put in place: the box never starts, and start says why', async () => {

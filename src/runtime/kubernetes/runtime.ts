@@ -13,10 +13,12 @@ import type {
   ContainerStats,
   ContainerSummary,
   EgressSpec,
+  EgressTarget,
   ExecOptions,
   ExecResult,
   ExecStream,
   ExecStreamOptions,
+  HostEndpoint,
   LogChunk,
   LogOptions,
   PortSpec,
@@ -45,6 +47,7 @@ import {
   AGENT_BIN,
   AGENT_PORT,
   DIAL_ANY_PORT_ANNOTATION,
+  EGRESS_ALL,
   EGRESS_CONTAINER,
   MAIN_CONTAINER,
   PORTS_ANNOTATION,
@@ -131,6 +134,8 @@ export class KubernetesRuntime implements Runtime {
   /** The upstream DNS servers handed to every sidecar (egress.ts). */
   private readonly egressDns: string[];
   private readonly egressDenyNetworks: string[];
+  /** sbx's endpoints on the node (`allowHostEndpoints`), open to pods whose spec has no egress rules. */
+  private hostEndpoints: EgressTarget[] = [];
 
   constructor(addr: string | KubeAddress, options: KubernetesRuntimeOptions = {}) {
     this.parsed = typeof addr === 'string' ? parseKubeAddress(addr) : addr;
@@ -194,6 +199,8 @@ export class KubernetesRuntime implements Runtime {
     const name = valid.name && isPodName(valid.name) ? valid.name : `sbx-${randomBytes(6).toString('hex')}`;
     const stopMs = Number(valid.labels?.['sbx.stop-timeout-ms']);
     const agent = this.agentEnabled ? { port: AGENT_PORT, token: randomBytes(32).toString('hex') } : undefined;
+    // A spec without rules is `all`, which still closes the node's address: sbx's endpoints there stay open.
+    if (this.egressImage && !valid.egress) valid.egress = { ...EGRESS_ALL, endpoints: this.hostEndpoints };
     const pod = podManifest(valid, {
       name,
       namespace: this.conn.namespace,
@@ -611,6 +618,16 @@ export class KubernetesRuntime implements Runtime {
       });
     }
     await putPodEgress({ conn: this.conn, pod: id }, valid, this.egressDns);
+  }
+
+  /**
+   * sbx's endpoints on the node (heartbeats, the API), which the egress sidecar would otherwise
+   * close with the node's address: new pods whose spec has no egress rules get them as their
+   * `endpoints` (a spec with rules carries its own). Pods already running keep theirs.
+   */
+  allowHostEndpoints(endpoints: HostEndpoint[]): Promise<void> {
+    this.hostEndpoints = endpoints.map((e) => ({ host: `${e.address}/32`, ports: [e.port, e.port], protocol: 'tcp' }));
+    return Promise.resolve();
   }
 
   /** The rules in force, as the pod's sidecar reports them; undefined for a pod without one. */
