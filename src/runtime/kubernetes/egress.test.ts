@@ -92,6 +92,9 @@ describe('egress rules on Kubernetes pods', { skip: why ?? false }, () => {
     // The very next connection: no waiting, no retry.
     assert.match((await fetch(id, url)) ?? '', /hello from/);
     assert.deepEqual(await rt.getEgress(id), policy('allowlist', [{ host: `${net.other.address}/32` }]));
+    // A change the sidecar refuses leaves the rules as they were.
+    await assert.rejects(rt.setEgress(id, policy('allowlist', [{ host: '300.1.2.3/32' }])), (e) => isSbxError(e, 'internal') && /300\.1\.2\.3/.test(e.message));
+    assert.match((await fetch(id, url)) ?? '', /hello from/);
     await rt.setEgress(id, policy('denylist', [], [{ host: `${net.other.address}/32` }]));
     assert.equal(await fetch(id, url), undefined);
     assert.match((await fetch(id, `http://${net.ok.address}/`)) ?? '', /hello from/, 'a denylist lets the rest through');
@@ -157,6 +160,19 @@ describe('egress rules on Kubernetes pods', { skip: why ?? false }, () => {
       endpoint.close();
       other.close();
     }
+  });
+
+  test('a runtime without the sidecar: no egress capability, rules refused at create, none to change or read', async () => {
+    const plain = openTestKube({ agentImage: testAgentImage, egressImage: '' });
+    assert.equal(plain.capabilities.egress, false);
+    await assert.rejects(
+      plain.create(spec({ egress: policy('none') })),
+      (e) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'egress_unsupported',
+    );
+    const id = await startTestBox(plain, runId, { cmd: ['sleep', '3600'] });
+    boxes.push(id);
+    await assert.rejects(rt.setEgress(id, policy('none')), (e) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'egress_unsupported');
+    assert.equal(await rt.getEgress(id), undefined);
   });
 
   test('rules the sidecar cannot put in place: the box never starts, and start says why', async () => {
