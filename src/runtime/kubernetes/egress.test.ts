@@ -142,6 +142,19 @@ describe('egress rules on Kubernetes pods', { skip: why ?? false }, () => {
     assert.notEqual(peer.exitCode, 0);
   });
 
+  test('DNS to another resolver is answered by the sidecar, never forwarded; the metadata address is refused under `all`', async () => {
+    const id = await box({ egress: policy('allowlist', [{ host: net.ok.name }]) });
+    const probe = `probe-${process.pid}-${Date.now()}.test`;
+    const [foreignAddress] = net.foreignDns.split(':');
+    const asked = await sh(id, `nslookup ${probe} ${foreignAddress}; nslookup ${net.ok.name} ${foreignAddress}`);
+    // The foreign resolver answers every name with other.test's address: that answer never comes back.
+    assert.doesNotMatch(asked.stdout, new RegExp(net.other.address.replace(/\./g, '\\.')), asked.stdout);
+    assert.ok(!net.foreignQueries().includes(probe), 'the query never left the pod');
+    const all = await box({ egress: policy('all') });
+    assert.match((await fetch(all, `http://${net.ok.address}/`)) ?? '', /hello from/);
+    assert.equal(await fetch(all, `http://${net.metadata}/`), undefined);
+  });
+
   test('a pod whose spec has no rules: everything but the node, where only the declared endpoints are open', async () => {
     const endpoint = await nodeService('sbx-endpoint');
     const other = await nodeService('other-service');
