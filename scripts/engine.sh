@@ -16,8 +16,8 @@ PIDFILE=/var/run/docker.pid
 CONTAINERD_PIDFILE=/var/run/docker/containerd/containerd.pid
 # Wanted even when an engine is already up: registry.sh runs docker-registry and htpasswd; images.sh
 # builds sbx-base's busybox (scripts/busybox.sh) from the source of busybox-static's version, with
-# dpkg-dev's tools and a static libc.
-TOOL_PACKAGES=(busybox-static dpkg-dev gcc libc6-dev docker-registry apache2-utils)
+# dpkg-dev's tools and a static libc; images/sbx-egress copies in the host's nft and its libraries.
+TOOL_PACKAGES=(busybox-static dpkg-dev gcc libc6-dev docker-registry apache2-utils nftables)
 # The programs images/sbx-desktop copies in (Xvfb, twm, x11vnc, xsetroot, xclock, xterm), the
 # browser the VNC test drives, and mmdebstrap, which builds sbx-e2b's Debian root filesystem
 # (scripts/debian-rootfs.sh); installed without recommends (chromium's would pull in ~100 MB,

@@ -127,8 +127,7 @@ build() {
   mkdir -p "$OUT"
   for name in "$SERVER:server" nettool:nettool; do
     tmp=$OUT/.${name%%:*}.$$
-    # GOPROXY=off: golang.org/x/net comes from the module cache; this machine has no internet.
-    (cd "$SBX_ROOT/harness/fakenet" && GOPROXY=off CGO_ENABLED=0 go build -trimpath -ldflags='-s -w -buildid=' -o "$tmp" "./${name#*:}") ||
+    (cd "$SBX_ROOT/harness/fakenet" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w -buildid=' -o "$tmp" "./${name#*:}") ||
       { rm -f "$tmp"; die "go build of harness/fakenet/${name#*:} failed"; }
     mv -f "$tmp" "$OUT/${name%%:*}"
   done

@@ -9,7 +9,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Parents before children: "name:parent".
-IMAGES=(sbx-base: sbx-test:sbx-base sbx-desktop:sbx-base sbx-e2b: sbx-agent:)
+IMAGES=(sbx-base: sbx-test:sbx-base sbx-desktop:sbx-base sbx-e2b: sbx-agent: sbx-egress:)
 LOG_DIR=$SBX_ROOT/.build/images
 # Without the buildx plugin (as here) the CLI falls back to the legacy builder anyway; saying so
 # makes a machine that has buildx build the same way.

@@ -1,0 +1,520 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Everything this file writes into nft text is built from typed values (netip.Prefix/Addr,
+// integers, fixed keywords, hex digests): no caller-supplied string ever reaches nft, so there
+// is nothing to escape and nothing to inject. A box id becomes a digest (boxTag).
+
+const (
+	table      = "inet sbx_egress"
+	boxIfaces  = "sbx-boxes*" // the engine's box bridges (src/runtime/docker/box-network.ts)
+	dnsMark    = 0x5b5b       // pod mode: the proxy's own upstream sockets (SO_MARK)
+	rejectName = "reject_box"
+)
+
+var (
+	// Link-local (cloud metadata lives there) and AWS's IPv6 metadata address: always denied.
+	baseNever = []string{"169.254.0.0/16", "fd00:ec2::254/128"}
+	// Denied to an allowlist unless an allow rule names an address block inside them.
+	privateRanges = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7", "fe80::/10"}
+)
+
+// nftConfig is what does not change per box.
+type nftConfig struct {
+	pod     bool           // output hook in the box's own netns, else forward hook on the node
+	never   []netip.Prefix // always denied: baseNever plus SBX_EGRESS_ALWAYS_DENY / SBX_EGRESS_HOST_ADDRESSES
+	private []netip.Prefix
+	dnsPort int
+}
+
+func newNftConfig(pod bool, extraNever []netip.Prefix, dnsPort int) *nftConfig {
+	c := &nftConfig{pod: pod, dnsPort: dnsPort}
+	for _, s := range baseNever {
+		c.never = append(c.never, netip.MustParsePrefix(s))
+	}
+	c.never = append(c.never, extraNever...)
+	for _, s := range privateRanges {
+		c.private = append(c.private, netip.MustParsePrefix(s))
+	}
+	return c
+}
+
+// boxTag names a box's chain and sets: ids may hold characters nft names cannot.
+func boxTag(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return "b" + hex.EncodeToString(sum[:8])
+}
+
+// boxRules is a box's compiled chain: the sets to create (name -> declaration) and the rules.
+type boxRules struct {
+	sets  []nftSet
+	rules []string
+	// Learned (DNS) sets per class, by family: allow and port-scoped deny.
+	learnAllow []learnSet
+	learnDeny  []learnSet
+}
+
+type nftSet struct {
+	name string
+	decl string // "type …; flags …;" and the elements
+}
+
+type learnSet struct {
+	class class
+	name4 string
+	name6 string
+}
+
+func portMatch(c class) string {
+	if !c.hasPorts {
+		return ""
+	}
+	ports := fmt.Sprint(c.lo)
+	if c.hi != c.lo {
+		ports = fmt.Sprintf("%d-%d", c.lo, c.hi)
+	}
+	if c.proto == "" {
+		return " meta l4proto { tcp, udp } th dport " + ports
+	}
+	return fmt.Sprintf(" meta l4proto %s th dport %s", c.proto, ports)
+}
+
+// compileBox builds a box's chain in the check order of types.ts's EgressSpec: endpoints accept;
+// deny reject (address blocks, and addresses DNS gave for names denied with ports); allow address
+// blocks that lie inside an always-denied range (the rule names them explicitly) accept; the
+// always denied reject; the other allow address blocks accept; DNS-learned accept; final verdict.
+// Splitting the allow blocks keeps `allow 0.0.0.0/0` from opening metadata or other boxes: only a
+// block within a denied range names it. Outside the denied ranges the two positions are equivalent.
+func compileBox(cfg *nftConfig, tag string, p *policy) *boxRules {
+	br := &boxRules{}
+	addBlocks := func(cat string, rs []rule, verdict string) {
+		plain := map[int][]netip.Prefix{}
+		ported := map[int][]portBlock{}
+		for _, r := range rs {
+			if r.isDomain() {
+				continue
+			}
+			fam := famOf(r.prefix)
+			if !r.hasPorts {
+				plain[fam] = append(plain[fam], r.prefix)
+				continue
+			}
+			for _, proto := range protos(r.proto) {
+				ported[fam] = append(ported[fam], portBlock{r.prefix, proto, r.lo, r.hi})
+			}
+		}
+		for _, fam := range []int{4, 6} {
+			if len(ported[fam]) > 0 {
+				name := fmt.Sprintf("%s_%s_p%d", tag, cat, fam)
+				var els []string
+				for _, b := range disjoint(ported[fam]) {
+					els = append(els, b.String())
+				}
+				br.sets = append(br.sets, nftSet{name, fmt.Sprintf("type %s . inet_proto . inet_service; flags interval; elements = { %s }", addrType(fam), strings.Join(els, ", "))})
+				br.rules = append(br.rules, fmt.Sprintf("%s daddr . meta l4proto . th dport @%s %s", ipKw(fam), name, verdict))
+			}
+			if len(plain[fam]) > 0 {
+				name := fmt.Sprintf("%s_%s_a%d", tag, cat, fam)
+				br.sets = append(br.sets, nftSet{name, fmt.Sprintf("type %s; flags interval; auto-merge; elements = { %s }", addrType(fam), joinPrefixes(plain[fam]))})
+				br.rules = append(br.rules, fmt.Sprintf("%s daddr @%s %s", ipKw(fam), name, verdict))
+			}
+		}
+	}
+	reject := "goto " + rejectName
+	denied := append([]netip.Prefix{}, cfg.never...)
+	if p.mode == "allowlist" {
+		denied = append(denied, cfg.private...)
+	}
+	var named, broad []rule
+	for _, r := range p.allow {
+		if !r.isDomain() && withinAny(r.prefix, denied) {
+			named = append(named, r)
+		} else {
+			broad = append(broad, r)
+		}
+	}
+
+	addBlocks("ep", p.endpoints, "accept")
+	addBlocks("dn", p.deny, reject)
+	br.learnDeny = learnSets(tag, "ld", p.deny, func(r rule) bool { return r.hasPorts })
+	for _, ls := range br.learnDeny {
+		br.rules = append(br.rules, learnRules(ls, reject)...)
+	}
+	addBlocks("an", named, "accept")
+	br.rules = append(br.rules, "ip daddr @never4 "+reject, "ip6 daddr @never6 "+reject)
+	if !cfg.pod {
+		// Other boxes: anything routed back out to a box bridge.
+		br.rules = append(br.rules, fmt.Sprintf("oifname %q %s", boxIfaces, reject))
+	}
+	if p.mode == "allowlist" {
+		br.rules = append(br.rules, "ip daddr @private4 "+reject, "ip6 daddr @private6 "+reject)
+	}
+	addBlocks("al", broad, "accept")
+	br.learnAllow = learnSets(tag, "la", p.allow, func(rule) bool { return true })
+	for _, ls := range br.learnAllow {
+		br.rules = append(br.rules, learnRules(ls, "accept")...)
+	}
+	if p.mode == "all" || p.mode == "denylist" {
+		br.rules = append(br.rules, "accept")
+	} else {
+		br.rules = append(br.rules, reject)
+	}
+	for _, ls := range append(append([]learnSet{}, br.learnDeny...), br.learnAllow...) {
+		br.sets = append(br.sets,
+			nftSet{ls.name4, "type ipv4_addr; flags timeout"},
+			nftSet{ls.name6, "type ipv6_addr; flags timeout"})
+	}
+	return br
+}
+
+// learnSets: one pair of timeout sets per distinct class of the domain rules that pass keep.
+func learnSets(tag, cat string, rs []rule, keep func(rule) bool) []learnSet {
+	var out []learnSet
+	seen := map[class]bool{}
+	for _, r := range rs {
+		if !r.isDomain() || !keep(r) || seen[r.class()] {
+			continue
+		}
+		seen[r.class()] = true
+		k := len(out)
+		out = append(out, learnSet{class: r.class(), name4: fmt.Sprintf("%s_%s4_%d", tag, cat, k), name6: fmt.Sprintf("%s_%s6_%d", tag, cat, k)})
+	}
+	return out
+}
+
+func learnRules(ls learnSet, verdict string) []string {
+	pm := portMatch(ls.class)
+	return []string{
+		fmt.Sprintf("ip daddr @%s%s %s", ls.name4, pm, verdict),
+		fmt.Sprintf("ip6 daddr @%s%s %s", ls.name6, pm, verdict),
+	}
+}
+
+func withinAny(p netip.Prefix, ranges []netip.Prefix) bool {
+	for _, r := range ranges {
+		if r.Addr().BitLen() == p.Addr().BitLen() && r.Bits() <= p.Bits() && r.Contains(p.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+func famOf(p netip.Prefix) int {
+	if p.Addr().Is4() {
+		return 4
+	}
+	return 6
+}
+
+func addrType(fam int) string {
+	if fam == 4 {
+		return "ipv4_addr"
+	}
+	return "ipv6_addr"
+}
+
+func ipKw(fam int) string {
+	if fam == 4 {
+		return "ip"
+	}
+	return "ip6"
+}
+
+func protos(p string) []string {
+	if p == "" {
+		return []string{"tcp", "udp"}
+	}
+	return []string{p}
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// portBlock is one element of a concatenated `addr . proto . port` interval set.
+type portBlock struct {
+	prefix netip.Prefix
+	proto  string
+	lo, hi uint16
+}
+
+func (b portBlock) String() string {
+	ports := fmt.Sprint(b.lo)
+	if b.hi != b.lo {
+		ports = fmt.Sprintf("%d-%d", b.lo, b.hi)
+	}
+	return fmt.Sprintf("%s . %s . %s", b.prefix, b.proto, ports)
+}
+
+// disjoint rewrites blocks of one family so that no two elements overlap: the kernel's
+// concatenated interval sets (pipapo) refuse overlapping elements with EEXIST and nft 1.0.6 has
+// no auto-merge for them. Address blocks nest or are disjoint, so each block minus the blocks
+// nested in it is cut into prefixes, and each piece gets the union of the port ranges of every
+// block that covers it.
+func disjoint(in []portBlock) []portBlock {
+	var out []portBlock
+	byProto := map[string][]portBlock{}
+	for _, b := range in {
+		byProto[b.proto] = append(byProto[b.proto], b)
+	}
+	for _, proto := range []string{"tcp", "udp"} {
+		bs := byProto[proto]
+		if len(bs) == 0 {
+			continue
+		}
+		ports := map[netip.Prefix][][2]uint16{}
+		var prefixes []netip.Prefix
+		for _, b := range bs {
+			if _, ok := ports[b.prefix]; !ok {
+				prefixes = append(prefixes, b.prefix)
+			}
+			ports[b.prefix] = append(ports[b.prefix], [2]uint16{b.lo, b.hi})
+		}
+		// eff: the ports of a block and of every block around it. A block whose own ports add
+		// nothing to those around it is left out (no cutting for it).
+		eff := map[netip.Prefix][][2]uint16{}
+		var kept []netip.Prefix
+		for _, p := range prefixes {
+			var outer [][2]uint16
+			nested := false
+			for _, q := range prefixes {
+				if q.Bits() < p.Bits() && q.Contains(p.Addr()) {
+					outer = append(outer, ports[q]...)
+					nested = true
+				}
+			}
+			outer = mergeRanges(outer)
+			eff[p] = mergeRanges(append(append([][2]uint16{}, outer...), ports[p]...))
+			if !nested || !sameRanges(outer, eff[p]) {
+				kept = append(kept, p)
+			}
+		}
+		for _, p := range kept {
+			var kids []netip.Prefix
+			for _, q := range kept {
+				if q.Bits() > p.Bits() && p.Contains(q.Addr()) {
+					kids = append(kids, q)
+				}
+			}
+			for _, piece := range subtract(p, kids) {
+				for _, r := range eff[p] {
+					out = append(out, portBlock{piece, proto, r[0], r[1]})
+				}
+			}
+		}
+	}
+	return out
+}
+
+func sameRanges(a, b [][2]uint16) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func mergeRanges(rs [][2]uint16) [][2]uint16 {
+	sort.Slice(rs, func(i, j int) bool { return rs[i][0] < rs[j][0] })
+	var out [][2]uint16
+	for _, r := range rs {
+		if n := len(out); n > 0 && uint32(r[0]) <= uint32(out[n-1][1])+1 {
+			if r[1] > out[n-1][1] {
+				out[n-1][1] = r[1]
+			}
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// subtract returns p minus every prefix in kids (all nested in p) as prefixes.
+func subtract(p netip.Prefix, kids []netip.Prefix) []netip.Prefix {
+	if len(kids) == 0 {
+		return []netip.Prefix{p}
+	}
+	for _, k := range kids {
+		if k == p {
+			return nil
+		}
+	}
+	lo, hi := halves(p)
+	var out []netip.Prefix
+	for _, h := range []netip.Prefix{lo, hi} {
+		var in []netip.Prefix
+		for _, k := range kids {
+			if h.Contains(k.Addr()) {
+				in = append(in, k)
+			}
+		}
+		out = append(out, subtract(h, in)...)
+	}
+	return out
+}
+
+func halves(p netip.Prefix) (netip.Prefix, netip.Prefix) {
+	bits := p.Bits() + 1
+	lo := netip.PrefixFrom(p.Addr(), bits)
+	b := p.Addr().AsSlice()
+	i := p.Bits()
+	b[i/8] |= 0x80 >> (i % 8)
+	a, _ := netip.AddrFromSlice(b)
+	return lo, netip.PrefixFrom(a, bits)
+}
+
+// baseTableText rebuilds the whole table in one transaction (`add; delete; table {…}`): at start
+// and on recovery, nothing of an earlier run or an earlier version survives, and packets see the
+// old table until the new one is complete.
+func baseTableText(cfg *nftConfig) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "add table %s\ndelete table %s\ntable %s {\n", table, table, table)
+	var n4, n6, p4, p6 []netip.Prefix
+	for _, p := range cfg.never {
+		if famOf(p) == 4 {
+			n4 = append(n4, p)
+		} else {
+			n6 = append(n6, p)
+		}
+	}
+	for _, p := range cfg.private {
+		if famOf(p) == 4 {
+			p4 = append(p4, p)
+		} else {
+			p6 = append(p6, p)
+		}
+	}
+	for _, s := range []struct {
+		name string
+		fam  int
+		els  []netip.Prefix
+	}{{"never4", 4, n4}, {"never6", 6, n6}, {"private4", 4, p4}, {"private6", 6, p6}} {
+		fmt.Fprintf(&b, "\tset %s { type %s; flags interval; auto-merge;", s.name, addrType(s.fam))
+		if len(s.els) > 0 {
+			fmt.Fprintf(&b, " elements = { %s };", joinPrefixes(s.els))
+		}
+		b.WriteString(" }\n")
+	}
+	fmt.Fprintf(&b, "\tchain %s {\n\t\tmeta l4proto tcp reject with tcp reset\n\t\treject with icmpx admin-prohibited\n\t}\n", rejectName)
+	if cfg.pod {
+		// The box's own netns: everything it sends passes output. Loopback stays open: the
+		// redirected DNS goes there, and output's oif is the route before the nat redirect, hence
+		// the 127.0.0.0/8 and ::1 rules beside `oifname "lo"`. Replies to inbound connections pass, the proxy's marked
+		// upstream queries pass and are not redirected.
+		fmt.Fprintf(&b, "\tchain box {\n\t\treject with icmpx admin-prohibited\n\t}\n")
+		fmt.Fprintf(&b, "\tchain dnsredirect {\n\t\ttype nat hook output priority -105; policy accept;\n"+
+			"\t\tmeta mark 0x%x return\n"+
+			"\t\tmeta l4proto { tcp, udp } th dport 53 redirect to :%d\n\t}\n", dnsMark, cfg.dnsPort)
+		fmt.Fprintf(&b, "\tchain egress {\n\t\ttype filter hook output priority filter - 5; policy accept;\n"+
+			"\t\toifname \"lo\" accept\n\t\tip daddr 127.0.0.0/8 accept\n\t\tip6 daddr ::1 accept\n"+
+			"\t\tct direction reply accept\n\t\tmeta mark 0x%x accept\n\t\tjump box\n\t}\n", dnsMark)
+	} else {
+		b.WriteString("\tmap box4 { type ipv4_addr : verdict; }\n\tmap box6 { type ipv6_addr : verdict; }\n")
+		b.WriteString("\tset dns4 { type ipv4_addr; }\n\tset dns6 { type ipv6_addr; }\n")
+		fmt.Fprintf(&b, "\tchain dnsredirect {\n\t\ttype nat hook prerouting priority dstnat - 5; policy accept;\n"+
+			"\t\tiifname %q ip saddr @dns4 meta l4proto { tcp, udp } th dport 53 redirect to :%d\n"+
+			"\t\tiifname %q ip6 saddr @dns6 meta l4proto { tcp, udp } th dport 53 redirect to :%d\n\t}\n",
+			boxIfaces, cfg.dnsPort, boxIfaces, cfg.dnsPort)
+		// No `ct state established accept` for the original direction: every packet of a box is
+		// checked, so a policy change cuts connections already open (TCP gets a reset).
+		fmt.Fprintf(&b, "\tchain egress {\n\t\ttype filter hook forward priority filter - 5; policy accept;\n"+
+			"\t\tct direction reply accept\n\t\tip saddr vmap @box4\n\t\tip6 saddr vmap @box6\n"+
+			"\t\tiifname %q drop\n\t}\n", boxIfaces)
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
+// chainName: the box's chain (pod mode has the one fixed chain `box` that egress jumps to).
+func chainName(cfg *nftConfig, tag string) string {
+	if cfg.pod {
+		return "box"
+	}
+	return tag
+}
+
+// addBoxText creates a box's sets and fills its chain (the chain exists and is empty).
+func addBoxText(cfg *nftConfig, tag string, br *boxRules) string {
+	var b strings.Builder
+	for _, s := range br.sets {
+		fmt.Fprintf(&b, "add set %s %s { %s; }\n", table, s.name, s.decl)
+	}
+	for _, r := range br.rules {
+		fmt.Fprintf(&b, "add rule %s %s %s\n", table, chainName(cfg, tag), r)
+	}
+	return b.String()
+}
+
+// clearBoxText empties a box's chain and deletes its sets (rules go first: they hold the sets).
+func clearBoxText(cfg *nftConfig, tag string, br *boxRules) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "flush chain %s %s\n", table, chainName(cfg, tag))
+	for _, s := range br.sets {
+		fmt.Fprintf(&b, "delete set %s %s\n", table, s.name)
+	}
+	return b.String()
+}
+
+// addrElems writes the verdict-map and DNS-redirect elements of a node box's addresses.
+func addrElems(op, tag string, addrs []netip.Addr, dns bool) string {
+	var b strings.Builder
+	for _, a := range addrs {
+		fam := 6
+		if a.Is4() {
+			fam = 4
+		}
+		if op == "add" {
+			fmt.Fprintf(&b, "add element %s box%d { %s : jump %s }\n", table, fam, a, tag)
+		} else {
+			fmt.Fprintf(&b, "delete element %s box%d { %s }\n", table, fam, a)
+		}
+		if dns {
+			fmt.Fprintf(&b, "%s element %s dns%d { %s }\n", op, table, fam, a)
+		}
+	}
+	return b.String()
+}
+
+// learnText adds addresses to learned sets with a timeout. An element already there keeps its
+// old timeout on `add`, so each is added (a no-op when present), deleted and added again in the
+// same transaction: the timeout is refreshed and a missing element never fails the batch.
+func learnText(set string, a netip.Addr, ttl time.Duration) string {
+	secs := int(ttl / time.Second)
+	return fmt.Sprintf("add element %s %s { %s }\ndelete element %s %s { %s }\nadd element %s %s { %s timeout %ds }\n",
+		table, set, a, table, set, a, table, set, a, secs)
+}
+
+// runNft runs one `nft -f -` batch: the kernel applies it as one transaction or not at all.
+func runNft(nftPath, text string) error {
+	cmd := exec.Command(nftPath, "-f", "-")
+	cmd.Stdin = strings.NewReader(text)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(out.String())
+		if len(msg) > 2000 {
+			msg = msg[:2000] + "…"
+		}
+		return fmt.Errorf("nft: %v: %s", err, msg)
+	}
+	return nil
+}

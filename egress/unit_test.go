@@ -1,0 +1,530 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+)
+
+func ports(lo, hi int) *[2]int { return &[2]int{lo, hi} }
+
+func TestCompileSpecRejectsBadInput(t *testing.T) {
+	bad := []Target{
+		{Host: "1.2.3.4/32; flush ruleset"},
+		{Host: "1.2.3.4/32 } ; flush ruleset ; {"},
+		{Host: "a.test } ; flush ruleset"},
+		{Host: "a.test\nflush ruleset"},
+		{Host: "\"a.test\""},
+		{Host: "a.test@b"},
+		{Host: "a..test"},
+		{Host: "-a.test"},
+		{Host: "a-.test"},
+		{Host: "a.*.test"},
+		{Host: "*"},
+		{Host: "*.*.test"},
+		{Host: "ü.test"},
+		{Host: strings.Repeat("a", 64) + ".test"},
+		{Host: strings.Repeat("abcdefghi.", 26) + "test"},
+		{Host: "198.18.0.1/24"},
+		{Host: "198.18.0.0/33"},
+		{Host: "1.2.3"},
+		{Host: "999.1.1.1"},
+		{Host: "::ffff:1.2.3.4"},
+		{Host: "fe80::1%eth0"},
+		{Host: "2001:db8::1/32"},
+		{Host: ""},
+		{Host: "a.test", Ports: ports(0, 80)},
+		{Host: "a.test", Ports: ports(80, 65536)},
+		{Host: "a.test", Ports: ports(90, 80)},
+		{Host: "a.test", Protocol: "tcp"},
+		{Host: "a.test", Ports: ports(80, 80), Protocol: "icmp"},
+		{Host: "a.test", Ports: ports(80, 80), Protocol: "tcp; flush ruleset"},
+	}
+	for _, tg := range bad {
+		_, err := compileSpec(&Spec{Mode: "allowlist", Allow: []Target{tg}})
+		if err == nil {
+			t.Errorf("accepted %+v", tg)
+		}
+	}
+	if _, err := compileSpec(&Spec{Mode: "allowlist; flush ruleset"}); err == nil {
+		t.Error("accepted a bad mode")
+	}
+	if _, err := compileSpec(&Spec{Mode: "all", Endpoints: []Target{{Host: "a.test", Ports: ports(1, 1)}}}); err == nil {
+		t.Error("accepted a domain endpoint")
+	}
+	if _, err := compileSpec(nil); err == nil {
+		t.Error("accepted no spec")
+	}
+	many := make([]Target, maxTargets+1)
+	for i := range many {
+		many[i] = Target{Host: "a.test"}
+	}
+	if _, err := compileSpec(&Spec{Mode: "allowlist", Allow: many}); err == nil {
+		t.Error("accepted too many targets")
+	}
+}
+
+func TestCompileSpecAccepts(t *testing.T) {
+	p, err := compileSpec(&Spec{Mode: "allowlist", Allow: []Target{
+		{Host: "198.18.0.0/15"}, {Host: "198.18.0.1"}, {Host: "2001:db8::/32", Ports: ports(443, 443), Protocol: "udp"},
+		{Host: "Example.COM."}, {Host: "*.example.com", Ports: ports(1, 65535)}, {Host: "xn--bcher-kva.test"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.allow[1].prefix.String() != "198.18.0.1/32" || p.allow[3].domain != "example.com" || !p.allow[4].wildcard {
+		t.Fatalf("compiled %+v", p.allow)
+	}
+}
+
+func TestValidID(t *testing.T) {
+	for _, id := range []string{"a", "box-1", "a.b_c-D9", strings.Repeat("x", 128)} {
+		if !validID(id) {
+			t.Errorf("refused %q", id)
+		}
+	}
+	for _, id := range []string{"", "a b", "a/b", "a;b", "a\n", strings.Repeat("x", 129), "ü"} {
+		if validID(id) {
+			t.Errorf("accepted %q", id)
+		}
+	}
+}
+
+func TestNameMatching(t *testing.T) {
+	exact := rule{domain: "example.com"}
+	wild := rule{domain: "example.com", wildcard: true}
+	cases := []struct {
+		r    rule
+		name string
+		want bool
+	}{
+		{exact, "example.com", true},
+		{exact, normalizeName("EXAMPLE.com."), true},
+		{exact, "a.example.com", false},
+		{exact, "xexample.com", false},
+		{wild, "a.example.com", true},
+		{wild, normalizeName("A.B.Example.Com."), true},
+		{wild, "example.com", false},
+		{wild, "xexample.com", false},
+		{wild, ".example.com", false},
+		{rule{prefix: netip.MustParsePrefix("1.2.3.4/32")}, "1.2.3.4", false},
+	}
+	for _, c := range cases {
+		if got := c.r.matches(c.name); got != c.want {
+			t.Errorf("%+v matches %q = %v", c.r, c.name, got)
+		}
+	}
+}
+
+func TestDecide(t *testing.T) {
+	allowlist, _ := compileSpec(&Spec{Mode: "allowlist",
+		Allow: []Target{{Host: "ok.test"}, {Host: "*.ok.test", Ports: ports(443, 443), Protocol: "tcp"}},
+		Deny:  []Target{{Host: "no.ok.test"}, {Host: "ssh.ok.test", Ports: ports(22, 22)}}})
+	if v := decide(allowlist, "ok.test"); v.nxdomain || len(v.allow) != 1 || v.allow[0].hasPorts {
+		t.Errorf("ok.test: %+v", v)
+	}
+	if v := decide(allowlist, "a.ok.test"); v.nxdomain || len(v.allow) != 1 || v.allow[0].lo != 443 {
+		t.Errorf("a.ok.test: %+v", v)
+	}
+	if v := decide(allowlist, "no.ok.test"); !v.nxdomain {
+		t.Errorf("denied name answered: %+v", v)
+	}
+	if v := decide(allowlist, "ssh.ok.test"); v.nxdomain {
+		t.Errorf("port-scoped deny made NXDOMAIN: %+v", v)
+	}
+	if v := decide(allowlist, "other.test"); !v.nxdomain {
+		t.Errorf("unlisted name answered: %+v", v)
+	}
+	none, _ := compileSpec(&Spec{Mode: "none"})
+	if v := decide(none, "ok.test"); !v.nxdomain {
+		t.Error("none answered a name")
+	}
+	deny, _ := compileSpec(&Spec{Mode: "denylist", Deny: []Target{{Host: "*.bad.test"}}})
+	if v := decide(deny, "x.bad.test"); !v.nxdomain {
+		t.Error("denylist answered a denied name")
+	}
+	if v := decide(deny, "fine.test"); v.nxdomain {
+		t.Error("denylist refused a name")
+	}
+	if !denylistNeedsDNS(deny) || allPolicyNeedsDNS() {
+		t.Error("needsDNS")
+	}
+	if cs := denyClasses(allowlist, []string{"x.test", "ssh.ok.test"}); len(cs) != 1 || cs[0].lo != 22 {
+		t.Errorf("denyClasses %+v", cs)
+	}
+}
+
+func denylistNeedsDNS(p *policy) bool { return p.needsDNS() }
+func allPolicyNeedsDNS() bool {
+	p, _ := compileSpec(&Spec{Mode: "all", Allow: []Target{{Host: "1.2.3.4"}}})
+	return p.needsDNS()
+}
+
+// disjoint must give non-overlapping elements that cover exactly the same (address, proto, port)
+// points as its input.
+func TestDisjointProperty(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	for iter := 0; iter < 300; iter++ {
+		var in []portBlock
+		for i := 0; i < 1+rng.Intn(8); i++ {
+			a := netip.AddrFrom4([4]byte{10, 0, byte(rng.Intn(4)), byte(rng.Intn(256))})
+			p := netip.PrefixFrom(a, 20+rng.Intn(13)).Masked()
+			lo := 1 + rng.Intn(20)
+			hi := lo + rng.Intn(10)
+			proto := []string{"tcp", "udp"}[rng.Intn(2)]
+			in = append(in, portBlock{p, proto, uint16(lo), uint16(hi)})
+		}
+		out := disjoint(in)
+		for i := range out {
+			for j := i + 1; j < len(out); j++ {
+				a, b := out[i], out[j]
+				if a.proto == b.proto && a.prefix.Overlaps(b.prefix) && a.lo <= b.hi && b.lo <= a.hi {
+					t.Fatalf("overlap %v and %v from %v", a, b, in)
+				}
+			}
+		}
+		covers := func(bs []portBlock, addr netip.Addr, proto string, port uint16) bool {
+			for _, b := range bs {
+				if b.proto == proto && b.prefix.Contains(addr) && b.lo <= port && port <= b.hi {
+					return true
+				}
+			}
+			return false
+		}
+		for k := 0; k < 400; k++ {
+			addr := netip.AddrFrom4([4]byte{10, 0, byte(rng.Intn(4)), byte(rng.Intn(256))})
+			proto := []string{"tcp", "udp"}[rng.Intn(2)]
+			port := uint16(1 + rng.Intn(32))
+			if covers(in, addr, proto, port) != covers(out, addr, proto, port) {
+				t.Fatalf("%s %s %d: in %v out %v", addr, proto, port, in, out)
+			}
+		}
+	}
+}
+
+// Everything compileBox and baseTableText write consists of a small alphabet: no caller string
+// survives into it (ids are hashed, hosts are re-printed from parsed values).
+var safeNft = regexp.MustCompile(`^[a-z0-9_ .:,/{}@;=*"\-\n\t]*$`)
+
+func TestRuleTextOrderAndAlphabet(t *testing.T) {
+	cfg := newNftConfig(false, []netip.Prefix{netip.MustParsePrefix("203.0.113.7/32")}, 15353)
+	p, err := compileSpec(&Spec{Mode: "allowlist",
+		Allow:     []Target{{Host: "10.1.0.0/16"}, {Host: "0.0.0.0/0", Ports: ports(443, 443)}, {Host: "ok.test"}, {Host: "*.ok.test", Ports: ports(80, 80)}},
+		Deny:      []Target{{Host: "198.18.0.7"}, {Host: "ssh.test", Ports: ports(22, 22), Protocol: "tcp"}},
+		Endpoints: []Target{{Host: "10.99.0.1/32", Ports: ports(8080, 8080), Protocol: "tcp"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := boxTag("box;flush ruleset")
+	br := compileBox(cfg, tag, p)
+	text := baseTableText(cfg) + "add chain " + table + " " + tag + "\n" + addBoxText(cfg, tag, br) +
+		addrElems("add", tag, []netip.Addr{netip.MustParseAddr("10.99.0.2")}, true) + clearBoxText(cfg, tag, br) +
+		learnText(br.learnAllow[0].name4, netip.MustParseAddr("198.18.0.3"), time.Minute)
+	if !safeNft.MatchString(text) {
+		t.Fatalf("unexpected characters in:\n%s", text)
+	}
+	if strings.Contains(text, "box;") || strings.Contains(text, "flush ruleset") {
+		t.Fatal("id leaked into nft text")
+	}
+	// The check order of types.ts's EgressSpec.
+	order := []string{"_ep_p4 accept", "_dn_a4 goto reject_box", "_ld4_0 meta l4proto tcp th dport 22 goto reject_box",
+		"_an_a4 accept", "@never4 goto reject_box", `oifname "sbx-boxes*" goto reject_box`, "@private4 goto reject_box",
+		"_al_p4 accept", "_la4_0 accept", "_la4_1 meta l4proto { tcp, udp } th dport 80 accept"}
+	rules := strings.Join(br.rules, "\n")
+	last := -1
+	for _, o := range order {
+		i := strings.Index(rules, o)
+		if i <= last {
+			t.Fatalf("%q out of order in:\n%s", o, rules)
+		}
+		last = i
+	}
+	if br.rules[len(br.rules)-1] != "goto reject_box" {
+		t.Fatalf("allowlist must end in reject: %s", rules)
+	}
+	all, _ := compileSpec(&Spec{Mode: "all"})
+	ar := compileBox(cfg, tag, all)
+	if ar.rules[len(ar.rules)-1] != "accept" || strings.Contains(strings.Join(ar.rules, " "), "private") {
+		t.Fatalf("all: %v", ar.rules)
+	}
+	if !strings.Contains(baseTableText(cfg), "203.0.113.7") {
+		t.Fatal("SBX_EGRESS_ALWAYS_DENY not in never4")
+	}
+	if strings.Contains(baseTableText(cfg), "ct state established") {
+		t.Fatal("established connections must be re-checked")
+	}
+	pod := newNftConfig(true, nil, 15353)
+	pt := baseTableText(pod)
+	for _, want := range []string{"hook output", `oifname "lo" accept`, "meta mark 0x5b5b accept", "meta mark 0x5b5b return", "redirect to :15353"} {
+		if !strings.Contains(pt, want) {
+			t.Errorf("pod table lacks %q", want)
+		}
+	}
+	if strings.Contains(strings.Join(compileBox(pod, tag, p).rules, "\n"), "oifname") {
+		t.Error("pod rules name box bridges")
+	}
+}
+
+func buildAnswer(t *testing.T, q string, rrs []dnsmessage.Resource) (dnsmessage.Question, []byte) {
+	question := dnsmessage.Question{Name: dnsmessage.MustNewName(q), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}
+	msg := dnsmessage.Message{Header: dnsmessage.Header{ID: 7, Response: true}, Questions: []dnsmessage.Question{question}, Answers: rrs}
+	b, err := msg.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return question, b
+}
+
+func TestAnswerAddresses(t *testing.T) {
+	h := func(name string, typ dnsmessage.Type, ttl uint32) dnsmessage.ResourceHeader {
+		return dnsmessage.ResourceHeader{Name: dnsmessage.MustNewName(name), Type: typ, Class: dnsmessage.ClassINET, TTL: ttl}
+	}
+	q, msg := buildAnswer(t, "WWW.ok.test.", []dnsmessage.Resource{
+		{Header: h("www.ok.test.", dnsmessage.TypeCNAME, 60), Body: &dnsmessage.CNAMEResource{CNAME: dnsmessage.MustNewName("cdn.net.")}},
+		{Header: h("cdn.net.", dnsmessage.TypeCNAME, 60), Body: &dnsmessage.CNAMEResource{CNAME: dnsmessage.MustNewName("edge.cdn.net.")}},
+		{Header: h("edge.cdn.net.", dnsmessage.TypeA, 5), Body: &dnsmessage.AResource{A: [4]byte{198, 18, 0, 3}}},
+		{Header: h("edge.cdn.net.", dnsmessage.TypeAAAA, 86400), Body: &dnsmessage.AAAAResource{AAAA: netip.MustParseAddr("2001:db8::3").As16()}},
+		{Header: h("unrelated.test.", dnsmessage.TypeA, 60), Body: &dnsmessage.AResource{A: [4]byte{6, 6, 6, 6}}},
+		{Header: h("edge.cdn.net.", dnsmessage.TypeTXT, 60), Body: &dnsmessage.TXTResource{TXT: []string{"x"}}},
+	})
+	names, addrs, err := answerAddresses(msg, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(names, ",") != "www.ok.test,cdn.net,edge.cdn.net" {
+		t.Fatalf("names %v", names)
+	}
+	if len(addrs) != 2 || addrs[0].addr.String() != "198.18.0.3" || addrs[0].ttl != minLearnTTL ||
+		addrs[1].addr.String() != "2001:db8::3" || addrs[1].ttl != maxLearnTTL {
+		t.Fatalf("addrs %+v", addrs)
+	}
+	if _, _, err := answerAddresses(msg[:len(msg)-3], q); err == nil {
+		t.Fatal("truncated message parsed")
+	}
+}
+
+func TestReplyAndSameQuery(t *testing.T) {
+	q, _ := buildAnswer(t, "a.test.", nil)
+	query, _ := (&dnsmessage.Message{Header: dnsmessage.Header{ID: 9, RecursionDesired: true}, Questions: []dnsmessage.Question{q}}).Pack()
+	var pr dnsmessage.Parser
+	hdr, _ := pr.Start(query)
+	r := reply(hdr, &q, dnsmessage.RCodeNameError)
+	var m dnsmessage.Message
+	if err := m.Unpack(r); err != nil || m.ID != 9 || !m.Response || m.RCode != dnsmessage.RCodeNameError || len(m.Questions) != 1 {
+		t.Fatalf("reply %+v %v", m, err)
+	}
+	if !sameQuery(query, r) {
+		t.Fatal("sameQuery refused the reply")
+	}
+	other := append([]byte(nil), r...)
+	other[1]++
+	if sameQuery(query, other) || sameQuery(query, r[:5]) {
+		t.Fatal("sameQuery accepted a foreign answer")
+	}
+}
+
+func TestParseUpstreams(t *testing.T) {
+	ups, err := parseUpstreams([]string{"198.18.0.53", "198.18.0.53:5353", "[2001:db8::53]:53"})
+	if err != nil || ups[0].Port() != 53 || ups[1].Port() != 5353 {
+		t.Fatalf("%v %v", ups, err)
+	}
+	for _, bad := range []string{"x", "1.2.3.4:0", "0.0.0.0", "1.2.3.4:99999"} {
+		if _, err := parseUpstreams([]string{bad}); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "r"), []byte("# x\nnameserver 10.0.0.53\nnameserver bad\nsearch x\nnameserver ::1\n"), 0o600)
+	if got := resolvConfServers(filepath.Join(dir, "r")); len(got) != 2 || got[0].String() != "10.0.0.53:53" {
+		t.Fatalf("resolv.conf: %v", got)
+	}
+}
+
+// fakeNft records each batch instead of running nft; fail makes the next batch fail.
+func fakeServer(t *testing.T, pod bool) (*server, func() []string) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "nft.log")
+	script := filepath.Join(dir, "nft")
+	os.WriteFile(script, []byte("#!/bin/sh\n[ -e "+dir+"/fail ] && { echo failing >&2; exit 1; }\n{ cat; echo '----'; } >> "+log+"\n"), 0o700)
+	s := newServer(newNftConfig(pod, nil, 15353), script, dir)
+	return s, func() []string {
+		data, _ := os.ReadFile(log)
+		parts := strings.Split(string(data), "----\n")
+		return parts[:len(parts)-1]
+	}
+}
+
+func do(t *testing.T, h http.Handler, method, path, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w
+}
+
+func TestAPI(t *testing.T) {
+	s, batches := fakeServer(t, false)
+	if err := s.install(nil); err != nil {
+		t.Fatal(err)
+	}
+	h := s.handler()
+	good := `{"addresses":["10.99.0.2"],"spec":{"mode":"allowlist","allow":[{"host":"ok.test"}],"deny":[],"endpoints":[]},"dns":["198.18.0.53"]}`
+	for _, c := range []struct{ path, body string }{
+		{"/v1/boxes/a;b", good},
+		{"/v1/boxes/a", `{"addresses":["10.99.0.2"],"spec":{"mode":"all","allow":[{"host":"1.2.3.4/32; flush ruleset"}],"deny":[],"endpoints":[]}}`},
+		{"/v1/boxes/a", `{"addresses":["10.99.0.2; flush ruleset"],"spec":{"mode":"all","allow":[],"deny":[],"endpoints":[]}}`},
+		{"/v1/boxes/a", `{"addresses":["10.99.0.2"],"spec":{"mode":"all","allow":[],"deny":[],"endpoints":[]},"extra":1}`},
+		{"/v1/boxes/a", `{"addresses":["10.99.0.2"]}`},
+		{"/v1/boxes/a", good + good},
+		{"/v1/boxes/a", `{"addresses":["10.99.0.2"],"spec":{"mode":"all","allow":[],"deny":[],"endpoints":[]},"dns":["x"]}`},
+		{"/v1/boxes/a", `{"addresses":["10.99.0.2"],"macs":["02:42:ac:12:00:05 } accept"],"spec":{"mode":"all","allow":[],"deny":[],"endpoints":[]}}`},
+		{"/v1/boxes/a", `{"addresses":["10.99.0.2"],"macs":["00:00:00:00:fe:80:00:00:00:00:00:00:02:00:5e:10:00:00:00:01"],"spec":{"mode":"all","allow":[],"deny":[],"endpoints":[]}}`},
+		{"/v1/boxes/a", `{"addresses":["10.99.0.2"],"spec":{"mode":"all","allow":[{"host":"a.test","bogus":1}],"deny":[],"endpoints":[]}}`},
+		{"/v1/boxes/a", `{"addresses":["10.99.0.2"],"spec":{"mode":"all","allow":[],"deny":[],"endpoints":[]},"pad":"` + strings.Repeat("x", maxBodyBytes) + `"}`},
+	} {
+		if w := do(t, h, "PUT", c.path, c.body); w.Code != 400 && w.Code != 404 {
+			t.Errorf("PUT %s %.80s: %d %s", c.path, c.body, w.Code, w.Body)
+		}
+	}
+	if n := len(batches()); n != 1 {
+		t.Fatalf("bad input reached nft: %d batches", n)
+	}
+	if w := do(t, h, "PUT", "/v1/boxes/a", good); w.Code != 200 || w.Body.String() != "{}\n" {
+		t.Fatalf("PUT: %d %s", w.Code, w.Body)
+	}
+	// Same spec, the address moves to b: only map elements change, in one batch.
+	if w := do(t, h, "PUT", "/v1/boxes/b", strings.Replace(good, "10.99.0.2", "10.99.0.3", 1)); w.Code != 200 {
+		t.Fatal(w.Body)
+	}
+	if w := do(t, h, "PUT", "/v1/boxes/b", strings.Replace(good, `"10.99.0.2"`, `"10.99.0.3","10.99.0.2"`, 1)); w.Code != 200 {
+		t.Fatal(w.Body)
+	}
+	bs := batches()
+	last := bs[len(bs)-1]
+	if !strings.Contains(last, "delete element inet sbx_egress box4 { 10.99.0.2 }") || !strings.Contains(last, "add element inet sbx_egress box4 { 10.99.0.2 : jump "+boxTag("b")+" }") ||
+		strings.Contains(last, "add set") {
+		t.Fatalf("move batch:\n%s", last)
+	}
+	var va boxView
+	json.Unmarshal(do(t, h, "GET", "/v1/boxes/a", "").Body.Bytes(), &va)
+	if len(va.Addresses) != 0 || va.Spec.Mode != "allowlist" {
+		t.Fatalf("a after move: %+v", va)
+	}
+	var list []boxView
+	json.Unmarshal(do(t, h, "GET", "/v1/boxes", "").Body.Bytes(), &list)
+	if len(list) != 2 || list[1].ID != "b" || len(list[1].Addresses) != 2 {
+		t.Fatalf("list %+v", list)
+	}
+	if w := do(t, h, "GET", "/v1/boxes/zz", ""); w.Code != 404 {
+		t.Fatal(w.Code)
+	}
+	// A failing transaction changes nothing.
+	os.WriteFile(filepath.Join(s.dir, "fail"), nil, 0o600)
+	if w := do(t, h, "PUT", "/v1/boxes/c", strings.Replace(good, "10.99.0.2", "10.99.0.9", 1)); w.Code != 500 || !strings.Contains(w.Body.String(), "failing") {
+		t.Fatalf("failing nft: %d %s", w.Code, w.Body)
+	}
+	os.Remove(filepath.Join(s.dir, "fail"))
+	if w := do(t, h, "GET", "/v1/boxes/c", ""); w.Code != 404 {
+		t.Fatal("failed PUT registered the box")
+	}
+	if w := do(t, h, "DELETE", "/v1/boxes/b", ""); w.Code != 204 {
+		t.Fatal(w.Code)
+	}
+	if w := do(t, h, "DELETE", "/v1/boxes/unknown", ""); w.Code != 204 {
+		t.Fatal(w.Code)
+	}
+	bs = batches()
+	if last := bs[len(bs)-1]; !strings.Contains(last, "delete chain inet sbx_egress "+boxTag("b")) {
+		t.Fatalf("delete batch:\n%s", last)
+	}
+	// state.json holds a; a new server rebuilds it in one batch.
+	s2, batches2 := fakeServer(t, false)
+	s2.dir = s.dir
+	if err := s2.install(s2.loadState()); err != nil {
+		t.Fatal(err)
+	}
+	b2 := batches2()
+	if _, ok := s2.get("a"); !ok || len(b2) != 1 || !strings.HasPrefix(b2[0], "add table inet sbx_egress\ndelete table inet sbx_egress\n") ||
+		!strings.Contains(b2[0], "add chain inet sbx_egress "+boxTag("a")) {
+		t.Fatalf("restart: %v", b2)
+	}
+	if fi, err := os.Stat(filepath.Join(s.dir, "state.json")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("state.json: %v %v", fi, err)
+	}
+}
+
+func TestPodAPI(t *testing.T) {
+	s, batches := fakeServer(t, true)
+	b, err := s.compileBoxInput("self", &PutBody{Spec: &Spec{Mode: "none"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.install([]*box{b}); err != nil {
+		t.Fatal(err)
+	}
+	h := s.handler()
+	if w := do(t, h, "PUT", "/v1/boxes/other", `{"spec":{"mode":"all","allow":[],"deny":[],"endpoints":[]}}`); w.Code != 404 {
+		t.Fatal(w.Code)
+	}
+	if w := do(t, h, "PUT", "/v1/boxes/self", `{"spec":{"mode":"all","allow":[],"deny":[],"endpoints":[]}}`); w.Code != 200 {
+		t.Fatal(w.Code, w.Body)
+	}
+	bs := batches()
+	if !strings.Contains(bs[0], "hook output") || !strings.HasPrefix(bs[1], "flush chain inet sbx_egress box\n") || !strings.Contains(bs[1], "add rule inet sbx_egress box accept") {
+		t.Fatalf("batches %q", bs)
+	}
+	if s.boxFor(netip.MustParseAddr("192.0.2.1")) == nil {
+		t.Fatal("pod mode: every source is the box")
+	}
+}
+
+func TestDecodeStrictBody(t *testing.T) {
+	var b PutBody
+	if err := decodeStrict(bytes.NewReader([]byte(`{"spec":{"mode":"all","allow":[],"deny":[],"endpoints":[]}} x`)), &b); err == nil {
+		t.Fatal("trailing data accepted")
+	}
+}
+
+// No message a box sends may crash the proxy: random bytes, and valid queries with bytes flipped.
+func TestHandleGarbage(t *testing.T) {
+	s, _ := fakeServer(t, false)
+	b, _ := s.compileBoxInput("a", &PutBody{Addresses: []string{"10.99.0.2"}, Spec: &Spec{Mode: "allowlist", Allow: []Target{{Host: "ok.test"}}}})
+	if err := s.install([]*box{b}); err != nil {
+		t.Fatal(err)
+	}
+	p := newProxy(s, false)
+	src := netip.MustParseAddr("10.99.0.2")
+	q, _ := (&dnsmessage.Message{Header: dnsmessage.Header{ID: 1, RecursionDesired: true},
+		Questions: []dnsmessage.Question{{Name: dnsmessage.MustNewName("nope.test."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}}}).Pack()
+	if r := p.handle(src, q, false); r == nil || r[3]&0x0f != byte(dnsmessage.RCodeNameError) {
+		t.Fatalf("nope.test: %v", r)
+	}
+	if r := p.handle(netip.MustParseAddr("10.99.0.3"), q, false); r == nil || r[3]&0x0f != byte(dnsmessage.RCodeRefused) {
+		t.Fatalf("stranger: %v", r)
+	}
+	rng := rand.New(rand.NewSource(2))
+	for i := 0; i < 20000; i++ {
+		var m []byte
+		if i%2 == 0 {
+			m = make([]byte, rng.Intn(600))
+			rng.Read(m)
+		} else {
+			m = append([]byte(nil), q...)
+			for k := 0; k < 1+rng.Intn(4); k++ {
+				m[rng.Intn(len(m))] = byte(rng.Intn(256))
+			}
+			m = m[:rng.Intn(len(m)+1)]
+		}
+		p.handle(src, m, i%3 == 0) // must return, never panic; allowed names need an upstream: none here
+	}
+}
