@@ -32,7 +32,9 @@ export const imageRef = z.string({ error: 'is required' }).superRefine((ref, ctx
   }
 });
 
-/** One EgressTarget as a runtime takes it: the grammar is src/sandbox/egress-policy.ts's, this is only its shape and bounds. */
+/** Entries of an egress policy at most (allow and deny together; src/sandbox/egress-policy.ts enforces it on the user's form). */
+export const MAX_EGRESS_ENTRIES = 1000;
+
 const egressTarget = z
   .object({
     host: z.string().min(1).max(300),
@@ -44,20 +46,23 @@ const egressTarget = z
   })
   .strict();
 
-/** An EgressSpec's shape and bounds (at most 1000 allow and deny entries together, as the policy allows). */
+/**
+ * The shape of a compiled EgressSpec (types.ts), checked cheaply where it reaches a runtime: the
+ * Manager has already validated each entry's grammar (src/sandbox/egress-policy.ts).
+ */
 export const EgressSpecSchema = z
   .object({
     mode: z.enum(['all', 'none', 'allowlist', 'denylist']),
-    allow: z.array(egressTarget),
-    deny: z.array(egressTarget),
-    endpoints: z.array(egressTarget).max(100),
+    allow: z.array(egressTarget).max(MAX_EGRESS_ENTRIES),
+    deny: z.array(egressTarget).max(MAX_EGRESS_ENTRIES),
+    endpoints: z.array(egressTarget).max(64),
   })
   .strict()
-  .refine((e) => e.allow.length + e.deny.length <= 1000, 'must have at most 1000 allow and deny entries together');
+  .refine((s) => s.allow.length + s.deny.length <= MAX_EGRESS_ENTRIES, `allow and deny hold at most ${MAX_EGRESS_ENTRIES} entries together`);
 
-/** Checks an EgressSpec before a runtime hands it to its enforcer (`setEgress`). */
-export function validateEgress(egress: EgressSpec, field = 'egress'): EgressSpec {
-  return parseOrThrow(EgressSpecSchema, egress, field, field) as EgressSpec;
+/** An EgressSpec's shape, or invalid_argument naming `field`. */
+export function validateEgressSpec(spec: unknown, field = 'egress'): EgressSpec {
+  return parseOrThrow(EgressSpecSchema, spec, field, field) as EgressSpec;
 }
 
 /**

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Duplex, Readable } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
 import { SbxError, isSbxError } from '../../errors.js';
-import { logSinceNanos, validateEgress, validateExec, validateExecStream, validateLogs, validateSpec } from '../spec.js';
+import { logSinceNanos, validateEgressSpec, validateExec, validateExecStream, validateLogs, validateSpec } from '../spec.js';
 import { logChunks } from '../log-chunks.js';
 import type { LogPiece } from '../log-chunks.js';
 import type {
@@ -611,7 +611,7 @@ export class KubernetesRuntime implements Runtime {
    * (`not_available`): its rules were never enforced.
    */
   async setEgress(id: string, egress: EgressSpec): Promise<void> {
-    const valid = validateEgress(egress);
+    const valid = validateEgressSpec(egress);
     if (!(await this.hasSidecar(id))) {
       throw new SbxError('not_available', `pod ${id} has no egress sidecar (it was created without egress rules): its rules cannot change`, {
         details: { id, reason: 'egress_unsupported' },
