@@ -4,6 +4,7 @@
  * elsewhere (a load balancer, another host) needs nothing opened here, and opening its port on
  * this machine would open whatever local service listens on that port (docs/network.md).
  */
+import { readFileSync } from 'node:fs';
 import { lookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
 import { networkInterfaces } from 'node:os';
@@ -26,14 +27,39 @@ export function endpointTargets(apiUrl: string | undefined, grpcAddr: string | u
   return targets;
 }
 
-/** The IPv4 addresses of this machine a box can reach: every interface's but loopback's (a box's 127.0.0.1 is its own). */
+/**
+ * The IPv4 addresses of this machine a box can reach: every interface's but loopback's (a box's
+ * 127.0.0.1 is its own). Node lists only interfaces that are up and have a carrier, and a bridge
+ * with no container (or pod) on it has none — yet its address is the one the first box will
+ * send its heartbeats to — so the kernel's own list of local addresses is read as well (Linux).
+ */
 export function localAddresses(): Set<string> {
-  return new Set(
+  const found = new Set(
     Object.values(networkInterfaces())
       .flat()
       .filter((i) => i !== undefined && i.family === 'IPv4' && !i.internal)
       .map((i) => i!.address),
   );
+  let trie = '';
+  try {
+    trie = readFileSync('/proc/net/fib_trie', 'latin1');
+  } catch {
+    // Not Linux, or no procfs: the interfaces are all there is.
+  }
+  for (const address of fibLocalAddresses(trie)) found.add(address);
+  return found;
+}
+
+/** The local IPv4 addresses in /proc/net/fib_trie (`|-- <address>` followed by `/32 host LOCAL`), loopback's left out. */
+export function fibLocalAddresses(trie: string): string[] {
+  const out = new Set<string>();
+  let last: string | undefined;
+  for (const line of trie.split('\n')) {
+    const leaf = /^\s*\|-- (\d+\.\d+\.\d+\.\d+)\s*$/.exec(line);
+    if (leaf) last = leaf[1];
+    else if (last && /^\s*\/32 host LOCAL\s*$/.test(line) && !last.startsWith('127.')) out.add(last);
+  }
+  return [...out];
 }
 
 export interface EndpointResolver {
