@@ -18,7 +18,7 @@ import {
   userSpec,
 } from './bounds.js';
 import { parseImageRef } from './image-ref.js';
-import type { ContainerSpec, ExecOptions, ExecStreamOptions, LogOptions, OutputBudget } from './types.js';
+import type { ContainerSpec, EgressSpec, ExecOptions, ExecStreamOptions, LogOptions, OutputBudget } from './types.js';
 
 const port = portNumber;
 const labelKey = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/;
@@ -31,6 +31,39 @@ export const imageRef = z.string({ error: 'is required' }).superRefine((ref, ctx
     ctx.addIssue({ code: 'custom', message: (e as Error).message.replace(/^image: /, '') });
   }
 });
+
+/** Entries of an egress policy at most (allow and deny together; src/sandbox/egress-policy.ts enforces it on the user's form). */
+export const MAX_EGRESS_ENTRIES = 1000;
+
+const egressTarget = z
+  .object({
+    host: z.string().min(1).max(300),
+    ports: z
+      .tuple([port, port])
+      .refine(([lo, hi]) => lo <= hi, 'must be [low, high] with low <= high')
+      .optional(),
+    protocol: z.enum(['tcp', 'udp']).optional(),
+  })
+  .strict();
+
+/**
+ * The shape of a compiled EgressSpec (types.ts), checked cheaply where it reaches a runtime: the
+ * Manager has already validated each entry's grammar (src/sandbox/egress-policy.ts).
+ */
+export const EgressSpecSchema = z
+  .object({
+    mode: z.enum(['all', 'none', 'allowlist', 'denylist']),
+    allow: z.array(egressTarget).max(MAX_EGRESS_ENTRIES),
+    deny: z.array(egressTarget).max(MAX_EGRESS_ENTRIES),
+    endpoints: z.array(egressTarget).max(64),
+  })
+  .strict()
+  .refine((s) => s.allow.length + s.deny.length <= MAX_EGRESS_ENTRIES, `allow and deny hold at most ${MAX_EGRESS_ENTRIES} entries together`);
+
+/** An EgressSpec's shape, or invalid_argument naming `field`. */
+export function validateEgressSpec(spec: unknown, field = 'egress'): EgressSpec {
+  return parseOrThrow(EgressSpecSchema, spec, field, field) as EgressSpec;
+}
 
 /**
  * The engine-neutral validation of a ContainerSpec: every runtime checks specs with it, so a
@@ -89,6 +122,7 @@ export const ContainerSpecSchema = z
       .optional(),
     shmSize: z.number().int().min(0).optional(),
     dialAnyPort: z.boolean().optional(),
+    egress: EgressSpecSchema.optional(),
   })
   .strict();
 
