@@ -319,7 +319,9 @@ export class DockerEgress {
     return {
       name: EGRESS_CONTAINER,
       Image: imageId,
-      Cmd: ['sbx-egress', 'node'],
+      // Named here whatever the image's entrypoint: `sbx-egress node` (found on the image's PATH).
+      Entrypoint: ['sbx-egress'],
+      Cmd: ['node'],
       Labels: { 'sbx.managed-by': 'sbx', [ROLE_LABEL]: 'egress', [EGRESS_IMAGE_LABEL]: imageId },
       HostConfig: {
         NetworkMode: 'host',
