@@ -67,8 +67,13 @@ export function attachmentOfNetwork(network: string | undefined): EgressAttachme
   return network === 'none' ? 'none' : 'other';
 }
 
+/** A container's networks, as an inspect and a list entry both give them. */
+interface Networked {
+  NetworkSettings?: { Networks?: Record<string, { IPAddress?: string; GlobalIPv6Address?: string }> };
+}
+
 /** The addresses a running container has on box networks (what the helper keys its rules by). */
-export function boxAddressesOf(c: Docker.ContainerInspectInfo): string[] {
+export function boxAddressesOf(c: Networked): string[] {
   const out: string[] = [];
   for (const [name, n] of Object.entries(c.NetworkSettings?.Networks ?? {})) {
     if (boxNetworkIndex(name) === undefined) continue;
@@ -359,7 +364,10 @@ export class DockerEgress {
       } catch (err) {
         last = err;
         // The socket is root's (0600): a process that may not open it goes through the engine.
-        if ((err as NodeJS.ErrnoException).code === 'EACCES') socket = undefined;
+        if ((err as NodeJS.ErrnoException).code === 'EACCES' && socket) {
+          socket = undefined;
+          continue;
+        }
       }
       const c = await this.inspectHelper();
       if (!c) throw egressUnavailable(`the egress enforcer container ${EGRESS_CONTAINER} on ${this.conn.address.raw} went away`, last);
@@ -380,26 +388,16 @@ export class DockerEgress {
   }
 
   /**
-   * Registers the running boxes the helper does not know, with the rules of their labels: a
-   * helper made just now (sbx upgraded, the helper removed) would drop their traffic otherwise.
+   * Registers the running containers on box networks that the helper does not know, with the
+   * rules of their labels: a helper made just now (sbx upgraded, the helper and its state removed)
+   * would drop their traffic otherwise.
    */
   private async adopt(channel: Channel): Promise<void> {
     const known = new Set((JSON.parse((await this.send(channel, 'GET', '/v1/boxes')).body || '[]') as Array<{ id?: string }>).map((e) => e.id));
-    const running = await this.docker.listContainers({ filters: { label: ['sbx.managed-by=sbx'], status: ['running'] } });
-    for (const item of running) {
-      if (known.has(item.Id)) continue;
-      const c = await this.docker
-        .getContainer(item.Id)
-        .inspect()
-        .catch(() => undefined);
-      const addresses = c?.State.Running ? boxAddressesOf(c) : [];
-      if (!c || addresses.length === 0) continue;
-      const r = await this.send(
-        channel,
-        'PUT',
-        `/v1/boxes/${c.Id}`,
-        JSON.stringify({ addresses, spec: egressFromLabels(c.Config.Labels), dns: this.opts.dns }),
-      );
+    for (const c of await this.docker.listContainers({ filters: { status: ['running'] } })) {
+      const addresses = boxAddressesOf(c as Networked);
+      if (known.has(c.Id) || addresses.length === 0) continue;
+      const r = await this.send(channel, 'PUT', `/v1/boxes/${c.Id}`, JSON.stringify({ addresses, spec: egressFromLabels(c.Labels), dns: this.opts.dns }));
       if (r.status >= 300) throw helperError(r, 'PUT', c.Id);
     }
   }

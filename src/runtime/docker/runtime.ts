@@ -497,17 +497,18 @@ export class DockerRuntime implements Runtime {
     const c = await this.rawInspect(id);
     if (!c.State.Running) throw new SbxError('conflict', `container ${id} is not running`, { details: { id, status: c.State.Status } });
     const where = attachmentOf(c);
-    // No network: nothing leaves the box, whatever the rules say.
-    if (where === 'none') return;
-    if (where === 'other' || !(await this.egress.available())) {
+    if (where === 'other') {
       if (valid.mode === 'all') return;
-      if (where === 'other') {
-        throw invalidArgument('egress', `egress '${valid.mode}' is enforced on sbx's box networks only; container ${id} is on another network`);
-      }
+      throw invalidArgument('egress', `egress '${valid.mode}' is enforced on sbx's box networks only; container ${id} is on another network`);
+    }
+    if (!(await this.egress.available())) {
+      // Nothing to enforce: `all` needs no helper, and nothing leaves a box without a network.
+      if (valid.mode === 'all' || where === 'none') return;
       throw this.egress.missingError();
     }
     try {
-      await this.egress.put(c.Id, boxAddressesOf(c), valid);
+      // No network: nothing leaves the box whatever the rules say; the entry (no address) only records them.
+      await this.egress.put(c.Id, where === 'box' ? boxAddressesOf(c) : [], valid);
     } catch (err) {
       this.fail(err, `the egress rules of container ${id}`);
     }
