@@ -207,6 +207,35 @@ describe('egress rules of Docker boxes (real packets to the fake internet)', () 
     }
   });
 
+  test("a box that stops gives up its address in the helper (the engine's next box may get it), keeping its rules", async () => {
+    const spec = policy('allowlist', [block(net.other.address)]);
+    const stopped = await box(spec);
+    // One stopped behind the runtime's back (as a command that ends): its release comes with the engine's event.
+    const ends = await box(spec);
+    const events = new AbortController();
+    const watch = (async () => {
+      for await (const _ of rt.events({ labels: { [TEST_LABEL]: runId }, signal: events.signal })) void _;
+    })().catch(() => undefined);
+    try {
+      assert.equal((await helperEntry(stopped))?.addresses.length, 1);
+      await rt.stop(stopped, { timeoutMs: 0 });
+      const entry = await helperEntry(stopped);
+      assert.deepEqual([entry?.addresses, entry?.spec], [[], spec], 'released by stop, its rules kept');
+
+      assert.equal((await helperEntry(ends))?.addresses.length, 1);
+      await docker.getContainer(ends).kill();
+      await waitFor(async () => (await helperEntry(ends))?.addresses.length === 0, { what: 'the address of a box that ended to be released' });
+
+      await rt.start(stopped);
+      assert.equal((await helperEntry(stopped))?.addresses.length, 1, 'registered again at its start');
+    } finally {
+      events.abort();
+      await watch;
+      await rt.remove(stopped, { force: true });
+      await rt.remove(ends, { force: true });
+    }
+  });
+
   test('a box the runtime did not start (not registered) sends nothing: fail closed', async () => {
     const registered = await box();
     const c = await docker.createContainer({

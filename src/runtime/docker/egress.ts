@@ -210,15 +210,41 @@ export class DockerEgress {
   }
 
   /**
-   * Deletes the entries of containers that are gone. The helper is listed first and the engine
-   * second: a box registered after the first list is not in it, and one in it was created before
-   * the second, so only containers that are really gone lose their entry.
+   * Takes a box's addresses off its entry once it no longer runs, keeping its rules: the engine
+   * gives a released address to the next box it starts, whose packets would otherwise follow this
+   * box's rules until its own registration moves the address. A box started again meanwhile (a
+   * restart racing this) is registered again with its new addresses.
+   */
+  async release(id: string): Promise<void> {
+    if (!(await this.available())) return;
+    const running = async () =>
+      this.docker
+        .getContainer(id)
+        .inspect()
+        .then((c) => (c.State.Running ? c : undefined))
+        .catch(() => undefined);
+    if (await running()) return;
+    const entry = await this.get(id);
+    if (!entry || entry.addresses.length === 0) return;
+    await this.put(entry.id, [], entry.spec);
+    const again = await running();
+    if (again) await this.put(entry.id, boxAddressesOf(again), ((await this.get(entry.id)) ?? entry).spec);
+  }
+
+  /**
+   * Deletes the entries of containers that are gone, and releases the addresses of those that no
+   * longer run. The helper is listed first and the engine second: a box registered after the
+   * first list is not in it, and one in it was created before the second, so only containers that
+   * are really gone lose their entry.
    */
   async sweep(): Promise<void> {
     const entries = await this.list();
     if (entries.length === 0) return;
-    const present = new Set((await this.docker.listContainers({ all: true })).map((c) => c.Id));
-    for (const e of entries) if (!present.has(e.id)) await this.delete(e.id);
+    const state = new Map((await this.docker.listContainers({ all: true })).map((c) => [c.Id, c.State]));
+    for (const e of entries) {
+      if (!state.has(e.id)) await this.delete(e.id);
+      else if (state.get(e.id) !== 'running' && e.addresses.length > 0) await this.release(e.id);
+    }
   }
 
   async close(): Promise<void> {

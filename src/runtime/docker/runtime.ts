@@ -415,9 +415,10 @@ export class DockerRuntime implements Runtime {
     try {
       await this.docker.getContainer(id).stop({ t });
     } catch (err) {
-      if (statusOf(err) === 304) return;
-      this.fail(err, `container ${id}`);
+      if (statusOf(err) !== 304) this.fail(err, `container ${id}`);
     }
+    // Its address is free for the engine's next box, which must not get this box's rules with it.
+    await this.egress.release(id).catch(() => undefined);
   }
 
   async pause(id: string): Promise<void> {
@@ -740,6 +741,8 @@ export class DockerRuntime implements Runtime {
         if (!action || !id) continue;
         const nanos = Number(e['timeNano']);
         const at = Number.isFinite(nanos) && nanos > 0 ? new Date(nanos / 1e6).toISOString() : new Date().toISOString();
+        // A box that stopped by itself frees its address as stop() does (egress.ts release).
+        if (action === 'stopped') void this.egress.release(id).catch(() => undefined);
         yield { id, action, labels: actor.Attributes ?? {}, at };
       }
     } catch (err) {
