@@ -170,8 +170,17 @@ export class DockerRuntime implements Runtime {
         `egress '${egress.mode}' is enforced on sbx's box networks only, not on network '${valid.network}'; leave network unset (or 'none', where nothing leaves the box)`,
       );
     }
-    if (egress.mode !== 'all' && where === 'box' && !(await this.egress.available())) throw this.egress.missingError();
+    if (egress.mode !== 'all' && where === 'box' && !(await this.egressAvailable())) throw this.egress.missingError();
     return { ...valid, labels: { ...valid.labels, [EGRESS_LABEL]: JSON.stringify(egress) } };
+  }
+
+  /** Whether this engine's egress helper runs (made first if need be); its failures as SbxErrors. */
+  private async egressAvailable(): Promise<boolean> {
+    try {
+      return await this.egress.available();
+    } catch (err) {
+      this.fail(err, 'the egress enforcer');
+    }
   }
 
   /**
@@ -502,7 +511,7 @@ export class DockerRuntime implements Runtime {
       if (valid.mode === 'all') return;
       throw invalidArgument('egress', `egress '${valid.mode}' is enforced on sbx's box networks only; container ${id} is on another network`);
     }
-    if (!(await this.egress.available())) {
+    if (!(await this.egressAvailable())) {
       // Nothing to enforce: `all` needs no helper, and nothing leaves a box without a network.
       if (valid.mode === 'all' || where === 'none') return;
       throw this.egress.missingError();
