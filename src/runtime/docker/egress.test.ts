@@ -270,6 +270,22 @@ describe('egress rules of Docker boxes (real packets to the fake internet)', () 
     assert.deepEqual(await rt.list({ labels: { [TEST_LABEL]: runId } }), []);
   });
 
+  test('a start whose rules the helper refuses fails, and leaves the box stopped', async () => {
+    // The shape is right (the runtime checks no more: the Manager parsed the entries); the helper refuses the host.
+    const id = await rt.create({
+      image: testEnv.baseImage,
+      cmd: ['sleep', '86400'],
+      labels: { [TEST_LABEL]: runId },
+      egress: policy('allowlist', [{ host: 'not an address' }]),
+    });
+    try {
+      await assert.rejects(rt.start(id), (e) => isSbxError(e, 'invalid_argument') && (e.details as { field?: string }).field === 'egress');
+      assert.equal((await rt.inspect(id)).running, false);
+    } finally {
+      await rt.remove(id, { force: true });
+    }
+  });
+
   test('the helper forgets boxes whose containers are gone at the next allowHostEndpoints', async () => {
     const id = await box(policy('none'));
     assert.ok(await helperEntry(id));
