@@ -359,6 +359,14 @@ export interface RuntimeOptions {
    * `SBX_HOST_FIREWALL=off`; false leaves them reachable (boxes stay closed to each other).
    */
   hostFirewall?: boolean;
+  /**
+   * Docker: the upstream resolvers (`ip:port`, `ip` meaning port 53; IPv6 as `[ip]:port`) the
+   * egress enforcer forwards boxes' allowed DNS names to. Default `$SBX_EGRESS_DNS` (a comma
+   * list); empty: the resolvers of the engine machine's /etc/resolv.conf.
+   */
+  egressDns?: string[];
+  /** Docker: the egress enforcer's image (default `sbx-egress:latest`, built by scripts/images.sh). */
+  egressImage?: string;
   /** Remote nodes (`sbx://` addresses): the Manager's node hub, which holds their connections. */
   nodes?: NodeRuntimes;
 }
