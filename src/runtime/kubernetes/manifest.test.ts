@@ -202,7 +202,8 @@ test('egress: a native sidecar with NET_ADMIN alone holds the rules, first of th
   assert.deepEqual(JSON.parse(env['SBX_EGRESS_SPEC']!.value!), { spec: egress, dns: ['198.18.0.53:53'] });
   assert.deepEqual(env['SBX_EGRESS_HOST_ADDRESSES']!.valueFrom, { fieldRef: { fieldPath: 'status.hostIP' } });
   // Fail closed: the box's container starts only after this probe passed.
-  assert.deepEqual(sidecar!.startupProbe!.exec, { command: ['/usr/local/bin/sbx-egress', 'ready'] });
+  assert.deepEqual(sidecar!.lifecycle!.postStart!.exec, { command: ['/usr/local/bin/sbx-egress', 'ready', '--wait'] });
+  assert.equal(sidecar!.startupProbe, undefined, 'the hook gates the box, without the probe tick');
   assert.ok(sidecar!.resources!.requests!['memory'] && sidecar!.resources!.limits!['memory'], 'the sidecar is counted in the pod');
   // Its socket's volume is the sidecar's alone.
   const run = sidecar!.volumeMounts!.map((m) => m.name);

@@ -44,9 +44,10 @@ export interface AgentOptions {
 /**
  * The pod's egress enforcer (docs/network.md, "Kubernetes"): a native sidecar (an init container
  * with `restartPolicy: Always`) running `sbx-egress pod` with NET_ADMIN in the pod's network
- * namespace, which the box's container never has. Its startupProbe passes once the rules are in
- * place, and Kubernetes starts the later init containers and the box's container only then: the
- * box's command never runs unfiltered.
+ * namespace, which the box's container never has. Its postStart hook (`sbx-egress ready --wait`)
+ * returns once the rules are in place, and Kubernetes starts the later init containers and the
+ * box's container only then: the box's command never runs unfiltered. (A startupProbe would do the
+ * same on the kubelet's 1 s probe tick, a second more per create.)
  */
 export const EGRESS_CONTAINER = 'sbx-egress';
 /** The enforcer's binary in its image (images/sbx-egress: FROM scratch, the binary and nft; its ENTRYPOINT). */
@@ -65,8 +66,6 @@ const EGRESS_VOLUME = 'sbx-egress-run';
  * the pod's, not to the box's limits): a DNS proxy and an nft process at each change.
  */
 const EGRESS_RESOURCES = { requests: { cpu: '10m', memory: '16Mi' }, limits: { cpu: '500m', memory: '64Mi' } };
-/** How long the enforcer may take to apply the rules at the pod's start before the kubelet restarts it (1 s probes). */
-const EGRESS_STARTUP_PROBES = 60;
 /**
  * Capabilities a box with an enforcer may not add: NET_ADMIN would let its root flush or rewrite
  * the rules, NET_RAW would let it set the enforcer's own packet mark (SO_MARK) and so pass as it.
@@ -287,7 +286,7 @@ export function podManifest(spec: ContainerSpec, opts: ManifestOptions): V1Pod {
 
 /**
  * The egress sidecar: `sbx-egress pod` with the box's rules and upstream DNS in its environment,
- * NET_ADMIN only (as root: nft needs the capability in effect), gated by `sbx-egress ready`.
+ * NET_ADMIN only (as root: nft needs the capability in effect), gated by `sbx-egress ready --wait` (postStart).
  */
 export function egressSidecar(egress: EgressSpec, opts: EgressOptions): V1Container {
   return {
@@ -302,7 +301,8 @@ export function egressSidecar(egress: EgressSpec, opts: EgressOptions): V1Contai
       { name: EGRESS_HOST_ADDRESSES_ENV, valueFrom: { fieldRef: { fieldPath: 'status.hostIP' } } },
       ...(opts.alwaysDeny?.length ? [{ name: EGRESS_ALWAYS_DENY_ENV, value: opts.alwaysDeny.join(',') }] : []),
     ],
-    startupProbe: { exec: { command: [EGRESS_BIN, 'ready'] }, periodSeconds: 1, timeoutSeconds: 5, failureThreshold: EGRESS_STARTUP_PROBES },
+    // The hook waits (a minute at most, then fails: the kubelet restarts the sidecar, the box still waits).
+    lifecycle: { postStart: { exec: { command: [EGRESS_BIN, 'ready', '--wait'] } } },
     resources: EGRESS_RESOURCES,
     volumeMounts: [{ name: EGRESS_VOLUME, mountPath: EGRESS_RUN_DIR }],
     // Why it cannot start (nft refused, a bad spec) becomes the termination message start reports.
