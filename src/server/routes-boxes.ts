@@ -23,6 +23,7 @@ import {
   BoxInfoSchema,
   BoxListSchema,
   COMMON_ERRORS,
+  NetworkPolicyWireSchema,
   ExecBodySchema,
   ExecResultSchema,
   SignedUrlSchema,
@@ -197,6 +198,26 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
     async (req) => {
       const box = await boxFor(ctx, req.caller, req.params.id);
       await box.renewLifetime(req.body.lifetimeMs);
+      return box.info();
+    },
+  );
+
+  r.put(
+    '/v1/boxes/:id/network',
+    {
+      schema: {
+        summary: 'Replace where the box may connect to (box.setNetwork): { egress: all | none | { allow?, deny? } }',
+        description:
+          "New connections follow the new policy at once; open connections to what it now denies are cut. Anything but 'all' on a pool whose runtime cannot enforce egress: 503 not_available (details.reason egress). See docs/network.md.",
+        tags: ['boxes'],
+        params: boxIdParam,
+        body: NetworkPolicyWireSchema,
+        response: replies({ 200: BoxInfoSchema }, BOX_ERRORS),
+      },
+    },
+    async (req) => {
+      const box = await boxFor(ctx, req.caller, req.params.id);
+      await box.setNetwork(req.body);
       return box.info();
     },
   );
