@@ -67,17 +67,18 @@ export const NetworkPolicySchema = z
  * // { egress: { allow: ['example.com:443/tcp'] } }
  */
 export function normalizeNetworkPolicy(input: unknown, field = 'networkPolicy'): NetworkPolicy {
+  // '': the policy is the whole body (PUT /v1/boxes/:id/network), its fields named from `egress`.
+  const at = (sub: string) => (field ? `${field}.${sub}` : sub);
   if (input === null || typeof input !== 'object' || Array.isArray(input))
-    throw invalidArgument(field, "must be an object { egress: 'all' | 'none' | { allow?, deny? } }");
-  const policy = parseOrThrow(NetworkPolicySchema, input, field, field);
+    throw invalidArgument(field || 'body', "must be an object { egress: 'all' | 'none' | { allow?, deny? } }");
+  const policy = parseOrThrow(NetworkPolicySchema, input, field || 'body', field || undefined);
   const egress = policy.egress;
   if (egress === 'all' || egress === 'none') return { egress };
   const count = (egress.allow?.length ?? 0) + (egress.deny?.length ?? 0);
   if (count > MAX_EGRESS_ENTRIES) {
-    throw invalidArgument(`${field}.egress`, `${count} entries; at most ${MAX_EGRESS_ENTRIES} (allow and deny together)`);
+    throw invalidArgument(at('egress'), `${count} entries; at most ${MAX_EGRESS_ENTRIES} (allow and deny together)`);
   }
-  const canonical = (list: string[], key: 'allow' | 'deny') =>
-    dedupe(list.map((e, i) => formatEgressTarget(parseEgressEntry(e, `${field}.egress.${key}[${i}]`))));
+  const canonical = (list: string[], key: 'allow' | 'deny') => dedupe(list.map((e, i) => formatEgressTarget(parseEgressEntry(e, at(`egress.${key}[${i}]`)))));
   const deny = canonical(egress.deny ?? [], 'deny');
   if (egress.allow === undefined) return { egress: { deny } };
   const allow = canonical(egress.allow, 'allow');

@@ -9,6 +9,7 @@ import { DEFAULT_MAX_OUTPUT_BYTES } from '../runtime/bounds.js';
 import { dropExecOutput } from '../runtime/collect-text.js';
 import type { ExecResult, ExecStream } from '../runtime/types.js';
 import { CreateOptionsSchema } from '../sandbox/create-options.js';
+import { normalizeNetworkPolicy } from '../sandbox/egress-policy.js';
 import type { Box, BoxInfo, CreateOptions } from '../sandbox/index.js';
 import { mapSettled } from '../util/concurrency.js';
 import { actingOwner, mayAccess, requireKey } from './auth.js';
@@ -217,7 +218,8 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
     },
     async (req) => {
       const box = await boxFor(ctx, req.caller, req.params.id);
-      await box.setNetwork(req.body);
+      // Checked here first, so a bad entry is named as the body has it (`egress.allow[1]`).
+      await box.setNetwork(normalizeNetworkPolicy(req.body, ''));
       return box.info();
     },
   );
