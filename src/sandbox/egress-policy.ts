@@ -305,13 +305,15 @@ const CATCH_ALL = new Set(['0.0.0.0/0', '::/0']);
  * fromE2bNetwork({ allowOut: ['pypi.org'], denyOut: ['0.0.0.0/0'] }); // { egress: { allow: ['pypi.org'] } }
  */
 export function fromE2bNetwork(network: E2bNetwork, field = 'network'): NetworkPolicy {
+  // '': the fields are the body's own (the network update).
+  const at = (sub: string) => (field ? `${field}.${sub}` : sub);
   const allowOut = network.allowOut ?? [];
   const denyOut = network.denyOut ?? [];
   if (allowOut.length + denyOut.length > MAX_EGRESS_ENTRIES) {
-    throw invalidArgument(field, `${allowOut.length + denyOut.length} entries; at most ${MAX_EGRESS_ENTRIES} (allowOut and denyOut together)`);
+    throw invalidArgument(field || 'body', `${allowOut.length + denyOut.length} entries; at most ${MAX_EGRESS_ENTRIES} (allowOut and denyOut together)`);
   }
-  const allow = allowOut.map((e, i) => parseEgressEntry(e, `${field}.allowOut[${i}]`));
-  const deny = denyOut.map((e, i) => parseEgressEntry(e, `${field}.denyOut[${i}]`));
+  const allow = allowOut.map((e, i) => parseEgressEntry(e, at(`allowOut[${i}]`)));
+  const deny = denyOut.map((e, i) => parseEgressEntry(e, at(`denyOut[${i}]`)));
   const catchAll = network.allowInternetAccess === false || deny.some((t) => CATCH_ALL.has(t.host) && !t.ports);
   if (catchAll) return allow.length > 0 ? { egress: { allow: dedupe(allow.map(formatEgressTarget)) } } : { egress: 'none' };
   if (deny.length === 0) return { egress: 'all' };
@@ -320,7 +322,7 @@ export function fromE2bNetwork(network: E2bNetwork, field = 'network'): NetworkP
     const inside = kept.find((d) => overlaps(a, d));
     if (inside) {
       throw invalidArgument(
-        `${field}.allowOut[${i}]`,
+        at(`allowOut[${i}]`),
         `'${allowOut[i]}' lies in the denied '${formatEgressTarget(inside)}': sbx's deny wins over allow, so deny the parts of it you mean instead, or deny 0.0.0.0/0 to make allowOut an allowlist`,
       );
     }
