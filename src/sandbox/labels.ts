@@ -27,7 +27,7 @@ const L = {
   vnc: 'sbx.vnc',
   image: 'sbx.image',
   tokenNonce: 'sbx.token-nonce',
-  network: 'sbx.network',
+  network: 'sbx.box-network',
 } as const;
 
 /** Everything recovery needs to rebuild a box after a restart; the labels are the database. */
@@ -53,7 +53,7 @@ export interface BoxRecord {
   image: string;
   tokenNonce: string;
   labels: Record<string, string>;
-  /** The network the box was created on when not sbx's isolated one (`none`, a listed network): label `sbx.network`. */
+  /** The network the box was created on when not sbx's isolated one (`none`, a listed network): label `sbx.box-network` (`sbx.network` labels Docker's networks themselves). */
   network?: string;
   /**
    * The box's egress policy as last set (create, setNetwork); no label (it changes while the box

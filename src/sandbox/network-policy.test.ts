@@ -34,9 +34,9 @@ let seq = 0;
 const API_URL = 'http://203.0.113.7:8080';
 const API_ENDPOINT = [{ address: '203.0.113.7', port: 8080 }];
 
-function newManager(runtime: Runtime, pool: Partial<PoolConfig> = {}): Manager {
+function newManager(runtime: Runtime, pool: Partial<PoolConfig> = {}, name = `np${++seq}-${process.pid}`): Manager {
   const m = new Manager({
-    name: `np${++seq}-${process.pid}`,
+    name,
     dataDir,
     apiUrl: API_URL,
     cleanupIntervalMs: 0,
@@ -148,6 +148,18 @@ describe(`network policies on a real engine (${runId})`, () => {
     await box.setNetwork({ egress: 'all' });
     assert.deepEqual((await box.info()).networkPolicy, { egress: 'all' });
     await box.remove();
+  });
+
+  test('a restarted Manager still knows a box has no network (label sbx.box-network)', async () => {
+    const rec = new EgressRecorder(new DockerRuntime(testEnv.engineAddr));
+    const first = newManager(rec.runtime);
+    const box = await first.create({ image: IMAGE, network: 'none' });
+    await first.close();
+    const again = newManager(rec.runtime, {}, first.config.name);
+    await again.start();
+    await assert.rejects(again.setNetwork(box.id, { egress: { allow: ['pypi.org'] } }), invalid('networkPolicy.egress', 'has no network'));
+    await again.setNetwork(box.id, { egress: 'none' });
+    await again.remove(box.id);
   });
 
   test("setNetwork names only the caller's boxes: another owner's box is not_found, as a missing one", async () => {
