@@ -12,6 +12,7 @@ import {
   toE2bNetwork,
 } from './egress-policy.js';
 import type { NetworkPolicy } from './egress-policy.js';
+import { egressEndpoints } from './host-endpoints.js';
 
 function rejects(fn: () => unknown, field: string, ...words: string[]): void {
   assert.throws(fn, (e) => {
@@ -261,5 +262,24 @@ describe('e2b network options', () => {
       assert.deepEqual(toE2bNetwork(policy), e2b);
       assert.deepEqual(fromE2bNetwork(toE2bNetwork(policy)), policy);
     }
+  });
+});
+
+describe("sbx's endpoints every policy lets through (egressEndpoints)", () => {
+  const lookup = async (host: string) => ({ 'api.example.test': ['203.0.113.7', '2001:db8::7', '127.0.0.1'], 'nowhere.test': [] })[host] ?? [];
+
+  test('every address the names resolve to, here or elsewhere, IPv6 too; loopback left out; sorted without repeats', async () => {
+    assert.deepEqual(await egressEndpoints('https://api.example.test', 'api.example.test:50051', { lookup }), [
+      { address: '2001:db8::7', port: 443 },
+      { address: '2001:db8::7', port: 50051 },
+      { address: '203.0.113.7', port: 443 },
+      { address: '203.0.113.7', port: 50051 },
+    ]);
+    assert.deepEqual(await egressEndpoints('http://[2001:db8::9]:8080', '10.0.0.2:7071', { lookup }), [
+      { address: '10.0.0.2', port: 7071 },
+      { address: '2001:db8::9', port: 8080 },
+    ]);
+    assert.deepEqual(await egressEndpoints('http://127.0.0.1:7070', 'nowhere.test:1', { lookup }), []);
+    assert.deepEqual(await egressEndpoints(undefined, undefined, { lookup }), []);
   });
 });
