@@ -74,21 +74,43 @@ export interface EndpointResolver {
  * addresses of this machine, sorted, without repeats. IPv4 only: the box networks have no IPv6.
  */
 export async function hostEndpoints(apiUrl: string | undefined, grpcAddr: string | undefined, resolver: EndpointResolver = {}): Promise<HostEndpoint[]> {
-  const resolve = resolver.lookup ?? lookupIPv4;
   const local = (resolver.local ?? localAddresses)();
+  return resolvedEndpoints(apiUrl, grpcAddr, resolver.lookup ?? ((host) => lookupAddresses(host, 4)), (address) => local.has(address));
+}
+
+/**
+ * sbx's endpoints a box must reach whatever its egress policy (compileEgress): each target's
+ * addresses, IPv4 and IPv6, wherever they are (an SBX_API_URL on another machine, a load
+ * balancer, crosses the egress rules where one on this machine does not), loopback aside (a box's
+ * loopback is its own), sorted, without repeats.
+ */
+export async function egressEndpoints(apiUrl: string | undefined, grpcAddr: string | undefined, resolver: EndpointResolver = {}): Promise<HostEndpoint[]> {
+  return resolvedEndpoints(apiUrl, grpcAddr, resolver.lookup ?? ((host) => lookupAddresses(host, 0)), (address) => !isLoopback(address));
+}
+
+async function resolvedEndpoints(
+  apiUrl: string | undefined,
+  grpcAddr: string | undefined,
+  resolve: (host: string) => Promise<string[]>,
+  keep: (address: string) => boolean,
+): Promise<HostEndpoint[]> {
   const found = new Map<string, HostEndpoint>();
   for (const { host, port } of endpointTargets(apiUrl, grpcAddr)) {
     const addresses = isIP(host) ? [host] : await resolve(host);
-    for (const address of addresses) if (local.has(address)) found.set(`${address}:${port}`, { address, port });
+    for (const address of addresses) if (keep(address)) found.set(`${address}:${port}`, { address, port });
   }
   return [...found.values()].sort((a, b) => a.address.localeCompare(b.address) || a.port - b.port);
 }
 
-async function lookupIPv4(host: string): Promise<string[]> {
+function isLoopback(address: string): boolean {
+  return address.startsWith('127.') || address === '::1' || address.startsWith('::ffff:127.');
+}
+
+async function lookupAddresses(host: string, family: 0 | 4): Promise<string[]> {
   try {
-    return (await lookup(host, { all: true, family: 4 })).map((a) => a.address);
+    return (await lookup(host, { all: true, family })).map((a) => a.address);
   } catch {
-    // A name that does not resolve here names no address of this machine.
+    // A name that does not resolve here names no address to open.
     return [];
   }
 }
