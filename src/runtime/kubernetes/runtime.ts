@@ -65,24 +65,10 @@ import { checkPort } from '../ports.js';
 /**
  * The options a Kubernetes runtime reads: `agent` with `agentImage` (the in-box agent),
  * `readyTimeoutMs`, `storageClass` (workspace PVCs), `maxConnections` (execs starting at once),
- * `egressImage` and `egressDns` (egress rules, egress.ts).
+ * `egressImage`, `egressDns` and `egressDenyNetworks` (egress rules, egress.ts).
  * A box's RuntimeClass is its spec's `ociRuntime` (the pool's `ociRuntime`).
  */
-export interface KubernetesRuntimeOptions extends RuntimeOptions {
-  /**
-   * The image of the egress sidecar every new pod gets (images/sbx-egress; default
-   * `sbx-egress:latest`, which scripts/kube.sh imports into the test cluster). `''`: no sidecar,
-   * `capabilities.egress` false and a spec with egress rules refused.
-   */
-  egressImage?: string;
-  /** The DNS servers the sidecars' proxies ask (`address[:port]`); default SBX_EGRESS_DNS, else each pod's resolv.conf. */
-  egressDns?: string[];
-  /**
-   * The cluster's pod and service networks (CIDRs), denied to every box unless a rule names them,
-   * so boxes do not reach each other; default SBX_EGRESS_DENY_NETWORKS, else none (the pod network cannot be read with the runtime's Role).
-   */
-  egressDenyNetworks?: string[];
-}
+export type KubernetesRuntimeOptions = RuntimeOptions;
 
 /** The egress sidecar's image unless `egressImage` names another. */
 export const DEFAULT_EGRESS_IMAGE = 'sbx-egress:latest';
