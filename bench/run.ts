@@ -33,6 +33,7 @@ import { E2B_ROW_NAMES, runE2bRows } from './rows/e2b.js';
 import { K8S_ROW_NAMES, runKubernetesRows } from './rows/kubernetes.js';
 import { CLI_ROW_NAMES, runCliRows } from './rows/cli.js';
 import { REMOTE_ROW_NAMES, runRemoteRows } from './rows/remote.js';
+import { EGRESS_ROW_NAMES, runEgressRows } from './rows/egress.js';
 import { concurrencyRows, latencyRows } from './rows/boxes.js';
 import { WORKSPACE_ROW_NAME, fileRows } from './rows/files.js';
 import { RawSubject } from './subjects/raw.js';
@@ -122,6 +123,7 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     ...K8S_ROW_NAMES,
     ...CLI_ROW_NAMES,
     ...REMOTE_ROW_NAMES,
+    ...EGRESS_ROW_NAMES,
   ];
   const picked = selectNames(all, run.args.only);
   if (picked.size === 0) throw new UsageError(`--only ${run.args.only}: no row matches; rows are ${all.join(', ')}`);
@@ -177,6 +179,9 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
   }
   if (warmRowNames().some((n) => picked.has(n))) {
     results.push(...(await runWarmRows(run.ctx, { managerName: `${run.managerName}-wm`, dataDir: join(run.tmp, 'warm'), runId: run.runId, only: picked })));
+  }
+  if (EGRESS_ROW_NAMES.some((n) => picked.has(n))) {
+    results.push(...(await runEgressRows(run.ctx, { managerName: `${run.managerName}-eg`, dataDir: join(run.tmp, 'egress'), runId: run.runId, only: picked })));
   }
   if (LIFECYCLE_ROW_NAMES.some((n) => picked.has(n))) {
     results.push(

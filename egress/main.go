@@ -3,7 +3,7 @@
 //	sbx-egress node          one per Docker engine: host netns, forward hook, boxes keyed by address
 //	sbx-egress pod           Kubernetes native sidecar in the box's pod netns: output hook, one box "self"
 //	sbx-egress call M /PATH  the HTTP API over the unix socket (body on stdin), for docker/kubectl exec
-//	sbx-egress ready         exit 0 once the policy is applied and the API answers (startupProbe)
+//	sbx-egress ready [--wait] exit 0 once the policy is applied and the API answers (--wait: poll until then; postStart)
 //
 // Environment: SBX_EGRESS_DIR (socket and state.json, default /run/sbx-egress), SBX_EGRESS_NFT
 // (nft binary), SBX_EGRESS_DNS_PORT (15353), SBX_EGRESS_ALWAYS_DENY and SBX_EGRESS_HOST_ADDRESSES
@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -37,10 +38,7 @@ func main() {
 	case "call":
 		os.Exit(call(os.Args[2:]))
 	case "ready":
-		status, _, err := request("GET", "/v1/health", nil)
-		if err != nil || status != 200 {
-			os.Exit(1)
-		}
+		os.Exit(ready(len(os.Args) > 2 && os.Args[2] == "--wait"))
 	case "version":
 		fmt.Println(protoVersion)
 	default:
@@ -48,8 +46,24 @@ func main() {
 	}
 }
 
+// ready exits 0 once the policy is applied and the API answers. With --wait it polls until then
+// (at most a minute): a Kubernetes postStart hook holds the pod's next containers back until it
+// returns, without the startupProbe's one-second tick.
+func ready(wait bool) int {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if status, _, err := request("GET", "/v1/health", nil); err == nil && status == 200 {
+			return 0
+		}
+		if !wait || time.Now().After(deadline) {
+			return 1
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: sbx-egress node | pod | call METHOD /PATH | ready | version")
+	fmt.Fprintln(os.Stderr, "usage: sbx-egress node | pod | call METHOD /PATH | ready [--wait] | version")
 	os.Exit(2)
 }
 

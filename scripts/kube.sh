@@ -37,7 +37,7 @@ POD_SUBNET=10.244.0.0/24
 NODE_IP=10.244.0.1
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1
-IMAGES=(sbx-base:latest sbx-test:latest sbx-e2b:latest sbx-desktop:latest sbx-agent:latest)
+IMAGES=(sbx-base:latest sbx-test:latest sbx-e2b:latest sbx-desktop:latest sbx-agent:latest sbx-egress:latest)
 
 PKI=$STATE/pki
 KCFG=$STATE/kubeconfig

@@ -82,9 +82,10 @@ fi
 
 # Containers the tests made directly carry sbx.test; boxes made through a Manager carry sbx.managed-by.
 test_containers() {
-  # A benchmark on the same engine is not this run's leak.
+  # A benchmark on the same engine is not this run's leak; nor is the engine's egress helper
+  # (src/runtime/docker/egress.ts), made once per engine by whichever test needs it first.
   { docker ps -aq --no-trunc --filter label=sbx.test; docker ps -aq --no-trunc --filter label=sbx.managed-by; } | sort -u |
-    comm -23 - <(docker ps -aq --no-trunc --filter label=sbx.label.bench | sort -u)
+    comm -23 - <({ docker ps -aq --no-trunc --filter label=sbx.label.bench; docker ps -aq --no-trunc --filter label=sbx.role=egress; } | sort -u)
 }
 
 # Only containers created since this run started count: on a shared engine, older ones belong to

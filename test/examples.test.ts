@@ -123,4 +123,5 @@ test('examples/config.yaml (the README configuration) loads, with its durations 
     [pool?.name, pool?.addr, pool?.maxTotal, pool?.maxPerUser, pool?.idleTimeoutMs, pool?.maxLifetimeMs, pool?.security],
     ['local', 'local', 20, 3, 30 * 60_000, 8 * 3_600_000, 'standard'],
   );
+  assert.deepEqual(pool?.networkPolicy, { egress: 'all' });
 });

@@ -6,7 +6,7 @@ import { createInterface } from 'node:readline';
 import type { Command } from 'commander';
 import { CommanderError, Option } from 'commander';
 import { SbxError } from '../errors.js';
-import type { BoxInfo, CreateOptions } from '../client/index.js';
+import type { BoxInfo, CreateOptions, NetworkPolicy } from '../client/index.js';
 import type { Box } from '../client/index.js';
 import type { ExecTarget, PortSpec } from './remote.js';
 import { resolveWorkspace } from './names.js';
@@ -65,6 +65,7 @@ export function boxFields(b: BoxInfo): string {
     ['Idle pause', formatDuration(b.idlePauseMs)],
     ['Idle archive', formatDuration(b.idleArchiveMs)],
     ['Max lifetime', formatDuration(b.maxLifetimeMs) + (b.maxLifetimeAction === 'pause' ? ', then paused' : '')],
+    ['Egress', egressText(b.networkPolicy)],
     ['Ports', b.ports.length ? b.ports.map((p) => `${p.hostIp}:${p.hostPort}->${p.containerPort}/${p.protocol}`).join(', ') : '-'],
     ['Labels', labels.length ? labels.join(', ') : '-'],
     ['Exec path', b.execPath],
@@ -72,7 +73,55 @@ export function boxFields(b: BoxInfo): string {
   ]);
 }
 
-interface CreateFlags {
+/** A box's egress policy on one line: `all`, `none`, `allow a, b; deny c`, `deny c`. */
+export function egressText(p: NetworkPolicy): string {
+  const e = p.egress;
+  if (typeof e === 'string') return e;
+  const deny = e.deny?.length ? `deny ${e.deny.join(', ')}` : '';
+  if (e.allow === undefined) return deny || 'deny nothing (all)';
+  const allow = e.allow.length ? `allow ${e.allow.join(', ')}` : 'allow nothing';
+  return deny ? `${allow}; ${deny}` : allow;
+}
+
+/** `sbx create` and `sbx network`'s egress flags. */
+interface EgressFlags {
+  egress?: 'all' | 'none';
+  allow?: string[];
+  deny?: string[];
+}
+
+/** A repeatable flag's values, in order. */
+function entries(value: string, previous: string[] = []): string[] {
+  return [...previous, value];
+}
+
+function egressOptions(cmd: Command): Command {
+  return cmd
+    .addOption(new Option('--egress <policy>', "where the box may connect: all (default: the pool's), or none (only sbx itself)").choices(['all', 'none']))
+    .option(
+      '--allow <entry>',
+      'allow only these destinations (repeatable): example.com, *.example.com, 198.18.0.0/15, 2001:db8::/32, with :PORT[-PORT][/tcp|/udp]',
+      entries,
+    )
+    .option('--deny <entry>', 'deny these destinations (repeatable; alone: everything else stays open); deny wins over allow', entries);
+}
+
+const EGRESS_HELP = `
+Egress (docs/network.md): --egress all|none, or lists: --allow alone or with --deny is an allowlist
+(only what it names, minus --deny; private ranges only when named), --deny alone a denylist. An
+entry is a domain (example.com, *.example.com), an IPv4/IPv6 address or CIDR, optionally
+:PORT or :LO-HI and /tcp or /udp ([2001:db8::1]:443 for IPv6 with a port). At most 1000 entries.`;
+
+/** The policy egress flags give (undefined without any); --egress with a list is a usage error. */
+function egressPolicy(f: EgressFlags, usage: (message: string) => never): NetworkPolicy | undefined {
+  if (f.egress && (f.allow || f.deny)) usage('error: --egress all|none or --allow/--deny lists, not both');
+  if (f.egress) return { egress: f.egress };
+  if (f.allow) return { egress: { allow: f.allow, ...(f.deny ? { deny: f.deny } : {}) } };
+  if (f.deny) return { egress: { deny: f.deny } };
+  return undefined;
+}
+
+interface CreateFlags extends EgressFlags {
   id?: string;
   name?: string;
   publish?: PortSpec[];
@@ -249,12 +298,15 @@ Examples:
       }
     });
 
-  withConnection(
-    program
-      .command('create')
-      .description('Create and start a box on the server; prints its id (or its info with --json)')
-      .argument('<image>', 'image, e.g. sbx-base:latest, or one of your snapshots (snap-…)')
-      .argument('[cmd...]', "command replacing the image's (default: a sleep that stops gracefully)"),
+  const usage = (message: string): never => program.error(message, { exitCode: REMOTE_EXIT.usage });
+  egressOptions(
+    withConnection(
+      program
+        .command('create')
+        .description('Create and start a box on the server; prints its id (or its info with --json)')
+        .argument('<image>', 'image, e.g. sbx-base:latest, or one of your snapshots (snap-…)')
+        .argument('[cmd...]', "command replacing the image's (default: a sleep that stops gracefully)"),
+    ),
   )
     .option('--name <id>', 'the box id (default: generated, sb-…)')
     .addOption(new Option('--id <id>').hideHelp())
@@ -303,6 +355,7 @@ Examples:
       'after',
       `
 Options go before the image (as with docker create); everything after it is the command's.
+${EGRESS_HELP}
 ${CONNECTION_HELP}
 
 Examples:
@@ -310,12 +363,14 @@ Examples:
   ID=$(sbx create --label team=ml -m 1g --idle-timeout 10m sbx-base:latest)
   sbx create --name web -p 8080 sbx-base:latest sh -c 'httpd -f -p 8080'
   sbx create --vnc sbx-desktop:latest
-  sbx create --workspace my-project --json sbx-base:latest | jq .id`,
+  sbx create --workspace my-project --json sbx-base:latest | jq .id
+  sbx create --allow pypi.org:443 --allow '*.pythonhosted.org:443' sbx-base:latest`,
     )
     .action(
       remoteAction(async ({ sbx }, image: string, cmd: string[], f: CreateFlags) => {
         const ports = [...(f.publish ?? []), ...(f.port ?? [])];
         const workspaceId = f.workspace ? await resolveWorkspace(sbx, f.workspace) : undefined;
+        const networkPolicy = egressPolicy(f, usage);
         const opts: CreateOptions = {
           image,
           ...(cmd.length ? { cmd: commandArgs(cmd) } : {}),
@@ -337,6 +392,7 @@ Examples:
           ...(f.maxLifetimeAction !== undefined ? { maxLifetimeAction: f.maxLifetimeAction } : {}),
           ...(f.stopTimeout !== undefined ? { stopTimeoutMs: f.stopTimeout } : {}),
           ...(f.network ? { network: f.network } : {}),
+          ...(networkPolicy ? { networkPolicy } : {}),
           ...(workspaceId ? { workspaceId } : {}),
           ...(f.mountPath ? { mountPath: f.mountPath } : {}),
           ...(f.readOnly ? { mountMode: 'ro' as const } : {}),
@@ -391,6 +447,38 @@ Examples:
         const info = await sbx.info(id);
         if (f.json) printJson(info);
         else process.stdout.write(boxFields(info));
+      }),
+    );
+
+  egressOptions(
+    withConnection(
+      program
+        .command('network')
+        .description("Show a box's egress policy, or replace it with --egress, --allow, --deny (open connections to what it then denies are cut)")
+        .argument('<id>', 'box id'),
+    ),
+  )
+    .option('--json', 'print the policy as JSON')
+    .addHelpText(
+      'after',
+      `${EGRESS_HELP}
+The new policy replaces the old one whole.
+${CONNECTION_HELP}
+
+Examples:
+  sbx network sb-1a2b3c
+  sbx network sb-1a2b3c --egress none
+  sbx network sb-1a2b3c --allow api.openai.com:443 --deny 10.0.0.0/8
+  sbx network sb-1a2b3c --deny 169.254.169.254 --json`,
+    )
+    .action(
+      remoteAction(async ({ sbx }, id: string, f: EgressFlags & { json?: boolean }) => {
+        const policy = egressPolicy(f, usage);
+        const box = await sbx.get(id);
+        if (policy) await box.setNetwork(policy);
+        const now = (await box.info()).networkPolicy;
+        if (f.json) printJson(now);
+        else process.stdout.write(`${egressText(now)}\n`);
       }),
     );
 

@@ -6,6 +6,7 @@ import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, LogChunk, 
 import type { Box as LibraryBox, ProxyUrlOptions, VncUrlOptions } from '../sandbox/box.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from '../sandbox/types.js';
 import type { SnapshotInfo, SnapshotOptions } from '../sandbox/snapshots.js';
+import type { NetworkPolicy } from '../sandbox/egress-policy.js';
 import { abortError, fromWire } from './http.js';
 import type { Transport } from './http.js';
 import { openStream } from './stream.js';
@@ -253,6 +254,10 @@ export class RemoteBox implements Box {
 
   async renewLifetime(lifetimeMs: number): Promise<void> {
     this.fields = await this.transport.json<BoxInfo>('POST', `${this.path}/renew-lifetime`, { json: { lifetimeMs } });
+  }
+
+  async setNetwork(policy: NetworkPolicy): Promise<void> {
+    this.fields = await this.transport.json<BoxInfo>('PUT', `${this.path}/network`, { json: policy });
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -20,6 +20,7 @@ export { SbxError, isSbxError, ERROR_CODES } from '../errors.js';
 export type { ErrorCode, SbxErrorOptions } from '../errors.js';
 export type { BoxInfo, BoxStatus, CreateOptions, HeartbeatInput, LifecyclePolicy, ListOptions, PoolInfo, SecurityProfile } from '../sandbox/types.js';
 export type { PoolConfig } from '../sandbox/config.js';
+export type { EgressPolicy, NetworkPolicy } from '../sandbox/egress-policy.js';
 export type { SnapshotInfo, SnapshotOptions } from '../sandbox/snapshots.js';
 export type {
   AttachOptions,

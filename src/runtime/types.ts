@@ -359,6 +359,25 @@ export interface RuntimeOptions {
    * `SBX_HOST_FIREWALL=off`; false leaves them reachable (boxes stay closed to each other).
    */
   hostFirewall?: boolean;
+  /**
+   * Docker and Kubernetes: the upstream resolvers (`ip:port`, `ip` meaning port 53; IPv6 as
+   * `[ip]:port`) the egress enforcer forwards boxes' allowed DNS names to. Default
+   * `$SBX_EGRESS_DNS` (a comma list); empty: the resolvers of the engine machine's (Docker) or the
+   * pod's (Kubernetes) /etc/resolv.conf.
+   */
+  egressDns?: string[];
+  /**
+   * Docker and Kubernetes: the egress enforcer's image (default `sbx-egress:latest`, built by
+   * scripts/images.sh; scripts/kube.sh imports it into the test cluster). Kubernetes: `''` means no
+   * sidecar, `capabilities.egress` false and a spec with egress rules refused.
+   */
+  egressImage?: string;
+  /**
+   * Kubernetes: the cluster's pod and service networks (CIDRs), denied to every box unless a rule
+   * names them, so boxes do not reach each other under `all` or a denylist. Default
+   * `$SBX_EGRESS_DENY_NETWORKS`, else none (the runtime's Role cannot read the pod network).
+   */
+  egressDenyNetworks?: string[];
   /** Remote nodes (`sbx://` addresses): the Manager's node hub, which holds their connections. */
   nodes?: NodeRuntimes;
 }

@@ -8,13 +8,15 @@
 import type { Logger } from 'pino';
 import { SbxError, isSbxError } from '../errors.js';
 import { parseImageRef } from '../runtime/image-ref.js';
-import type { ContainerSpec, HostEndpoint, Runtime } from '../runtime/types.js';
+import type { ContainerSpec, EgressSpec, HostEndpoint, Runtime } from '../runtime/types.js';
 import type { ArchiveEntry, ArchiveStore } from './archives.js';
 import type { BoxRecord } from './labels.js';
 import { ManagedBox } from './box.js';
 import type { BoxHost } from './box.js';
 import { boxRuntime } from './box-errors.js';
 import { withSpecLabel } from './box-spec.js';
+import { DEFAULT_NETWORK_POLICY, describeEgress } from './egress-policy.js';
+import type { NetworkPolicy } from './egress-policy.js';
 import type { ClaimStore } from './claims.js';
 import { ARCHIVE_LABEL, MANAGED_BY, MANAGED_BY_VALUE, SPEC_LABEL, boxSelector, containerName, recordToLabels } from './labels.js';
 import type { LifetimeStore } from './lifetimes.js';
@@ -39,6 +41,8 @@ export interface ArchiverDeps {
   imageNodeOf(pool: string, containerId: string): string | undefined;
   /** The variables sbx gives a box (its id, token, sbx's endpoints), made anew for a restore. */
   sbxEnvOf(record: BoxRecord): Promise<Record<string, string>>;
+  /** A policy as the pool's runtime enforces it (with sbx's endpoints now); undefined where it enforces none. */
+  egressOf(pool: Pool, policy: NetworkPolicy): Promise<EgressSpec | undefined>;
 }
 
 const ARCHIVE_REPOSITORY = 'sbx-archive';
@@ -96,6 +100,12 @@ export class Archiver {
     if (entry) await this.d.store.put({ ...entry, record: { ...entry.record, maxLifetimeMs } });
   }
 
+  /** A network policy set while archived: kept in the archive's record, which a restore makes the box from. */
+  async saveNetworkPolicy(box: ManagedBox, networkPolicy: NetworkPolicy): Promise<void> {
+    const entry = this.d.store.get(box.id);
+    if (entry) await this.d.store.put({ ...entry, record: { ...entry.record, networkPolicy } });
+  }
+
   /**
    * Stops the box, commits its filesystem, then removes its container; the box stays registered,
    * `archived`. Called inside the box's own step (box.archive), so no use runs meanwhile.
@@ -115,9 +125,13 @@ export class Archiver {
         details: { id: box.id, reason: 'no_spec' },
       });
     }
+    // The policy in force goes with the record (a restore puts it in force again): the runtime's
+    // when it keeps one, which a Manager restarted since the last setNetwork has in no record.
+    const enforced = rt.capabilities.egress === true && rt.getEgress ? await rt.getEgress(old) : undefined;
+    const networkPolicy = enforced ? describeEgress(enforced) : box.record.networkPolicy;
     const entry: ArchiveEntry = {
       state: 'archiving',
-      record: { ...box.record },
+      record: { ...box.record, ...(networkPolicy ? { networkPolicy } : {}) },
       image: archiveImage(this.d.manager, box.id),
       spec,
       execEnv: { ...box.execEnv },
@@ -183,7 +197,8 @@ export class Archiver {
       await pool.allowHostEndpoints(await this.d.hostEndpoints());
       let created: string | undefined;
       try {
-        created = await rt.create(this.restoreSpec(box, entry, pool, await this.d.sbxEnvOf(box.record)));
+        const egress = await this.d.egressOf(pool, entry.record.networkPolicy ?? DEFAULT_NETWORK_POLICY);
+        created = await rt.create(this.restoreSpec(box, entry, pool, await this.d.sbxEnvOf(box.record), egress));
         await boxRuntime(rt, created, box.id).start(created);
       } catch (err) {
         if (created) await rt.remove(created, { force: true }).catch(() => undefined);
@@ -191,6 +206,7 @@ export class Archiver {
         throw err;
       }
       box.rebind(created);
+      if (entry.record.networkPolicy) box.record.networkPolicy = entry.record.networkPolicy;
       box.status = 'running';
       await this.d.stopIntents.set(box.id, false);
       await this.d.store.delete(box.id);
@@ -203,11 +219,14 @@ export class Archiver {
   }
 
   /** The box's own spec on its archive's image, with its record's labels (a claimed spare's identity its own now). */
-  private restoreSpec(box: ManagedBox, entry: ArchiveEntry, pool: Pool, sbxEnv: Record<string, string>): ContainerSpec {
+  private restoreSpec(box: ManagedBox, entry: ArchiveEntry, pool: Pool, sbxEnv: Record<string, string>, egress: EgressSpec | undefined): ContainerSpec {
     // The caller's env is in the archive image (commit keeps the box's env, sbx's variables blank):
-    // the create gives sbx's anew, and a claimed spare's identity.
+    // the create gives sbx's anew, and a claimed spare's identity. The egress rules are the box's
+    // policy now, with sbx's endpoints now.
+    const { egress: _created, ...spec } = entry.spec;
     const made: ContainerSpec = {
-      ...entry.spec,
+      ...spec,
+      ...(egress ? { egress } : {}),
       image: entry.image,
       name: containerName(this.d.manager, box.id),
       env: { ...entry.execEnv, ...sbxEnv },

@@ -3,9 +3,10 @@
  * its labels) and its ContainerSpec. Pure functions, so every default and refusal is testable
  * without an engine.
  */
-import { invalidArgument } from '../errors.js';
+import { SbxError, invalidArgument } from '../errors.js';
 import { MAX_RUNTIME_LABEL_VALUE } from '../runtime/bounds.js';
-import type { BindMount, ContainerSpec, RuntimeResources } from '../runtime/types.js';
+import type { BindMount, ContainerSpec, EgressSpec, RuntimeResources } from '../runtime/types.js';
+import type { NetworkPolicy } from './egress-policy.js';
 import type { ResolvedPool } from './config.js';
 import { networkAllowed, notListed } from './config.js';
 import type { BoxRecord } from './labels.js';
@@ -56,8 +57,56 @@ export function newBoxRecord({ manager, id, owner, pool, opts, now, tokenNonce }
     tokenNonce,
     labels: opts.labels ?? {},
   };
+  const network = boxNetwork(opts, pool);
+  if (network !== undefined) record.network = network;
   checkIdleLadder(record, opts);
   return record;
+}
+
+/** The network a box is on: the one it names, else its security profile's (strict: `none`); undefined is sbx's isolated one. */
+export function boxNetwork(opts: CreateOptions, pool: ResolvedPool): string | undefined {
+  return opts.network ?? securityFor(opts.security ?? pool.security).network;
+}
+
+/**
+ * The egress policy a new box gets: its own, else its pool's. A box without a network reaches
+ * nothing whatever its policy, so the pool's default there is `'none'` unless it is `'all'`.
+ * Checked (checkEgress) before any engine call.
+ */
+export function boxNetworkPolicy(opts: CreateOptions, pool: ResolvedPool, egressEnforced: boolean): NetworkPolicy {
+  const network = boxNetwork(opts, pool);
+  const fallback: NetworkPolicy = network === 'none' && pool.networkPolicy.egress !== 'all' ? { egress: 'none' } : pool.networkPolicy;
+  const policy = opts.networkPolicy ?? fallback;
+  checkEgress(policy, { network, egressEnforced, pool: pool.name, policyOfPool: opts.networkPolicy === undefined });
+  return policy;
+}
+
+/**
+ * Whether a box on `network` may have `policy` on a runtime that does (`egressEnforced`) or does
+ * not enforce egress: `'all'` always; a box without a network only `'all'` or `'none'`
+ * (invalid_argument: it reaches nothing anyway); anything else only where the runtime enforces
+ * it (not_available, reason `egress`).
+ */
+export function checkEgress(
+  policy: NetworkPolicy,
+  where: { network: string | undefined; egressEnforced: boolean; pool: string; id?: string; policyOfPool?: boolean },
+): void {
+  const egress = policy.egress;
+  if (egress === 'all') return;
+  if (where.network === 'none' && egress !== 'none') {
+    throw invalidArgument(
+      'networkPolicy.egress',
+      `${where.id ? `box '${where.id}'` : 'the box'} has no network (network 'none', or the strict profile): it can reach nothing whatever the policy, so only 'all' or 'none'; give it a network (security 'standard') for allow and deny lists`,
+    );
+  }
+  if (!where.egressEnforced) {
+    const whose = where.policyOfPool
+      ? `pool '${where.pool}' defaults to egress policy ${JSON.stringify(egress)}, but its runtime`
+      : `pool '${where.pool}' runs on a runtime that`;
+    throw new SbxError('not_available', `${whose} cannot enforce egress rules; only networkPolicy { egress: 'all' } works there`, {
+      details: { pool: where.pool, reason: 'egress', ...(where.id ? { id: where.id } : {}) },
+    });
+  }
 }
 
 /**
@@ -111,6 +160,8 @@ export interface SpecInput {
   /** Keep the spec in a label (SPEC_LABEL) for an archive's restore: on pools that can archive. */
   keepSpec?: boolean;
   machine: RuntimeResources | undefined;
+  /** The box's egress rules (compileEgress), where the runtime enforces them. */
+  egress?: EgressSpec | undefined;
 }
 
 /**
@@ -122,7 +173,7 @@ export function checkNetwork(opts: CreateOptions, pool: ResolvedPool): void {
   if (opts.network !== undefined && !networkAllowed(opts.network, pool.networks)) throw invalidArgument('network', notListed(opts.network, pool.name));
 }
 
-export function buildContainerSpec({ record, opts, pool, sbxEnv, mount, machine, keepSpec }: SpecInput): ContainerSpec {
+export function buildContainerSpec({ record, opts, pool, sbxEnv, mount, machine, keepSpec, egress }: SpecInput): ContainerSpec {
   checkNetwork(opts, pool);
   const profileName = opts.security ?? pool.security;
   const profile = securityFor(profileName);
@@ -154,6 +205,7 @@ export function buildContainerSpec({ record, opts, pool, sbxEnv, mount, machine,
     // What VNC needs is its port and shared memory: no capability (the seed's SYS_ADMIN is not needed).
     ...(record.vnc ? { shmSize: VNC_SHM_BYTES } : {}),
     ...(opts.proxyAllPorts ? { dialAnyPort: true } : {}),
+    ...(egress ? { egress } : {}),
   };
   return keepSpec ? withSpecLabel(spec) : spec;
 }
@@ -165,7 +217,9 @@ export function buildContainerSpec({ record, opts, pool, sbxEnv, mount, machine,
  * archived (not_available, reason no_spec), which is better than not being made at all.
  */
 export function withSpecLabel(spec: ContainerSpec): ContainerSpec {
-  const { labels: _labels, env: _env, ...kept } = spec;
+  // Nor its egress rules: they change while it runs (setNetwork) and a restore compiles the policy
+  // of the archive's record anew; a long list would make the label too large to keep.
+  const { labels: _labels, env: _env, egress: _egress, ...kept } = spec;
   const text = JSON.stringify(kept);
   return text.length > MAX_RUNTIME_LABEL_VALUE ? spec : { ...spec, labels: { ...spec.labels, [SPEC_LABEL]: text } };
 }

@@ -11,6 +11,8 @@ import { boxRuntime } from './box-errors.js';
 import { BoxFS, type BoxFilesOptions } from './box-fs.js';
 import { VNC_PORT } from './box-spec.js';
 import type { BoxRecord } from './labels.js';
+import { DEFAULT_NETWORK_POLICY, describeEgress, normalizeNetworkPolicy } from './egress-policy.js';
+import type { NetworkPolicy } from './egress-policy.js';
 import type { SnapshotInfo, SnapshotOptions } from './snapshots.js';
 import type { PortGrant } from './port-tokens.js';
 import type { BoxInfo, BoxStatus, LifecyclePolicy } from './types.js';
@@ -127,6 +129,18 @@ export interface Box extends AsyncDisposable {
    * box has no max lifetime: conflict.
    */
   renewLifetime(lifetimeMs: number): Promise<void>;
+  /**
+   * Replaces where the box may connect to (docs/network.md): new connections follow the new
+   * policy at once, and open connections to what it now denies are cut (TCP gets a reset). A bad
+   * policy is invalid_argument naming the entry; anything but `'all'` on a pool whose runtime
+   * cannot enforce egress is not_available (reason `egress`); a box without a network takes only
+   * `'all'` or `'none'`. An archived box keeps it for its restore. Not use. `info().networkPolicy`
+   * shows it.
+   *
+   * @example
+   * await box.setNetwork({ egress: { allow: ['pypi.org:443', '*.pythonhosted.org:443'] } });
+   */
+  setNetwork(policy: NetworkPolicy): Promise<void>;
   /**
    * A URL for `path` on `port` of this box (a port the box published at create). With a public
    * URL (sbx serve, or ManagerConfig.publicUrl) it is the server's authenticated proxy,
@@ -255,6 +269,8 @@ export interface BoxHost {
   archivable(box: ManagedBox): boolean;
   /** Saves the box's filesystem as a snapshot of its owner (src/sandbox/snapshots.ts). */
   snapshot(box: ManagedBox, opts?: SnapshotOptions): Promise<SnapshotInfo>;
+  /** Puts a (normalized) egress policy in force on the box: checked, then given to its runtime; called inside its step. */
+  setNetwork(box: ManagedBox, policy: NetworkPolicy): Promise<void>;
   /**
    * The box's next lifecycle deadline may have come sooner (its status changed, work in flight
    * ended, its lifetime was renewed): the Manager arms its timer again. Absent: no timers.
@@ -826,7 +842,21 @@ export class ManagedBox implements LocalBox {
       execPath: c.execPath ?? 'engine',
       exitCode: this.status === 'stopped' || this.status === 'restarting' ? c.exitCode : null,
       oomKilled: (this.status === 'stopped' || this.status === 'restarting') && c.oomKilled,
+      networkPolicy: await this.networkPolicy(),
     };
+  }
+
+  /**
+   * The egress policy in force: what the runtime enforces (Runtime.getEgress), else the one this
+   * Manager last set (its record: create, setNetwork, an archive's), else `'all'` (a runtime that
+   * enforces no egress holds no other).
+   */
+  private async networkPolicy(): Promise<NetworkPolicy> {
+    if (this.status !== 'archived' && this.runtime.capabilities.egress === true && this.runtime.getEgress) {
+      const spec = await this.runtime.getEgress(this.containerId);
+      if (spec) return describeEgress(spec);
+    }
+    return this.record.networkPolicy ?? DEFAULT_NETWORK_POLICY;
   }
 
   /**
@@ -922,6 +952,12 @@ export class ManagedBox implements LocalBox {
     this.record.maxLifetimeMs = maxLifetimeMs;
     this.touch();
     this.host.deadlineMoved?.(this);
+  }
+
+  async setNetwork(policy: NetworkPolicy): Promise<void> {
+    const valid = normalizeNetworkPolicy(policy, 'networkPolicy');
+    // A step: an archive or restore in flight ends first, so the policy lands on the container the box has.
+    await this.step(() => this.host.setNetwork(this, valid));
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

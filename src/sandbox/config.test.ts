@@ -166,6 +166,22 @@ describe('config', () => {
     );
   });
 
+  test("a pool's default egress policy: 'all' unless set, from the file in canonical form; a bad entry named with its pool", () => {
+    assert.deepEqual(resolveConfig({}).pools[0]?.networkPolicy, { egress: 'all' });
+    const yaml = 'pools:\n  - name: local\n    networkPolicy:\n      egress:\n        allow: [PyPI.org, "10.0.0.0/8:443/tcp"]\n        deny: ["10.0.0.1"]\n';
+    assert.deepEqual(resolveConfig(loadConfig({ file: file('egress.yaml', yaml) })).pools[0]?.networkPolicy, {
+      egress: { allow: ['pypi.org', '10.0.0.0/8:443/tcp'], deny: ['10.0.0.1'] },
+    });
+    assert.throws(
+      () => resolveConfig({ pools: [{ name: 'a' }, { name: 'b', networkPolicy: { egress: { deny: ['bad_name'] } } }] }),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'pools.1.networkPolicy.egress.deny[0]' && /bad_name/.test(e.message),
+    );
+    assert.throws(
+      () => loadConfig({ file: file('egress-bad.yaml', 'pools:\n  - name: local\n    networkPolicy: { egress: some }\n') }),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'pools.0.networkPolicy.egress' && /egress-bad\.yaml/.test(e.message),
+    );
+  });
+
   test('duplicate pool names are refused', () => {
     assert.throws(
       () => resolveConfig({ pools: [{ name: 'a' }, { name: 'a' }] }, {}),

@@ -13,6 +13,8 @@ import { parseOrThrow } from '../util/validation.js';
 import { imageRef } from '../runtime/spec.js';
 import { DEFAULT_MAX_WORKSPACES_PER_OWNER } from '../workspace/manager.js';
 import { DEFAULT_MAX_SNAPSHOTS_PER_OWNER } from './snapshots.js';
+import { DEFAULT_NETWORK_POLICY, NetworkPolicySchema, normalizeNetworkPolicy } from './egress-policy.js';
+import type { NetworkPolicy } from './egress-policy.js';
 import type { SecurityProfile } from './types.js';
 
 export const NAME_PATTERN = /^[a-z0-9][a-z0-9_-]{0,31}$/;
@@ -88,6 +90,7 @@ export const PoolConfigSchema = z
       .regex(/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/, 'must be a StorageClass name (a DNS subdomain)')
       .optional(),
     networks: z.array(networkName).max(64).default([]),
+    networkPolicy: NetworkPolicySchema.optional(),
     warm: z.array(WarmTemplateSchema).max(16).default([]),
   })
   .strict()
@@ -213,6 +216,11 @@ export interface PoolConfig {
    * `none`; default none. A box that names no network joins sbx's isolated one (docs/network.md).
    */
   networks?: string[];
+  /**
+   * The egress policy of a box whose create gives none (docs/network.md); default `{ egress: 'all' }`.
+   * Warm spares are made with it. Anything but `'all'` needs a runtime that enforces egress.
+   */
+  networkPolicy?: NetworkPolicy;
   /** Warm pools (docs/warm-pools.md): started spares kept ready per template; a matching create claims one. */
   warm?: WarmTemplate[];
 }
@@ -293,6 +301,7 @@ export interface ResolvedPool {
   readyTimeoutMs: number | undefined;
   storageClass: string | undefined;
   networks: string[];
+  networkPolicy: NetworkPolicy;
   warm: WarmTemplate[];
 }
 
@@ -351,6 +360,7 @@ export function resolvePool(p: PoolConfig, field?: string): ResolvedPool {
     readyTimeoutMs: v.readyTimeoutMs,
     storageClass: v.storageClass,
     networks: [...v.networks],
+    networkPolicy: normalizeNetworkPolicy(v.networkPolicy ?? DEFAULT_NETWORK_POLICY, field ? `${field}.networkPolicy` : 'networkPolicy'),
     warm: v.warm.map((t) => ({ ...t })),
   };
 }

@@ -18,6 +18,7 @@ import {
 } from '../runtime/bounds.js';
 import { imageRef } from '../runtime/spec.js';
 import { isArchiveImage } from './archiver.js';
+import { NetworkPolicySchema, normalizeNetworkPolicy } from './egress-policy.js';
 import { invalidArgument } from '../errors.js';
 import { parseOrThrow } from '../util/validation.js';
 import type { CreateOptions } from './types.js';
@@ -83,6 +84,8 @@ export const CreateOptionsSchema = z
       .regex(/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$/, 'must be a network name')
       .refine((n) => n !== 'host', "'host' would share the host's network; not allowed")
       .optional(),
+    // The shape here; the entries are parsed by validateCreateOptions (normalizeNetworkPolicy).
+    networkPolicy: NetworkPolicySchema.optional(),
     security: z.enum(['standard', 'strict', 'sudo']).optional(),
     workspaceId: z
       .string()
@@ -98,5 +101,6 @@ export const CreateOptionsSchema = z
 /** Validates CreateOptions; a bad one is invalid_argument naming the field. */
 export function validateCreateOptions(opts: CreateOptions): CreateOptions {
   if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) throw invalidArgument('options', 'must be an object with at least an image');
-  return parseOrThrow(CreateOptionsSchema, opts, 'options') as CreateOptions;
+  const valid = parseOrThrow(CreateOptionsSchema, opts, 'options') as CreateOptions;
+  return valid.networkPolicy === undefined ? valid : { ...valid, networkPolicy: normalizeNetworkPolicy(valid.networkPolicy, 'networkPolicy') };
 }

@@ -4,6 +4,7 @@
  * elsewhere (a load balancer, another host) needs nothing opened here, and opening its port on
  * this machine would open whatever local service listens on that port (docs/network.md).
  */
+import { readFileSync } from 'node:fs';
 import { lookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
 import { networkInterfaces } from 'node:os';
@@ -26,14 +27,39 @@ export function endpointTargets(apiUrl: string | undefined, grpcAddr: string | u
   return targets;
 }
 
-/** The IPv4 addresses of this machine a box can reach: every interface's but loopback's (a box's 127.0.0.1 is its own). */
+/**
+ * The IPv4 addresses of this machine a box can reach: every interface's but loopback's (a box's
+ * 127.0.0.1 is its own). Node lists only interfaces that are up and have a carrier, and a bridge
+ * with no container (or pod) on it has none — yet its address is the one the first box will
+ * send its heartbeats to — so the kernel's own list of local addresses is read as well (Linux).
+ */
 export function localAddresses(): Set<string> {
-  return new Set(
+  const found = new Set(
     Object.values(networkInterfaces())
       .flat()
       .filter((i) => i !== undefined && i.family === 'IPv4' && !i.internal)
       .map((i) => i!.address),
   );
+  let trie = '';
+  try {
+    trie = readFileSync('/proc/net/fib_trie', 'latin1');
+  } catch {
+    // Not Linux, or no procfs: the interfaces are all there is.
+  }
+  for (const address of fibLocalAddresses(trie)) found.add(address);
+  return found;
+}
+
+/** The local IPv4 addresses in /proc/net/fib_trie (`|-- <address>` followed by `/32 host LOCAL`), loopback's left out. */
+export function fibLocalAddresses(trie: string): string[] {
+  const out = new Set<string>();
+  let last: string | undefined;
+  for (const line of trie.split('\n')) {
+    const leaf = /^\s*\|-- (\d+\.\d+\.\d+\.\d+)\s*$/.exec(line);
+    if (leaf) last = leaf[1];
+    else if (last && /^\s*\/32 host LOCAL\s*$/.test(line) && !last.startsWith('127.')) out.add(last);
+  }
+  return [...out];
 }
 
 export interface EndpointResolver {
@@ -48,21 +74,43 @@ export interface EndpointResolver {
  * addresses of this machine, sorted, without repeats. IPv4 only: the box networks have no IPv6.
  */
 export async function hostEndpoints(apiUrl: string | undefined, grpcAddr: string | undefined, resolver: EndpointResolver = {}): Promise<HostEndpoint[]> {
-  const resolve = resolver.lookup ?? lookupIPv4;
   const local = (resolver.local ?? localAddresses)();
+  return resolvedEndpoints(apiUrl, grpcAddr, resolver.lookup ?? ((host) => lookupAddresses(host, 4)), (address) => local.has(address));
+}
+
+/**
+ * sbx's endpoints a box must reach whatever its egress policy (compileEgress): each target's
+ * addresses, IPv4 and IPv6, wherever they are (an SBX_API_URL on another machine, a load
+ * balancer, crosses the egress rules where one on this machine does not), loopback aside (a box's
+ * loopback is its own), sorted, without repeats.
+ */
+export async function egressEndpoints(apiUrl: string | undefined, grpcAddr: string | undefined, resolver: EndpointResolver = {}): Promise<HostEndpoint[]> {
+  return resolvedEndpoints(apiUrl, grpcAddr, resolver.lookup ?? ((host) => lookupAddresses(host, 0)), (address) => !isLoopback(address));
+}
+
+async function resolvedEndpoints(
+  apiUrl: string | undefined,
+  grpcAddr: string | undefined,
+  resolve: (host: string) => Promise<string[]>,
+  keep: (address: string) => boolean,
+): Promise<HostEndpoint[]> {
   const found = new Map<string, HostEndpoint>();
   for (const { host, port } of endpointTargets(apiUrl, grpcAddr)) {
     const addresses = isIP(host) ? [host] : await resolve(host);
-    for (const address of addresses) if (local.has(address)) found.set(`${address}:${port}`, { address, port });
+    for (const address of addresses) if (keep(address)) found.set(`${address}:${port}`, { address, port });
   }
   return [...found.values()].sort((a, b) => a.address.localeCompare(b.address) || a.port - b.port);
 }
 
-async function lookupIPv4(host: string): Promise<string[]> {
+function isLoopback(address: string): boolean {
+  return address.startsWith('127.') || address === '::1' || address.startsWith('::ffff:127.');
+}
+
+async function lookupAddresses(host: string, family: 0 | 4): Promise<string[]> {
   try {
-    return (await lookup(host, { all: true, family: 4 })).map((a) => a.address);
+    return (await lookup(host, { all: true, family })).map((a) => a.address);
   } catch {
-    // A name that does not resolve here names no address of this machine.
+    // A name that does not resolve here names no address to open.
     return [];
   }
 }

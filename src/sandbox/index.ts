@@ -25,3 +25,17 @@ export type { BoxActivity, CleanupAction } from './policy.js';
 export { BoxTokenService } from './tokens.js';
 export type { BoxTokenGrant } from './tokens.js';
 export * from './types.js';
+export {
+  NetworkPolicySchema,
+  DEFAULT_NETWORK_POLICY,
+  MAX_EGRESS_ENTRIES,
+  MAX_EGRESS_ENTRY_LENGTH,
+  normalizeNetworkPolicy,
+  parseEgressEntry,
+  formatEgressTarget,
+  compileEgress,
+  describeEgress,
+  fromE2bNetwork,
+  toE2bNetwork,
+} from './egress-policy.js';
+export type { EgressPolicy, NetworkPolicy, E2bNetwork } from './egress-policy.js';

@@ -1,4 +1,5 @@
 import type { LifecyclePolicy, MaxLifetimeAction, MountMode } from './types.js';
+import type { NetworkPolicy } from './egress-policy.js';
 import { normalizePolicy } from './policy.js';
 
 /** Every label sbx writes starts with this; user labels live under `sbx.label.`. */
@@ -26,6 +27,7 @@ const L = {
   vnc: 'sbx.vnc',
   image: 'sbx.image',
   tokenNonce: 'sbx.token-nonce',
+  network: 'sbx.box-network',
 } as const;
 
 /** Everything recovery needs to rebuild a box after a restart; the labels are the database. */
@@ -51,6 +53,13 @@ export interface BoxRecord {
   image: string;
   tokenNonce: string;
   labels: Record<string, string>;
+  /** The network the box was created on when not sbx's isolated one (`none`, a listed network): label `sbx.box-network` (`sbx.network` labels Docker's networks themselves). */
+  network?: string;
+  /**
+   * The box's egress policy as last set (create, setNetwork); no label (it changes while the box
+   * runs): a runtime that enforces egress keeps it (Runtime.getEgress), an archive's record too.
+   */
+  networkPolicy?: NetworkPolicy;
 }
 
 export function recordToLabels(r: BoxRecord): Record<string, string> {
@@ -74,6 +83,7 @@ export function recordToLabels(r: BoxRecord): Record<string, string> {
     [L.vnc]: String(r.vnc),
     [L.image]: r.image,
     [L.tokenNonce]: r.tokenNonce,
+    ...(r.network ? { [L.network]: r.network } : {}),
   };
   for (const [k, v] of Object.entries(r.labels)) out[USER_LABEL_PREFIX + k] = v;
   return out;
@@ -127,6 +137,7 @@ export function labelsToRecord(
     image: labels[L.image] || fallback.image,
     tokenNonce: labels[L.tokenNonce] ?? '',
     labels: user,
+    ...(labels[L.network] ? { network: labels[L.network] } : {}),
   };
 }
 

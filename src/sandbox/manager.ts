@@ -4,7 +4,7 @@ import pino from 'pino';
 import type { Logger } from 'pino';
 import { SbxError, isSbxError, withOptionHint } from '../errors.js';
 import { parseImageRef } from '../runtime/image-ref.js';
-import type { HostEndpoint, ImageInfo, PullProgress, RegistryAuth, BoxHeartbeat } from '../runtime/types.js';
+import type { EgressSpec, HostEndpoint, ImageInfo, PullProgress, RegistryAuth, BoxHeartbeat } from '../runtime/types.js';
 import { isNodeAddress } from '../runtime/remote/address.js';
 import { NodeHub } from '../runtime/remote/hub.js';
 import { IMAGE_NODE_LABEL } from '../runtime/remote/node-set.js';
@@ -17,19 +17,21 @@ import type { WorkspaceNode } from '../workspace/index.js';
 import { ManagedBox } from './box.js';
 import { boxRuntime } from './box-errors.js';
 import type { BoxHost, LocalBox, ProxyBase } from './box.js';
-import { buildContainerSpec, checkNetwork, newBoxRecord } from './box-spec.js';
+import { boxNetworkPolicy, buildContainerSpec, checkEgress, checkNetwork, newBoxRecord } from './box-spec.js';
+import { compileEgress } from './egress-policy.js';
+import type { NetworkPolicy } from './egress-policy.js';
 import { ArchiveStore } from './archives.js';
 import { Archiver } from './archiver.js';
 import { CleanupLoop, DeadlineTimers, cleanupInput, planCleanup, retryAt } from './cleanup.js';
 import type { PlannedCleanup } from './cleanup.js';
 import { decideCleanup, nextDue } from './policy.js';
 import { resolveConfig, resolvePool, loadConfig } from './config.js';
-import type { ManagerConfig, PoolConfig, ResolvedConfig, ResolvedPool } from './config.js';
+import type { ManagerConfig, PoolConfig, ResolvedConfig, ResolvedPool, WarmTemplate } from './config.js';
 import { validateCreateOptions } from './create-options.js';
 import { recordToLabels } from './labels.js';
 import type { BoxRecord } from './labels.js';
 import { Pool } from './pool.js';
-import { hostEndpoints } from './host-endpoints.js';
+import { egressEndpoints, hostEndpoints } from './host-endpoints.js';
 import { CLEANUP_PARALLELISM, Recovery } from './recovery.js';
 import { GENERATED_ID_BYTES } from './box-id.js';
 import { BoxRegistry } from './registry.js';
@@ -39,6 +41,7 @@ import { StopIntents } from './stop-intents.js';
 import { LifetimeStore } from './lifetimes.js';
 import { ClaimStore } from './claims.js';
 import { WarmPool } from './warm-pool.js';
+import { templateOptions } from './warm.js';
 import { Snapshots } from './snapshots.js';
 import { WorkspaceVolumes, hasWorkspaceVolumes } from './workspace-volumes.js';
 import type { BoxInfo, CleanupStats, CreateOptions, HeartbeatInput, ListOptions, PoolInfo, ServerEndpoints, WarmInfo } from './types.js';
@@ -187,6 +190,7 @@ export class Manager {
         return this.snapshots.take(box, opts);
       },
       deadlineMoved: (box) => this.armDeadline(box),
+      setNetwork: (box, policy) => this.applyNetwork(box, policy),
       onExecFinished: (box) => {
         if (box.policy === 'oneshot' && box.activity.inFlight === 0) {
           this.remove(box.id).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'oneshot removal failed; cleanup will retry'));
@@ -207,6 +211,7 @@ export class Manager {
       hostEndpoints: () => this.hostEndpoints(),
       imageNodeOf: (pool, containerId) => this.imageNodeOf(pool, containerId),
       sbxEnvOf: (record) => this.sbxEnvOf(record),
+      egressOf: (pool, policy) => this.egressOf(pool, policy),
     });
     this.recovery = new Recovery({
       manager: this.config.name,
@@ -377,6 +382,37 @@ export class Manager {
     return hostEndpoints(this.config.apiUrl, this.grpcAddr());
   }
 
+  /** Whether the pool's runtime enforces egress rules (RuntimeCapabilities.egress). */
+  private enforcesEgress(pool: Pool): boolean {
+    const rt = pool.runtime();
+    return rt.capabilities.egress === true && typeof rt.setEgress === 'function';
+  }
+
+  /**
+   * A policy as the pool's runtime takes it (ContainerSpec.egress, setEgress), with sbx's
+   * endpoints every box is told of (SBX_API_URL, SBX_GRPC_ADDR, at every address they resolve
+   * to, on this machine or not); undefined where the runtime enforces no egress.
+   */
+  private async egressOf(pool: Pool, policy: NetworkPolicy): Promise<EgressSpec | undefined> {
+    if (!this.enforcesEgress(pool)) return undefined;
+    return compileEgress(policy, await egressEndpoints(this.config.apiUrl, this.grpcAddr()));
+  }
+
+  /** box.setNetwork's work, inside the box's step: checked, given to the runtime (an archived box keeps it for its restore), recorded. */
+  private async applyNetwork(box: ManagedBox, policy: NetworkPolicy): Promise<void> {
+    // Removed meanwhile (or another box under its id since): gone, as to every lookup.
+    if (this.known(box.id) !== box) throw new SbxError('not_found', `box '${box.id}' not found`, { details: { id: box.id } });
+    const pool = this.pool(box.pool);
+    checkEgress(policy, { network: box.record.network, egressEnforced: this.enforcesEgress(pool), pool: pool.name, id: box.id });
+    if (box.status === 'archived') await this.archiver.saveNetworkPolicy(box, policy);
+    else {
+      const egress = await this.egressOf(pool, policy);
+      if (egress) await boxRuntime(pool.runtime(), box.containerId, box.id).setEgress!(box.containerId, egress);
+    }
+    box.record.networkPolicy = policy;
+    this.log.info({ box: box.id, pool: pool.name, egress: typeof policy.egress === 'string' ? policy.egress : 'rules' }, 'box network policy set');
+  }
+
   // --- Pools ---------------------------------------------------------------------------
 
   private pool(name: string): Pool {
@@ -452,7 +488,13 @@ export class Manager {
 
   private newPool(def: ResolvedPool): Pool {
     const pool = new Pool(def, this.observeEngineCall, this.nodeHub);
-    if (def.warm.length > 0) pool.warm = new WarmPool(pool, this.config.name, this.log);
+    if (def.warm.length > 0) {
+      // Spares get the pool's policy (a box without a network: 'none' unless it is 'all'); a claim
+      // asking for another one sets its own before the spare is handed out.
+      const spareEgress = async (template: WarmTemplate) =>
+        this.enforcesEgress(pool) ? this.egressOf(pool, boxNetworkPolicy(templateOptions(template), def, true)) : undefined;
+      pool.warm = new WarmPool(pool, this.config.name, this.log, spareEgress);
+    }
     return pool;
   }
 
@@ -587,11 +629,14 @@ export class Manager {
     const sbxEnv = await this.sbxEnvOf(record);
     // Before a spare is claimed: a refused network is refused whichever way the box would come.
     checkNetwork(opts, pool.def);
+    // Before any engine call: a policy the box's network or its runtime cannot have is refused.
+    record.networkPolicy = boxNetworkPolicy(opts, pool.def, this.enforcesEgress(pool));
+    const egress = await this.egressOf(pool, record.networkPolicy);
     // The box (a claimed spare too) must reach sbx's endpoints it is told of, and only those of the host.
     await pool.allowHostEndpoints(await this.hostEndpoints());
     const key = pool.warm?.match(opts);
     if (key !== undefined) {
-      const claimed = await this.claimSpare(pool, key, record, { ...(opts.env ?? {}), ...sbxEnv });
+      const claimed = await this.claimSpare(pool, key, record, { ...(opts.env ?? {}), ...sbxEnv }, egress);
       if (claimed) return claimed;
     }
     const mount = record.workspaceId
@@ -605,6 +650,7 @@ export class Manager {
       mount,
       machine: pool.resources,
       keepSpec: pool.runtime().capabilities.commit !== false,
+      egress,
     });
     const spec = imageNode === undefined ? built : { ...built, labels: { ...built.labels, [IMAGE_NODE_LABEL]: imageNode } };
     const runtime = pool.runtime();
@@ -636,12 +682,18 @@ export class Manager {
    * Gives a ready spare the new box's identity: the claim on disk first (a restart must find it),
    * then the box is registered as a cold one would be. Undefined when no spare is left.
    */
-  private async claimSpare(pool: Pool, key: string, record: BoxRecord, env: Record<string, string>): Promise<ManagedBox | undefined> {
+  private async claimSpare(
+    pool: Pool,
+    key: string,
+    record: BoxRecord,
+    env: Record<string, string>,
+    egress: EgressSpec | undefined,
+  ): Promise<ManagedBox | undefined> {
     const save = (containerId: string) =>
       this.claims.save({ containerId, labels: recordToLabels(record), env }).catch((err: unknown) => {
         throw new SbxError('internal', `could not record the claim of a warm box in ${this.config.dataDir}: ${(err as Error).message}`, { cause: err });
       });
-    const containerId = await pool.warm!.claim(key, save);
+    const containerId = await pool.warm!.claim(key, save, egress);
     if (containerId === undefined) return undefined;
     const box = new ManagedBox(record, containerId, this.boxHost, 'running', env);
     this.registry.add(box);
@@ -789,6 +841,19 @@ export class Manager {
     }
     if (input.active) box.activity.lastHeartbeat = this.now();
     if (input.processCount !== undefined) box.activity.processCount = input.processCount;
+  }
+
+  /**
+   * box.setNetwork for the box `id`; with `owner`, only a box of that owner (another owner's box
+   * answers not_found, as a missing one does).
+   *
+   * @example
+   * await manager.setNetwork('sb-1', { egress: 'none' }, { owner: 'alice' });
+   */
+  async setNetwork(id: string, policy: NetworkPolicy, opts: { owner?: string } = {}): Promise<void> {
+    const box = this.known(id);
+    if (opts.owner !== undefined && box.owner !== opts.owner) throw new SbxError('not_found', `box '${id}' not found`, { details: { id } });
+    await box.setNetwork(policy);
   }
 
   /** The box's info, asked of the engine now. A read: it does not count as use. */

@@ -73,6 +73,7 @@ export class Pool {
       cpus: d.cpus,
       agent: d.agent,
       networks: [...d.networks],
+      networkPolicy: d.networkPolicy,
       warm: d.warm.map((t) => ({ ...t })),
       ...(d.agentImage ? { agentImage: d.agentImage } : {}),
       ...(d.readyTimeoutMs !== undefined ? { readyTimeoutMs: d.readyTimeoutMs } : {}),

@@ -1,5 +1,6 @@
 import type { WarmTemplate } from './config.js';
 import type { PortSpec } from '../runtime/types.js';
+import type { NetworkPolicy } from './egress-policy.js';
 
 /** What the cleanup loop does with a box; see policy.ts for the table. */
 /** What the end of a box's max lifetime does (CreateOptions.maxLifetimeAction). */
@@ -78,6 +79,14 @@ export interface CreateOptions {
    * engine network, only when the pool lists it (PoolConfig.networks); `host` never.
    */
   network?: string;
+  /**
+   * Where the box may connect to (docs/network.md): `{ egress: 'all' | 'none' | { allow, deny } }`.
+   * Default: the pool's `networkPolicy` (itself `{ egress: 'all' }` unless configured). Anything
+   * but `'all'` needs a pool whose runtime enforces egress (`not_available`, reason `egress`,
+   * otherwise); a box without a network (`network: 'none'`, the strict profile) takes only
+   * `'all'` or `'none'`. Changeable while it runs: `box.setNetwork`.
+   */
+  networkPolicy?: NetworkPolicy;
   security?: SecurityProfile;
   workspaceId?: string;
   mountMode?: MountMode;
@@ -148,6 +157,8 @@ export interface BoxInfo {
    */
   exitCode: number | null;
   oomKilled: boolean;
+  /** Where the box may connect to now (its create's policy, or the last `setNetwork`'s), in canonical form. */
+  networkPolicy: NetworkPolicy;
 }
 
 /**
@@ -173,6 +184,8 @@ export interface PoolInfo {
   agent: boolean;
   /** Docker networks its boxes may name besides `none` (PoolConfig.networks). */
   networks: string[];
+  /** The egress policy of a box that names none (PoolConfig.networkPolicy). */
+  networkPolicy: NetworkPolicy;
   /** Warm-pool templates (docs/warm-pools.md). */
   warm: WarmTemplate[];
   ociRuntime?: string;

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { isSbxError } from '../errors.js';
-import type { ContainerEvent, ContainerSummary } from '../runtime/types.js';
+import type { ContainerEvent, ContainerSummary, EgressSpec } from '../runtime/types.js';
 import type { WarmTemplate } from './config.js';
 import type { Pool } from './pool.js';
 import type { CreateOptions, WarmInfo } from './types.js';
@@ -34,11 +34,15 @@ export class WarmPool {
   private readonly stop = new AbortController();
   private consecutiveFailures = 0;
   private lastClaimMs: number | undefined;
+  /** The egress rules each spare this pool made was created with (JSON): a claim that wants others sets them. */
+  private readonly spareEgress = new Map<string, string>();
 
   constructor(
     private readonly pool: Pool,
     private readonly manager: string,
     private readonly log: Logger,
+    /** A spare's egress rules (the pool's policy), where the runtime enforces egress. */
+    private readonly egressFor: (template: WarmTemplate) => Promise<EgressSpec | undefined> = () => Promise.resolve(undefined),
   ) {}
 
   /** The templates as keyed now (the key depends on the engine machine's size, known after the first list). */
@@ -63,9 +67,11 @@ export class WarmPool {
    * Hands a ready spare of the template to a claim: one inspect (a spare can die while it
    * waits), then `save` records the claim (durably: only then is it no longer a spare). The
    * container id, or undefined when no spare is left (a miss: the caller creates cold). A spare
-   * whose claim cannot be saved is removed, not handed out.
+   * whose claim cannot be saved is removed, not handed out. `egress`: the claiming box's rules,
+   * put in force on the spare before the claim is saved when the spare was not made with them (an
+   * error then removes the spare and fails the claim).
    */
-  async claim(key: string, save: (containerId: string) => Promise<void>): Promise<string | undefined> {
+  async claim(key: string, save: (containerId: string) => Promise<void>, egress?: EgressSpec): Promise<string | undefined> {
     const started = performance.now();
     for (let id = this.take(key); id !== undefined; id = this.take(key)) {
       const c = await this.pool
@@ -77,11 +83,13 @@ export class WarmPool {
         continue;
       }
       try {
+        if (egress && this.spareEgress.get(id) !== JSON.stringify(egress)) await this.pool.runtime().setEgress!(id, egress);
         await save(id);
       } catch (err) {
         await this.discard(key, id);
         throw err;
       }
+      this.spareEgress.delete(id);
       this.claimed(key, id, performance.now() - started);
       return id;
     }
@@ -194,6 +202,7 @@ export class WarmPool {
   private async makeSpare(slot: Slot): Promise<string> {
     const runtime = this.pool.runtime();
     const spareId = `warm-${randomBytes(6).toString('hex')}`;
+    const egress = await this.egressFor(slot.template);
     const spec = spareSpec({
       manager: this.manager,
       pool: this.pool.def,
@@ -203,8 +212,10 @@ export class WarmPool {
       now: Date.now(),
       machine: this.pool.resources,
       keepSpec: runtime.capabilities.commit !== false,
+      egress,
     });
     const id = await runtime.create(spec);
+    if (egress) this.spareEgress.set(id, JSON.stringify(egress));
     this.busy.add(id);
     try {
       await runtime.start(id);
@@ -232,6 +243,7 @@ export class WarmPool {
   }
 
   private async removeSpare(id: string): Promise<void> {
+    this.spareEgress.delete(id);
     try {
       await this.pool.runtime().remove(id, { force: true });
     } catch (err) {

@@ -5,7 +5,7 @@
  * the container, whose labels cannot change.
  */
 import { createHash } from 'node:crypto';
-import type { ContainerSpec, ContainerSummary, RuntimeResources } from '../runtime/types.js';
+import type { ContainerSpec, ContainerSummary, EgressSpec, RuntimeResources } from '../runtime/types.js';
 import type { Claim } from './claims.js';
 import { DEFAULT_WORKDIR, buildContainerSpec, newBoxRecord } from './box-spec.js';
 import type { ResolvedPool, WarmTemplate } from './config.js';
@@ -51,7 +51,10 @@ function shapeOf(
   };
 }
 
-/** A stable key of a template's shape within its pool: the spare's label, so a changed config is seen. */
+/**
+ * A stable key of a template's shape within its pool: the spare's label, so a changed config is
+ * seen. Not the egress policy: a claim sets its own on the spare (Runtime.setEgress).
+ */
 export function templateKey(t: WarmTemplate, pool: ResolvedPool, machine: RuntimeResources | undefined): string {
   const s = shapeOf(t, pool, machine);
   // 'isolated': spares made before boxes without a network joined the runtime's isolated one
@@ -85,6 +88,17 @@ export function matchTemplate(opts: CreateOptions, pool: ResolvedPool, machine: 
   });
 }
 
+/** The options a create gives for the template's shape (the spare is made as a cold box of them). */
+export function templateOptions(t: WarmTemplate): CreateOptions {
+  return {
+    image: t.image,
+    ...(t.security ? { security: t.security } : {}),
+    ...(t.memory !== undefined ? { memory: t.memory } : {}),
+    ...(t.cpus !== undefined ? { cpus: t.cpus } : {}),
+    ...(t.network ? { network: t.network } : {}),
+  };
+}
+
 /**
  * The spec of a spare: a cold box's spec for the template's options, named and labelled as a
  * spare. No restart policy: a spare that dies is replaced, and a claimed box the engine stopped
@@ -100,15 +114,11 @@ export function spareSpec(opts: {
   machine: RuntimeResources | undefined;
   /** Keep the spec in a label (SPEC_LABEL), so a box the spare becomes can be archived. */
   keepSpec?: boolean;
+  /** The spare's egress rules (the pool's policy), where the runtime enforces egress. */
+  egress?: EgressSpec | undefined;
 }): ContainerSpec {
   const { template: t } = opts;
-  const createOpts: CreateOptions = {
-    image: t.image,
-    ...(t.security ? { security: t.security } : {}),
-    ...(t.memory !== undefined ? { memory: t.memory } : {}),
-    ...(t.cpus !== undefined ? { cpus: t.cpus } : {}),
-    ...(t.network ? { network: t.network } : {}),
-  };
+  const createOpts = templateOptions(t);
   const record = newBoxRecord({ manager: opts.manager, id: opts.spareId, owner: '', pool: opts.pool, opts: createOpts, now: opts.now, tokenNonce: '' });
   const spec = buildContainerSpec({
     record,
@@ -118,6 +128,7 @@ export function spareSpec(opts: {
     mount: undefined,
     machine: opts.machine,
     keepSpec: opts.keepSpec ?? false,
+    egress: opts.egress,
   });
   const kept = spec.labels?.[SPEC_LABEL];
   return {

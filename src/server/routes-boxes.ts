@@ -9,6 +9,7 @@ import { DEFAULT_MAX_OUTPUT_BYTES } from '../runtime/bounds.js';
 import { dropExecOutput } from '../runtime/collect-text.js';
 import type { ExecResult, ExecStream } from '../runtime/types.js';
 import { CreateOptionsSchema } from '../sandbox/create-options.js';
+import { normalizeNetworkPolicy } from '../sandbox/egress-policy.js';
 import type { Box, BoxInfo, CreateOptions } from '../sandbox/index.js';
 import { mapSettled } from '../util/concurrency.js';
 import { actingOwner, mayAccess, requireKey } from './auth.js';
@@ -23,6 +24,7 @@ import {
   BoxInfoSchema,
   BoxListSchema,
   COMMON_ERRORS,
+  NetworkPolicyWireSchema,
   ExecBodySchema,
   ExecResultSchema,
   SignedUrlSchema,
@@ -197,6 +199,27 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
     async (req) => {
       const box = await boxFor(ctx, req.caller, req.params.id);
       await box.renewLifetime(req.body.lifetimeMs);
+      return box.info();
+    },
+  );
+
+  r.put(
+    '/v1/boxes/:id/network',
+    {
+      schema: {
+        summary: 'Replace where the box may connect to (box.setNetwork): { egress: all | none | { allow?, deny? } }',
+        description:
+          "New connections follow the new policy at once; open connections to what it now denies are cut. Anything but 'all' on a pool whose runtime cannot enforce egress: 503 not_available (details.reason egress). See docs/network.md.",
+        tags: ['boxes'],
+        params: boxIdParam,
+        body: NetworkPolicyWireSchema,
+        response: replies({ 200: BoxInfoSchema }, BOX_ERRORS),
+      },
+    },
+    async (req) => {
+      const box = await boxFor(ctx, req.caller, req.params.id);
+      // Checked here first, so a bad entry is named as the body has it (`egress.allow[1]`).
+      await box.setNetwork(normalizeNetworkPolicy(req.body, ''));
       return box.info();
     },
   );

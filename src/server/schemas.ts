@@ -14,6 +14,7 @@ import type { ErrorBody } from './errors.js';
 import type { ApiKeyInfo, CreatedKey } from './keys.js';
 import { PROXY_TTL_MAX_MS } from '../sandbox/box.js';
 import { BOX_ID_PATTERN, OWNER_PATTERN } from '../sandbox/create-options.js';
+import { NetworkPolicySchema } from '../sandbox/egress-policy.js';
 import { WORKSPACE_ID_PATTERN } from './context.js';
 
 export const boxIdParam = z.object({ id: z.string().regex(BOX_ID_PATTERN, 'is not a valid box id') }).strict();
@@ -118,6 +119,12 @@ export const ErrorBodySchema = z
   .meta({ id: 'Error' });
 exact<Exact<z.infer<typeof ErrorBodySchema>, ErrorBody>>(true);
 
+/**
+ * `{ egress: 'all' | 'none' | { allow?, deny? } }`: what a box may connect to (docs/network.md).
+ * The entries' grammar is checked by the library (invalid_argument naming `networkPolicy.egress.allow[i]`).
+ */
+export const NetworkPolicyWireSchema = NetworkPolicySchema.meta({ id: 'NetworkPolicy' });
+
 export const BoxInfoSchema = z
   .object({
     id: z.string(),
@@ -144,6 +151,7 @@ export const BoxInfoSchema = z
     execPath: z.enum(['agent', 'engine']),
     exitCode: z.number().int().nullable(),
     oomKilled: z.boolean(),
+    networkPolicy: NetworkPolicyWireSchema,
   })
   .meta({ id: 'BoxInfo' });
 exact<Exact<z.infer<typeof BoxInfoSchema>, BoxInfo>>(true);
@@ -226,6 +234,7 @@ export const PoolInfoSchema = z
     cpus: z.number(),
     agent: z.boolean(),
     networks: z.array(z.string()),
+    networkPolicy: NetworkPolicyWireSchema,
     warm: z.array(warmTemplateSchema),
     ociRuntime: z.string().optional(),
     pidsLimit: z.number().int().optional(),

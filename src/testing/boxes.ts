@@ -60,3 +60,29 @@ export async function waitForImage(runtime: Runtime, image: string, timeoutMs: n
     await sleep(2000);
   }
 }
+
+/**
+ * Dials a box's port (`dialPort`) until what a connection sends matches `pattern`, and returns
+ * that text; a listener that restarts between connections (`while :; do … | nc -l …; done`) is
+ * dialled again. Throws after `tries` connections without a match.
+ *
+ * @example
+ * assert.match(await readPort(rt, box, 8080, /hello/), /hello-from-box/);
+ */
+export async function readPort(runtime: Runtime, id: string, port: number, pattern: RegExp, tries = 50): Promise<string> {
+  let text = '';
+  for (let i = 0; i < tries; i++) {
+    const sock = await runtime.dialPort(id, port);
+    text = await new Promise<string>((resolve) => {
+      let got = '';
+      sock.on('data', (c: Buffer) => (got += c.toString()));
+      sock.on('error', () => resolve(got));
+      sock.on('end', () => resolve(got));
+      setTimeout(() => resolve(got), 2000);
+    });
+    sock.destroy();
+    if (pattern.test(text)) return text;
+    await sleep(100);
+  }
+  throw new Error(`port ${port} of box ${id} sent nothing matching ${pattern} in ${tries} connections (last: ${JSON.stringify(text)})`);
+}

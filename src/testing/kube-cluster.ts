@@ -4,7 +4,8 @@
  * (scripts/kube.sh up). `unavailable()` gives the reason to skip: no kubeconfig, or the local
  * cluster not answering. An explicit SBX_TEST_KUBECONFIG is never skipped: a cluster CI was
  * told to use and cannot reach is a failure. SBX_TEST_KUBE_AGENT_IMAGE names the agent's image
- * there (default sbx-agent:latest, images/sbx-agent).
+ * there (default sbx-agent:latest, images/sbx-agent), SBX_TEST_KUBE_EGRESS_IMAGE the egress
+ * sidecar's (default sbx-egress:latest, images/sbx-egress).
  */
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -18,13 +19,15 @@ export const testKubeconfig = explicit || (existsSync(LOCAL_KUBECONFIG) ? LOCAL_
 const namespace = process.env['SBX_TEST_KUBE_NAMESPACE'];
 /** The agent's image on the test cluster (scripts/kube.sh imports sbx-agent:latest). */
 export const testAgentImage = process.env['SBX_TEST_KUBE_AGENT_IMAGE'] || 'sbx-agent:latest';
+/** The egress sidecar's image on the test cluster (scripts/kube.sh imports sbx-egress:latest). */
+export const testEgressImage = process.env['SBX_TEST_KUBE_EGRESS_IMAGE'] || 'sbx-egress:latest';
 
 export function testKubeAddress(kubeconfig = testKubeconfig ?? '', ns = namespace): string {
   return `k8s://?kubeconfig=${encodeURIComponent(kubeconfig)}${ns ? `&namespace=${ns}` : ''}`;
 }
 
 export function openTestKube(opts: KubernetesRuntimeOptions = {}): KubernetesRuntime {
-  return new KubernetesRuntime(testKubeAddress(), { readyTimeoutMs: 60_000, ...opts });
+  return new KubernetesRuntime(testKubeAddress(), { readyTimeoutMs: 60_000, egressImage: testEgressImage, ...opts });
 }
 
 /** Why the Kubernetes tests cannot run here, or undefined when they can. */

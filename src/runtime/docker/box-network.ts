@@ -32,7 +32,7 @@ export const boxNetworkName = (n: number): string => (n === 0 ? BOX_NETWORK : `$
 export const boxBridgeName = (n: number): string => `${BOX_BRIDGE_PREFIX}${n}`;
 
 /** Which box network a network name is, or undefined for any other. */
-function boxNetworkIndex(name: string): number | undefined {
+export function boxNetworkIndex(name: string): number | undefined {
   if (name === BOX_NETWORK) return 0;
   const m = /^sbx-boxes-(\d{1,2})$/.exec(name);
   return m && Number(m[1]) > 0 && Number(m[1]) < MAX_BOX_NETWORKS ? Number(m[1]) : undefined;

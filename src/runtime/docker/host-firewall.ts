@@ -11,6 +11,9 @@
  *   INPUT:           -i <bridge> -j SBX-BOXES-IN                   (inserted first)
  *   SBX-BOXES-IN:    conntrack ESTABLISHED,RELATED -j ACCEPT      (replies to the host's own
  *                                                                   connections: dialPort, proxies)
+ *                    -p udp|tcp --dport 15353 conntrack DNAT, original port 53 -j ACCEPT
+ *                                                                  (boxes' DNS, redirected to the
+ *                                                                   egress helper's proxy: egress.ts)
  *                    -j SBX-BOXES-PORTS
  *                    -j REJECT --reject-with icmp-admin-prohibited (TCP, UDP, ICMP alike)
  *   SBX-BOXES-PORTS: -d <address>/32 -p tcp --dport <port> -m comment --comment "sbx-owner <pid>:<start>:<n>" -j ACCEPT
@@ -27,6 +30,7 @@ import { isIP } from 'node:net';
 import { SbxError, invalidArgument } from '../../errors.js';
 import type { HostEndpoint } from '../types.js';
 import { isPort } from '../ports.js';
+import { EGRESS_DNS_PORT } from './egress.js';
 
 export const IN_CHAIN = 'SBX-BOXES-IN';
 export const PORTS_CHAIN = 'SBX-BOXES-PORTS';
@@ -117,7 +121,14 @@ export class HostFirewall {
 
 /** SBX-BOXES-IN's rules, as `iptables -S` prints them (without `-A <chain>`). */
 function inChainRules(): string[] {
-  return ['-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT', `-j ${PORTS_CHAIN}`, '-j REJECT --reject-with icmp-admin-prohibited'];
+  return [
+    '-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT',
+    // DNS of boxes, redirected (nat prerouting, egress.ts's helper) from port 53 to the helper's
+    // proxy on the gateway: only redirected packets, never the proxy's port asked for directly.
+    ...(['udp', 'tcp'] as const).map((p) => `-p ${p} -m ${p} --dport ${EGRESS_DNS_PORT} -m conntrack --ctstate DNAT --ctorigdstport 53 -j ACCEPT`),
+    `-j ${PORTS_CHAIN}`,
+    '-j REJECT --reject-with icmp-admin-prohibited',
+  ];
 }
 
 /** A process's start time (field 22 of /proc/<pid>/stat), or undefined when it is gone. */

@@ -5,7 +5,7 @@ import type Docker from 'dockerode';
 import { SbxError, invalidArgument } from '../../errors.js';
 import { parseRuntimeAddress } from './address.js';
 import type { RuntimeAddress } from './address.js';
-import { isoNanos, logSinceNanos, validateExec, validateExecStream, validateLogs, validateSpec } from '../spec.js';
+import { isoNanos, logSinceNanos, validateEgressSpec, validateExec, validateExecStream, validateLogs, validateSpec } from '../spec.js';
 import { logChunks } from '../log-chunks.js';
 import { wholeFrames } from './demux.js';
 import type {
@@ -20,6 +20,7 @@ import type {
   ExecStreamOptions,
   ContainerListOptions,
   ContainerEvent,
+  EgressSpec,
   ProcessInfo,
   HostEndpoint,
   LogChunk,
@@ -46,6 +47,17 @@ import type { AgentBox, ImageConfig } from './agent-inject.js';
 import { DockerImages } from './images.js';
 import { BoxIsolation, hostFirewallDefault } from './box-network.js';
 import { jsonLines } from './json-lines.js';
+import {
+  DEFAULT_EGRESS_IMAGE,
+  DockerEgress,
+  EGRESS_ALL,
+  EGRESS_LABEL,
+  attachmentOf,
+  attachmentOfNetwork,
+  boxAddressesOf,
+  egressFromLabels,
+  parseEgressDns,
+} from './egress.js';
 import { checkPort } from '../ports.js';
 
 /**
@@ -78,14 +90,23 @@ export class DockerRuntime implements Runtime {
   private readonly networkDrivers = new Map<string, string>();
   /** Whether a box's agent said its command was OOM-killed, by `<container id> <FinishedAt>` (see agentSawOomKill). */
   private readonly oomVerdicts = new Map<string, boolean>();
+  /** The egress enforcer of this engine (egress.ts). */
+  private readonly egress: DockerEgress;
+  /** The egress rules of boxes created here and not started yet: their first start needs not ask the helper. */
+  private readonly freshEgress = new Map<string, EgressSpec>();
 
   constructor(addr: string | RuntimeAddress, options: RuntimeOptions = {}) {
     const parsed = typeof addr === 'string' ? parseRuntimeAddress(addr) : addr;
     this.address = parsed.raw;
     this.parsedAddress = parsed;
     // Bind mounts name paths on the engine's machine: only a local socket means this machine.
-    this.capabilities = { hostMounts: parsed.transport === 'unix' };
+    this.capabilities = { hostMounts: parsed.transport === 'unix', egress: true };
     this.conn = new DockerConnection(parsed, options);
+    this.egress = new DockerEgress(this.conn, {
+      local: parsed.transport === 'unix',
+      image: options.egressImage ?? DEFAULT_EGRESS_IMAGE,
+      dns: parseEgressDns(options.egressDns),
+    });
     this.images = new DockerImages(this.conn);
     // The agent's binary is a host path and its address a local bridge's: tcp and ssh engines
     // keep the engine's exec.
@@ -120,12 +141,46 @@ export class DockerRuntime implements Runtime {
   }
 
   async create(spec: ContainerSpec): Promise<string> {
-    const valid = validateSpec(spec);
+    const valid = await this.withEgress(validateSpec(spec));
+    let id: string;
     if (!this.agentEnabled) {
       this.checkImageOwner(valid, await this.imageConfig(valid.image));
-      return this.remember(await this.createContainer(valid), { token: undefined, user: undefined });
+      id = this.remember(await this.createContainer(valid), { token: undefined, user: undefined });
+    } else {
+      id = await this.createWithAgent(valid, true);
     }
-    return this.createWithAgent(valid, true);
+    if (this.freshEgress.size > 10_000) this.freshEgress.clear();
+    this.freshEgress.set(id, valid.egress ?? EGRESS_ALL);
+    return id;
+  }
+
+  /**
+   * The spec with its egress rules in the `sbx.egress` label, after checking they can be
+   * enforced: on a box network by the helper (its image must be on the engine unless the rules
+   * are `all`), on network `none` trivially (nothing leaves), on any other network not at all
+   * (only `all` goes there).
+   */
+  private async withEgress(valid: ContainerSpec): Promise<ContainerSpec> {
+    const egress = valid.egress;
+    if (!egress) return valid;
+    const where = attachmentOfNetwork(valid.network);
+    if (egress.mode !== 'all' && where === 'other') {
+      throw invalidArgument(
+        'egress',
+        `egress '${egress.mode}' is enforced on sbx's box networks only, not on network '${valid.network}'; leave network unset (or 'none', where nothing leaves the box)`,
+      );
+    }
+    if (egress.mode !== 'all' && where === 'box' && !(await this.egressAvailable())) throw this.egress.missingError();
+    return { ...valid, labels: { ...valid.labels, [EGRESS_LABEL]: JSON.stringify(egress) } };
+  }
+
+  /** Whether this engine's egress helper runs (made first if need be); its failures as SbxErrors. */
+  private async egressAvailable(): Promise<boolean> {
+    try {
+      return await this.egress.available();
+    } catch (err) {
+      this.fail(err, 'the egress enforcer');
+    }
   }
 
   /**
@@ -228,8 +283,42 @@ export class DockerRuntime implements Runtime {
       if (statusOf(err) === 304) return;
       this.fail(err, `container ${id}`);
     }
+    const started = await this.registerEgress(id);
     const box = this.agentBoxes.get(id);
-    if (this.agentEnabled && box?.token && !box.refused) await this.untilAgentListens(id, box);
+    if (this.agentEnabled && box?.token && !box.refused) await this.untilAgentListens(id, box, started);
+  }
+
+  /**
+   * Hands a box that just started to the egress helper with its address(es), which the engine
+   * gives anew at every start: its rules are the helper's entry (a setEgress since its create),
+   * else its label's, else `all`. Until then the helper drops its packets (fail closed), `all`
+   * included. A box the rules cannot be put in force for is stopped again, and the start fails.
+   * Returns the container as inspected after the start (undefined: it is gone already).
+   */
+  private async registerEgress(id: string): Promise<Docker.ContainerInspectInfo | undefined> {
+    const fresh = this.freshEgress.get(id);
+    this.freshEgress.delete(id);
+    const c = await this.docker
+      .getContainer(id)
+      .inspect()
+      .catch(() => undefined);
+    // Not running (its command ended already) or not on a box network: nothing of it to filter.
+    if (!c?.State.Running || attachmentOf(c) !== 'box') return c;
+    try {
+      if (!(await this.egress.available())) {
+        if ((fresh ?? egressFromLabels(c.Config.Labels)).mode === 'all') return c;
+        throw this.egress.missingError();
+      }
+      const entry = fresh ? undefined : await this.egress.get(c.Id);
+      await this.egress.put(c.Id, boxAddressesOf(c), entry?.spec ?? fresh ?? egressFromLabels(c.Config.Labels));
+    } catch (err) {
+      await this.docker
+        .getContainer(id)
+        .stop({ t: 0 })
+        .catch(() => undefined);
+      this.fail(err, `the egress rules of container ${id}`);
+    }
+    return c;
   }
 
   /**
@@ -237,10 +326,10 @@ export class DockerRuntime implements Runtime {
    * and a box command that cannot start fails `start` as it does without the agent: the
    * agent starts the command before it answers and exits 126/127 when it cannot.
    */
-  private async untilAgentListens(id: string, box: AgentBox): Promise<void> {
+  private async untilAgentListens(id: string, box: AgentBox, started?: Docker.ContainerInspectInfo): Promise<void> {
     const deadline = Date.now() + AGENT_START_WAIT_MS;
     // The engine gives the address at each start: the one known from before may be another box's now.
-    box.address = undefined;
+    box.address = started?.State.Running ? bridgeAddressOf(started) : undefined;
     for (let attempt = 0; Date.now() < deadline; attempt++) {
       if (box.address && (await probeAgent(tcpTarget(id, box.address, AGENT_PORT, box.token!), 500)).ok) return;
       if (!box.address || attempt % 5 === 4) {
@@ -335,9 +424,10 @@ export class DockerRuntime implements Runtime {
     try {
       await this.docker.getContainer(id).stop({ t });
     } catch (err) {
-      if (statusOf(err) === 304) return;
-      this.fail(err, `container ${id}`);
+      if (statusOf(err) !== 304) this.fail(err, `container ${id}`);
     }
+    // Its address is free for the engine's next box, which must not get this box's rules with it.
+    await this.egress.release(id).catch(() => undefined);
   }
 
   async pause(id: string): Promise<void> {
@@ -406,6 +496,44 @@ export class DockerRuntime implements Runtime {
     }
     this.agentBoxes.delete(id);
     this.tools.delete(id);
+    this.freshEgress.delete(id);
+    // An entry the helper keeps (its failure here) is swept at the next allowHostEndpoints; its
+    // address, given to another box, moves to that box's entry at its registration meanwhile.
+    await this.egress.delete(id).catch(() => undefined);
+  }
+
+  async setEgress(id: string, egress: EgressSpec): Promise<void> {
+    const valid = validateEgressSpec(egress);
+    const c = await this.rawInspect(id);
+    if (!c.State.Running) throw new SbxError('conflict', `container ${id} is not running`, { details: { id, status: c.State.Status } });
+    const where = attachmentOf(c);
+    if (where === 'other') {
+      if (valid.mode === 'all') return;
+      throw invalidArgument('egress', `egress '${valid.mode}' is enforced on sbx's box networks only; container ${id} is on another network`);
+    }
+    if (!(await this.egressAvailable())) {
+      // Nothing to enforce: `all` needs no helper, and nothing leaves a box without a network.
+      if (valid.mode === 'all' || where === 'none') return;
+      throw this.egress.missingError();
+    }
+    try {
+      // No network: nothing leaves the box whatever the rules say; the entry (no address) only records them.
+      await this.egress.put(c.Id, where === 'box' ? boxAddressesOf(c) : [], valid);
+    } catch (err) {
+      this.fail(err, `the egress rules of container ${id}`);
+    }
+  }
+
+  async getEgress(id: string): Promise<EgressSpec | undefined> {
+    const c = await this.rawInspect(id);
+    let entry;
+    try {
+      entry = await this.egress.get(c.Id);
+    } catch (err) {
+      this.fail(err, `the egress rules of container ${id}`);
+    }
+    if (entry) return entry.spec;
+    return c.Config.Labels?.[EGRESS_LABEL] ? egressFromLabels(c.Config.Labels) : undefined;
   }
 
   /** The engine's own inspect of a container; its errors as SbxErrors. */
@@ -622,6 +750,8 @@ export class DockerRuntime implements Runtime {
         if (!action || !id) continue;
         const nanos = Number(e['timeNano']);
         const at = Number.isFinite(nanos) && nanos > 0 ? new Date(nanos / 1e6).toISOString() : new Date().toISOString();
+        // A box that stopped by itself frees its address as stop() does (egress.ts release).
+        if (action === 'stopped') void this.egress.release(id).catch(() => undefined);
         yield { id, action, labels: actor.Attributes ?? {}, at };
       }
     } catch (err) {
@@ -786,6 +916,9 @@ export class DockerRuntime implements Runtime {
     } catch (err) {
       this.fail(err, `the boxes' network`);
     }
+    // Called at every reconcile: the helper forgets boxes whose containers are gone. Its failure
+    // is not the endpoints' (a box's registration at start reports a broken helper).
+    await this.egress.sweep().catch(() => undefined);
   }
 
   async ociRuntimes(): Promise<string[]> {
@@ -807,6 +940,7 @@ export class DockerRuntime implements Runtime {
 
   async close(): Promise<void> {
     await this.isolation.close();
+    await this.egress.close();
     this.conn.close();
   }
 }

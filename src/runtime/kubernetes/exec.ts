@@ -88,12 +88,14 @@ function endError(end: Extract<ExecEnd, { failure: string }>, pod: string): SbxE
 interface Target {
   conn: KubeConnection;
   pod: string;
+  /** The pod's container; absent: the box's (`main`). */
+  container?: string;
   /** Bounds the execs starting at once; the killer bypasses it (a kill must not queue). */
   gate?: StartGate;
 }
 
 async function open(t: Target, argv: string[], opts: { stdin: boolean; tty: boolean; signal?: AbortSignal }): Promise<ChannelSession> {
-  const path = `/api/v1/namespaces/${encodeURIComponent(t.conn.namespace)}/pods/${encodeURIComponent(t.pod)}/exec?${execQuery(argv, { container: MAIN_CONTAINER, ...opts })}`;
+  const path = `/api/v1/namespaces/${encodeURIComponent(t.conn.namespace)}/pods/${encodeURIComponent(t.pod)}/exec?${execQuery(argv, { container: t.container ?? MAIN_CONTAINER, ...opts })}`;
   const what = `exec in pod ${t.pod}`;
   const release = t.gate ? await t.gate.acquire() : () => undefined;
   try {
@@ -260,4 +262,30 @@ export async function kubeExecStream(t: Target, cmd: string[], opts: ExecStreamO
     resize: (size) => session.resize(size),
   };
   return stream;
+}
+
+/**
+ * Runs argv as it is in one container of the pod (no wrapper: sbx's own containers have no
+ * shell), stdin given whole, output buffered; the connection is cut after `timeoutMs` (the
+ * process is not killed: only sbx's own short-lived commands run this way).
+ */
+export async function kubeExecPlain(
+  t: Target & { container: string },
+  argv: string[],
+  opts: { stdin?: string; timeoutMs: number },
+): Promise<{ exitCode: number; stdout: string; stderr: string }> {
+  const session = await open(t, argv, { stdin: opts.stdin !== undefined, tty: false, signal: AbortSignal.timeout(opts.timeoutMs) });
+  const stdout = collectOutput(session.stdout, {});
+  const stderr = collectOutput(session.stderr, {});
+  if (opts.stdin !== undefined) session.stdin.end(Buffer.from(opts.stdin));
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), opts.timeoutMs)));
+  const end = await Promise.race([session.ended, late]).finally(() => clearTimeout(timer));
+  const what = `${argv.join(' ')} in container ${t.container} of pod ${t.pod}`;
+  if (end === 'late') {
+    session.destroy();
+    throw new SbxError('timeout', `${what} did not end within ${opts.timeoutMs} ms`, { details: { id: t.pod, timeoutMs: opts.timeoutMs } });
+  }
+  if ('failure' in end) throw new SbxError('internal', `${what} failed: ${end.failure}`, { details: { id: t.pod, reason: end.reason } });
+  return { exitCode: end.exitCode, stdout: stdout.text(), stderr: stderr.text() };
 }

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { isSbxError } from '../../errors.js';
-import { startTestBox } from '../../testing/boxes.js';
+import { readPort, startTestBox } from '../../testing/boxes.js';
 import { assertNoContainersLeft } from '../../testing/cleanup.js';
 import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
 import type { ContainerEvent, ContainerSpec } from '../types.js';
@@ -92,20 +92,7 @@ describe('Kubernetes runtime on a real cluster', { skip: why ?? false }, () => {
   test('dialPort reaches a listed port through port-forward; an unlisted one is not exposed', async () => {
     const id = await rt.create(spec({ cmd: ['sh', '-c', 'while :; do echo hello-from-box | nc -l -p 8080; done'], ports: [{ containerPort: 8080 }] }));
     await rt.start(id);
-    let text = '';
-    for (let i = 0; i < 50 && !text.includes('hello'); i++) {
-      const sock = await rt.dialPort(id, 8080);
-      text = await new Promise<string>((resolve) => {
-        let got = '';
-        sock.on('data', (c: Buffer) => (got += c.toString()));
-        sock.on('error', () => resolve(got));
-        sock.on('end', () => resolve(got));
-        setTimeout(() => resolve(got), 2000);
-      });
-      sock.destroy();
-      if (!text) await sleep(100);
-    }
-    assert.match(text, /hello-from-box/);
+    assert.match(await readPort(rt, id, 8080, /hello/), /hello-from-box/);
     await assert.rejects(rt.dialPort(id, 9999), (e) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'port_not_exposed');
     await rt.remove(id, { force: true });
   });

@@ -4,11 +4,14 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { isSbxError } from '../../errors.js';
 import type { ContainerSpec } from '../types.js';
+import { egressDenyNetworks, egressDnsServers } from './egress.js';
 import {
   AGENT_ANNOTATION,
   AGENT_BIN,
   AGENT_PORT,
   AGENT_TOKEN_ENV,
+  EGRESS_ALL,
+  EGRESS_CONTAINER,
   LABELS_ANNOTATION,
   MAIN_CONTAINER,
   NAME_ANNOTATION,
@@ -178,4 +181,87 @@ test('a network other than the pod network is refused', () => {
     (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'network',
   );
   assert.doesNotThrow(() => podManifest({ ...base, network: 'bridge' }, opts));
+});
+
+test('egress: a native sidecar with NET_ADMIN alone holds the rules, first of the init containers; the box never gets NET_ADMIN', () => {
+  const egress = { mode: 'allowlist' as const, allow: [{ host: '198.18.0.1/32', ports: [80, 80] as [number, number] }], deny: [], endpoints: [] };
+  const cmd = ['sleep', '1'];
+  const agent = { image: 'sbx-agent:1', token: 'k'.repeat(64) };
+  const { pod, c } = main({ ...base, cmd, egress, memory: 64 * 1024 * 1024 }, { ...opts, agent, egress: { image: 'sbx-egress:1', dns: ['198.18.0.53:53'] } });
+  const [sidecar, install] = pod.spec!.initContainers!;
+  assert.equal(sidecar!.name, EGRESS_CONTAINER);
+  assert.equal(install!.name, 'sbx-agent-install', 'the agent is installed only once the rules are in place');
+  assert.equal(sidecar!.image, 'sbx-egress:1');
+  // restartPolicy Always on an init container is what makes it a sidecar that runs beside the box.
+  assert.equal(sidecar!.restartPolicy, 'Always');
+  assert.deepEqual(sidecar!.command, ['/usr/local/bin/sbx-egress', 'pod']);
+  assert.deepEqual(sidecar!.securityContext!.capabilities, { drop: ['ALL'], add: ['NET_ADMIN'] });
+  assert.equal(sidecar!.securityContext!.allowPrivilegeEscalation, false);
+  assert.equal(sidecar!.securityContext!.readOnlyRootFilesystem, true);
+  const env = Object.fromEntries(sidecar!.env!.map((e) => [e.name, e]));
+  assert.deepEqual(JSON.parse(env['SBX_EGRESS_SPEC']!.value!), { spec: egress, dns: ['198.18.0.53:53'] });
+  assert.deepEqual(env['SBX_EGRESS_HOST_ADDRESSES']!.valueFrom, { fieldRef: { fieldPath: 'status.hostIP' } });
+  // Fail closed: the box's container starts only after this probe passed.
+  assert.deepEqual(sidecar!.lifecycle!.postStart!.exec, { command: ['/usr/local/bin/sbx-egress', 'ready', '--wait'] });
+  assert.equal(sidecar!.startupProbe, undefined, 'the hook gates the box, without the probe tick');
+  assert.ok(sidecar!.resources!.requests!['memory'] && sidecar!.resources!.limits!['memory'], 'the sidecar is counted in the pod');
+  // Its socket's volume is the sidecar's alone.
+  const run = sidecar!.volumeMounts!.map((m) => m.name);
+  assert.ok(!c.volumeMounts!.some((m) => run.includes(m.name)), 'the box does not mount the sidecar’s socket');
+  assert.deepEqual(c.securityContext!.capabilities, { drop: ['ALL'], add: ['KILL', 'SETUID', 'SETGID'] });
+  assert.equal(c.resources!.limits!['memory'], String(64 * 1024 * 1024), 'the box keeps its own limit');
+  // No rules in the spec: everything but the always denied.
+  const plain = podManifest({ ...base }, { ...opts, egress: { image: 'sbx-egress:1', dns: [] } }).spec!.initContainers![0]!;
+  assert.deepEqual(JSON.parse(plain.env![0]!.value!), { spec: EGRESS_ALL, dns: [] });
+  // Without the sidecar: no init container of it, and rules are refused rather than ignored.
+  assert.equal(main(base).pod.spec!.initContainers, undefined);
+  assert.throws(
+    () => podManifest({ ...base, egress }, opts),
+    (e) => isSbxError(e, 'not_available') && e.details?.['field'] === 'egress',
+  );
+});
+
+test('egress: a box under egress rules cannot add the capabilities that would undo them', () => {
+  const o = { ...opts, egress: { image: 'sbx-egress:1', dns: [] } };
+  for (const cap of ['NET_ADMIN', 'NET_RAW', 'ALL']) {
+    assert.throws(
+      () => podManifest({ ...base, security: { capAdd: ['CHOWN', cap] } }, o),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'security.capAdd' && e.message.includes(cap),
+    );
+  }
+  assert.doesNotThrow(() => podManifest({ ...base, security: { capAdd: ['NET_ADMIN'] } }, opts), 'without the sidecar there is nothing to undo');
+});
+
+test('egress DNS servers: the option, else SBX_EGRESS_DNS, with port 53 by default; a bad one names itself', () => {
+  assert.deepEqual(egressDnsServers(['198.18.0.53', '10.0.0.1:5353', '2001:db8::53', '[2001:db8::1]:53'], {}), [
+    '198.18.0.53:53',
+    '10.0.0.1:5353',
+    '[2001:db8::53]:53',
+    '[2001:db8::1]:53',
+  ]);
+  assert.deepEqual(egressDnsServers(undefined, { SBX_EGRESS_DNS: '198.18.0.53, 198.18.0.54:53' }), ['198.18.0.53:53', '198.18.0.54:53']);
+  assert.deepEqual(egressDnsServers(undefined, {}), []);
+  assert.deepEqual(egressDnsServers([], { SBX_EGRESS_DNS: '198.18.0.53' }), [], 'an empty option is a choice: the pods’ own resolv.conf');
+  assert.throws(
+    () => egressDnsServers(['dns.example'], {}),
+    (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'egressDns[0]',
+  );
+  assert.throws(
+    () => egressDnsServers(undefined, { SBX_EGRESS_DNS: '1.2.3.4:99999' }),
+    (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'SBX_EGRESS_DNS',
+  );
+});
+
+test('egress deny networks: the option, else SBX_EGRESS_DENY_NETWORKS, into the sidecar’s SBX_EGRESS_ALWAYS_DENY', () => {
+  assert.deepEqual(egressDenyNetworks(['10.244.0.0/16', '10.96.0.1', 'fd00::/8'], {}), ['10.244.0.0/16', '10.96.0.1/32', 'fd00::/8']);
+  assert.deepEqual(egressDenyNetworks(undefined, { SBX_EGRESS_DENY_NETWORKS: '10.244.0.0/16,10.96.0.0/12' }), ['10.244.0.0/16', '10.96.0.0/12']);
+  for (const bad of ['10.0.0.0/33', 'pods', '10.0.0.0/8/1', '::/129']) {
+    assert.throws(
+      () => egressDenyNetworks([bad], {}),
+      (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'egressDenyNetworks[0]',
+    );
+  }
+  const sidecar = podManifest(base, { ...opts, egress: { image: 'sbx-egress:1', dns: [], alwaysDeny: ['10.244.0.0/16', '10.96.0.0/12'] } }).spec!
+    .initContainers![0]!;
+  assert.equal(sidecar.env!.find((e) => e.name === 'SBX_EGRESS_ALWAYS_DENY')?.value, '10.244.0.0/16,10.96.0.0/12');
 });

@@ -5,8 +5,8 @@
  */
 import { createHash } from 'node:crypto';
 import type { V1Container, V1Pod, V1SecurityContext, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
-import { invalidArgument } from '../../errors.js';
-import type { ContainerSpec } from '../types.js';
+import { SbxError, invalidArgument } from '../../errors.js';
+import type { ContainerSpec, EgressSpec } from '../types.js';
 import { AGENT_BIN, AGENT_CAPS, AGENT_PORT, AGENT_TOKEN_ENV } from '../agent-protocol.js';
 
 /** The box's container in its pod; exec, logs and port-forward name it. */
@@ -41,6 +41,46 @@ export interface AgentOptions {
   token: string;
 }
 
+/**
+ * The pod's egress enforcer (docs/network.md, "Kubernetes"): a native sidecar (an init container
+ * with `restartPolicy: Always`) running `sbx-egress pod` with NET_ADMIN in the pod's network
+ * namespace, which the box's container never has. Its postStart hook (`sbx-egress ready --wait`)
+ * returns once the rules are in place, and Kubernetes starts the later init containers and the
+ * box's container only then: the box's command never runs unfiltered. (A startupProbe would do the
+ * same on the kubelet's 1 s probe tick, a second more per create.)
+ */
+export const EGRESS_CONTAINER = 'sbx-egress';
+/** The enforcer's binary in its image (images/sbx-egress: FROM scratch, the binary and nft; its ENTRYPOINT). */
+export const EGRESS_BIN = '/usr/local/bin/sbx-egress';
+/** The enforcer's start configuration, JSON `{ spec, dns }`, read once at its start. */
+export const EGRESS_SPEC_ENV = 'SBX_EGRESS_SPEC';
+/** The node's addresses (the downward API's status.hostIP), always denied unless a rule names them. */
+export const EGRESS_HOST_ADDRESSES_ENV = 'SBX_EGRESS_HOST_ADDRESSES';
+/** More address blocks always denied unless a rule names them: the cluster's pod and service networks (other boxes). */
+export const EGRESS_ALWAYS_DENY_ENV = 'SBX_EGRESS_ALWAYS_DENY';
+/** Where the enforcer keeps its unix socket (and state): an emptyDir only it mounts. */
+export const EGRESS_RUN_DIR = '/run/sbx-egress';
+const EGRESS_VOLUME = 'sbx-egress-run';
+/**
+ * What the enforcer may use, counted in the pod's requests (a native sidecar's resources add to
+ * the pod's, not to the box's limits): a DNS proxy and an nft process at each change.
+ */
+const EGRESS_RESOURCES = { requests: { cpu: '10m', memory: '16Mi' }, limits: { cpu: '500m', memory: '64Mi' } };
+/**
+ * Capabilities a box with an enforcer may not add: NET_ADMIN would let its root flush or rewrite
+ * the rules, NET_RAW would let it set the enforcer's own packet mark (SO_MARK) and so pass as it.
+ */
+const EGRESS_FORBIDDEN_CAPS = new Set(['ALL', 'NET_ADMIN', 'NET_RAW', 'SYS_ADMIN', 'BPF']);
+
+export interface EgressOptions {
+  /** The image of the enforcer (images/sbx-egress). */
+  image: string;
+  /** The upstream DNS servers (`address:port`) of the DNS proxy; empty: the pod's resolv.conf. */
+  dns: string[];
+  /** CIDRs always denied besides the built-in ones (the cluster's pod and service networks: other boxes). */
+  alwaysDeny?: string[];
+}
+
 export interface ManifestOptions {
   /** The pod's name (a DNS label): the box's id on this runtime. */
   name: string;
@@ -49,7 +89,12 @@ export interface ManifestOptions {
   agent?: AgentOptions;
   /** Seconds Kubernetes waits after SIGTERM before SIGKILL when the pod is deleted. */
   terminationGracePeriodSeconds?: number;
+  /** Enforce `spec.egress` (absent in the spec: `all`) with the egress sidecar; absent: no sidecar (a spec with egress is refused). */
+  egress?: EgressOptions;
 }
+
+/** The policy of a box whose spec gives none: everything but the always denied. */
+export const EGRESS_ALL: EgressSpec = { mode: 'all', allow: [], deny: [], endpoints: [] };
 
 const LABEL_KEY = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
 const LABEL_VALUE = /^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$/;
@@ -136,6 +181,12 @@ export function podManifest(spec: ContainerSpec, opts: ManifestOptions): V1Pod {
   if (opts.agent && spec.ports?.some((p) => p.containerPort === AGENT_PORT)) {
     throw invalidArgument('ports', `port ${AGENT_PORT} is the in-box agent's on Kubernetes; choose another`);
   }
+  if (spec.egress && !opts.egress)
+    throw new SbxError('not_available', 'egress rules need the egress sidecar on Kubernetes, which this runtime does not add', {
+      details: { field: 'egress', reason: 'egress_unsupported' },
+    });
+  const forbidden = opts.egress ? spec.security?.capAdd?.find((c) => EGRESS_FORBIDDEN_CAPS.has(c)) : undefined;
+  if (forbidden) throw invalidArgument('security.capAdd', `${forbidden} would let the box undo its egress rules; a box under egress rules cannot have it`);
   // With the agent the user may be a name: the agent resolves it in the box's /etc/passwd.
   const user = opts.agent ? numericUserOrName(spec.user) : numericUser(spec.user);
   const labels = spec.labels ?? {};
@@ -177,6 +228,11 @@ export function podManifest(spec: ContainerSpec, opts: ManifestOptions): V1Pod {
   };
 
   const initContainers: V1Container[] = [];
+  // First: every later init container and the box's container start only once its rules are in place.
+  if (opts.egress) {
+    volumes.push({ name: EGRESS_VOLUME, emptyDir: { medium: 'Memory', sizeLimit: '1Mi' } });
+    initContainers.push(egressSidecar(spec.egress ?? EGRESS_ALL, opts.egress));
+  }
   if (opts.agent) {
     volumes.push({ name: AGENT_VOLUME, emptyDir: {} });
     mounts.push({ name: AGENT_VOLUME, mountPath: '/.sbx', readOnly: true });
@@ -224,6 +280,41 @@ export function podManifest(spec: ContainerSpec, opts: ManifestOptions): V1Pod {
         seccompProfile: { type: 'RuntimeDefault' },
         ...(spec.binds?.length && (user.gid ?? user.uid) !== undefined ? { fsGroup: user.gid ?? user.uid } : {}),
       },
+    },
+  };
+}
+
+/**
+ * The egress sidecar: `sbx-egress pod` with the box's rules and upstream DNS in its environment,
+ * NET_ADMIN only (as root: nft needs the capability in effect), gated by `sbx-egress ready --wait` (postStart).
+ */
+export function egressSidecar(egress: EgressSpec, opts: EgressOptions): V1Container {
+  return {
+    name: EGRESS_CONTAINER,
+    image: opts.image,
+    imagePullPolicy: 'IfNotPresent',
+    // A native sidecar: it runs beside the box's container, is restarted if it ends, and stops after it.
+    restartPolicy: 'Always',
+    command: [EGRESS_BIN, 'pod'],
+    env: [
+      { name: EGRESS_SPEC_ENV, value: JSON.stringify({ spec: egress, dns: opts.dns }) },
+      { name: EGRESS_HOST_ADDRESSES_ENV, valueFrom: { fieldRef: { fieldPath: 'status.hostIP' } } },
+      ...(opts.alwaysDeny?.length ? [{ name: EGRESS_ALWAYS_DENY_ENV, value: opts.alwaysDeny.join(',') }] : []),
+    ],
+    // The hook waits (a minute at most, then fails: the kubelet restarts the sidecar, the box still waits).
+    lifecycle: { postStart: { exec: { command: [EGRESS_BIN, 'ready', '--wait'] } } },
+    resources: EGRESS_RESOURCES,
+    volumeMounts: [{ name: EGRESS_VOLUME, mountPath: EGRESS_RUN_DIR }],
+    // Why it cannot start (nft refused, a bad spec) becomes the termination message start reports.
+    terminationMessagePolicy: 'FallbackToLogsOnError',
+    securityContext: {
+      allowPrivilegeEscalation: false,
+      capabilities: { drop: ['ALL'], add: ['NET_ADMIN'] },
+      seccompProfile: { type: 'RuntimeDefault' },
+      readOnlyRootFilesystem: true,
+      runAsUser: 0,
+      runAsGroup: 0,
+      runAsNonRoot: false,
     },
   };
 }

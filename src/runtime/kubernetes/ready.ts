@@ -9,10 +9,28 @@ import { SbxError } from '../../errors.js';
 import type { KubeConnection } from './connection.js';
 import { toSbxError } from './errors.js';
 import { FATAL_WAITING, isReady, lastEvent, notReadyReason, statusOf } from './pod-state.js';
-import { MAIN_CONTAINER } from './manifest.js';
+import { EGRESS_CONTAINER, MAIN_CONTAINER } from './manifest.js';
 
-function imageOf(pod: V1Pod): string {
-  return pod.spec?.containers.find((c) => c.name === MAIN_CONTAINER)?.image ?? '';
+/** The image of the container waiting for the reason (the egress sidecar's or the agent's may be the missing one), else the box's. */
+function imageOf(pod: V1Pod, reason?: string): string {
+  const waiting = [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])].find((c) => c.state?.waiting?.reason === reason);
+  const name = waiting?.name ?? MAIN_CONTAINER;
+  return [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])].find((c) => c.name === name)?.image ?? '';
+}
+
+/**
+ * The egress sidecar ended with an error before the box's container ran: its rules could not be
+ * put in place (nft refused, the probe gave up), and the box never starts without them.
+ */
+function sidecarFailed(pod: V1Pod): { reason: string; message: string } | undefined {
+  if (pod.status?.containerStatuses?.some((c) => c.name === MAIN_CONTAINER && (c.state?.running || c.state?.terminated))) return undefined;
+  const s = pod.status?.initContainerStatuses?.find((c) => c.name === EGRESS_CONTAINER);
+  const ended = s?.state?.terminated ?? s?.lastState?.terminated;
+  if (!ended || ended.exitCode === 0) return undefined;
+  return {
+    reason: 'EgressSidecarFailed',
+    message: `the egress sidecar exited with ${ended.exitCode}${ended.reason ? ` (${ended.reason})` : ''}, so the box's rules are not in place${ended.message ? `: ${ended.message.trim()}` : ''}`,
+  };
 }
 
 /** The error for a pod that will not become ready, typed by its reason. */
@@ -22,9 +40,8 @@ export function notReadyError(pod: V1Pod, why: { reason: string; message: string
   const text = `${why?.reason ?? 'no reason given'}${why?.message ? `: ${why.message}` : ''}`;
   const details = { id: name, reason, ...(timedOutMs !== undefined ? { timeoutMs: timedOutMs } : {}) };
   if (/^(ErrImageNeverPull|ErrImagePull|ImagePullBackOff|InvalidImageName)$/.test(reason)) {
-    return new SbxError('not_found', `image ${imageOf(pod)} is not available to pod ${name} on ${address} (${text})`, {
-      details: { ...details, image: imageOf(pod) },
-    });
+    const image = imageOf(pod, reason);
+    return new SbxError('not_found', `image ${image} is not available to pod ${name} on ${address} (${text})`, { details: { ...details, image } });
   }
   if (timedOutMs !== undefined) return new SbxError('timeout', `pod ${name} was not ready within ${timedOutMs} ms on ${address} (${text})`, { details });
   if (statusOf(pod) === 'exited') return new SbxError('conflict', `pod ${name} has ended and cannot start again (${text})`, { details });
@@ -68,6 +85,8 @@ export async function untilReady(conn: KubeConnection, name: string, timeoutMs: 
   const verdict = (p: V1Pod): 'ready' | SbxError | undefined => {
     // A command that ran and already ended has started (as on Docker): only never running is a failure.
     if (isReady(p) || ranAndEnded(p)) return 'ready';
+    const sidecar = sidecarFailed(p);
+    if (sidecar) return notReadyError(p, sidecar, conn.address.raw);
     const why = notReadyReason(p);
     if (statusOf(p) === 'exited' || statusOf(p) === 'removing' || (why && (FATAL_WAITING.has(why.reason) || pullCannotWork(why))))
       return notReadyError(p, why, conn.address.raw);

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Duplex, Readable } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
 import { SbxError, isSbxError } from '../../errors.js';
-import { logSinceNanos, validateExec, validateExecStream, validateLogs, validateSpec } from '../spec.js';
+import { logSinceNanos, validateEgressSpec, validateExec, validateExecStream, validateLogs, validateSpec } from '../spec.js';
 import { logChunks } from '../log-chunks.js';
 import type { LogPiece } from '../log-chunks.js';
 import type {
@@ -12,10 +12,13 @@ import type {
   ContainerSpec,
   ContainerStats,
   ContainerSummary,
+  EgressSpec,
+  EgressTarget,
   ExecOptions,
   ExecResult,
   ExecStream,
   ExecStreamOptions,
+  HostEndpoint,
   LogChunk,
   LogOptions,
   PortSpec,
@@ -39,7 +42,19 @@ import { KubeConnection } from './connection.js';
 import { toSbxError } from './errors.js';
 import { kubeExec, kubeExecStream } from './exec.js';
 import { KubeImages } from './images.js';
-import { AGENT_BIN, AGENT_PORT, DIAL_ANY_PORT_ANNOTATION, MAIN_CONTAINER, PORTS_ANNOTATION, isKubeLabel, isPodName, podManifest } from './manifest.js';
+import { egressDenyNetworks, egressDnsServers, getPodEgress, putPodEgress } from './egress.js';
+import {
+  AGENT_BIN,
+  AGENT_PORT,
+  DIAL_ANY_PORT_ANNOTATION,
+  EGRESS_ALL,
+  EGRESS_CONTAINER,
+  MAIN_CONTAINER,
+  PORTS_ANNOTATION,
+  isKubeLabel,
+  isPodName,
+  podManifest,
+} from './manifest.js';
 import { infoOf, isRunning, labelsOf, statusOf, summaryOf } from './pod-state.js';
 import { portForward } from './port-forward.js';
 import { untilReady } from './ready.js';
@@ -49,10 +64,14 @@ import { checkPort } from '../ports.js';
 
 /**
  * The options a Kubernetes runtime reads: `agent` with `agentImage` (the in-box agent),
- * `readyTimeoutMs`, `storageClass` (workspace PVCs), `maxConnections` (execs starting at once).
+ * `readyTimeoutMs`, `storageClass` (workspace PVCs), `maxConnections` (execs starting at once),
+ * `egressImage`, `egressDns` and `egressDenyNetworks` (egress rules, egress.ts).
  * A box's RuntimeClass is its spec's `ociRuntime` (the pool's `ociRuntime`).
  */
 export type KubernetesRuntimeOptions = RuntimeOptions;
+
+/** The egress sidecar's image unless `egressImage` names another. */
+export const DEFAULT_EGRESS_IMAGE = 'sbx-egress:latest';
 
 const DEFAULT_READY_TIMEOUT_MS = 120_000;
 /** Execs starting at once (start-gate.ts), unless `maxConnections` says otherwise. */
@@ -94,12 +113,24 @@ export class KubernetesRuntime implements Runtime {
   private readonly users = new Map<string, string | undefined>();
   /** Each pod's agent (null: none), learned at create or from one read of the pod. */
   private readonly agents = new Map<string, PodAgent | null>();
+  /** Whether each pod has the egress sidecar, learned at create or from one read of the pod. */
+  private readonly sidecars = new Map<string, boolean>();
+  /** The sidecar's image for new pods; undefined: none (`egressImage: ''`). */
+  private readonly egressImage: string | undefined;
+  /** The upstream DNS servers handed to every sidecar (egress.ts). */
+  private readonly egressDns: string[];
+  private readonly egressDenyNetworks: string[];
+  /** sbx's endpoints on the node (`allowHostEndpoints`), open to pods whose spec has no egress rules. */
+  private hostEndpoints: EgressTarget[] = [];
 
   constructor(addr: string | KubeAddress, options: KubernetesRuntimeOptions = {}) {
     this.parsed = typeof addr === 'string' ? parseKubeAddress(addr) : addr;
     this.address = this.parsed.raw;
     this.options = options;
     this.agentEnabled = (options.agent ?? true) && !!options.agentImage;
+    this.egressImage = (options.egressImage ?? DEFAULT_EGRESS_IMAGE) || undefined;
+    this.egressDns = egressDnsServers(options.egressDns);
+    this.egressDenyNetworks = egressDenyNetworks(options.egressDenyNetworks);
     // Only the agent can switch users in a pod (Kubernetes' exec has no user).
     this.capabilities = {
       hostMounts: false,
@@ -110,6 +141,7 @@ export class KubernetesRuntime implements Runtime {
       logStreams: false,
       pause: false,
       commit: false,
+      egress: this.egressImage !== undefined,
     };
     this.gate = new StartGate(options.maxConnections ?? DEFAULT_STARTING_EXECS);
     this.images = new KubeImages(() => this.conn);
@@ -153,10 +185,13 @@ export class KubernetesRuntime implements Runtime {
     const name = valid.name && isPodName(valid.name) ? valid.name : `sbx-${randomBytes(6).toString('hex')}`;
     const stopMs = Number(valid.labels?.['sbx.stop-timeout-ms']);
     const agent = this.agentEnabled ? { port: AGENT_PORT, token: randomBytes(32).toString('hex') } : undefined;
+    // A spec without rules is `all`, which still closes the node's address: sbx's endpoints there stay open.
+    if (this.egressImage && !valid.egress) valid.egress = { ...EGRESS_ALL, endpoints: this.hostEndpoints };
     const pod = podManifest(valid, {
       name,
       namespace: this.conn.namespace,
       ...(agent ? { agent: { image: this.options.agentImage!, token: agent.token } } : {}),
+      ...(this.egressImage ? { egress: { image: this.egressImage, dns: this.egressDns, alwaysDeny: this.egressDenyNetworks } } : {}),
       ...(Number.isFinite(stopMs) && stopMs > 0 ? { terminationGracePeriodSeconds: Math.ceil(stopMs / 1000) } : {}),
     });
     try {
@@ -167,6 +202,7 @@ export class KubernetesRuntime implements Runtime {
     if (this.unstarted.size > 10_000) this.unstarted.clear();
     this.unstarted.add(name);
     this.rememberAgent(name, agent ?? null);
+    this.rememberSidecar(name, !!this.egressImage);
     return name;
   }
 
@@ -285,6 +321,7 @@ export class KubernetesRuntime implements Runtime {
     }
     this.users.delete(id);
     this.agents.delete(id);
+    this.sidecars.delete(id);
     this.unstarted.delete(id);
     await this.untilGone(id);
   }
@@ -537,6 +574,52 @@ export class KubernetesRuntime implements Runtime {
     if (!agent) return false;
     await configureAgent(podAgentTarget(this.conn, id, agent), env);
     return true;
+  }
+
+  private rememberSidecar(id: string, has: boolean): void {
+    if (this.sidecars.size > 10_000) this.sidecars.clear();
+    this.sidecars.set(id, has);
+  }
+
+  /** Whether the pod has the egress sidecar: known since its create, else read from the pod once. */
+  private async hasSidecar(id: string): Promise<boolean> {
+    let has = this.sidecars.get(id);
+    if (has === undefined) {
+      has = !!(await this.readPod(id)).spec?.initContainers?.some((c) => c.name === EGRESS_CONTAINER);
+      this.rememberSidecar(id, has);
+    }
+    return has;
+  }
+
+  /**
+   * Replaces a running box's rules through its sidecar, which commits them in one nft
+   * transaction before it answers. A pod made without the sidecar cannot get one
+   * (`not_available`): its rules were never enforced.
+   */
+  async setEgress(id: string, egress: EgressSpec): Promise<void> {
+    const valid = validateEgressSpec(egress);
+    if (!(await this.hasSidecar(id))) {
+      throw new SbxError('not_available', `pod ${id} has no egress sidecar (it was created without egress rules): its rules cannot change`, {
+        details: { id, reason: 'egress_unsupported' },
+      });
+    }
+    await putPodEgress({ conn: this.conn, pod: id }, valid, this.egressDns);
+  }
+
+  /**
+   * sbx's endpoints on the node (heartbeats, the API), which the egress sidecar would otherwise
+   * close with the node's address: new pods whose spec has no egress rules get them as their
+   * `endpoints` (a spec with rules carries its own). Pods already running keep theirs.
+   */
+  allowHostEndpoints(endpoints: HostEndpoint[]): Promise<void> {
+    this.hostEndpoints = endpoints.map((e) => ({ host: `${e.address}/32`, ports: [e.port, e.port], protocol: 'tcp' }));
+    return Promise.resolve();
+  }
+
+  /** The rules in force, as the pod's sidecar reports them; undefined for a pod without one. */
+  async getEgress(id: string): Promise<EgressSpec | undefined> {
+    if (!(await this.hasSidecar(id))) return undefined;
+    return getPodEgress({ conn: this.conn, pod: id });
   }
 
   /** The file tool is the agent's binary, in pods that have it (`box.files()`); none without. */

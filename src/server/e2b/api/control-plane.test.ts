@@ -289,7 +289,7 @@ for (const { name, mod } of SDKS) {
 describe('the wire, without an SDK', () => {
   test('create answers 201 with e2b Sandbox fields; GET /sandboxes/:id the SandboxDetail', async () => {
     const r = await raw('POST', '/v2/sandboxes', {
-      body: { templateID: 'test', timeout: 30, metadata: { k: 'v' }, secure: true, allow_internet_access: false, unknownExtra: 1 },
+      body: { templateID: 'test', timeout: 30, metadata: { k: 'v' }, secure: true, unknownExtra: 1 },
     });
     assert.equal(r.status, 201, JSON.stringify(r.json));
     try {
@@ -347,7 +347,10 @@ describe('the wire, without an SDK', () => {
       { templateID: 'base', timeout: 86_401 },
       { templateID: 'base', timeout: 1.5 },
       { templateID: 'base', volumeMounts: [{ name: 'v', path: '/v' }] },
-      { templateID: 'base', network: { allowOut: ['1.1.1.1'] } },
+      // allowOut and denyOut are served (network-policy.test.ts); a bad entry, transform rules and a proxy are not.
+      { templateID: 'base', network: { allowOut: ['not_a_host'], denyOut: ['0.0.0.0/0'] } },
+      { templateID: 'base', network: { rules: { 'api.example.com': [{ transform: { headers: { a: 'b' } } }] } } },
+      { templateID: 'base', network: { egressProxy: { address: 'proxy.example.com:1080' } } },
       { templateID: 'base', autoPause: 'yes' },
       { templateID: 'base', metadata: { k: 1 } },
       [],

@@ -3,7 +3,7 @@
  * saves the sandbox's filesystem once as a snapshot of its owner (box.snapshot(): the engine
  * pauses it for the copy only, its id and deadline stay as they were) and creates `count`
  * sandboxes from it, each with the source's template, metadata, environment (kept in the image),
- * network and traffic settings and timeout action, owned by the source's owner. Only the
+ * network and traffic settings, egress policy (box.info().networkPolicy) and timeout action, owned by the source's owner. Only the
  * filesystem is copied: each fork starts its image's command anew, without the source's processes
  * or memory (e2b's forks resume its memory). Each fork succeeds or fails on its own: the answer
  * has one entry per fork, `{sandbox}` or `{error: {code, message}}`, as e2b's does.
@@ -96,7 +96,9 @@ export function forkRoutes(api: FastifyInstance, ctx: ServerContext, opts: ForkR
           idleTimeoutMs: 0,
           maxLifetimeMs: timeoutMs,
           maxLifetimeAction: info.maxLifetimeAction === 'pause' ? 'pause' : 'remove',
-          ...(labels[INTERNET_LABEL] === 'false' ? { network: 'none' } : { proxyAllPorts: true }),
+          // The source's egress policy; a sandbox an sbx before egress policies cut off (network
+          // none) has forks cut off the same way.
+          ...(labels[INTERNET_LABEL] === 'false' ? { network: 'none' } : { proxyAllPorts: true, networkPolicy: info.networkPolicy }),
           ...(await sandboxSecurity(ctx.manager)),
         });
         ctx.metrics.creates.inc({ pool: box.pool });

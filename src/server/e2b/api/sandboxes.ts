@@ -13,7 +13,8 @@ import { actingOwner, mayAccess, requireKey } from '../../auth.js';
 import type { ServerContext } from '../../context.js';
 import { issueEnvdAccessToken } from '../access-token.js';
 import { ENVD_VERSION } from '../envd/version.js';
-import { DEFAULT_TIMEOUT_SECONDS, TEMPLATE_LABEL, labelsFor, metadataOf, parseNewSandbox, parseTimeout, sandboxSecurity } from './body.js';
+import { toE2bNetwork } from '../../../sandbox/egress-policy.js';
+import { DEFAULT_TIMEOUT_SECONDS, TEMPLATE_LABEL, labelsFor, metadataOf, parseNetworkUpdate, parseNewSandbox, parseTimeout, sandboxSecurity } from './body.js';
 import { forkRoutes } from './fork.js';
 import type { MetricsSampler } from './metrics.js';
 import { cpuCountOf, metricsRoutes } from './metrics.js';
@@ -166,8 +167,10 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
       maxLifetimeMs: s.timeoutSeconds * 1000,
       // autoPause: the timeout freezes it (memory, processes and files kept) and ends its lifetime.
       maxLifetimeAction: s.autoPause ? 'pause' : 'remove',
-      // getHost(port) reaches any port a service opens later, through sbx's authenticated proxy.
-      ...(s.internet ? { proxyAllPorts: true } : { network: 'none' }),
+      // getHost(port) reaches any port a service opens later, through sbx's authenticated proxy,
+      // whatever the sandbox may reach itself (`allow_internet_access: false` is egress 'none').
+      proxyAllPorts: true,
+      networkPolicy: s.networkPolicy,
       ...(await sandboxSecurity(ctx.manager)),
     });
     ctx.metrics.creates.inc({ pool: box.pool });
@@ -237,10 +240,23 @@ export function sandboxRoutes(api: FastifyInstance, ctx: ServerContext, opts: Sa
     return reply.code(204).send();
   });
 
+  /**
+   * `sandbox.updateNetwork`: the body is the sandbox's whole egress config, which replaces the old
+   * one (box.setNetwork); 204 as e2b answers.
+   */
+  api.put('/sandboxes/:id/network', async (req: FastifyRequest<{ Params: { id: string } }>, reply) => {
+    const box = await sandboxFor(req, req.params.id);
+    await box.setNetwork(parseNetworkUpdate(req.body));
+    return reply.code(204).send();
+  });
+
   api.get('/sandboxes/:id', async (req: FastifyRequest<{ Params: { id: string } }>) => {
     const box = await sandboxFor(req, req.params.id);
+    const { allowInternetAccess, ...network } = toE2bNetwork((await box.info()).networkPolicy);
     return {
       ...listed(box, await poolsByName()),
+      allowInternetAccess,
+      network,
       envdAccessToken: await issueEnvdAccessToken(ctx.manager, box.id, requireKey(req.caller).keyId),
       domain: domain(),
     };
