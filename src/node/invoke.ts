@@ -49,6 +49,9 @@ export const METHODS: Record<string, Method> = {
   execSignal: method(z.tuple([z.string().min(1).max(64), z.string().min(1).max(16)]), (s, [handle, name]) => s.execSignal(handle, name)),
   setBoxEnv: method(z.tuple([containerId, envMap]), (s, [id, env]) => s.setBoxEnv(id, env)),
   boxTool: method(z.tuple([containerId]), (s, [id]) => s.boxTool(id)),
+  // The policy is checked by validateEgressGrammar in setEgress (every entry, bounded), so its fields are named `egress.…`.
+  setEgress: method(z.tuple([containerId, z.unknown()]), (s, [id, egress]) => s.setEgress(id, egress)),
+  getEgress: method(z.tuple([containerId]), (s, [id]) => s.getEgress(id)),
   imageExists: method(z.tuple([z.string().min(1).max(1024)]), (s, [ref]) => s.imageExists(ref)),
   imageList: method(none, (s) => s.imageList()),
   imageRemove: method(z.tuple([z.string().min(1).max(1024), opt(z.object({ force: z.boolean().optional() }).strict())]), (s, [ref, o]) =>

@@ -10,7 +10,7 @@ import pino from 'pino';
 import { isSbxError } from '../errors.js';
 import type { SbxError } from '../errors.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
-import type { BoxHeartbeat, ContainerSpec } from '../runtime/types.js';
+import type { BoxHeartbeat, ContainerSpec, EgressSpec, Runtime } from '../runtime/types.js';
 import { WorkspaceVolumes } from '../sandbox/workspace-volumes.js';
 import { assertNoContainersLeft } from '../testing/cleanup.js';
 import { TEST_LABEL, testEnv, testRunId } from '../testing/env.js';
@@ -79,6 +79,8 @@ describe('node service', () => {
         () => rt.setBoxEnv(other, { A: '1' }),
         () => rt.boxTool(other),
         () => rt.dialPort(other, 8080),
+        () => rt.setEgress(other, { mode: 'none', allow: [], deny: [], endpoints: [] }),
+        () => rt.getEgress(other),
       ]) {
         await assert.rejects(call(), (e: SbxError) => isSbxError(e, 'not_found') && !e.message.includes('sbx.node'));
       }
@@ -331,4 +333,169 @@ describe('node service', () => {
       await node.runtime.remove(id, { force: true });
     }
   });
+});
+
+const POLICY: EgressSpec = {
+  mode: 'allowlist',
+  allow: [
+    { host: 'ok.test' },
+    { host: '*.example.com', ports: [443, 443], protocol: 'tcp' },
+    { host: '198.18.0.0/24' },
+    { host: '2001:db8:5b::/64', ports: [7, 7], protocol: 'udp' },
+  ],
+  deny: [{ host: '198.18.0.2/32' }],
+  endpoints: [{ host: '10.0.0.1/32', ports: [8080, 8080], protocol: 'tcp' }],
+};
+const NONE: EgressSpec = { mode: 'none', allow: [], deny: [], endpoints: [] };
+
+/** The node's DockerRuntime with `overrides` in front (the rest bound to it). */
+function over(docker: DockerRuntime, overrides: Partial<Record<keyof Runtime, unknown>>): Runtime {
+  return new Proxy(docker, {
+    get(target, key) {
+      if (Object.hasOwn(overrides, key)) return overrides[key as keyof Runtime];
+      const value = Reflect.get(target, key, target) as unknown;
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  }) as Runtime;
+}
+
+/** A runtime that enforces no egress (as DockerRuntime before egress policies, or an engine without them). */
+const withoutEgress = (docker: DockerRuntime) =>
+  over(docker, { capabilities: { ...docker.capabilities, egress: false }, setEgress: undefined, getEgress: undefined });
+
+/** A runtime that says it enforces egress and records what the node hands it: what crossed the wire, exactly. */
+function recordingEgress(docker: DockerRuntime, seen: Map<string, EgressSpec>): Runtime {
+  return over(docker, {
+    capabilities: { ...docker.capabilities, egress: true },
+    create: async (spec: ContainerSpec) => {
+      const { egress, ...rest } = spec;
+      const id = await docker.create(rest);
+      if (egress) seen.set(id, egress);
+      return id;
+    },
+    setEgress: async (id: string, egress: EgressSpec) => void seen.set(id, egress),
+    getEgress: async (id: string) => seen.get(id),
+  });
+}
+
+describe('node service: egress policies', () => {
+  const nodes: TestNode[] = [];
+  const local = new DockerRuntime(testEnv.engineAddr);
+  const node = async (name: string, runtime?: (docker: DockerRuntime) => Runtime) => {
+    const n = await startTestNode({ name: `${name}-${process.pid}`, ...(runtime ? { runtime } : {}) });
+    nodes.push(n);
+    return n;
+  };
+
+  after(async () => {
+    try {
+      await assertNoContainersLeft(local, runId);
+    } finally {
+      for (const n of nodes) await n.close();
+      await local.close();
+    }
+  });
+
+  test("facts say whether the node's runtime enforces egress, and the client's capabilities follow them", async () => {
+    const plain = await node('eg-plain');
+    const enforced = local.capabilities.egress === true;
+    assert.equal((await plain.runtime.facts()).egress, enforced);
+    assert.equal(plain.runtime.capabilities.egress, enforced);
+    const without = await node('eg-without', withoutEgress);
+    assert.equal((await without.runtime.facts()).egress, false);
+    assert.equal(without.runtime.capabilities.egress, false);
+    const recording = await node('eg-recording', (d) => recordingEgress(d, new Map()));
+    const fresh = recording.connect();
+    assert.equal(fresh.capabilities.egress, undefined, 'unknown before the facts came');
+    assert.equal((await fresh.facts()).egress, true);
+    assert.equal(fresh.capabilities.egress, true);
+  });
+
+  test("the policy crosses the wire as it is: create's, setEgress's, getEgress's", async () => {
+    const seen = new Map<string, EgressSpec>();
+    const n = await node('eg-travel', (d) => recordingEgress(d, seen));
+    const id = await n.runtime.create(spec({ egress: POLICY }));
+    try {
+      assert.deepEqual(seen.get(id), POLICY);
+      assert.deepEqual(await n.runtime.getEgress(id), POLICY);
+      await n.runtime.setEgress(id, NONE);
+      assert.deepEqual(seen.get(id), NONE);
+      assert.deepEqual(await n.runtime.getEgress(id), NONE);
+      const open = await n.runtime.create(spec());
+      assert.equal(await n.runtime.getEgress(open), undefined, 'none recorded');
+      await n.runtime.remove(open);
+    } finally {
+      await n.runtime.remove(id, { force: true });
+    }
+  });
+
+  test("another node's (another Manager's) box is not_found for setEgress and getEgress, and its policy untouched", async () => {
+    const seen = new Map<string, EgressSpec>();
+    const mine = await node('eg-mine', (d) => recordingEgress(d, seen));
+    const theirs = await node('eg-theirs', (d) => recordingEgress(d, seen));
+    const id = await theirs.runtime.create(spec({ egress: POLICY }));
+    try {
+      for (const call of [() => mine.runtime.setEgress(id, NONE), () => mine.runtime.getEgress(id), () => mine.runtime.setEgress(id.slice(0, 12), NONE)]) {
+        await assert.rejects(call(), (e: SbxError) => isSbxError(e, 'not_found') && !e.message.includes('sbx.node'));
+      }
+      assert.deepEqual(seen.get(id), POLICY, 'untouched');
+    } finally {
+      await theirs.runtime.remove(id, { force: true });
+    }
+  });
+
+  test("a node whose runtime enforces no egress: a create with a policy is not_available and creates nothing; setEgress, getEgress not_available; 'all' asks nothing of it", async () => {
+    const n = await node('eg-none', withoutEgress);
+    await assert.rejects(n.runtime.create(spec({ egress: POLICY })), (e: SbxError) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'no_egress');
+    assert.equal((await local.list({ labels })).length, 0, 'nothing was created');
+    const all: EgressSpec = { ...NONE, mode: 'all' };
+    const id = await n.runtime.create(spec({ egress: all }));
+    try {
+      for (const call of [() => n.runtime.setEgress(id, NONE), () => n.runtime.getEgress(id)]) {
+        await assert.rejects(call(), (e: SbxError) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'no_egress');
+      }
+      await n.runtime.setEgress(id, all);
+    } finally {
+      await n.runtime.remove(id);
+    }
+  });
+
+  test('the node checks the shape of every policy its Manager sends (invalid_argument naming the field, before ownership or the engine; bounded)', async () => {
+    const seen = new Map<string, EgressSpec>();
+    const n = await node('eg-shape', (d) => recordingEgress(d, seen));
+    const bad = async (call: Promise<unknown>, field: string) =>
+      assert.rejects(call, (e: SbxError) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === field, field);
+    const raw = (value: unknown) => value as EgressSpec;
+    // An id that names nothing: the shape is refused first.
+    await bad(n.runtime.setEgress('no-such-box', raw({ ...POLICY, allow: [{ host: '198.18.0.1/24' }] })), 'egress.allow.0.host');
+    await bad(n.runtime.setEgress('no-such-box', raw({ ...POLICY, deny: [{ host: 'Evil.example' }] })), 'egress.deny.0.host');
+    await bad(n.runtime.setEgress('no-such-box', raw({ ...POLICY, allow: [{ host: 'ok.test', protocol: 'udp' }] })), 'egress.allow.0.protocol');
+    await bad(n.runtime.setEgress('no-such-box', raw({ ...POLICY, endpoints: [{ host: 'api.example', ports: [1, 1] }] })), 'egress.endpoints.0.host');
+    await bad(n.runtime.setEgress('no-such-box', raw({ ...POLICY, extra: true })), 'egress');
+    await bad(n.runtime.setEgress('no-such-box', raw(null)), 'egress');
+    const many = Array.from({ length: 100_000 }, (_, i) => ({ host: `h${i}.test` }));
+    await bad(n.runtime.setEgress('no-such-box', raw({ ...POLICY, allow: many })), 'egress.allow');
+    await bad(n.runtime.create(spec({ egress: raw({ ...POLICY, allow: [{ host: 'ok.test', ports: [443, 80] }] }) })), 'egress.allow.0.ports');
+    // Beyond the shape every runtime checks: each entry, as a node takes its Manager's bytes.
+    await bad(n.runtime.create(spec({ egress: raw({ ...POLICY, deny: [{ host: '198.18.0.1/24' }] }) })), 'egress.deny.0.host');
+    assert.equal((await local.list({ labels })).length, 0, 'nothing was created');
+    assert.equal(seen.size, 0, 'the runtime saw none of it');
+  });
+
+  test(
+    'on the real engine, once DockerRuntime enforces egress: create, setEgress and getEgress through the node',
+    { skip: !local.capabilities.egress && 'DockerRuntime enforces no egress yet' },
+    async () => {
+      const n = await node('eg-real');
+      const id = await n.runtime.create(spec({ egress: POLICY, cmd: ['sleep', '300'] }));
+      try {
+        await n.runtime.start(id);
+        assert.deepEqual(await n.runtime.getEgress(id), POLICY);
+        await n.runtime.setEgress(id, NONE);
+        assert.deepEqual(await n.runtime.getEgress(id), NONE);
+      } finally {
+        await n.runtime.remove(id, { force: true });
+      }
+    },
+  );
 });

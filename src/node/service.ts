@@ -14,6 +14,7 @@ import type { Duplex } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import * as tar from 'tar-stream';
 import { SbxError, isSbxError } from '../errors.js';
+import { validateEgressGrammar } from '../runtime/egress-spec.js';
 import { validateSpec } from '../runtime/spec.js';
 import type {
   BoxHeartbeat,
@@ -23,6 +24,7 @@ import type {
   ContainerSpec,
   ContainerStats,
   ContainerSummary,
+  EgressSpec,
   ExecStream,
   ExecStreamOptions,
   ImageInfo,
@@ -152,11 +154,36 @@ export class NodeService {
       memoryBytes: r.memoryBytes,
       ociRuntimes: oci,
       freeDiskBytes: fs.bavail * fs.bsize,
+      egress: this.enforcesEgress(),
     };
   }
 
+  /**
+   * A spec as this node's runtime takes its egress: never a box whose policy would be ignored (a
+   * runtime without egress would create it open), but `all` asks nothing such a runtime does not
+   * do already: it goes without, as on a DockerRuntime whose engine lacks the enforcer's image.
+   */
+  private egressFor(spec: ContainerSpec): ContainerSpec {
+    if (!spec.egress) return spec;
+    // The Manager's bytes: every entry checked, beyond the shape the spec schema saw.
+    validateEgressGrammar(spec.egress);
+    if (this.enforcesEgress()) return spec;
+    if (spec.egress.mode !== 'all') throw this.noEgress(`create a box with egress '${spec.egress.mode}'`);
+    const { egress: _, ...rest } = spec;
+    return rest;
+  }
+
+  /** Whether the node's runtime enforces egress policies (what `facts` tells the Manager). */
+  private enforcesEgress(): boolean {
+    return this.runtime.capabilities.egress === true && typeof this.runtime.setEgress === 'function';
+  }
+
+  private noEgress(what: string): SbxError {
+    return new SbxError('not_available', `${what}: node ${this.name}'s runtime enforces no egress policy`, { details: { reason: 'no_egress' } });
+  }
+
   async create(spec: ContainerSpec): Promise<string> {
-    const valid = await nodeSpec(validateSpec(spec), this.name, (p) => this.volumes.dataDir(p));
+    const valid = await nodeSpec(this.egressFor(validateSpec(spec)), this.name, (p) => this.volumes.dataDir(p));
     const env = valid.env ? await this.boxEnv(valid.env) : undefined;
     const id = await this.runtime.create(env ? { ...valid, env } : valid);
     this.remember(id);
@@ -230,6 +257,29 @@ export class NodeService {
   async setBoxEnv(id: string, env: Record<string, string>): Promise<boolean> {
     await this.check(id);
     return this.runtime.setBoxEnv(id, await this.boxEnv(env));
+  }
+
+  /**
+   * Replaces a box's egress rules. The spec is the Manager's bytes: its shape is checked here
+   * (bounded, invalid_argument naming the field) before anything else; then, as for every call
+   * about a box, that this node created it; then that the runtime enforces egress at all.
+   */
+  async setEgress(id: string, egress: unknown): Promise<void> {
+    const valid = validateEgressGrammar(egress);
+    await this.check(id);
+    if (!this.enforcesEgress()) {
+      // What such a runtime does already (see egressFor).
+      if (valid.mode === 'all') return;
+      throw this.noEgress(`set egress '${valid.mode}' on container ${id}`);
+    }
+    await this.runtime.setEgress!(id, valid);
+  }
+
+  /** The egress rules in force for a box (undefined: none recorded). */
+  async getEgress(id: string): Promise<EgressSpec | undefined> {
+    await this.check(id);
+    if (!this.enforcesEgress() || !this.runtime.getEgress) throw this.noEgress(`read the egress policy of container ${id}`);
+    return this.runtime.getEgress(id);
   }
 
   async boxTool(id: string): Promise<string | null> {

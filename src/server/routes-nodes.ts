@@ -34,6 +34,7 @@ export const NodeInfoSchema = z
         memoryBytes: z.number().optional(),
         ociRuntimes: z.array(z.string()).optional(),
         freeDiskBytes: z.number().optional(),
+        egress: z.boolean().optional().describe("the node's engine enforces egress policies (docs/network.md)"),
       })
       .optional(),
     revokedAt: isoTime.optional(),

@@ -24,6 +24,7 @@ import { loadOrCreateIdentity } from '../runtime/remote/identity.js';
 import { nodeRoutes } from '../node/routes.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { RemoteRuntime } from '../runtime/remote/runtime.js';
+import type { Runtime } from '../runtime/types.js';
 import { testEnv } from './env.js';
 import { waitFor } from './wait.js';
 
@@ -34,6 +35,8 @@ export interface TestNodeOptions {
   dataDir?: string;
   /** A transport to the node's base URL instead of plain h2c (the lead's TLS one). */
   transport?: (baseUrl: string) => Transport;
+  /** The node's runtime made from its DockerRuntime on the local engine (a test's wrapper: a capability hidden, calls recorded). */
+  runtime?: (docker: DockerRuntime) => Runtime;
 }
 
 export interface TestNode {
@@ -51,7 +54,8 @@ export async function startTestNode(opts: TestNodeOptions = {}): Promise<TestNod
   const name = opts.name ?? `test-node-${process.pid}`;
   const ownDir = opts.dataDir === undefined;
   const dataDir = opts.dataDir ?? (await mkdtemp(join(tmpdir(), 'sbx-node-')));
-  const service = new NodeService(new DockerRuntime(testEnv.engineAddr, { agent: true }), { name, dataDir });
+  const docker = new DockerRuntime(testEnv.engineAddr, { agent: true });
+  const service = new NodeService(opts.runtime ? opts.runtime(docker) : docker, { name, dataDir });
   const server = http2.createServer(connectNodeAdapter({ routes: nodeRoutes(service) }));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;

@@ -7,9 +7,14 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { compressionBrotli, compressionGzip } from '@connectrpc/connect-node';
 import { isSbxError } from '../../errors.js';
+import type { SbxError } from '../../errors.js';
 import { startNode } from '../../node/server.js';
 import { readNodeState, writeNodeState } from '../../node/state.js';
-import { testEnv } from '../../testing/env.js';
+import { assertNoContainersLeft } from '../../testing/cleanup.js';
+import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
+import { fakenet } from '../../testing/fakenet.js';
+import { DockerRuntime } from '../docker/runtime.js';
+import type { EgressSpec } from '../types.js';
 import { LogLines, startJoinedNode, startTestHub } from '../../testing/remote-node.js';
 import { waitFor, within } from '../../testing/wait.js';
 import { createIdentity } from './identity.js';
@@ -165,5 +170,120 @@ describe('node hub: trust over mutual TLS', () => {
     const credential = (await readNodeState(node.dataDir)).credential;
     const kept = await readFile(join(dataDir, 'nodes', 'nodes.json'), 'utf8');
     assert.equal(kept.includes(credential), false);
+  });
+});
+
+describe('node hub: egress policies over joined nodes', () => {
+  const runId = testRunId('hub-egress');
+  const labels = { [TEST_LABEL]: runId, 'sbx.managed-by': 'sbx' };
+  const policy: EgressSpec = {
+    mode: 'allowlist',
+    allow: [{ host: 'ok.test' }, { host: '198.18.0.0/24', ports: [80, 80], protocol: 'tcp' }],
+    deny: [],
+    endpoints: [],
+  };
+  const none: EgressSpec = { mode: 'none', allow: [], deny: [], endpoints: [] };
+  const docker = new DockerRuntime(testEnv.engineAddr);
+  after(async () => {
+    try {
+      await assertNoContainersLeft(docker, runId);
+    } finally {
+      await docker.close();
+    }
+  });
+
+  test("a node's facts say whether its engine enforces egress; the link's runtime and the pool over it follow; a policy the node cannot enforce creates nothing", async () => {
+    const { hub, close } = await startTestHub();
+    cleanups.push(close);
+    const node = await startJoinedNode(hub, { name: 'egress-1' });
+    cleanups.push(() => node.close());
+    const enforced = docker.capabilities.egress === true;
+    assert.equal(hub.nodes()[0]!.facts?.egress, enforced);
+    assert.equal(node.runtime().capabilities.egress, enforced);
+    const pool = hub.runtimeFor('sbx://egress-1');
+    assert.equal(pool.capabilities.egress, enforced);
+    if (!enforced) {
+      await assert.rejects(
+        pool.create({ image: testEnv.baseImage, labels, egress: policy }),
+        (e: SbxError) => isSbxError(e, 'not_available') && e.details?.['reason'] === 'no_egress',
+      );
+      await assert.rejects(pool.setEgress!('egress-1:abc', none), (e: SbxError) => isSbxError(e, 'not_available') && e.details?.['node'] === 'egress-1');
+      assert.deepEqual(await docker.list({ labels: { [TEST_LABEL]: runId } }), [], 'nothing was created');
+      return;
+    }
+    const id = await pool.create({ image: testEnv.baseImage, cmd: ['sleep', '300'], labels, egress: policy });
+    try {
+      await pool.start(id);
+      assert.deepEqual(await pool.getEgress!(id), policy);
+      await pool.setEgress!(id, none);
+      assert.deepEqual(await pool.getEgress!(id), none);
+    } finally {
+      await pool.remove(id, { force: true });
+    }
+  });
+
+  test(
+    'packets from a box on a node follow its policy, at create and after setEgress: addresses, ports, names (the fake internet)',
+    { skip: !docker.capabilities.egress && 'DockerRuntime enforces no egress yet' },
+    async () => {
+      const net = await fakenet();
+      // `sbx node` takes its enforcer's upstream resolvers from SBX_EGRESS_DNS, as a user runs it.
+      const dnsBefore = process.env['SBX_EGRESS_DNS'];
+      process.env['SBX_EGRESS_DNS'] = net.dns;
+      const { hub, close } = await startTestHub();
+      cleanups.push(close);
+      let node;
+      try {
+        node = await startJoinedNode(hub, { name: 'egress-packets' });
+      } finally {
+        if (dnsBefore === undefined) delete process.env['SBX_EGRESS_DNS'];
+        else process.env['SBX_EGRESS_DNS'] = dnsBefore;
+      }
+      cleanups.push(() => node.close());
+      const pool = hub.runtimeFor('sbx://egress-packets');
+      const get = async (id: string, url: string) => (await pool.exec(id, ['wget', '-q', '-T', '5', '-O', '-', url])).exitCode === 0;
+      const resolves = async (id: string, name: string) => (await pool.exec(id, ['nslookup', name])).exitCode === 0;
+      const okOnly: EgressSpec = {
+        mode: 'allowlist',
+        allow: [{ host: `${net.ok.address}/32`, ports: [80, 80], protocol: 'tcp' }, { host: net.api.name }],
+        deny: [],
+        endpoints: [],
+      };
+      const id = await pool.create({ image: testEnv.baseImage, cmd: ['sleep', '300'], labels, egress: okOnly });
+      try {
+        await pool.start(id);
+        assert.equal(await get(id, `http://${net.ok.address}/`), true, 'the allowed address and port');
+        assert.equal(await get(id, `http://${net.ok.address}:8000/`), false, 'another port of it');
+        assert.equal(await get(id, `http://${net.other.address}/`), false, 'an address not allowed');
+        assert.equal(await get(id, `http://${net.api.name}/`), true, 'an allowed name, through its address');
+        assert.equal(await resolves(id, net.other.name), false, 'a name not allowed does not resolve');
+        assert.equal(await get(id, `http://${net.metadata}/`), false, 'the metadata service');
+        await pool.setEgress!(id, { mode: 'allowlist', allow: [{ host: `${net.other.address}/32` }], deny: [], endpoints: [] });
+        assert.equal(await get(id, `http://${net.other.address}/`), true, 'allowed now');
+        assert.equal(await get(id, `http://${net.ok.address}/`), false, 'denied now');
+      } finally {
+        await pool.remove(id, { force: true });
+      }
+    },
+  );
+
+  test("another Manager's box on the same engine: its node refuses setEgress and getEgress as not_found", async () => {
+    const mine = await startTestHub();
+    const theirs = await startTestHub();
+    cleanups.push(mine.close, theirs.close);
+    const myNode = await startJoinedNode(mine.hub, { name: 'egress-mine' });
+    const theirNode = await startJoinedNode(theirs.hub, { name: 'egress-theirs' });
+    cleanups.push(
+      () => myNode.close(),
+      () => theirNode.close(),
+    );
+    const id = await theirNode.runtime().create({ image: testEnv.baseImage, labels });
+    try {
+      for (const call of [() => myNode.runtime().setEgress(id, none), () => myNode.runtime().getEgress(id)]) {
+        await assert.rejects(call(), (e: SbxError) => isSbxError(e, 'not_found') && !e.message.includes('sbx.node'));
+      }
+    } finally {
+      await theirNode.runtime().remove(id, { force: true });
+    }
   });
 });

@@ -165,6 +165,8 @@ export class NodeLink {
       if (this.session !== session || session.isClosed) throw new SbxError('runtime_unavailable', `node '${this.name}' went away while connecting`);
       this.facts = facts;
       this.resources = resources;
+      // What this node can do, for the pools over it (NodeSet.capabilities): a node upgraded meanwhile may say more.
+      this.runtime.learn(facts);
       this.lastSeenAt = Date.now();
       this.error = undefined;
       const was = this.state;

@@ -20,6 +20,7 @@ import type {
   ContainerEvent,
   ContainerListOptions,
   ContainerSpec,
+  EgressSpec,
   Runtime,
   WorkspaceHelper,
   WorkspaceHelperOptions,
@@ -37,6 +38,14 @@ let seq = 0;
 /** A node: an in-memory runtime with workspace volumes, as a RemoteRuntime has them. */
 class NodeRuntime extends MemoryRuntime {
   readonly vols = new Map<string, Record<string, string>>();
+  /** The spec of each create, as the node got it. */
+  readonly specs = new Map<string, ContainerSpec>();
+
+  override async create(spec: ContainerSpec): Promise<string> {
+    const id = await super.create(spec);
+    this.specs.set(id, spec);
+    return id;
+  }
 
   async createWorkspaceVolume(hostPath: string, opts: WorkspaceVolumeOptions = {}): Promise<string> {
     await this.ping();
@@ -70,8 +79,35 @@ class NodeRuntime extends MemoryRuntime {
   }
 }
 
-function cluster(names: string[], opts: { volumes?: boolean; each?: (name: string) => Partial<NodeMember> } = {}) {
-  const runtimes = new Map(names.map((name) => [name, new NodeRuntime({ address: `node-${name}-${++seq}` })]));
+/** A node whose runtime enforces egress, in memory: the policy a create or setEgress gave each box. */
+class EgressNode extends NodeRuntime {
+  readonly egress = new Map<string, EgressSpec>();
+
+  constructor(address: string) {
+    super({ address, capabilities: { egress: true } });
+  }
+
+  override async create(spec: ContainerSpec): Promise<string> {
+    const id = await super.create(spec);
+    if (spec.egress) this.egress.set(id, spec.egress);
+    return id;
+  }
+
+  async setEgress(id: string, egress: EgressSpec): Promise<void> {
+    await this.inspect(id);
+    this.egress.set(id, egress);
+  }
+
+  async getEgress(id: string): Promise<EgressSpec | undefined> {
+    await this.inspect(id);
+    return this.egress.get(id);
+  }
+}
+
+function cluster(names: string[], opts: { volumes?: boolean; egress?: string[]; each?: (name: string) => Partial<NodeMember> } = {}) {
+  const make = (name: string) =>
+    opts.egress?.includes(name) ? new EgressNode(`node-${name}-${++seq}`) : new NodeRuntime({ address: `node-${name}-${++seq}` });
+  const runtimes = new Map(names.map((name) => [name, make(name)]));
   const members: NodeMember[] = names.map((name) => ({ name, runtime: runtimes.get(name)!, state: 'online', draining: false, ...opts.each?.(name) }));
   const set = new NodeSet(`nodes-${seq}`, { members: () => members, workspaceVolumes: opts.volumes ?? false, recheckMs: 20 });
   const node = (name: string) => members.find((m) => m.name === name)!;
@@ -449,6 +485,93 @@ describe('NodeSet: merged streams', () => {
     await c.set.images.remove('only-a:1');
     assert.equal(c.rt('a').images.has('only-a:1'), false);
     await assert.rejects(c.set.images.remove('only-a:1'), rejectsWith('not_found'));
+  });
+});
+
+describe('NodeSet: egress policies', () => {
+  const policy: EgressSpec = {
+    mode: 'allowlist',
+    allow: [{ host: 'ok.test' }, { host: '198.18.0.0/24', ports: [80, 80], protocol: 'tcp' }],
+    deny: [],
+    endpoints: [],
+  };
+  const egressOf = (c: ReturnType<typeof cluster>, name: string) => (c.rt(name) as EgressNode).egress;
+
+  test('capabilities.egress: every node enforces it; one online that does not makes it false; a node away that never said is not held against the pool', () => {
+    assert.equal(cluster(['a', 'b'], { egress: ['a', 'b'] }).set.capabilities.egress, true);
+    assert.equal(cluster(['a', 'b'], { egress: ['a'] }).set.capabilities.egress, false);
+    assert.equal(cluster(['a', 'b']).set.capabilities.egress, false);
+    assert.equal(new NodeSet('empty', { members: () => [] }).capabilities.egress, false);
+    // A RemoteRuntime before its node's facts came: no answer yet (undefined), not a no.
+    const c = cluster(['a', 'b'], { egress: ['a'], each: (n) => (n === 'b' ? { state: 'connecting' } : {}) });
+    (c.rt('b').capabilities as { egress?: boolean }).egress = undefined;
+    assert.equal(c.set.capabilities.egress, true, 'b has not said yet');
+    c.node('b').state = 'online';
+    assert.equal(c.set.capabilities.egress, false, 'online and not saying it enforces egress');
+    c.node('b').state = 'offline';
+    (c.rt('b').capabilities as { egress?: boolean }).egress = false;
+    assert.equal(c.set.capabilities.egress, false, 'away, but it said no');
+  });
+
+  test('a box with a policy goes only to a node that enforces egress (and carries its policy there); none online that does: not_available', async () => {
+    const c = cluster(['a', 'b'], { egress: ['b'] });
+    // a is the least loaded and takes a box without a policy; the policy sends the next one to b all the same.
+    const open = await started(c.set);
+    assert.equal(c.set.nodeOf(open), 'a');
+    await started(c.set);
+    const guarded = await started(c.set, { ...box, egress: policy });
+    assert.equal(c.set.nodeOf(guarded), 'b');
+    assert.deepEqual(egressOf(c, 'b').get(split(guarded)[1]), policy);
+    // `all` asks nothing of a node without egress (as a Docker engine without the enforcer's image): placed as any box, the field left out.
+    const all: EgressSpec = { mode: 'all', allow: [], deny: [], endpoints: [] };
+    const anyWhere = await started(c.set, { ...box, egress: all });
+    assert.equal(c.set.nodeOf(anyWhere), 'a');
+    assert.equal(c.rt('a').specs.get(split(anyWhere)[1])!.egress, undefined);
+    await c.set.setEgress(anyWhere, all);
+    // b, which enforces egress, away: it comes back, so that is runtime_unavailable, not for good.
+    c.down('b');
+    const before = (await c.rt('a').list()).length;
+    await assert.rejects(c.set.create({ ...box, egress: policy }), rejectsWith('runtime_unavailable'));
+    // No node that enforces egress at all: not_available, and nothing created open on a.
+    c.members.splice(1, 1);
+    await assert.rejects(
+      c.set.create({ ...box, egress: policy }),
+      rejectsWith('not_available', (e) => {
+        assert.equal(e.details?.['reason'], 'no_egress');
+        assert.match(e.message, /a: enforces no egress policy/);
+      }),
+    );
+    assert.equal((await c.rt('a').list()).length, before, 'nothing created on a');
+  });
+
+  test('setEgress, getEgress: on the node that holds the box, by its own id; bad specs refused before any call; a node without egress: not_available naming it; offline: runtime_unavailable', async () => {
+    const c = cluster(['a', 'b'], { egress: ['b'] });
+    const onA = await startedOn(c, 'a');
+    const onB = await startedOn(c, 'b');
+    const next: EgressSpec = { mode: 'none', allow: [], deny: [], endpoints: [] };
+    await c.set.setEgress(onB, next);
+    assert.deepEqual(egressOf(c, 'b').get(split(onB)[1]), next);
+    assert.deepEqual(await c.set.getEgress(onB), next);
+    await assert.rejects(
+      c.set.setEgress(onB, { ...next, allow: [{ host: 'ok.test', ports: [443, 80] }] }),
+      rejectsWith('invalid_argument', (e) => assert.equal(e.details?.['field'], 'egress.allow.0.ports')),
+    );
+    assert.deepEqual(egressOf(c, 'b').get(split(onB)[1]), next, 'unchanged');
+    for (const call of [() => c.set.setEgress(onA, next), () => c.set.getEgress(onA)]) {
+      await assert.rejects(
+        call(),
+        rejectsWith('not_available', (e) => {
+          assert.equal(e.details?.['node'], 'a');
+          assert.match(e.message, /'a'/);
+        }),
+      );
+    }
+    await assert.rejects(c.set.getEgress('b:nope'), rejectsWith('not_found'));
+    c.down('b');
+    await assert.rejects(
+      c.set.setEgress(onB, policy),
+      rejectsWith('runtime_unavailable', (e) => assert.equal(e.details?.['node'], 'b')),
+    );
   });
 });
 

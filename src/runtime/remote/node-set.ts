@@ -21,12 +21,13 @@
  * containers listed there plus creates in flight) and with the memory the spec asks for free
  * (its machine's memory minus the limits of its running containers) takes the box, fewest
  * containers first, ties by name. A box mounting a workspace volume goes to the node holding the
- * volume (draining or not). See docs/nodes.md.
+ * volume (draining or not). A box with an egress policy other than `all` goes only to a node
+ * whose runtime enforces one (`capabilities.egress`). See docs/nodes.md.
  */
 import { Readable } from 'node:stream';
 import type { Duplex } from 'node:stream';
 import { SbxError, isSbxError } from '../../errors.js';
-import { validateSpec } from '../spec.js';
+import { validateEgressSpec, validateSpec } from '../spec.js';
 import type {
   ContainerEvent,
   ContainerInfo,
@@ -34,6 +35,7 @@ import type {
   ContainerSpec,
   ContainerStats,
   ContainerSummary,
+  EgressSpec,
   ExecOptions,
   ExecResult,
   ExecStream,
@@ -100,6 +102,8 @@ export const IMAGE_NODE_LABEL = 'sbx.image-node';
 const MANAGED = { 'sbx.managed-by': 'sbx' };
 const NODE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
 const DEFAULT_RECHECK_MS = 1000;
+/** Why placement skipped a node for a box with an egress policy. */
+const NO_EGRESS = 'enforces no egress policy';
 
 interface InFlight {
   count: number;
@@ -249,11 +253,20 @@ export class NodeSet implements Runtime {
 
   // --- Runtime: the machine --------------------------------------------------------------
 
-  /** What every member can do (the optional ones absent = true); no member: nothing. */
+  /**
+   * What every member can do (the optional ones absent = true); no member: nothing. Egress
+   * (absent = false): every member enforces it, except that a node not online whose runtime has
+   * not said yet (a RemoteRuntime before its node's facts came) is not held against the pool —
+   * placement sends boxes with a policy only to nodes that enforce it.
+   */
   get capabilities(): RuntimeCapabilities {
-    const caps = this.members().map((m) => m.runtime.capabilities);
-    const all = (k: Exclude<keyof RuntimeCapabilities, 'hostMounts'>) => caps.every((c) => c[k] ?? true);
+    const members = this.members();
+    const caps = members.map((m) => m.runtime.capabilities);
+    const all = (k: Exclude<keyof RuntimeCapabilities, 'hostMounts' | 'egress'>) => caps.every((c) => c[k] ?? true);
     return {
+      egress:
+        caps.some((c) => c.egress === true) &&
+        members.every((m) => m.runtime.capabilities.egress === true || (m.state !== 'online' && m.runtime.capabilities.egress === undefined)),
       hostMounts: caps.length > 0 && caps.every((c) => c.hostMounts),
       stopStart: all('stopStart'),
       pause: all('pause'),
@@ -369,7 +382,7 @@ export class NodeSet implements Runtime {
     try {
       await this.declare(m);
       const labels = valid.memory ? { ...valid.labels, [MEMORY_LABEL]: String(valid.memory) } : valid.labels;
-      const local = await m.runtime.create({ ...valid, ...(labels ? { labels } : {}) });
+      const local = await m.runtime.create(egressFor({ ...valid, ...(labels ? { labels } : {}) }, m.runtime));
       // Known at once: a node that goes offline right after still lists the box.
       this.table(m.name).set(local, {
         id: local,
@@ -469,6 +482,20 @@ export class NodeSet implements Runtime {
     return this.on(id, `dial port ${containerPort} of container`, (rt, local) => rt.dialPort(local, containerPort, opts));
   }
 
+  /** Replaces the box's egress rules on its node; not_available naming the node when its runtime enforces none. */
+  async setEgress(id: string, egress: EgressSpec): Promise<void> {
+    const valid = validateEgressSpec(egress);
+    await this.on(id, 'set the egress policy of container', async (rt, local, m) => {
+      // `all` on a node without egress: what it does already (see egressFor).
+      if (valid.mode === 'all' && rt.capabilities.egress !== true) return;
+      await egressOf(rt, m).setEgress(local, valid);
+    });
+  }
+
+  getEgress(id: string): Promise<EgressSpec | undefined> {
+    return this.on(id, 'read the egress policy of container', (rt, local, m) => egressOf(rt, m).getEgress(local));
+  }
+
   /** The node's file tool for the box; null when the node's runtime has none. */
   boxTool(id: string): Promise<string | null> {
     return this.on(id, 'file tool of container', async (rt, local) => (rt.boxTool ? rt.boxTool(local) : null));
@@ -506,6 +533,8 @@ export class NodeSet implements Runtime {
         if (m.state !== 'online') return void why.set(m.name, m.state);
         // A box whose workspace or image is on one node goes there even while it drains: it has nowhere else to run.
         if (m.draining && !home) return void why.set(m.name, 'draining');
+        // Never created open: a runtime without egress would ignore the policy (`all` asks nothing of it).
+        if (spec.egress && spec.egress.mode !== 'all' && m.runtime.capabilities.egress !== true) return void why.set(m.name, NO_EGRESS);
         let load;
         try {
           load = await this.loadOf(m, need.memory > 0);
@@ -523,7 +552,9 @@ export class NodeSet implements Runtime {
     const best = fits
       .filter((f): f is { m: NodeMember; boxes: number } => f !== undefined)
       .sort((a, b) => a.boxes - b.boxes || (a.m.name < b.m.name ? -1 : a.m.name > b.m.name ? 1 : 0))[0];
-    if (!best) throw this.noFit(why, home);
+    // A node away that enforces egress (or has not said) may take the box once back: then it is not for good.
+    const egressAway = candidates.some((m) => m.state !== 'online' && m.runtime.capabilities.egress !== false);
+    if (!best) throw this.noFit(why, home, egressAway);
     const flight = this.inFlight.get(best.m.name) ?? { count: 0, memory: 0 };
     flight.count++;
     flight.memory += need.memory;
@@ -546,11 +577,18 @@ export class NodeSet implements Runtime {
     return { boxes: listed.length + flight.count, freeMemory: machine ? machine.memoryBytes - used - flight.memory : Infinity };
   }
 
-  private noFit(why: Map<string, string>, home: NodeMember | undefined): SbxError {
+  private noFit(why: Map<string, string>, home: NodeMember | undefined, egressAway: boolean): SbxError {
     const reasons = [...why].map(([node, reason]) => `${node}: ${reason}`).join('; ') || 'the pool has no nodes';
     const states = [...why.values()];
     const nodes = Object.fromEntries(why);
-    if (!home && !states.some((s) => s !== 'offline' && s !== 'connecting' && s !== 'unreachable')) {
+    const away = (s: string) => s === 'offline' || s === 'connecting' || s === 'unreachable';
+    if (states.includes(NO_EGRESS) && states.every((s) => s === NO_EGRESS || away(s)) && !egressAway) {
+      return new SbxError('not_available', `no node of ${this.address} that is online enforces egress policies, which the box has (${reasons})`, {
+        details: { address: this.address, nodes, reason: 'no_egress' },
+      });
+    }
+    // A node that enforces no egress is no place for the box at all: what remains is only away.
+    if (!home && !states.some((s) => !away(s) && s !== NO_EGRESS)) {
       return new SbxError('runtime_unavailable', `no node of ${this.address} is online to take the box (${reasons})`, {
         details: { address: this.address, nodes },
       });
@@ -897,6 +935,24 @@ class NodeImages implements Images {
       }
     }
   }
+}
+
+/**
+ * A spec as a member takes it: a node that enforces no egress gets none (only `all` is placed
+ * there, which asks nothing of it, and a node from before egress policies refuses the field).
+ */
+function egressFor(spec: ContainerSpec, rt: Runtime): ContainerSpec {
+  if (!spec.egress || rt.capabilities.egress === true) return spec;
+  const { egress: _, ...rest } = spec;
+  return rest;
+}
+
+/** The member's runtime as one that enforces egress; not_available naming the node when it does not. */
+function egressOf(rt: Runtime, m: NodeMember): Required<Pick<Runtime, 'setEgress' | 'getEgress'>> {
+  if (rt.capabilities.egress !== true || !rt.setEgress || !rt.getEgress) {
+    throw new SbxError('not_available', `node '${m.name}' enforces no egress policy`, { details: { node: m.name, reason: 'no_egress' } });
+  }
+  return rt as Required<Pick<Runtime, 'setEgress' | 'getEgress'>>;
 }
 
 /**

@@ -14,6 +14,11 @@ export interface NodeFacts {
   ociRuntimes: string[];
   /** Free bytes of the file system of the node's data directory (workspaces live there). */
   freeDiskBytes: number;
+  /**
+   * The node's runtime enforces egress policies (`ContainerSpec.egress`, `setEgress`): its
+   * `capabilities.egress`. Absent (a node from before egress policies): false.
+   */
+  egress?: boolean;
 }
 
 /** A workspace volume a node holds: its name (the workspace's path on the Manager's machine) and labels. */

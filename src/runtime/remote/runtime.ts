@@ -8,7 +8,9 @@
  *
  * Workspaces live on the node (the workspace volume methods, `hostMounts: false`), box ports are
  * on the node's loopback (`publishedPorts: false`: `dialPort` reaches them through the node),
- * and the node relays its boxes' heartbeats (`heartbeats`).
+ * and the node relays its boxes' heartbeats (`heartbeats`). Egress policies are the node's runtime's:
+ * `capabilities.egress` is what the node's facts said (unknown, so absent, before they came), and
+ * `setEgress`/`getEgress` go to the node, which answers not_available when it enforces none.
  *
  * @example
  * const rt = new RemoteRuntime('sbx://node-1:7443', { transport, node: 'node-1' });
@@ -32,6 +34,7 @@ import type {
   ContainerSpec,
   ContainerStats,
   ContainerSummary,
+  EgressSpec,
   ExecOptions,
   ExecResult,
   ExecStream,
@@ -159,9 +162,16 @@ export class RemoteRuntime implements Runtime {
     return this.call('version', []);
   }
 
-  /** The node's facts: engine, OS and architecture, size, OCI runtimes, free disk. */
-  facts(): Promise<NodeFacts> {
-    return this.call('facts', []);
+  /** The node's facts: engine, OS and architecture, size, OCI runtimes, free disk, egress (learnt as capabilities). */
+  async facts(): Promise<NodeFacts> {
+    const facts = await this.call<NodeFacts>('facts', []);
+    this.learn(facts);
+    return facts;
+  }
+
+  /** @internal What the node's facts say of its capabilities (the hub asks for them on each connection). */
+  learn(facts: NodeFacts): void {
+    this.capabilities.egress = facts.egress === true;
   }
 
   create(spec: ContainerSpec): Promise<string> {
@@ -218,6 +228,15 @@ export class RemoteRuntime implements Runtime {
 
   boxTool(id: string): Promise<string | null> {
     return this.call('boxTool', [id]);
+  }
+
+  /** Checked by the node (the shape, the box's ownership); not_available from a node that enforces no egress. */
+  setEgress(id: string, egress: EgressSpec): Promise<void> {
+    return this.call('setEgress', [id, egress]);
+  }
+
+  getEgress(id: string): Promise<EgressSpec | undefined> {
+    return this.call('getEgress', [id]);
   }
 
   createWorkspaceVolume(hostPath: string, opts?: WorkspaceVolumeOptions): Promise<string> {
