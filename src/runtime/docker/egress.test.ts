@@ -60,10 +60,10 @@ async function dns(id: string, name: string, server = '127.0.0.11:53'): Promise<
 }
 
 /** The helper's entry of a box, asked through the helper's own CLI (undefined: it has none). */
-async function helperEntry(id: string): Promise<{ id: string; addresses: string[]; spec: EgressSpec } | undefined> {
+async function helperEntry(id: string): Promise<{ id: string; addresses: string[]; macs?: string[]; spec: EgressSpec } | undefined> {
   try {
     const { stdout } = await run('docker', ['exec', EGRESS_CONTAINER, 'sbx-egress', 'call', 'GET', `/v1/boxes/${id}`]);
-    return JSON.parse(stdout) as { id: string; addresses: string[]; spec: EgressSpec };
+    return JSON.parse(stdout) as { id: string; addresses: string[]; macs?: string[]; spec: EgressSpec };
   } catch (err) {
     if (/404/.test(String((err as { stderr?: string }).stderr))) return undefined;
     throw err;
@@ -158,7 +158,12 @@ describe('egress rules of Docker boxes (real packets to the fake internet)', () 
       assert.equal(await tcp(id, `${net.other.address}:80`), 'ok');
       assert.match(await tcp(id, `${net.metadata}:80`), /refused/);
       assert.equal((await rt.inspect(id)).labels[EGRESS_LABEL], undefined);
-      assert.deepEqual((await helperEntry(id))?.spec, policy('all'), 'registered all the same (the helper drops unregistered boxes)');
+      const entry = await helperEntry(id);
+      assert.deepEqual(entry?.spec, policy('all'), 'registered all the same (the helper drops unregistered boxes)');
+      // Its addresses are bound to its interface's MAC (IPv6 lets any process send from a foreign source).
+      const mac = (await run('docker', ['inspect', '-f', '{{range .NetworkSettings.Networks}}{{.MacAddress}}{{end}}', id])).stdout.trim();
+      assert.match(mac, /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/);
+      assert.deepEqual(entry?.macs, [mac]);
       assert.deepEqual(await rt.getEgress(id), policy('all'), 'the rules in force');
     } finally {
       await rt.remove(id, { force: true });

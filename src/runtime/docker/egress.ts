@@ -69,16 +69,28 @@ export function attachmentOfNetwork(network: string | undefined): EgressAttachme
 
 /** A container's networks, as an inspect and a list entry both give them. */
 interface Networked {
-  NetworkSettings?: { Networks?: Record<string, { IPAddress?: string; GlobalIPv6Address?: string }> };
+  NetworkSettings?: { Networks?: Record<string, { IPAddress?: string; GlobalIPv6Address?: string; MacAddress?: string }> };
 }
 
-/** The addresses a running container has on box networks (what the helper keys its rules by). */
-export function boxAddressesOf(c: Networked): string[] {
-  const out: string[] = [];
+/**
+ * Where a box is on the box networks: its addresses (what the helper keys its rules by) and its
+ * interfaces' MACs, which the helper binds them to: a packet from a box's address but another
+ * MAC (another box sending from a foreign source, which IPv6 allows without any capability) is
+ * dropped. None: the box is not (or no longer) on a box network.
+ */
+export interface BoxInterfaces {
+  addresses: string[];
+  macs: string[];
+}
+export const NO_INTERFACES: BoxInterfaces = { addresses: [], macs: [] };
+
+export function boxInterfacesOf(c: Networked): BoxInterfaces {
+  const out: BoxInterfaces = { addresses: [], macs: [] };
   for (const [name, n] of Object.entries(c.NetworkSettings?.Networks ?? {})) {
     if (boxNetworkIndex(name) === undefined) continue;
-    if (n.IPAddress) out.push(n.IPAddress);
-    if (n.GlobalIPv6Address) out.push(n.GlobalIPv6Address);
+    if (n.IPAddress) out.addresses.push(n.IPAddress);
+    if (n.GlobalIPv6Address) out.addresses.push(n.GlobalIPv6Address);
+    if (n.MacAddress && (n.IPAddress || n.GlobalIPv6Address)) out.macs.push(n.MacAddress);
   }
   return out;
 }
@@ -154,7 +166,7 @@ export function egressUnavailable(why: string, cause?: unknown): SbxError {
  *
  * @example
  * const egress = new DockerEgress(conn, { local: true, image: DEFAULT_EGRESS_IMAGE, dns: [] });
- * if (await egress.available()) await egress.put(id, ['172.18.0.5'], spec);
+ * if (await egress.available()) await egress.put(id, { addresses: ['172.18.0.5'], macs: ['02:42:ac:12:00:05'] }, spec);
  */
 export class DockerEgress {
   private ready: Promise<Channel | undefined> | undefined;
@@ -183,9 +195,9 @@ export class DockerEgress {
     );
   }
 
-  /** Registers (or replaces) a box's addresses and rules; resolves once they are in force. */
-  async put(id: string, addresses: string[], spec: EgressSpec): Promise<void> {
-    await this.call('PUT', `/v1/boxes/${encodeURIComponent(id)}`, JSON.stringify({ addresses, spec, dns: this.opts.dns }));
+  /** Registers (or replaces) a box's addresses, MACs and rules; resolves once they are in force. */
+  async put(id: string, where: BoxInterfaces, spec: EgressSpec): Promise<void> {
+    await this.call('PUT', `/v1/boxes/${encodeURIComponent(id)}`, JSON.stringify({ ...where, spec, dns: this.opts.dns }));
   }
 
   /** A box's entry, or undefined when the helper has none (or does not run). */
@@ -226,9 +238,9 @@ export class DockerEgress {
     if (await running()) return;
     const entry = await this.get(id);
     if (!entry || entry.addresses.length === 0) return;
-    await this.put(entry.id, [], entry.spec);
+    await this.put(entry.id, NO_INTERFACES, entry.spec);
     const again = await running();
-    if (again) await this.put(entry.id, boxAddressesOf(again), ((await this.get(entry.id)) ?? entry).spec);
+    if (again) await this.put(entry.id, boxInterfacesOf(again), ((await this.get(entry.id)) ?? entry).spec);
   }
 
   /**
@@ -421,9 +433,9 @@ export class DockerEgress {
   private async adopt(channel: Channel): Promise<void> {
     const known = new Set((JSON.parse((await this.send(channel, 'GET', '/v1/boxes')).body || '[]') as Array<{ id?: string }>).map((e) => e.id));
     for (const c of await this.docker.listContainers({ filters: { status: ['running'] } })) {
-      const addresses = boxAddressesOf(c as Networked);
-      if (known.has(c.Id) || addresses.length === 0) continue;
-      const r = await this.send(channel, 'PUT', `/v1/boxes/${c.Id}`, JSON.stringify({ addresses, spec: egressFromLabels(c.Labels), dns: this.opts.dns }));
+      const where = boxInterfacesOf(c as Networked);
+      if (known.has(c.Id) || where.addresses.length === 0) continue;
+      const r = await this.send(channel, 'PUT', `/v1/boxes/${c.Id}`, JSON.stringify({ ...where, spec: egressFromLabels(c.Labels), dns: this.opts.dns }));
       if (r.status >= 300) throw helperError(r, 'PUT', c.Id);
     }
   }

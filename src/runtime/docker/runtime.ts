@@ -54,7 +54,8 @@ import {
   EGRESS_LABEL,
   attachmentOf,
   attachmentOfNetwork,
-  boxAddressesOf,
+  NO_INTERFACES,
+  boxInterfacesOf,
   egressFromLabels,
   parseEgressDns,
 } from './egress.js';
@@ -310,7 +311,7 @@ export class DockerRuntime implements Runtime {
         throw this.egress.missingError();
       }
       const entry = fresh ? undefined : await this.egress.get(c.Id);
-      await this.egress.put(c.Id, boxAddressesOf(c), entry?.spec ?? fresh ?? egressFromLabels(c.Config.Labels));
+      await this.egress.put(c.Id, boxInterfacesOf(c), entry?.spec ?? fresh ?? egressFromLabels(c.Config.Labels));
     } catch (err) {
       await this.docker
         .getContainer(id)
@@ -518,7 +519,7 @@ export class DockerRuntime implements Runtime {
     }
     try {
       // No network: nothing leaves the box whatever the rules say; the entry (no address) only records them.
-      await this.egress.put(c.Id, where === 'box' ? boxAddressesOf(c) : [], valid);
+      await this.egress.put(c.Id, where === 'box' ? boxInterfacesOf(c) : NO_INTERFACES, valid);
     } catch (err) {
       this.fail(err, `the egress rules of container ${id}`);
     }
