@@ -847,16 +847,18 @@ export class ManagedBox implements LocalBox {
   }
 
   /**
-   * The egress policy in force: what the runtime enforces (Runtime.getEgress), else the one this
-   * Manager last set (its record: create, setNetwork, an archive's), else `'all'` (a runtime that
-   * enforces no egress holds no other).
+   * The egress policy in force: the one this Manager last set (its record: create, setNetwork, an
+   * archive's), else, for a box adopted after a restart, what the runtime enforces
+   * (Runtime.getEgress, asked once: a list of boxes must not cost a helper or sidecar call per
+   * box), else `'all'` (a runtime that enforces no egress holds no other).
    */
   private async networkPolicy(): Promise<NetworkPolicy> {
+    if (this.record.networkPolicy) return this.record.networkPolicy;
     if (this.status !== 'archived' && this.runtime.capabilities.egress === true && this.runtime.getEgress) {
       const spec = await this.runtime.getEgress(this.containerId);
-      if (spec) return describeEgress(spec);
+      if (spec) return (this.record.networkPolicy = describeEgress(spec));
     }
-    return this.record.networkPolicy ?? DEFAULT_NETWORK_POLICY;
+    return DEFAULT_NETWORK_POLICY;
   }
 
   /**
