@@ -21,6 +21,11 @@ const (
 	boxIfaces  = "sbx-boxes*" // the engine's box bridges (src/runtime/docker/box-network.ts)
 	dnsMark    = 0x5b5b       // pod mode: the proxy's own upstream sockets (SO_MARK)
 	rejectName = "reject_box"
+	// maxBoxElements bounds the set elements one box compiles to. Overlapping address blocks
+	// with ports multiply (each piece of a block gets every port range that covers it): 1000
+	// valid entries could otherwise make tens of millions of elements, gigabytes of nft text
+	// and a minute of CPU under the server's lock, which stalls every box's PUT and DNS.
+	maxBoxElements = 65536
 )
 
 var (
@@ -96,9 +101,14 @@ func portMatch(c class) string {
 // always denied reject; the other allow address blocks accept; DNS-learned accept; final verdict.
 // Splitting the allow blocks keeps `allow 0.0.0.0/0` from opening metadata or other boxes: only a
 // block within a denied range names it. Outside the denied ranges the two positions are equivalent.
-func compileBox(cfg *nftConfig, tag string, p *policy) *boxRules {
+func compileBox(cfg *nftConfig, tag string, p *policy) (*boxRules, error) {
 	br := &boxRules{}
+	left := maxBoxElements
+	over := false
 	addBlocks := func(cat string, rs []rule, verdict string) {
+		if over {
+			return
+		}
 		plain := map[int][]netip.Prefix{}
 		ported := map[int][]portBlock{}
 		for _, r := range rs {
@@ -117,14 +127,23 @@ func compileBox(cfg *nftConfig, tag string, p *policy) *boxRules {
 		for _, fam := range []int{4, 6} {
 			if len(ported[fam]) > 0 {
 				name := fmt.Sprintf("%s_%s_p%d", tag, cat, fam)
+				blocks, ok := disjoint(ported[fam], &left)
+				if !ok {
+					over = true
+					return
+				}
 				var els []string
-				for _, b := range disjoint(ported[fam]) {
+				for _, b := range blocks {
 					els = append(els, b.String())
 				}
 				br.sets = append(br.sets, nftSet{name, fmt.Sprintf("type %s . inet_proto . inet_service; flags interval; elements = { %s }", addrType(fam), strings.Join(els, ", "))})
 				br.rules = append(br.rules, fmt.Sprintf("%s daddr . meta l4proto . th dport @%s %s", ipKw(fam), name, verdict))
 			}
 			if len(plain[fam]) > 0 {
+				if left -= len(plain[fam]); left < 0 {
+					over = true
+					return
+				}
 				name := fmt.Sprintf("%s_%s_a%d", tag, cat, fam)
 				br.sets = append(br.sets, nftSet{name, fmt.Sprintf("type %s; flags interval; auto-merge; elements = { %s }", addrType(fam), joinPrefixes(plain[fam]))})
 				br.rules = append(br.rules, fmt.Sprintf("%s daddr @%s %s", ipKw(fam), name, verdict))
@@ -175,7 +194,10 @@ func compileBox(cfg *nftConfig, tag string, p *policy) *boxRules {
 			nftSet{ls.name4, "type ipv4_addr; flags timeout"},
 			nftSet{ls.name6, "type ipv6_addr; flags timeout"})
 	}
-	return br
+	if over {
+		return nil, fmt.Errorf("spec: the policy compiles to more than %d set elements (the limit of one box); use fewer overlapping address blocks with ports", maxBoxElements)
+	}
+	return br, nil
 }
 
 // learnSets: one pair of timeout sets per distinct class of the domain rules that pass keep.
@@ -265,8 +287,9 @@ func (b portBlock) String() string {
 // concatenated interval sets (pipapo) refuse overlapping elements with EEXIST and nft 1.0.6 has
 // no auto-merge for them. Address blocks nest or are disjoint, so each block minus the blocks
 // nested in it is cut into prefixes, and each piece gets the union of the port ranges of every
-// block that covers it.
-func disjoint(in []portBlock) []portBlock {
+// block that covers it. left is the element budget: disjoint stops and returns false as soon as
+// the output would pass it, so the work is bounded by the budget too.
+func disjoint(in []portBlock, left *int) ([]portBlock, bool) {
 	var out []portBlock
 	byProto := map[string][]portBlock{}
 	for _, b := range in {
@@ -311,14 +334,18 @@ func disjoint(in []portBlock) []portBlock {
 					kids = append(kids, q)
 				}
 			}
-			for _, piece := range subtract(p, kids) {
+			pieces, ok := subtract(p, kids, left, len(eff[p]))
+			if !ok {
+				return nil, false
+			}
+			for _, piece := range pieces {
 				for _, r := range eff[p] {
 					out = append(out, portBlock{piece, proto, r[0], r[1]})
 				}
 			}
 		}
 	}
-	return out
+	return out, true
 }
 
 func sameRanges(a, b [][2]uint16) bool {
@@ -348,14 +375,18 @@ func mergeRanges(rs [][2]uint16) [][2]uint16 {
 	return out
 }
 
-// subtract returns p minus every prefix in kids (all nested in p) as prefixes.
-func subtract(p netip.Prefix, kids []netip.Prefix) []netip.Prefix {
+// subtract returns p minus every prefix in kids (all nested in p) as prefixes. Each piece costs
+// cost elements of the budget left; false once the budget is spent (the pieces are then useless).
+func subtract(p netip.Prefix, kids []netip.Prefix, left *int, cost int) ([]netip.Prefix, bool) {
 	if len(kids) == 0 {
-		return []netip.Prefix{p}
+		if *left -= cost; *left < 0 {
+			return nil, false
+		}
+		return []netip.Prefix{p}, true
 	}
 	for _, k := range kids {
 		if k == p {
-			return nil
+			return nil, true
 		}
 	}
 	lo, hi := halves(p)
@@ -367,9 +398,13 @@ func subtract(p netip.Prefix, kids []netip.Prefix) []netip.Prefix {
 				in = append(in, k)
 			}
 		}
-		out = append(out, subtract(h, in)...)
+		pieces, ok := subtract(h, in, left, cost)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, pieces...)
 	}
-	return out
+	return out, true
 }
 
 func halves(p netip.Prefix) (netip.Prefix, netip.Prefix) {

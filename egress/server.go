@@ -109,7 +109,9 @@ func (s *server) compileBoxInput(id string, body *PutBody) (*box, error) {
 	if b.dnsRaw == nil {
 		b.dnsRaw = []string{}
 	}
-	b.rules = compileBox(s.cfg, b.tag, pol)
+	if b.rules, err = compileBox(s.cfg, b.tag, pol); err != nil {
+		return nil, badRequest("%v", err)
+	}
 	if len(macs) > 0 {
 		b.rules.rules = append([]string{fmt.Sprintf("ether saddr != { %s } drop", strings.Join(macs, ", "))}, b.rules.rules...)
 	}
