@@ -98,9 +98,12 @@ func portMatch(c class) string {
 // compileBox builds a box's chain in the check order of types.ts's EgressSpec: endpoints accept;
 // deny reject (address blocks, and addresses DNS gave for names denied with ports); allow address
 // blocks that lie inside an always-denied range (the rule names them explicitly) accept; the
-// always denied reject; the other allow address blocks accept; DNS-learned accept; final verdict.
+// always denied reject; allow blocks inside a private range (allowlist) accept; the private ranges
+// reject; the other allow address blocks accept; DNS-learned accept; final verdict.
 // Splitting the allow blocks keeps `allow 0.0.0.0/0` from opening metadata or other boxes: only a
-// block within a denied range names it. Outside the denied ranges the two positions are equivalent.
+// block within a denied range names it. A block named by a private range only comes after the
+// always-denied rejects: `allow 10.0.0.0/8` opens 10/8 but not the node's 10.0.0.5 in it (which
+// only `allow 10.0.0.5/32` names). Outside the denied ranges the positions are equivalent.
 func compileBox(cfg *nftConfig, tag string, p *policy) (*boxRules, error) {
 	br := &boxRules{}
 	left := maxBoxElements
@@ -151,15 +154,14 @@ func compileBox(cfg *nftConfig, tag string, p *policy) (*boxRules, error) {
 		}
 	}
 	reject := "goto " + rejectName
-	denied := append([]netip.Prefix{}, cfg.never...)
-	if p.mode == "allowlist" {
-		denied = append(denied, cfg.private...)
-	}
-	var named, broad []rule
+	var named, namedPrivate, broad []rule
 	for _, r := range p.allow {
-		if !r.isDomain() && withinAny(r.prefix, denied) {
+		switch {
+		case !r.isDomain() && withinAny(r.prefix, cfg.never):
 			named = append(named, r)
-		} else {
+		case !r.isDomain() && p.mode == "allowlist" && withinAny(r.prefix, cfg.private):
+			namedPrivate = append(namedPrivate, r)
+		default:
 			broad = append(broad, r)
 		}
 	}
@@ -176,6 +178,7 @@ func compileBox(cfg *nftConfig, tag string, p *policy) (*boxRules, error) {
 		// Other boxes: anything routed back out to a box bridge.
 		br.rules = append(br.rules, fmt.Sprintf("oifname %q %s", boxIfaces, reject))
 	}
+	addBlocks("ap", namedPrivate, "accept")
 	if p.mode == "allowlist" {
 		br.rules = append(br.rules, "ip daddr @private4 "+reject, "ip6 daddr @private6 "+reject)
 	}

@@ -225,7 +225,7 @@ var safeNft = regexp.MustCompile(`^[a-z0-9_ .:,/{}@;=*"\-\n\t]*$`)
 func TestRuleTextOrderAndAlphabet(t *testing.T) {
 	cfg := newNftConfig(false, []netip.Prefix{netip.MustParsePrefix("203.0.113.7/32")}, 15353)
 	p, err := compileSpec(&Spec{Mode: "allowlist",
-		Allow:     []Target{{Host: "10.1.0.0/16"}, {Host: "0.0.0.0/0", Ports: ports(443, 443)}, {Host: "ok.test"}, {Host: "*.ok.test", Ports: ports(80, 80)}},
+		Allow:     []Target{{Host: "10.1.0.0/16"}, {Host: "203.0.113.7"}, {Host: "0.0.0.0/0", Ports: ports(443, 443)}, {Host: "ok.test"}, {Host: "*.ok.test", Ports: ports(80, 80)}},
 		Deny:      []Target{{Host: "198.18.0.7"}, {Host: "ssh.test", Ports: ports(22, 22), Protocol: "tcp"}},
 		Endpoints: []Target{{Host: "10.99.0.1/32", Ports: ports(8080, 8080), Protocol: "tcp"}}})
 	if err != nil {
@@ -247,7 +247,7 @@ func TestRuleTextOrderAndAlphabet(t *testing.T) {
 	}
 	// The check order of types.ts's EgressSpec.
 	order := []string{"_ep_p4 accept", "_dn_a4 goto reject_box", "_ld4_0 meta l4proto tcp th dport 22 goto reject_box",
-		"_an_a4 accept", "@never4 goto reject_box", `oifname "sbx-boxes*" goto reject_box`, "@private4 goto reject_box",
+		"_an_a4 accept", "@never4 goto reject_box", `oifname "sbx-boxes*" goto reject_box`, "_ap_a4 accept", "@private4 goto reject_box",
 		"_al_p4 accept", "_la4_0 accept", "_la4_1 meta l4proto { tcp, udp } th dport 80 accept"}
 	rules := strings.Join(br.rules, "\n")
 	last := -1
@@ -314,6 +314,48 @@ func TestElementBound(t *testing.T) {
 	}
 	if n := len(batches()); n != 2 {
 		t.Fatalf("%d batches", n)
+	}
+}
+
+// An allow block inside a private range only is checked after the always-denied: in pod mode
+// with the node at 10.0.0.5, `allow 10.0.0.0/8` must not open the node; `allow 10.0.0.5/32`
+// (inside an always-denied block) names it and comes first.
+func TestPrivateAllowAfterAlwaysDenied(t *testing.T) {
+	cfg := newNftConfig(true, []netip.Prefix{netip.MustParsePrefix("10.0.0.5/32")}, 15353)
+	pos := func(p *policy, want string) (int, int, int) {
+		br, err := compileBox(cfg, "b", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := ""
+		for _, st := range br.sets {
+			if strings.Contains(st.decl, "elements = { "+want+" }") {
+				set = "@" + st.name + " "
+			}
+		}
+		at, never, private := -1, -1, -1
+		for i, r := range br.rules {
+			switch {
+			case set != "" && strings.Contains(r, set):
+				at = i
+			case strings.Contains(r, "@never4 "):
+				never = i
+			case strings.Contains(r, "@private4 "):
+				private = i
+			}
+		}
+		if at < 0 || never < 0 || private < 0 {
+			t.Fatalf("%s: no rule in %v", want, br.rules)
+		}
+		return at, never, private
+	}
+	wide, _ := compileSpec(&Spec{Mode: "allowlist", Allow: []Target{{Host: "10.0.0.0/8"}}})
+	if at, never, private := pos(wide, "10.0.0.0/8"); at < never || at > private {
+		t.Fatalf("allow 10.0.0.0/8 at %d: want after the always-denied (%d), before private (%d)", at, never, private)
+	}
+	node, _ := compileSpec(&Spec{Mode: "allowlist", Allow: []Target{{Host: "10.0.0.0/8"}, {Host: "10.0.0.5/32", Ports: ports(10250, 10250), Protocol: "tcp"}}})
+	if at, never, _ := pos(node, "10.0.0.5/32 . tcp . 10250"); at > never {
+		t.Fatalf("allow 10.0.0.5/32 at %d: want before the always-denied (%d)", at, never)
 	}
 }
 
