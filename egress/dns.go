@@ -229,6 +229,9 @@ func (p *proxy) handle(src netip.Addr, q []byte, tcp bool) []byte {
 	if b == nil {
 		return reply(hdr, &question, dnsmessage.RCodeRefused)
 	}
+	if !plainName(question.Name.String()) {
+		return reply(hdr, &question, dnsmessage.RCodeNameError)
+	}
 	name := normalizeName(question.Name.String())
 	v := decide(b.pol, name)
 	if v.nxdomain {

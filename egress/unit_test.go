@@ -359,6 +359,38 @@ func TestPrivateAllowAfterAlwaysDenied(t *testing.T) {
 	}
 }
 
+// DNS compares names in ASCII only: a KELVIN SIGN (U+212A, which strings.ToLower makes k) is not
+// ok.test, neither in a spec nor in a query; such a query is NXDOMAIN and never forwarded.
+func TestNonASCIIName(t *testing.T) {
+	if _, err := compileSpec(&Spec{Mode: "allowlist", Allow: []Target{{Host: "o\u212a.test"}}}); err == nil {
+		t.Error("spec host with KELVIN SIGN accepted")
+	}
+	s, _ := fakeServer(t, false)
+	b, err := s.compileBoxInput("a", &PutBody{Addresses: []string{"10.99.0.2"}, Spec: &Spec{Mode: "allowlist", Allow: []Target{{Host: "ok.test"}}},
+		DNS: []string{"127.0.0.1:1"}}) // nothing listens: a forwarded query ends in SERVFAIL
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.install([]*box{b}); err != nil {
+		t.Fatal(err)
+	}
+	p := newProxy(s, false)
+	for _, n := range []string{"o\u212a.test.", "ok.test\x00.", "o k.test."} {
+		name, err := dnsmessage.NewName(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := (&dnsmessage.Message{Header: dnsmessage.Header{ID: 7, RecursionDesired: true},
+			Questions: []dnsmessage.Question{{Name: name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}}}).Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := p.handle(netip.MustParseAddr("10.99.0.2"), q, false); r == nil || r[3]&0x0f != byte(dnsmessage.RCodeNameError) {
+			t.Fatalf("%q: %v, want NXDOMAIN", n, r)
+		}
+	}
+}
+
 func buildAnswer(t *testing.T, q string, rrs []dnsmessage.Resource) (dnsmessage.Question, []byte) {
 	question := dnsmessage.Question{Name: dnsmessage.MustNewName(q), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}
 	msg := dnsmessage.Message{Header: dnsmessage.Header{ID: 7, Response: true}, Questions: []dnsmessage.Question{question}, Answers: rrs}
