@@ -24,6 +24,8 @@ import (
 	"time"
 )
 
+const retryPendingEvery = 10 * time.Second
+
 func main() {
 	log.SetFlags(0)
 	log.SetPrefix("sbx-egress: ")
@@ -154,6 +156,13 @@ func run(pod bool) int {
 		return 1
 	}
 	log.Printf("table %s installed with %d boxes", table, len(s.boxes))
+	// Boxes the kernel refused at the start are retried until they are in force (or PUT or
+	// DELETEd again); /v1/health is 503 until then.
+	go func() {
+		for s.retryPending() {
+			time.Sleep(retryPendingEvery)
+		}
+	}()
 
 	p := newProxy(s, pod)
 	var closers []func()

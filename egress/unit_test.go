@@ -578,6 +578,63 @@ func TestAPI(t *testing.T) {
 	}
 }
 
+// A start whose install fails keeps state.json: the boxes the kernel refused stay in it (and the
+// health check says so) instead of a file rewritten without them, which lost their later changes.
+func TestFailedInstallKeepsState(t *testing.T) {
+	dir := t.TempDir()
+	// This nft fails every batch that holds the text in dir/failtag.
+	script := filepath.Join(dir, "nft")
+	os.WriteFile(script, []byte("#!/bin/sh\nin=$(cat)\n[ -e "+dir+"/failtag ] && printf '%s' \"$in\" | grep -qF \"$(cat "+dir+"/failtag)\" && { echo failing >&2; exit 1; }\nexit 0\n"), 0o700)
+	s := newServer(newNftConfig(false, nil, 15353), script, dir)
+	if err := s.install(nil); err != nil {
+		t.Fatal(err)
+	}
+	h := s.handler()
+	body := func(addr, mode string) string {
+		return `{"addresses":["` + addr + `"],"spec":{"mode":"` + mode + `","allow":[],"deny":[],"endpoints":[]}}`
+	}
+	for id, b := range map[string]string{"good": body("10.99.0.2", "all"), "bad": body("10.99.0.3", "denylist")} {
+		if w := do(t, h, "PUT", "/v1/boxes/"+id, b); w.Code != 200 {
+			t.Fatal(w.Code, w.Body)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "failtag"), []byte("add chain inet sbx_egress "+boxTag("bad")), 0o600)
+	s2 := newServer(newNftConfig(false, nil, 15353), script, dir)
+	if err := s2.install(s2.loadState()); err != nil {
+		t.Fatal(err)
+	}
+	h2 := s2.handler()
+	if _, ok := s2.get("good"); !ok {
+		t.Fatal("the box the kernel took is not registered")
+	}
+	if w := do(t, h2, "GET", "/v1/health", ""); w.Code != 503 || !strings.Contains(w.Body.String(), "bad") {
+		t.Fatalf("health with a box not installed: %d %s", w.Code, w.Body)
+	}
+	if w := do(t, h2, "PUT", "/v1/boxes/c", body("10.99.0.4", "all")); w.Code != 200 {
+		t.Fatal(w.Code, w.Body)
+	}
+	data, _ := os.ReadFile(filepath.Join(dir, "state.json"))
+	for _, id := range []string{`"good"`, `"bad"`, `"c"`, `"denylist"`} {
+		if !strings.Contains(string(data), id) {
+			t.Fatalf("state.json lost %s: %s", id, data)
+		}
+	}
+	// Once the kernel takes it, the retry puts the box in force with its last policy.
+	if !s2.retryPending() {
+		t.Fatal("the refused box is no longer pending")
+	}
+	os.Remove(filepath.Join(dir, "failtag"))
+	if s2.retryPending() {
+		t.Fatal("still pending")
+	}
+	if v, ok := s2.get("bad"); !ok || v.Spec.Mode != "denylist" {
+		t.Fatalf("after retry: %+v", v)
+	}
+	if w := do(t, h2, "GET", "/v1/health", ""); w.Code != 200 {
+		t.Fatalf("health: %d %s", w.Code, w.Body)
+	}
+}
+
 func TestPodAPI(t *testing.T) {
 	s, batches := fakeServer(t, true)
 	b, err := s.compileBoxInput("self", &PutBody{Spec: &Spec{Mode: "none"}})
