@@ -472,6 +472,11 @@ func baseTableText(cfg *nftConfig) string {
 			"\t\tiifname %q ip saddr @dns4 meta l4proto { tcp, udp } th dport 53 redirect to :%d\n"+
 			"\t\tiifname %q ip6 saddr @dns6 meta l4proto { tcp, udp } th dport 53 redirect to :%d\n\t}\n",
 			boxIfaces, cfg.dnsPort, boxIfaces, cfg.dnsPort)
+		// The proxy listens on every host address (a box's redirected DNS arrives for whatever
+		// address it asked); only redirected queries may reach it, not the host's other networks.
+		fmt.Fprintf(&b, "\tchain dnsguard {\n\t\ttype filter hook input priority filter - 5; policy accept;\n"+
+			"\t\tmeta l4proto { tcp, udp } th dport %d ct status dnat accept\n"+
+			"\t\tmeta l4proto { tcp, udp } th dport %d drop\n\t}\n", cfg.dnsPort, cfg.dnsPort)
 		// No `ct state established accept` for the original direction: every packet of a box is
 		// checked, so a policy change cuts connections already open (TCP gets a reset).
 		fmt.Fprintf(&b, "\tchain egress {\n\t\ttype filter hook forward priority filter - 5; policy accept;\n"+
