@@ -753,6 +753,10 @@ func TestPodInNetns(t *testing.T) {
 	wantRefused(t, l.pod, "198.18.0.1:80")
 	wantOK(t, l.pod, "198.18.0.5:8000")
 	wantRefused(t, l.pod, "198.18.0.2:80") // SBX_EGRESS_HOST_ADDRESSES
+	// The pod's default gateway (the node on the CNI bridge) is always denied too.
+	echoListen(t, l.router, "10.99.2.1:9001")
+	wantRefused(t, l.pod, "10.99.2.1:9001")
+	wantOK(t, l.box2, "10.99.2.1:9001") // it listens
 	bad := exec.Command(l.bin, "call", "PUT", "/v1/boxes/self")
 	bad.Env = call.Env
 	bad.Stdin = strings.NewReader(`{"spec":{"mode":"bogus"}}`)

@@ -457,14 +457,18 @@ func baseTableText(cfg *nftConfig) string {
 		// The box's own netns: everything it sends passes output. Loopback stays open: the
 		// redirected DNS goes there, and output's oif is the route before the nat redirect, hence
 		// the 127.0.0.0/8 and ::1 rules beside `oifname "lo"`. Replies to inbound connections pass, the proxy's marked
-		// upstream queries pass and are not redirected.
+		// upstream queries pass and are not redirected. Neighbor discovery passes: the default
+		// gateway (often link-local fe80::…) is always denied, and its unicast neighbor probes
+		// must still go out or IPv6 to everywhere else breaks.
 		fmt.Fprintf(&b, "\tchain box {\n\t\treject with icmpx admin-prohibited\n\t}\n")
 		fmt.Fprintf(&b, "\tchain dnsredirect {\n\t\ttype nat hook output priority -105; policy accept;\n"+
 			"\t\tmeta mark 0x%x return\n"+
 			"\t\tmeta l4proto { tcp, udp } th dport 53 redirect to :%d\n\t}\n", dnsMark, cfg.dnsPort)
 		fmt.Fprintf(&b, "\tchain egress {\n\t\ttype filter hook output priority filter - 5; policy accept;\n"+
 			"\t\toifname \"lo\" accept\n\t\tip daddr 127.0.0.0/8 accept\n\t\tip6 daddr ::1 accept\n"+
-			"\t\tct direction reply accept\n\t\tmeta mark 0x%x accept\n\t\tjump box\n\t}\n", dnsMark)
+			"\t\tct direction reply accept\n\t\tmeta mark 0x%x accept\n"+
+			"\t\ticmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept\n"+
+			"\t\tjump box\n\t}\n", dnsMark)
 	} else {
 		b.WriteString("\tmap box4 { type ipv4_addr : verdict; }\n\tmap box6 { type ipv6_addr : verdict; }\n")
 		b.WriteString("\tset dns4 { type ipv4_addr; }\n\tset dns6 { type ipv6_addr; }\n")

@@ -635,6 +635,18 @@ func TestFailedInstallKeepsState(t *testing.T) {
 	}
 }
 
+func TestDefaultGateways(t *testing.T) {
+	route4 := "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n" +
+		"eth0\t00000000\t0100F40A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n" +
+		"eth0\t0000F40A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n"
+	route6 := "00000000000000000000000000000000 00 00000000000000000000000000000000 00 fe800000000000000000000000000001 00000400 00000001 00000000 00000003 eth0\n" +
+		"fd000000000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001 eth0\n"
+	got := fmt.Sprint(defaultGateways(route4, route6))
+	if got != "[10.244.0.1 fe80::1]" {
+		t.Fatalf("gateways %s", got)
+	}
+}
+
 func TestPodAPI(t *testing.T) {
 	s, batches := fakeServer(t, true)
 	b, err := s.compileBoxInput("self", &PutBody{Spec: &Spec{Mode: "none"}})
