@@ -26,6 +26,9 @@ const (
 	// valid entries could otherwise make tens of millions of elements, gigabytes of nft text
 	// and a minute of CPU under the server's lock, which stalls every box's PUT and DNS.
 	maxBoxElements = 65536
+	// learnSetSize: the kernel's own bound on a learned set, behind the box's maxLearned (twice
+	// that: expired elements count until the kernel's garbage collection removes them).
+	learnSetSize = 2 * maxLearned
 )
 
 var (
@@ -194,8 +197,8 @@ func compileBox(cfg *nftConfig, tag string, p *policy) (*boxRules, error) {
 	}
 	for _, ls := range append(append([]learnSet{}, br.learnDeny...), br.learnAllow...) {
 		br.sets = append(br.sets,
-			nftSet{ls.name4, "type ipv4_addr; flags timeout"},
-			nftSet{ls.name6, "type ipv6_addr; flags timeout"})
+			nftSet{ls.name4, fmt.Sprintf("type ipv4_addr; flags timeout; size %d", learnSetSize)},
+			nftSet{ls.name6, fmt.Sprintf("type ipv6_addr; flags timeout; size %d", learnSetSize)})
 	}
 	if over {
 		return nil, fmt.Errorf("spec: the policy compiles to more than %d set elements (the limit of one box); use fewer overlapping address blocks with ports", maxBoxElements)

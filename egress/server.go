@@ -526,6 +526,12 @@ type answer struct {
 
 const maxAnswers = 4096
 
+// maxLearned bounds the addresses one box's learned sets hold (set + address pairs, unexpired):
+// past it the proxy answers REFUSED rather than grow the sets and the maps that mirror them.
+const maxLearned = 4096
+
+var errLearnFull = errors.New("the box's learned sets are full")
+
 type learnedEntry struct {
 	key     string
 	expires time.Time
@@ -575,13 +581,30 @@ func (b *box) remember(fresh []learnedEntry, now time.Time) {
 		b.learned[e.key] = e.expires
 	}
 	// Forget what the kernel has expired, so the map stays as small as the sets.
-	if len(b.learned) > maxAnswers {
-		for k, exp := range b.learned {
-			if exp.Before(now) {
-				delete(b.learned, k)
-			}
+	if len(b.learned) > maxLearned {
+		b.forgetExpired(now)
+	}
+}
+
+func (b *box) forgetExpired(now time.Time) {
+	for k, exp := range b.learned {
+		if exp.Before(now) {
+			delete(b.learned, k)
 		}
 	}
+}
+
+// newKeys: how many of fresh are not in b's learned sets yet.
+func (b *box) newKeys(fresh []learnedEntry) int {
+	n := 0
+	seen := map[string]bool{}
+	for _, e := range fresh {
+		if _, ok := b.learned[e.key]; !ok && !seen[e.key] {
+			seen[e.key] = true
+			n++
+		}
+	}
+	return n
 }
 
 // carryText re-decides old's answers under b's policy and writes the elements of those still
@@ -600,6 +623,9 @@ func carryText(old, b *box, now time.Time) (string, []learnedEntry, map[string]a
 			continue
 		}
 		t, f := learnBatch(b, v.allow, denyClasses(b.pol, ans.names), ans.addrs, ans.expires, now, false)
+		if len(fresh)+len(f) > maxLearned {
+			continue // the new sets are bounded as the old were; the box resolves the name again
+		}
 		text.WriteString(t)
 		fresh = append(fresh, f...)
 		answers[qname] = ans
@@ -626,6 +652,12 @@ func (s *server) learn(b *box, qname string, names []string, allow, deny []class
 		ans.expires = append(ans.expires, now.Add(l.ttl))
 	}
 	text, fresh := learnBatch(cur, allow, deny, ans.addrs, ans.expires, now, true)
+	if added := cur.newKeys(fresh); added > 0 && len(cur.learned)+added > maxLearned {
+		cur.forgetExpired(now)
+		if len(cur.learned)+added > maxLearned {
+			return errLearnFull
+		}
+	}
 	if text != "" {
 		if err := runNft(s.nft, text); err != nil {
 			return err

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -388,6 +390,155 @@ func TestNonASCIIName(t *testing.T) {
 		if r := p.handle(netip.MustParseAddr("10.99.0.2"), q, false); r == nil || r[3]&0x0f != byte(dnsmessage.RCodeNameError) {
 			t.Fatalf("%q: %v, want NXDOMAIN", n, r)
 		}
+	}
+}
+
+// dnsQuery packs a query for name with the given id.
+func dnsQuery(t *testing.T, name string, id uint16) []byte {
+	q, err := (&dnsmessage.Message{Header: dnsmessage.Header{ID: id, RecursionDesired: true},
+		Questions: []dnsmessage.Question{{Name: dnsmessage.MustNewName(name), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}}}).Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// proxyLab: boxes at 127.0.0.1 and 127.0.0.2 (allowlist ok.test, upstream a UDP socket that never
+// answers: a query for ok.test stays in flight for udpTimeout) and a proxy on loopback.
+func proxyLab(t *testing.T) (udp *net.UDPConn, tcp net.Listener) {
+	s, _ := fakeServer(t, false)
+	hole, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hole.Close() })
+	var boxes []*box
+	for _, a := range []string{"127.0.0.1", "127.0.0.2"} {
+		b, err := s.compileBoxInput("box"+a, &PutBody{Addresses: []string{a}, Spec: &Spec{Mode: "allowlist", Allow: []Target{{Host: "ok.test"}}},
+			DNS: []string{hole.LocalAddr().String()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		boxes = append(boxes, b)
+	}
+	if err := s.install(boxes); err != nil {
+		t.Fatal(err)
+	}
+	p := newProxy(s, false)
+	uc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { uc.Close(); ln.Close() })
+	go p.serveUDP(uc)
+	go p.serveTCP(ln)
+	return uc, ln
+}
+
+func rcodeOf(t *testing.T, resp []byte) dnsmessage.RCode {
+	var m dnsmessage.Message
+	if err := m.Unpack(resp); err != nil {
+		t.Fatalf("bad answer: %v", err)
+	}
+	return m.RCode
+}
+
+// One box cannot take every TCP slot of the proxy: past its share its connections are closed,
+// while another box is still served.
+func TestDNSTCPPerSource(t *testing.T) {
+	_, ln := proxyLab(t)
+	ask := func(from string) ([]byte, error) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		c, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := writeTCPMessage(c, dnsQuery(t, "nope.test.", 1)); err != nil {
+			return nil, err
+		}
+		return readTCPMessage(c)
+	}
+	for i := 0; i < maxTCPClientsPerSource; i++ {
+		if r, err := ask("127.0.0.1"); err != nil || rcodeOf(t, r) != dnsmessage.RCodeNameError {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+	}
+	if r, err := ask("127.0.0.1"); err == nil {
+		t.Fatalf("connection %d of one box answered: %v", maxTCPClientsPerSource+1, rcodeOf(t, r))
+	}
+	if r, err := ask("127.0.0.2"); err != nil || rcodeOf(t, r) != dnsmessage.RCodeNameError {
+		t.Fatalf("another box: %v", err)
+	}
+}
+
+// Nor every UDP slot: past its share of queries in flight a box gets REFUSED at once.
+func TestDNSUDPPerSource(t *testing.T) {
+	uc, _ := proxyLab(t)
+	c, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}, uc.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// These wait for an upstream that never answers (udpTimeout), holding their slots.
+	for i := 0; i < maxUDPInflightPerSource; i++ {
+		c.Write(dnsQuery(t, "ok.test.", uint16(i)))
+	}
+	c.Write(dnsQuery(t, "nope.test.", 9999))
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 4096)
+	for {
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m dnsmessage.Message
+		if m.Unpack(buf[:n]) == nil && m.ID == 9999 {
+			if m.RCode != dnsmessage.RCodeRefused {
+				t.Fatalf("query %d in flight of one box: %v, want REFUSED", maxUDPInflightPerSource+1, m.RCode)
+			}
+			return
+		}
+	}
+}
+
+// A box's learned sets are bounded: past maxLearned addresses the proxy refuses rather than grow.
+func TestLearnedBound(t *testing.T) {
+	s, _ := fakeServer(t, false)
+	b, err := s.compileBoxInput("a", &PutBody{Addresses: []string{"10.99.0.2"}, Spec: &Spec{Mode: "allowlist", Allow: []Target{{Host: "*.ok.test"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.install([]*box{b}); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range b.rules.sets {
+		if !strings.Contains(st.decl, "size ") {
+			t.Errorf("learned set without a size: %s", st.decl)
+		}
+	}
+	cls := []class{{}}
+	addrs := func(from, n int) []learned {
+		var out []learned
+		for i := from; i < from+n; i++ {
+			out = append(out, learned{netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), time.Hour})
+		}
+		return out
+	}
+	if err := s.learn(b, "a.ok.test", []string{"a.ok.test"}, cls, nil, addrs(0, maxLearned-10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.learn(b, "b.ok.test", []string{"b.ok.test"}, cls, nil, addrs(maxLearned-10, 20)); !errors.Is(err, errLearnFull) {
+		t.Fatalf("past the bound: %v", err)
+	}
+	// Addresses the box holds already are refreshed, not counted again.
+	if err := s.learn(b, "a.ok.test", []string{"a.ok.test"}, cls, nil, addrs(0, 20)); err != nil {
+		t.Fatal(err)
 	}
 }
 
