@@ -719,6 +719,18 @@ func TestNodeInNetns(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "chain egress") {
 		t.Fatalf("table gone: %v %s", err, out)
 	}
+
+	// Nested blocks with ports become address ranges in the kernel's interval set: every address
+	// gets the ports of the blocks around it.
+	l.put("box1", []string{"10.99.0.2"}, `{"mode":"allowlist","allow":[
+		{"host":"198.18.0.0/24","ports":[80,80],"protocol":"tcp"},{"host":"198.18.0.3/32","ports":[8000,8000],"protocol":"tcp"},
+		{"host":"198.18.0.4/30","ports":[79,81],"protocol":"tcp"}],"deny":[],"endpoints":[]}`)
+	wantOK(t, l.box1, "198.18.0.3:8000")
+	wantOK(t, l.box1, "198.18.0.3:80")
+	wantOK(t, l.box1, "198.18.0.2:80")
+	wantOK(t, l.box1, "198.18.0.5:80")
+	wantRefused(t, l.box1, "198.18.0.2:8000")
+	wantRefused(t, l.box1, "198.18.0.5:8000")
 }
 
 func TestPodInNetns(t *testing.T) {

@@ -178,11 +178,22 @@ func allPolicyNeedsDNS() bool {
 // points as its input.
 func TestDisjointProperty(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
-	for iter := 0; iter < 300; iter++ {
+	// Addresses near 10.0.0.0 and near the family's last address (the walk must stop there);
+	// now and then a block of the whole family.
+	randAddr := func() netip.Addr {
+		if rng.Intn(2) == 0 {
+			return netip.AddrFrom4([4]byte{255, 255, 255 - byte(rng.Intn(4)), byte(rng.Intn(256))})
+		}
+		return netip.AddrFrom4([4]byte{10, 0, byte(rng.Intn(4)), byte(rng.Intn(256))})
+	}
+	for iter := 0; iter < 600; iter++ {
 		var in []portBlock
-		for i := 0; i < 1+rng.Intn(8); i++ {
-			a := netip.AddrFrom4([4]byte{10, 0, byte(rng.Intn(4)), byte(rng.Intn(256))})
-			p := netip.PrefixFrom(a, 20+rng.Intn(13)).Masked()
+		for i := 0; i < 1+rng.Intn(12); i++ {
+			bits := 20 + rng.Intn(13)
+			if rng.Intn(10) == 0 {
+				bits = 0
+			}
+			p := netip.PrefixFrom(randAddr(), bits).Masked()
 			lo := 1 + rng.Intn(20)
 			hi := lo + rng.Intn(10)
 			proto := []string{"tcp", "udp"}[rng.Intn(2)]
@@ -196,7 +207,7 @@ func TestDisjointProperty(t *testing.T) {
 		for i := range out {
 			for j := i + 1; j < len(out); j++ {
 				a, b := out[i], out[j]
-				if a.proto == b.proto && a.prefix.Overlaps(b.prefix) && a.lo <= b.hi && b.lo <= a.hi {
+				if a.proto == b.proto && !a.to.Less(b.from) && !b.to.Less(a.from) && a.lo <= b.hi && b.lo <= a.hi {
 					t.Fatalf("overlap %v and %v from %v", a, b, in)
 				}
 			}
@@ -209,11 +220,19 @@ func TestDisjointProperty(t *testing.T) {
 			}
 			return false
 		}
+		coversOut := func(bs []rangeBlock, addr netip.Addr, proto string, port uint16) bool {
+			for _, b := range bs {
+				if b.proto == proto && !addr.Less(b.from) && !b.to.Less(addr) && b.lo <= port && port <= b.hi {
+					return true
+				}
+			}
+			return false
+		}
 		for k := 0; k < 400; k++ {
-			addr := netip.AddrFrom4([4]byte{10, 0, byte(rng.Intn(4)), byte(rng.Intn(256))})
+			addr := randAddr()
 			proto := []string{"tcp", "udp"}[rng.Intn(2)]
 			port := uint16(1 + rng.Intn(32))
-			if covers(in, addr, proto, port) != covers(out, addr, proto, port) {
+			if covers(in, addr, proto, port) != coversOut(out, addr, proto, port) {
 				t.Fatalf("%s %s %d: in %v out %v", addr, proto, port, in, out)
 			}
 		}
@@ -304,15 +323,17 @@ func TestElementBound(t *testing.T) {
 		return `{"addresses":["10.99.0.2"],"spec":{"mode":"allowlist","allow":[` + strings.Join(ts, ",") + `],"deny":[],"endpoints":[]}}`
 	}
 	h := s.handler()
-	// 40 ranges x (40 hosts x ~128 pieces): about 200,000 elements.
-	for _, c := range [][2]int{{40, 40}, {500, 500}} {
+	// The review's 1000 entries: 500 ranges around 500 holes, 500 holes with 501 ranges.
+	for _, c := range [][2]int{{300, 300}, {500, 500}} {
 		w := do(t, h, "PUT", "/v1/boxes/a", spec(c[0], c[1]))
 		if w.Code != 400 || !strings.Contains(w.Body.String(), "more than 65536 set elements") {
 			t.Fatalf("%v: %d %.200s", c, w.Code, w.Body)
 		}
 	}
-	if w := do(t, h, "PUT", "/v1/boxes/a", spec(4, 8)); w.Code != 200 {
-		t.Fatalf("a small policy: %d %s", w.Code, w.Body)
+	// 40 ranges around 40 holes was 40 x 40 x ~128 prefixes (over 200,000 elements); as address
+	// ranges it is 41 x 40 + 40 x 41.
+	if w := do(t, h, "PUT", "/v1/boxes/a", spec(40, 40)); w.Code != 200 {
+		t.Fatalf("40 x 40: %d %s", w.Code, w.Body)
 	}
 	if n := len(batches()); n != 2 {
 		t.Fatalf("%d batches", n)
@@ -356,7 +377,7 @@ func TestPrivateAllowAfterAlwaysDenied(t *testing.T) {
 		t.Fatalf("allow 10.0.0.0/8 at %d: want after the always-denied (%d), before private (%d)", at, never, private)
 	}
 	node, _ := compileSpec(&Spec{Mode: "allowlist", Allow: []Target{{Host: "10.0.0.0/8"}, {Host: "10.0.0.5/32", Ports: ports(10250, 10250), Protocol: "tcp"}}})
-	if at, never, _ := pos(node, "10.0.0.5/32 . tcp . 10250"); at > never {
+	if at, never, _ := pos(node, "10.0.0.5 . tcp . 10250"); at > never {
 		t.Fatalf("allow 10.0.0.5/32 at %d: want before the always-denied (%d)", at, never)
 	}
 }
