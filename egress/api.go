@@ -39,6 +39,10 @@ func writeErr(w http.ResponseWriter, err error) {
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.health(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"version": protoVersion, "error": err.Error()})
+			return
+		}
 		writeJSON(w, 200, map[string]string{"version": protoVersion})
 	})
 	mux.HandleFunc("GET /v1/boxes", func(w http.ResponseWriter, r *http.Request) {

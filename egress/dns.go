@@ -34,6 +34,10 @@ const (
 	maxUDPInflight  = 512
 	maxTCPClients   = 128
 	maxMessageBytes = 65535
+	// Per source address (node mode: per box), so that one box cannot take every slot of the
+	// global bounds above and stall every other box's DNS.
+	maxUDPInflightPerSource = 64
+	maxTCPClientsPerSource  = 8
 )
 
 type proxy struct {
@@ -41,10 +45,55 @@ type proxy struct {
 	mark bool // pod mode: upstream sockets carry SO_MARK dnsMark so nft lets them pass
 	udp  chan struct{}
 	tcp  chan struct{}
+	// perSource: node mode counts what each source holds (pod mode has the one box).
+	perSource bool
+	mu        sync.Mutex
+	udpBy     map[netip.Addr]int
+	tcpBy     map[netip.Addr]int
 }
 
 func newProxy(s *server, mark bool) *proxy {
-	return &proxy{s: s, mark: mark, udp: make(chan struct{}, maxUDPInflight), tcp: make(chan struct{}, maxTCPClients)}
+	return &proxy{s: s, mark: mark, udp: make(chan struct{}, maxUDPInflight), tcp: make(chan struct{}, maxTCPClients),
+		perSource: !mark, udpBy: map[netip.Addr]int{}, tcpBy: map[netip.Addr]int{}}
+}
+
+// take counts one more slot for src in m unless it holds max already.
+func (p *proxy) take(m map[netip.Addr]int, src netip.Addr, max int) bool {
+	if !p.perSource {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m[src] >= max {
+		return false
+	}
+	m[src]++
+	return true
+}
+
+func (p *proxy) give(m map[netip.Addr]int, src netip.Addr) {
+	if !p.perSource {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m[src]--; m[src] <= 0 {
+		delete(m, src)
+	}
+}
+
+// refuse answers REFUSED to a query without looking further (a source over its share).
+func refuse(q []byte) []byte {
+	var parser dnsmessage.Parser
+	hdr, err := parser.Start(q)
+	if err != nil || hdr.Response {
+		return nil
+	}
+	question, err := parser.Question()
+	if err != nil {
+		return reply(hdr, nil, dnsmessage.RCodeRefused)
+	}
+	return reply(hdr, &question, dnsmessage.RCodeRefused)
 }
 
 func (p *proxy) serveUDP(conn *net.UDPConn) {
@@ -59,13 +108,21 @@ func (p *proxy) serveUDP(conn *net.UDPConn) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		from := src.Addr().Unmap()
+		if !p.take(p.udpBy, from, maxUDPInflightPerSource) {
+			if resp := refuse(buf[:n]); resp != nil {
+				conn.WriteToUDPAddrPort(resp, src)
+			}
+			continue
+		}
 		select {
 		case p.udp <- struct{}{}:
 		default:
+			p.give(p.udpBy, from)
 			continue // overloaded: drop, the client retries
 		}
 		go func() {
-			defer func() { <-p.udp }()
+			defer func() { <-p.udp; p.give(p.udpBy, from) }()
 			defer recoverLog("dns udp")
 			if resp := p.handle(src.Addr(), buf[:n], false); resp != nil {
 				conn.WriteToUDPAddrPort(resp, src)
@@ -85,17 +142,23 @@ func (p *proxy) serveTCP(ln net.Listener) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+		from := src.Addr().Unmap()
+		if !p.take(p.tcpBy, from, maxTCPClientsPerSource) {
+			c.Close()
+			continue
+		}
 		select {
 		case p.tcp <- struct{}{}:
 		default:
+			p.give(p.tcpBy, from)
 			c.Close()
 			continue
 		}
 		go func() {
-			defer func() { <-p.tcp }()
+			defer func() { <-p.tcp; p.give(p.tcpBy, from) }()
 			defer c.Close()
 			defer recoverLog("dns tcp")
-			src, _ := netip.ParseAddrPort(c.RemoteAddr().String())
 			r := bufio.NewReader(c)
 			for i := 0; i < maxTCPQueries; i++ {
 				c.SetDeadline(time.Now().Add(clientIdle))
@@ -229,6 +292,9 @@ func (p *proxy) handle(src netip.Addr, q []byte, tcp bool) []byte {
 	if b == nil {
 		return reply(hdr, &question, dnsmessage.RCodeRefused)
 	}
+	if !plainName(question.Name.String()) {
+		return reply(hdr, &question, dnsmessage.RCodeNameError)
+	}
 	name := normalizeName(question.Name.String())
 	v := decide(b.pol, name)
 	if v.nxdomain {
@@ -246,7 +312,9 @@ func (p *proxy) handle(src netip.Addr, q []byte, tcp bool) []byte {
 	if deniedOutright(b.pol, names) {
 		return reply(hdr, &question, dnsmessage.RCodeNameError)
 	}
-	if err := p.s.learn(b, name, names, v.allow, denyClasses(b.pol, names), addrs); err != nil {
+	if err := p.s.learn(b, name, names, v.allow, denyClasses(b.pol, names), addrs); errors.Is(err, errLearnFull) {
+		return reply(hdr, &question, dnsmessage.RCodeRefused)
+	} else if err != nil {
 		log.Printf("dns: %s from %s: learning the answer: %v", name, src, err)
 		return reply(hdr, &question, dnsmessage.RCodeServerFailure)
 	}

@@ -12,17 +12,22 @@
 package main
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"log"
 	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
+
+const retryPendingEvery = 10 * time.Second
 
 func main() {
 	log.SetFlags(0)
@@ -100,6 +105,52 @@ func blockList(env string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
+func readFile(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		log.Printf("%s: %v", path, err)
+	}
+	return string(data)
+}
+
+// defaultGateways reads the next hops of the default routes from /proc/net/route (hex, the
+// host's byte order) and /proc/net/ipv6_route (hex, network order).
+func defaultGateways(route4, route6 string) []netip.Addr {
+	var out []netip.Addr
+	add := func(a netip.Addr) {
+		if a.IsValid() && !a.IsUnspecified() && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	for _, line := range strings.Split(route4, "\n") {
+		// Iface Destination Gateway Flags RefCnt Use Metric Mask ...
+		f := strings.Fields(line)
+		if len(f) < 8 || f[1] != "00000000" || f[7] != "00000000" {
+			continue
+		}
+		g, err := strconv.ParseUint(f[2], 16, 32)
+		if err != nil {
+			continue
+		}
+		var b [4]byte
+		binary.NativeEndian.PutUint32(b[:], uint32(g))
+		add(netip.AddrFrom4(b))
+	}
+	for _, line := range strings.Split(route6, "\n") {
+		// dest destlen src srclen nexthop metric refcnt use flags iface
+		f := strings.Fields(line)
+		if len(f) < 10 || f[0] != strings.Repeat("0", 32) || f[1] != "00" {
+			continue
+		}
+		b, err := hex.DecodeString(f[4])
+		if err != nil || len(b) != 16 {
+			continue
+		}
+		add(netip.AddrFrom16([16]byte(b)))
+	}
+	return out
+}
+
 func run(pod bool) int {
 	dnsPort := 15353
 	if v := os.Getenv("SBX_EGRESS_DNS_PORT"); v != "" {
@@ -118,6 +169,15 @@ func run(pod bool) int {
 			return 1
 		}
 		never = append(never, ps...)
+	}
+	if pod {
+		// The pod's default gateway is the node's address on the CNI bridge (e.g. 10.244.0.1):
+		// the node as much as SBX_EGRESS_HOST_ADDRESSES (its status.hostIP) is.
+		gws := defaultGateways(readFile("/proc/net/route"), readFile("/proc/net/ipv6_route"))
+		for _, g := range gws {
+			never = append(never, netip.PrefixFrom(g, g.BitLen()))
+		}
+		log.Printf("always denied: the pod's default gateways %v", gws)
 	}
 	dir := stateDir()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -154,6 +214,13 @@ func run(pod bool) int {
 		return 1
 	}
 	log.Printf("table %s installed with %d boxes", table, len(s.boxes))
+	// Boxes the kernel refused at the start are retried until they are in force (or PUT or
+	// DELETEd again); /v1/health is 503 until then.
+	go func() {
+		for s.retryPending() {
+			time.Sleep(retryPendingEvery)
+		}
+	}()
 
 	p := newProxy(s, pod)
 	var closers []func()

@@ -558,10 +558,10 @@ func TestNodeInNetns(t *testing.T) {
 
 	// Fail closed: a box nobody registered sends nothing (dropped: TCP retries once registered).
 	wantDropped(t, l.box1, "198.18.0.1:80")
-	// A source that is not a box gets REFUSED from the proxy.
-	if rc, _ := query(t, l.box2, "10.99.1.1:15353", "ok.test", false); rc != dnsmessage.RCodeRefused {
-		t.Fatalf("unregistered query: %v", rc)
-	}
+	// The proxy's port takes only redirected box DNS: asked directly, from an unregistered box or
+	// from another network, it does not answer at all.
+	wantDropped(t, l.box2, "10.99.1.1:15353")
+	wantDropped(t, l.server, "198.18.0.254:15353")
 
 	l.put("box1", []string{"10.99.0.2"}, allowlistSpec)
 	wantOK(t, l.box1, "198.18.0.1:80")
@@ -719,6 +719,18 @@ func TestNodeInNetns(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "chain egress") {
 		t.Fatalf("table gone: %v %s", err, out)
 	}
+
+	// Nested blocks with ports become address ranges in the kernel's interval set: every address
+	// gets the ports of the blocks around it.
+	l.put("box1", []string{"10.99.0.2"}, `{"mode":"allowlist","allow":[
+		{"host":"198.18.0.0/24","ports":[80,80],"protocol":"tcp"},{"host":"198.18.0.3/32","ports":[8000,8000],"protocol":"tcp"},
+		{"host":"198.18.0.4/30","ports":[79,81],"protocol":"tcp"}],"deny":[],"endpoints":[]}`)
+	wantOK(t, l.box1, "198.18.0.3:8000")
+	wantOK(t, l.box1, "198.18.0.3:80")
+	wantOK(t, l.box1, "198.18.0.2:80")
+	wantOK(t, l.box1, "198.18.0.5:80")
+	wantRefused(t, l.box1, "198.18.0.2:8000")
+	wantRefused(t, l.box1, "198.18.0.5:8000")
 }
 
 func TestPodInNetns(t *testing.T) {
@@ -753,6 +765,10 @@ func TestPodInNetns(t *testing.T) {
 	wantRefused(t, l.pod, "198.18.0.1:80")
 	wantOK(t, l.pod, "198.18.0.5:8000")
 	wantRefused(t, l.pod, "198.18.0.2:80") // SBX_EGRESS_HOST_ADDRESSES
+	// The pod's default gateway (the node on the CNI bridge) is always denied too.
+	echoListen(t, l.router, "10.99.2.1:9001")
+	wantRefused(t, l.pod, "10.99.2.1:9001")
+	wantOK(t, l.box2, "10.99.2.1:9001") // it listens
 	bad := exec.Command(l.bin, "call", "PUT", "/v1/boxes/self")
 	bad.Env = call.Env
 	bad.Stdin = strings.NewReader(`{"spec":{"mode":"bogus"}}`)

@@ -21,6 +21,14 @@ const (
 	boxIfaces  = "sbx-boxes*" // the engine's box bridges (src/runtime/docker/box-network.ts)
 	dnsMark    = 0x5b5b       // pod mode: the proxy's own upstream sockets (SO_MARK)
 	rejectName = "reject_box"
+	// maxBoxElements bounds the set elements one box compiles to. Overlapping address blocks
+	// with ports multiply (each piece of a block gets every port range that covers it): 1000
+	// valid entries could otherwise make tens of millions of elements, gigabytes of nft text
+	// and a minute of CPU under the server's lock, which stalls every box's PUT and DNS.
+	maxBoxElements = 65536
+	// learnSetSize: the kernel's own bound on a learned set, behind the box's maxLearned (twice
+	// that: expired elements count until the kernel's garbage collection removes them).
+	learnSetSize = 2 * maxLearned
 )
 
 var (
@@ -93,12 +101,20 @@ func portMatch(c class) string {
 // compileBox builds a box's chain in the check order of types.ts's EgressSpec: endpoints accept;
 // deny reject (address blocks, and addresses DNS gave for names denied with ports); allow address
 // blocks that lie inside an always-denied range (the rule names them explicitly) accept; the
-// always denied reject; the other allow address blocks accept; DNS-learned accept; final verdict.
+// always denied reject; allow blocks inside a private range (allowlist) accept; the private ranges
+// reject; the other allow address blocks accept; DNS-learned accept; final verdict.
 // Splitting the allow blocks keeps `allow 0.0.0.0/0` from opening metadata or other boxes: only a
-// block within a denied range names it. Outside the denied ranges the two positions are equivalent.
-func compileBox(cfg *nftConfig, tag string, p *policy) *boxRules {
+// block within a denied range names it. A block named by a private range only comes after the
+// always-denied rejects: `allow 10.0.0.0/8` opens 10/8 but not the node's 10.0.0.5 in it (which
+// only `allow 10.0.0.5/32` names). Outside the denied ranges the positions are equivalent.
+func compileBox(cfg *nftConfig, tag string, p *policy) (*boxRules, error) {
 	br := &boxRules{}
+	left := maxBoxElements
+	over := false
 	addBlocks := func(cat string, rs []rule, verdict string) {
+		if over {
+			return
+		}
 		plain := map[int][]netip.Prefix{}
 		ported := map[int][]portBlock{}
 		for _, r := range rs {
@@ -117,14 +133,23 @@ func compileBox(cfg *nftConfig, tag string, p *policy) *boxRules {
 		for _, fam := range []int{4, 6} {
 			if len(ported[fam]) > 0 {
 				name := fmt.Sprintf("%s_%s_p%d", tag, cat, fam)
+				blocks, ok := disjoint(ported[fam], &left)
+				if !ok {
+					over = true
+					return
+				}
 				var els []string
-				for _, b := range disjoint(ported[fam]) {
+				for _, b := range blocks {
 					els = append(els, b.String())
 				}
 				br.sets = append(br.sets, nftSet{name, fmt.Sprintf("type %s . inet_proto . inet_service; flags interval; elements = { %s }", addrType(fam), strings.Join(els, ", "))})
 				br.rules = append(br.rules, fmt.Sprintf("%s daddr . meta l4proto . th dport @%s %s", ipKw(fam), name, verdict))
 			}
 			if len(plain[fam]) > 0 {
+				if left -= len(plain[fam]); left < 0 {
+					over = true
+					return
+				}
 				name := fmt.Sprintf("%s_%s_a%d", tag, cat, fam)
 				br.sets = append(br.sets, nftSet{name, fmt.Sprintf("type %s; flags interval; auto-merge; elements = { %s }", addrType(fam), joinPrefixes(plain[fam]))})
 				br.rules = append(br.rules, fmt.Sprintf("%s daddr @%s %s", ipKw(fam), name, verdict))
@@ -132,15 +157,14 @@ func compileBox(cfg *nftConfig, tag string, p *policy) *boxRules {
 		}
 	}
 	reject := "goto " + rejectName
-	denied := append([]netip.Prefix{}, cfg.never...)
-	if p.mode == "allowlist" {
-		denied = append(denied, cfg.private...)
-	}
-	var named, broad []rule
+	var named, namedPrivate, broad []rule
 	for _, r := range p.allow {
-		if !r.isDomain() && withinAny(r.prefix, denied) {
+		switch {
+		case !r.isDomain() && withinAny(r.prefix, cfg.never):
 			named = append(named, r)
-		} else {
+		case !r.isDomain() && p.mode == "allowlist" && withinAny(r.prefix, cfg.private):
+			namedPrivate = append(namedPrivate, r)
+		default:
 			broad = append(broad, r)
 		}
 	}
@@ -157,6 +181,7 @@ func compileBox(cfg *nftConfig, tag string, p *policy) *boxRules {
 		// Other boxes: anything routed back out to a box bridge.
 		br.rules = append(br.rules, fmt.Sprintf("oifname %q %s", boxIfaces, reject))
 	}
+	addBlocks("ap", namedPrivate, "accept")
 	if p.mode == "allowlist" {
 		br.rules = append(br.rules, "ip daddr @private4 "+reject, "ip6 daddr @private6 "+reject)
 	}
@@ -172,10 +197,13 @@ func compileBox(cfg *nftConfig, tag string, p *policy) *boxRules {
 	}
 	for _, ls := range append(append([]learnSet{}, br.learnDeny...), br.learnAllow...) {
 		br.sets = append(br.sets,
-			nftSet{ls.name4, "type ipv4_addr; flags timeout"},
-			nftSet{ls.name6, "type ipv6_addr; flags timeout"})
+			nftSet{ls.name4, fmt.Sprintf("type ipv4_addr; flags timeout; size %d", learnSetSize)},
+			nftSet{ls.name6, fmt.Sprintf("type ipv6_addr; flags timeout; size %d", learnSetSize)})
 	}
-	return br
+	if over {
+		return nil, fmt.Errorf("spec: the policy compiles to more than %d set elements (the limit of one box); use fewer overlapping address blocks with ports", maxBoxElements)
+	}
+	return br, nil
 }
 
 // learnSets: one pair of timeout sets per distinct class of the domain rules that pass keep.
@@ -246,28 +274,43 @@ func joinPrefixes(ps []netip.Prefix) string {
 	return strings.Join(s, ", ")
 }
 
-// portBlock is one element of a concatenated `addr . proto . port` interval set.
+// portBlock is an allow/deny block with ports, the input of disjoint.
 type portBlock struct {
 	prefix netip.Prefix
 	proto  string
 	lo, hi uint16
 }
 
-func (b portBlock) String() string {
+// rangeBlock is one element of a concatenated `addr . proto . port` interval set: an address
+// range (nft takes `a-b` there as well as prefixes).
+type rangeBlock struct {
+	from, to netip.Addr
+	proto    string
+	lo, hi   uint16
+}
+
+func (b rangeBlock) String() string {
+	addrs := b.from.String()
+	if b.to != b.from {
+		addrs += "-" + b.to.String()
+	}
 	ports := fmt.Sprint(b.lo)
 	if b.hi != b.lo {
 		ports = fmt.Sprintf("%d-%d", b.lo, b.hi)
 	}
-	return fmt.Sprintf("%s . %s . %s", b.prefix, b.proto, ports)
+	return fmt.Sprintf("%s . %s . %s", addrs, b.proto, ports)
 }
 
 // disjoint rewrites blocks of one family so that no two elements overlap: the kernel's
 // concatenated interval sets (pipapo) refuse overlapping elements with EEXIST and nft 1.0.6 has
-// no auto-merge for them. Address blocks nest or are disjoint, so each block minus the blocks
-// nested in it is cut into prefixes, and each piece gets the union of the port ranges of every
-// block that covers it.
-func disjoint(in []portBlock) []portBlock {
-	var out []portBlock
+// no auto-merge for them. Address blocks nest or are disjoint, so they form a tree; every address
+// gets the union of the port ranges of the blocks around it (eff), and a walk in address order
+// emits each stretch of addresses with the same eff as one address range: a block minus the
+// blocks nested in it costs one range per gap, not one prefix per bit of each hole (which made
+// 29 M elements of 1000 entries). left is the element budget: disjoint stops and returns false
+// as soon as the output would pass it, so the work is bounded by the budget too.
+func disjoint(in []portBlock, left *int) ([]rangeBlock, bool) {
+	var out []rangeBlock
 	byProto := map[string][]portBlock{}
 	for _, b := range in {
 		byProto[b.proto] = append(byProto[b.proto], b)
@@ -285,52 +328,98 @@ func disjoint(in []portBlock) []portBlock {
 			}
 			ports[b.prefix] = append(ports[b.prefix], [2]uint16{b.lo, b.hi})
 		}
-		// eff: the ports of a block and of every block around it. A block whose own ports add
-		// nothing to those around it is left out (no cutting for it).
+		// Address order, outer blocks before the blocks they hold: a depth-first order of the tree.
+		sort.Slice(prefixes, func(i, j int) bool {
+			if c := prefixes[i].Addr().Compare(prefixes[j].Addr()); c != 0 {
+				return c < 0
+			}
+			return prefixes[i].Bits() < prefixes[j].Bits()
+		})
 		eff := map[netip.Prefix][][2]uint16{}
-		var kept []netip.Prefix
+		kids := map[netip.Prefix][]netip.Prefix{}
+		var roots, stack []netip.Prefix
 		for _, p := range prefixes {
-			var outer [][2]uint16
-			nested := false
-			for _, q := range prefixes {
-				if q.Bits() < p.Bits() && q.Contains(p.Addr()) {
-					outer = append(outer, ports[q]...)
-					nested = true
-				}
+			for len(stack) > 0 && !stack[len(stack)-1].Contains(p.Addr()) {
+				stack = stack[:len(stack)-1]
 			}
-			outer = mergeRanges(outer)
-			eff[p] = mergeRanges(append(append([][2]uint16{}, outer...), ports[p]...))
-			if !nested || !sameRanges(outer, eff[p]) {
-				kept = append(kept, p)
+			own := append([][2]uint16{}, ports[p]...)
+			if len(stack) == 0 {
+				roots = append(roots, p)
+			} else {
+				parent := stack[len(stack)-1]
+				kids[parent] = append(kids[parent], p)
+				own = append(own, eff[parent]...)
 			}
+			eff[p] = mergeRanges(own)
+			stack = append(stack, p)
 		}
-		for _, p := range kept {
-			var kids []netip.Prefix
-			for _, q := range kept {
-				if q.Bits() > p.Bits() && p.Contains(q.Addr()) {
-					kids = append(kids, q)
+		run := -1 // where the last stretch's elements start in out
+		emit := func(from, to netip.Addr, rs [][2]uint16) bool {
+			// A stretch right after one with the same ports extends it (a nested block that adds
+			// no port costs nothing).
+			if run >= 0 && out[run].to.Next() == from && sameRun(out[run:], rs) {
+				for i := run; i < len(out); i++ {
+					out[i].to = to
+				}
+				return true
+			}
+			if *left -= len(rs); *left < 0 {
+				return false
+			}
+			run = len(out)
+			for _, r := range rs {
+				out = append(out, rangeBlock{from, to, proto, r[0], r[1]})
+			}
+			return true
+		}
+		var walk func(p netip.Prefix) bool
+		walk = func(p netip.Prefix) bool {
+			cur, end := p.Addr(), lastAddr(p)
+			for _, k := range kids[p] {
+				if cur.Less(k.Addr()) && !emit(cur, k.Addr().Prev(), eff[p]) {
+					return false
+				}
+				if !walk(k) {
+					return false
+				}
+				if cur = lastAddr(k).Next(); !cur.IsValid() {
+					return true // k ends at the last address of the family
 				}
 			}
-			for _, piece := range subtract(p, kids) {
-				for _, r := range eff[p] {
-					out = append(out, portBlock{piece, proto, r[0], r[1]})
-				}
+			if !end.Less(cur) {
+				return emit(cur, end, eff[p])
+			}
+			return true
+		}
+		for _, r := range roots {
+			if !walk(r) {
+				return nil, false
 			}
 		}
 	}
-	return out
+	return out, true
 }
 
-func sameRanges(a, b [][2]uint16) bool {
-	if len(a) != len(b) {
+// sameRun: the elements of one stretch of addresses carry exactly the port ranges rs.
+func sameRun(run []rangeBlock, rs [][2]uint16) bool {
+	if len(run) != len(rs) {
 		return false
 	}
-	for i := range a {
-		if a[i] != b[i] {
+	for i, r := range rs {
+		if run[i].lo != r[0] || run[i].hi != r[1] {
 			return false
 		}
 	}
 	return true
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }
 
 func mergeRanges(rs [][2]uint16) [][2]uint16 {
@@ -346,40 +435,6 @@ func mergeRanges(rs [][2]uint16) [][2]uint16 {
 		out = append(out, r)
 	}
 	return out
-}
-
-// subtract returns p minus every prefix in kids (all nested in p) as prefixes.
-func subtract(p netip.Prefix, kids []netip.Prefix) []netip.Prefix {
-	if len(kids) == 0 {
-		return []netip.Prefix{p}
-	}
-	for _, k := range kids {
-		if k == p {
-			return nil
-		}
-	}
-	lo, hi := halves(p)
-	var out []netip.Prefix
-	for _, h := range []netip.Prefix{lo, hi} {
-		var in []netip.Prefix
-		for _, k := range kids {
-			if h.Contains(k.Addr()) {
-				in = append(in, k)
-			}
-		}
-		out = append(out, subtract(h, in)...)
-	}
-	return out
-}
-
-func halves(p netip.Prefix) (netip.Prefix, netip.Prefix) {
-	bits := p.Bits() + 1
-	lo := netip.PrefixFrom(p.Addr(), bits)
-	b := p.Addr().AsSlice()
-	i := p.Bits()
-	b[i/8] |= 0x80 >> (i % 8)
-	a, _ := netip.AddrFromSlice(b)
-	return lo, netip.PrefixFrom(a, bits)
 }
 
 // baseTableText rebuilds the whole table in one transaction (`add; delete; table {…}`): at start
@@ -419,14 +474,18 @@ func baseTableText(cfg *nftConfig) string {
 		// The box's own netns: everything it sends passes output. Loopback stays open: the
 		// redirected DNS goes there, and output's oif is the route before the nat redirect, hence
 		// the 127.0.0.0/8 and ::1 rules beside `oifname "lo"`. Replies to inbound connections pass, the proxy's marked
-		// upstream queries pass and are not redirected.
+		// upstream queries pass and are not redirected. Neighbor discovery passes: the default
+		// gateway (often link-local fe80::…) is always denied, and its unicast neighbor probes
+		// must still go out or IPv6 to everywhere else breaks.
 		fmt.Fprintf(&b, "\tchain box {\n\t\treject with icmpx admin-prohibited\n\t}\n")
 		fmt.Fprintf(&b, "\tchain dnsredirect {\n\t\ttype nat hook output priority -105; policy accept;\n"+
 			"\t\tmeta mark 0x%x return\n"+
 			"\t\tmeta l4proto { tcp, udp } th dport 53 redirect to :%d\n\t}\n", dnsMark, cfg.dnsPort)
 		fmt.Fprintf(&b, "\tchain egress {\n\t\ttype filter hook output priority filter - 5; policy accept;\n"+
 			"\t\toifname \"lo\" accept\n\t\tip daddr 127.0.0.0/8 accept\n\t\tip6 daddr ::1 accept\n"+
-			"\t\tct direction reply accept\n\t\tmeta mark 0x%x accept\n\t\tjump box\n\t}\n", dnsMark)
+			"\t\tct direction reply accept\n\t\tmeta mark 0x%x accept\n"+
+			"\t\ticmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept\n"+
+			"\t\tjump box\n\t}\n", dnsMark)
 	} else {
 		b.WriteString("\tmap box4 { type ipv4_addr : verdict; }\n\tmap box6 { type ipv6_addr : verdict; }\n")
 		b.WriteString("\tset dns4 { type ipv4_addr; }\n\tset dns6 { type ipv6_addr; }\n")
@@ -434,6 +493,11 @@ func baseTableText(cfg *nftConfig) string {
 			"\t\tiifname %q ip saddr @dns4 meta l4proto { tcp, udp } th dport 53 redirect to :%d\n"+
 			"\t\tiifname %q ip6 saddr @dns6 meta l4proto { tcp, udp } th dport 53 redirect to :%d\n\t}\n",
 			boxIfaces, cfg.dnsPort, boxIfaces, cfg.dnsPort)
+		// The proxy listens on every host address (a box's redirected DNS arrives for whatever
+		// address it asked); only redirected queries may reach it, not the host's other networks.
+		fmt.Fprintf(&b, "\tchain dnsguard {\n\t\ttype filter hook input priority filter - 5; policy accept;\n"+
+			"\t\tmeta l4proto { tcp, udp } th dport %d ct status dnat accept\n"+
+			"\t\tmeta l4proto { tcp, udp } th dport %d drop\n\t}\n", cfg.dnsPort, cfg.dnsPort)
 		// No `ct state established accept` for the original direction: every packet of a box is
 		// checked, so a policy change cuts connections already open (TCP gets a reset).
 		fmt.Fprintf(&b, "\tchain egress {\n\t\ttype filter hook forward priority filter - 5; policy accept;\n"+

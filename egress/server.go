@@ -58,6 +58,12 @@ type server struct {
 	byAddr       map[netip.Addr]*box
 	gen          uint64
 	sysUpstreams []netip.AddrPort
+	// pending: state.json entries the start could not install (the kernel refused them). They
+	// stay in state.json (saveLocked writes them back) until installed (retryPending), PUT or
+	// DELETEd again, and /v1/health answers 503 naming them meanwhile: callers see it, and do not
+	// re-register those boxes from older data while the helper still holds their last policy.
+	pending    map[string]*box
+	pendingErr error
 }
 
 func newServer(cfg *nftConfig, nftPath, dir string) *server {
@@ -109,7 +115,9 @@ func (s *server) compileBoxInput(id string, body *PutBody) (*box, error) {
 	if b.dnsRaw == nil {
 		b.dnsRaw = []string{}
 	}
-	b.rules = compileBox(s.cfg, b.tag, pol)
+	if b.rules, err = compileBox(s.cfg, b.tag, pol); err != nil {
+		return nil, badRequest("%v", err)
+	}
 	if len(macs) > 0 {
 		b.rules.rules = append([]string{fmt.Sprintf("ether saddr != { %s } drop", strings.Join(macs, ", "))}, b.rules.rules...)
 	}
@@ -182,6 +190,7 @@ func (s *server) put(b *box) error {
 		b.remember(carried, now)
 	}
 	s.registerLocked(b, sameRules, old)
+	delete(s.pending, b.id)
 	return s.saveLocked()
 }
 
@@ -221,6 +230,10 @@ func (s *server) remove(id string) error {
 	defer s.mu.Unlock()
 	b := s.boxes[id]
 	if b == nil {
+		if _, ok := s.pending[id]; ok {
+			delete(s.pending, id)
+			return s.saveLocked()
+		}
 		return nil
 	}
 	if s.cfg.pod {
@@ -280,9 +293,28 @@ func (s *server) statePath() string { return filepath.Join(s.dir, "state.json") 
 // saveLocked writes state.json atomically (temp file, fsync, rename): a crash leaves the old or
 // the new file, never half of one.
 func (s *server) saveLocked() error {
-	views := make([]boxView, 0, len(s.boxes))
+	views := make([]boxView, 0, len(s.boxes)+len(s.pending))
+	held := map[string]bool{}
 	for _, b := range s.boxes {
 		views = append(views, b.view())
+		for _, a := range b.addrStrings() {
+			held[a] = true
+		}
+	}
+	for _, b := range s.pending {
+		// An address a box holds now has moved away from the pending entry.
+		v := b.view()
+		var addrs []string
+		for _, a := range v.Addresses {
+			if !held[a] {
+				addrs = append(addrs, a)
+			}
+		}
+		v.Addresses = addrs
+		if v.Addresses == nil {
+			v.Addresses = []string{}
+		}
+		views = append(views, v)
 	}
 	sort.Slice(views, func(i, j int) bool { return views[i].ID < views[j].ID })
 	data, _ := json.Marshal(stateFile{Version: 1, Boxes: views})
@@ -350,22 +382,36 @@ func minusSeen(as []netip.Addr, seen map[netip.Addr]bool) []netip.Addr {
 }
 
 // install rebuilds the whole table with the given boxes in one transaction. If that fails (it
-// should not: every box validated), the table alone is installed: unregistered boxes are dropped,
-// so failing here fails closed.
+// should not: every box validated), the table alone is installed (unregistered boxes are dropped,
+// so failing here fails closed) and each box is tried on its own; those the kernel still refuses
+// stay pending: kept in state.json (their later PUTs must not be lost to a file rewritten without
+// them) and reported by /v1/health.
 func (s *server) install(boxes []*box) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.boxes, s.byAddr, s.pending, s.pendingErr = map[string]*box{}, map[netip.Addr]*box{}, nil, nil
 	text := s.fullText(boxes)
-	if err := runNft(s.nft, text); err != nil {
-		log.Printf("install with %d boxes failed, installing the empty table: %v", len(boxes), err)
-		boxes = nil
+	if err := runNft(s.nft, text); err == nil {
+		for _, b := range boxes {
+			s.registerLocked(b, false, nil)
+		}
+	} else {
+		log.Printf("install with %d boxes failed, installing the empty table and each box alone: %v", len(boxes), err)
 		if err := runNft(s.nft, s.fullText(nil)); err != nil {
 			return err
 		}
-	}
-	s.boxes, s.byAddr = map[string]*box{}, map[netip.Addr]*box{}
-	for _, b := range boxes {
-		s.registerLocked(b, false, nil)
+		for _, b := range boxes {
+			if err := runNft(s.nft, s.boxText(b)); err != nil {
+				log.Printf("install: box %q stays pending: %v", b.id, err)
+				if s.pending == nil {
+					s.pending = map[string]*box{}
+				}
+				s.pending[b.id] = b
+				s.pendingErr = err
+				continue
+			}
+			s.registerLocked(b, false, nil)
+		}
 	}
 	// The table is in force; a state.json that cannot be written is reported by the next PUT.
 	if err := s.saveLocked(); err != nil {
@@ -374,19 +420,71 @@ func (s *server) install(boxes []*box) error {
 	return nil
 }
 
+// retryPending tries to install the pending boxes again (each alone); it reports whether some
+// are still pending.
+func (s *server) retryPending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 {
+		return false
+	}
+	for id, b := range s.pending {
+		var addrs []netip.Addr
+		for _, a := range b.addrs {
+			if s.byAddr[a] == nil { // an address that moved to another box stays there
+				addrs = append(addrs, a)
+			}
+		}
+		b.addrs = addrs
+		if err := runNft(s.nft, s.boxText(b)); err != nil {
+			s.pendingErr = err
+			continue
+		}
+		log.Printf("install: box %q installed on retry", id)
+		s.registerLocked(b, false, nil)
+		delete(s.pending, id)
+	}
+	if err := s.saveLocked(); err != nil {
+		log.Print(err)
+	}
+	return len(s.pending) > 0
+}
+
+// health is nil unless boxes of state.json are not in force (see install).
+func (s *server) health() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(s.pending))
+	for id := range s.pending {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return fmt.Errorf("boxes %s of state.json could not be installed (PUT or DELETE them again): %v", strings.Join(ids, ", "), s.pendingErr)
+}
+
 func (s *server) fullText(boxes []*box) string {
 	var text strings.Builder
 	text.WriteString(baseTableText(s.cfg))
 	for _, b := range boxes {
-		if s.cfg.pod {
-			fmt.Fprintf(&text, "flush chain %s box\n", table)
-		} else {
-			fmt.Fprintf(&text, "add chain %s %s\n", table, b.tag)
-		}
-		text.WriteString(addBoxText(s.cfg, b.tag, b.rules))
-		if !s.cfg.pod {
-			text.WriteString(addrElems("add", b.tag, b.addrs, b.pol.needsDNS()))
-		}
+		text.WriteString(s.boxText(b))
+	}
+	return text.String()
+}
+
+// boxText adds one box to a table that does not hold it yet.
+func (s *server) boxText(b *box) string {
+	var text strings.Builder
+	if s.cfg.pod {
+		fmt.Fprintf(&text, "flush chain %s box\n", table)
+	} else {
+		fmt.Fprintf(&text, "add chain %s %s\n", table, b.tag)
+	}
+	text.WriteString(addBoxText(s.cfg, b.tag, b.rules))
+	if !s.cfg.pod {
+		text.WriteString(addrElems("add", b.tag, b.addrs, b.pol.needsDNS()))
 	}
 	return text.String()
 }
@@ -427,6 +525,12 @@ type answer struct {
 }
 
 const maxAnswers = 4096
+
+// maxLearned bounds the addresses one box's learned sets hold (set + address pairs, unexpired):
+// past it the proxy answers REFUSED rather than grow the sets and the maps that mirror them.
+const maxLearned = 4096
+
+var errLearnFull = errors.New("the box's learned sets are full")
 
 type learnedEntry struct {
 	key     string
@@ -477,13 +581,30 @@ func (b *box) remember(fresh []learnedEntry, now time.Time) {
 		b.learned[e.key] = e.expires
 	}
 	// Forget what the kernel has expired, so the map stays as small as the sets.
-	if len(b.learned) > maxAnswers {
-		for k, exp := range b.learned {
-			if exp.Before(now) {
-				delete(b.learned, k)
-			}
+	if len(b.learned) > maxLearned {
+		b.forgetExpired(now)
+	}
+}
+
+func (b *box) forgetExpired(now time.Time) {
+	for k, exp := range b.learned {
+		if exp.Before(now) {
+			delete(b.learned, k)
 		}
 	}
+}
+
+// newKeys: how many of fresh are not in b's learned sets yet.
+func (b *box) newKeys(fresh []learnedEntry) int {
+	n := 0
+	seen := map[string]bool{}
+	for _, e := range fresh {
+		if _, ok := b.learned[e.key]; !ok && !seen[e.key] {
+			seen[e.key] = true
+			n++
+		}
+	}
+	return n
 }
 
 // carryText re-decides old's answers under b's policy and writes the elements of those still
@@ -502,6 +623,9 @@ func carryText(old, b *box, now time.Time) (string, []learnedEntry, map[string]a
 			continue
 		}
 		t, f := learnBatch(b, v.allow, denyClasses(b.pol, ans.names), ans.addrs, ans.expires, now, false)
+		if len(fresh)+len(f) > maxLearned {
+			continue // the new sets are bounded as the old were; the box resolves the name again
+		}
 		text.WriteString(t)
 		fresh = append(fresh, f...)
 		answers[qname] = ans
@@ -528,6 +652,12 @@ func (s *server) learn(b *box, qname string, names []string, allow, deny []class
 		ans.expires = append(ans.expires, now.Add(l.ttl))
 	}
 	text, fresh := learnBatch(cur, allow, deny, ans.addrs, ans.expires, now, true)
+	if added := cur.newKeys(fresh); added > 0 && len(cur.learned)+added > maxLearned {
+		cur.forgetExpired(now)
+		if len(cur.learned)+added > maxLearned {
+			return errLearnFull
+		}
+	}
 	if text != "" {
 		if err := runNft(s.nft, text); err != nil {
 			return err

@@ -227,7 +227,7 @@ func parseBlock(s string) (netip.Prefix, error) {
 // parseDomain: lowercase ASCII (IDNA already punycode), optional trailing dot, `*` only as the
 // whole first label; labels of [a-z0-9-], 1-63 chars, no leading or trailing hyphen.
 func parseDomain(s string) (string, bool, error) {
-	name := strings.TrimSuffix(strings.ToLower(s), ".")
+	name := strings.TrimSuffix(asciiLower(s), ".")
 	wildcard := false
 	if strings.HasPrefix(name, "*.") {
 		wildcard, name = true, name[2:]
@@ -256,8 +256,33 @@ func validLabel(l string) bool {
 	return true
 }
 
-// normalizeName: how a name from a DNS message is compared: lowercase, no trailing dot.
-func normalizeName(n string) string { return strings.TrimSuffix(strings.ToLower(n), ".") }
+// normalizeName: how a name from a DNS message is compared: ASCII lowercase, no trailing dot.
+func normalizeName(n string) string { return strings.TrimSuffix(asciiLower(n), ".") }
+
+// asciiLower lowercases A-Z only. DNS compares names case-insensitively in ASCII alone;
+// strings.ToLower maps e.g. KELVIN SIGN (U+212A) to k, so `o\u212a.test` would be judged as
+// ok.test while the upstream resolves another name.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// plainName: every byte of a query name is a letter, digit, hyphen, underscore or dot. Anything
+// else cannot match a rule (rules are [a-z0-9-]) and is answered NXDOMAIN, never forwarded.
+func plainName(n string) bool {
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
 
 // matches: exact, or for `*.d` every name strictly below d. name is normalized.
 func (r rule) matches(name string) bool {
