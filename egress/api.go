@@ -40,7 +40,14 @@ func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.health(); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"version": protoVersion, "error": err.Error()})
+			// A pod's one box not in force: not ready (its box must not start). A node's: the
+			// other boxes are, and sbx must keep driving the helper (its next PUT of that box
+			// is what installs it again), so the answer says so without failing.
+			status := http.StatusServiceUnavailable
+			if !s.cfg.pod {
+				status = 200
+			}
+			writeJSON(w, status, map[string]string{"version": protoVersion, "error": err.Error()})
 			return
 		}
 		writeJSON(w, 200, map[string]string{"version": protoVersion})
