@@ -51,9 +51,10 @@ export interface EgressTarget {
 
 /**
  * What a box may connect to, compiled for the runtime (docs/network.md). Order of the checks,
- * first match wins: `endpoints` accept; `deny` reject; `allow` address blocks accept; the always
- * denied (link-local and metadata, the engine host's own addresses, other boxes, and for
- * `allowlist` the private ranges) reject; addresses DNS gave for allowed names accept; then
+ * first match wins: `endpoints` accept; `deny` reject; `allow` blocks lying inside an always-denied
+ * range accept; the always denied (link-local and metadata, the engine host's own addresses,
+ * other boxes) reject; for `allowlist`, `allow` blocks inside a private range accept and the
+ * private ranges reject; other `allow` blocks accept; addresses DNS gave for allowed names accept; then
  * `all`/`denylist` accept, `allowlist`/`none` reject. Names: a query for a name no rule allows
  * (allowlist, none) or a name denied without ports gets NXDOMAIN and is never forwarded.
  */
