@@ -14,6 +14,8 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import type { TestContext } from 'node:test';
 import { testEnv } from '../../testing/env.js';
+import { fakenet } from '../../testing/fakenet.js';
+import type { FakeNet } from '../../testing/fakenet.js';
 import { runProcess } from '../../testing/run-process.js';
 import { startTestServer } from '../../testing/server.js';
 import type { TestServer } from '../../testing/server.js';
@@ -37,12 +39,13 @@ function findVenvs(): string[] {
  * killed sandbox's calls) count toward the server's per-address auth-failure limit, and two runs
  * against one server would share it.
  */
-async function startServer(): Promise<{ srv: TestServer; key: string }> {
+async function startServer(net: FakeNet): Promise<{ srv: TestServer; key: string }> {
   const srv = await startTestServer('e2b-python', {
     // Deadlines on, and a cleanup pass too rare to run during the suite: a sandbox's timeout
     // (test_timeout.py; the on_timeout pause tests' 1 s ones) is acted on by the Manager's
     // deadline timers, at the deadline (the test server's default, 0, turns both off).
-    config: { cleanupIntervalMs: 3_600_000 },
+    // Egress through the fake internet (test_network.py): allowed names resolve through its DNS.
+    config: { cleanupIntervalMs: 3_600_000, pools: [{ name: 'local', addr: testEnv.engineAddr, runtimeOptions: { egressDns: [net.dns] } }] },
     serve: { proxyDomain: DOMAIN, e2b: { templates: { base: testEnv.e2bImage } } },
   });
   return { srv, key: (await srv.server.keys.create({ name: 'e2b-python', role: 'user' })).e2bKey };
@@ -59,7 +62,8 @@ describe('the e2b Python SDK', () => {
 
   for (const bin of venvs) {
     test(`pytest with ${bin}`, async (t: TestContext) => {
-      const { srv, key } = await startServer();
+      const net = await fakenet();
+      const { srv, key } = await startServer(net);
       t.after(() => srv.dispose());
       const { code, out } = await runProcess(join(bin, 'python'), ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', '--color=no', '.'], {
         cwd: SUITE,
@@ -71,6 +75,10 @@ describe('the e2b Python SDK', () => {
           E2B_API_KEY: key,
           SBX_URL: srv.url,
           SBX_PROXY_DOMAIN: DOMAIN,
+          // The fake internet's hosts, for test_network.py's real packets.
+          SBX_FAKENET_OK: net.ok.address,
+          SBX_FAKENET_OK_NAME: net.ok.name,
+          SBX_FAKENET_OTHER: net.other.address,
           PYTHONDONTWRITEBYTECODE: '1',
         },
       });

@@ -13,6 +13,7 @@ import { compileEgress } from '../../../sandbox/egress-policy.js';
 import { managerSelector } from '../../../sandbox/labels.js';
 import { EgressRecorder, withoutEgress } from '../../../testing/egress-runtimes.js';
 import { testEnv } from '../../../testing/env.js';
+import { fakenet } from '../../../testing/fakenet.js';
 import { startTestServer } from '../../../testing/server.js';
 import type { TestServer } from '../../../testing/server.js';
 
@@ -186,5 +187,38 @@ describe('e2b 2.51 egress options against sbx', () => {
     assert.equal(put.status, 503);
     assert.equal((await raw(open, 'PUT', `/sandboxes/${id}/network`, open.admin, {})).status, 204);
     assert.equal((await raw(open, 'DELETE', `/sandboxes/${id}`, open.admin)).status, 204);
+  });
+
+  test("real packets: on an enforcing pool the SDK's options filter what the sandbox reaches, and updateNetwork changes it at once", async () => {
+    const net = await fakenet();
+    const real = await startTestServer('e2b-egress-real', {
+      config: { pools: [{ name: 'local', addr: testEnv.engineAddr, runtimeOptions: { egressDns: [net.dns] } }] },
+      serve: { e2b: { templates: { base: testEnv.e2bImage } } },
+    });
+    try {
+      const key = (await real.server.keys.create({ name: 'carol', role: 'user' })).e2bKey;
+      /** curl's exit: 0 when the fake host answered (the SDK throws on a non-zero exit). */
+      const reach = async (sbx: e2b.Sandbox, url: string) => {
+        const r = await sbx.commands.run(`curl -sS -m 4 -o /dev/null ${url}; echo "exit=$?"`);
+        return /exit=0\s*$/.test(r.stdout);
+      };
+      const sbx = await Sandbox.create('base', { ...opts(key, real), network: { allowOut: [net.ok.address], denyOut: [ALL_TRAFFIC] } });
+      const offline = await Sandbox.create('base', { ...opts(key, real), allowInternetAccess: false });
+      try {
+        assert.equal(await reach(sbx, `http://${net.ok.address}/`), true, 'the allowed address');
+        assert.equal(await reach(sbx, `http://${net.other.address}/`), false, 'another address');
+        assert.equal(await reach(offline, `http://${net.ok.address}/`), false, 'allowInternetAccess: false');
+        await sbx.updateNetwork({ allowOut: [net.ok.name], denyOut: [ALL_TRAFFIC] });
+        assert.equal(await reach(sbx, `http://${net.ok.name}/`), true, 'an allowed name, resolved through sbx');
+        assert.equal(await reach(sbx, `http://${net.other.address}/`), false);
+        await sbx.updateNetwork({});
+        assert.equal(await reach(sbx, `http://${net.other.address}/`), true, 'everything, once the config is cleared');
+        assert.equal(await reach(sbx, `http://${net.metadata}/`), false, 'but the metadata address');
+      } finally {
+        await Promise.all([sbx.kill(), offline.kill()]);
+      }
+    } finally {
+      await real.dispose();
+    }
   });
 });

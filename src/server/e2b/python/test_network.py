@@ -1,9 +1,10 @@
 """Egress options through the Python SDK (update_network is 2.63's; 2.20 has none, so the module
 is skipped there): allow_out/deny_out and allow_internet_access on create, update_network replacing
 the whole config, what sbx does not serve (rules, egress_proxy) refused naming it, a killed
-sandbox not found. The suite's pool is the engine's own: where sbx enforces no egress on it, a
-policy that needs enforcement is refused naming egress (503), which the allowlist case accepts as
-well; the npm SDK's test (api/network-policy.test.ts) checks the policies over a recording runtime."""
+sandbox not found, and real packets to the fake internet (SBX_FAKENET_*: python.test.ts starts it)
+following them."""
+
+import os
 
 import pytest
 from e2b import Sandbox, SandboxException, SandboxNotFoundException
@@ -29,15 +30,35 @@ def test_allow_out_alone_restricts_nothing_and_update_network_clears(fresh):
     assert fresh.get_info().allow_internet_access is True
 
 
-def test_allowlist_is_echoed_or_refused_naming_egress(fresh):
-    try:
-        fresh.update_network({"allow_out": ["PyPI.org"], "deny_out": [ALL]})
-    except Exception as e:  # 503: the SDK's ServiceBusyException (not a SandboxException)
-        assert "503" in str(e) and "egress" in str(e), str(e)
-        return
+def test_allowlist_is_echoed(fresh):
+    fresh.update_network({"allow_out": ["PyPI.org"], "deny_out": [ALL]})
     network = fresh.get_info().network
     assert network["allow_out"] == ["pypi.org"]
     assert network["deny_out"] == [ALL]
+
+
+def reaches(sbx, host):
+    """Whether the fake host answers curl from inside the sandbox."""
+    r = sbx.commands.run(f'curl -sS -m 4 -o /dev/null http://{host}/; echo "exit=$?"')
+    return r.stdout.strip().endswith("exit=0")
+
+
+def test_real_packets_follow_the_policy():
+    ok, name, other = os.environ["SBX_FAKENET_OK"], os.environ["SBX_FAKENET_OK_NAME"], os.environ["SBX_FAKENET_OTHER"]
+    sbx = Sandbox.create(metadata={"suite": "python-network"}, network={"allow_out": [ok], "deny_out": [ALL]})
+    offline = Sandbox.create(metadata={"suite": "python-network"}, allow_internet_access=False)
+    try:
+        assert reaches(sbx, ok)
+        assert not reaches(sbx, other)
+        assert not reaches(offline, ok)
+        sbx.update_network({"allow_out": [name], "deny_out": [ALL]})
+        assert reaches(sbx, name)
+        assert not reaches(sbx, other)
+        sbx.update_network({})
+        assert reaches(sbx, other), "everything, once the config is cleared"
+    finally:
+        sbx.kill()
+        offline.kill()
 
 
 def test_what_sbx_does_not_serve_is_refused_naming_it(fresh):
