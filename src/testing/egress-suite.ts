@@ -208,7 +208,12 @@ export function egressSuite(name: string, fx: EgressPoolFixture): void {
       // Root in the box (uid 0: Kubernetes takes ids only), with every capability a box has.
       const box = await boxWith({ allow: [net.ok.address] }, { user: '0' });
       // arping opens a packet socket (raw frames: NET_RAW), to the allowed host, so only the capability can refuse it.
-      for (const cmd of ['ip route del default', 'ip link set eth0 down', 'ip addr add 198.18.0.99/32 dev eth0', `arping -c 1 -w 1 -I eth0 ${net.ok.address}`]) {
+      for (const cmd of [
+        'ip route del default',
+        'ip link set eth0 down',
+        'ip addr add 198.18.0.99/32 dev eth0',
+        `arping -c 1 -w 1 -I eth0 ${net.ok.address}`,
+      ]) {
         const r = await sh(box, `${cmd} 2>&1; echo "exit=$?"`);
         assert.doesNotMatch(r.stdout, /exit=0\s*$/, `${cmd} succeeded: ${r.stdout}`);
         assert.match(r.stdout, /not permitted/i, `${cmd}: refused for lack of the capability`);
