@@ -179,6 +179,19 @@ func compileBox(cfg *nftConfig, tag string, p *policy) (*boxRules, error) {
 	for _, ls := range br.learnDeny {
 		br.rules = append(br.rules, learnRules(ls, reject)...)
 	}
+	// A named block opens the always-denied range it lies in, not a narrower always-denied block
+	// inside it (allow 10.244.1.0/24 in the pod network must not open the node's 10.244.1.1),
+	// unless an allow entry lies inside that one too.
+	var innerNever []rule
+	for _, n := range cfg.never {
+		for _, a := range named {
+			if a.prefix.Bits() < n.Bits() && withinAny(n, []netip.Prefix{a.prefix}) && !namesWithin(named, n) {
+				innerNever = append(innerNever, rule{prefix: n})
+				break
+			}
+		}
+	}
+	addBlocks("ni", innerNever, reject)
 	addBlocks("an", named, "accept")
 	br.rules = append(br.rules, "ip daddr @never4 "+reject, "ip6 daddr @never6 "+reject)
 	if !cfg.pod {
@@ -231,6 +244,16 @@ func learnRules(ls learnSet, verdict string) []string {
 		fmt.Sprintf("ip daddr @%s%s %s", ls.name4, pm, verdict),
 		fmt.Sprintf("ip6 daddr @%s%s %s", ls.name6, pm, verdict),
 	}
+}
+
+// namesWithin: some of the rules' blocks lie inside n (n itself included).
+func namesWithin(rs []rule, n netip.Prefix) bool {
+	for _, r := range rs {
+		if withinAny(r.prefix, []netip.Prefix{n}) {
+			return true
+		}
+	}
+	return false
 }
 
 func withinAny(p netip.Prefix, ranges []netip.Prefix) bool {

@@ -260,14 +260,22 @@ type boxView struct {
 	Spec      Spec     `json:"spec"`
 	DNS       []string `json:"dns,omitempty"`
 	MACs      []string `json:"macs,omitempty"`
+	// Pending (GET only): an entry of state.json the start could not install, retried; its spec
+	// is the box's last one, which a caller must keep rather than replace with an older one.
+	Pending bool `json:"pending,omitempty"`
 }
 
 func (s *server) list() []boxView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]boxView, 0, len(s.boxes))
+	out := make([]boxView, 0, len(s.boxes)+len(s.pending))
 	for _, b := range s.boxes {
 		out = append(out, b.view())
+	}
+	for _, b := range s.pending {
+		v := b.view()
+		v.Pending = true
+		out = append(out, v)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -276,11 +284,15 @@ func (s *server) list() []boxView {
 func (s *server) get(id string) (boxView, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := s.boxes[id]
-	if b == nil {
-		return boxView{}, false
+	if b := s.boxes[id]; b != nil {
+		return b.view(), true
 	}
-	return b.view(), true
+	if b := s.pending[id]; b != nil {
+		v := b.view()
+		v.Pending = true
+		return v, true
+	}
+	return boxView{}, false
 }
 
 type stateFile struct {

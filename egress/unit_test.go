@@ -388,6 +388,37 @@ func TestPrivateAllowAfterAlwaysDenied(t *testing.T) {
 	}
 }
 
+// An allow block inside a wide always-denied block (the pod network) opens it, but not a narrower
+// always-denied block inside the allowed one (the node's address on the pod network), unless an
+// allow entry names that one as well.
+func TestNamedBlockKeepsInnerNever(t *testing.T) {
+	cfg := newNftConfig(true, []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.244.1.1/32")}, 15353)
+	order := func(p *policy) (inner, allow int) {
+		br, err := compileBox(cfg, "b", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner, allow = -1, -1
+		for i, r := range br.rules {
+			switch {
+			case strings.Contains(r, "@b_ni_a4 "):
+				inner = i
+			case strings.Contains(r, "@b_an_a4 "):
+				allow = i
+			}
+		}
+		return inner, allow
+	}
+	wide, _ := compileSpec(&Spec{Mode: "allowlist", Allow: []Target{{Host: "10.244.1.0/24"}}})
+	if inner, allow := order(wide); inner < 0 || allow < 0 || inner > allow {
+		t.Fatalf("allow 10.244.1.0/24: the node's 10.244.1.1 rejected at %d, the block accepted at %d", inner, allow)
+	}
+	both, _ := compileSpec(&Spec{Mode: "allowlist", Allow: []Target{{Host: "10.244.1.0/24"}, {Host: "10.244.1.1/32"}}})
+	if inner, _ := order(both); inner >= 0 {
+		t.Fatalf("an allow entry naming the node opens it: rejected at %d", inner)
+	}
+}
+
 // DNS compares names in ASCII only: a KELVIN SIGN (U+212A, which strings.ToLower makes k) is not
 // ok.test, neither in a spec nor in a query; such a query is NXDOMAIN and never forwarded.
 func TestNonASCIIName(t *testing.T) {
@@ -787,6 +818,14 @@ func TestFailedInstallKeepsState(t *testing.T) {
 	}
 	if w := do(t, h2, "GET", "/v1/health", ""); w.Code != 200 || !strings.Contains(w.Body.String(), "bad") {
 		t.Fatalf("health with a box not installed: %d %s", w.Code, w.Body)
+	}
+	// A pending box is listed and got with its last spec, marked pending: a caller (sbx adopting
+	// boxes, a box's start) must keep that spec, not fall back to an older one it holds.
+	if w := do(t, h2, "GET", "/v1/boxes/bad", ""); w.Code != 200 || !strings.Contains(w.Body.String(), `"pending":true`) || !strings.Contains(w.Body.String(), `"denylist"`) {
+		t.Fatalf("GET of a pending box: %d %s", w.Code, w.Body)
+	}
+	if w := do(t, h2, "GET", "/v1/boxes", ""); !strings.Contains(w.Body.String(), `"id":"bad"`) {
+		t.Fatalf("list without the pending box: %s", w.Body)
 	}
 	if w := do(t, h2, "PUT", "/v1/boxes/c", body("10.99.0.4", "all")); w.Code != 200 {
 		t.Fatal(w.Code, w.Body)
