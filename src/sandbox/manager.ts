@@ -407,7 +407,16 @@ export class Manager {
     if (box.status === 'archived') await this.archiver.saveNetworkPolicy(box, policy);
     else {
       const egress = await this.egressOf(pool, policy);
-      if (egress) await boxRuntime(pool.runtime(), box.containerId, box.id).setEgress!(box.containerId, egress);
+      if (egress) {
+        try {
+          await boxRuntime(pool.runtime(), box.containerId, box.id).setEgress!(box.containerId, egress);
+        } catch (err) {
+          // The runtime may have applied it all the same (a timeout after the commit): the box's
+          // info asks the runtime next time rather than show either policy as in force.
+          delete box.record.networkPolicy;
+          throw err;
+        }
+      }
     }
     box.record.networkPolicy = policy;
     this.log.info({ box: box.id, pool: pool.name, egress: typeof policy.egress === 'string' ? policy.egress : 'rules' }, 'box network policy set');
