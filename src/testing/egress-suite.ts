@@ -16,6 +16,7 @@ import type { CreateOptions } from '../sandbox/types.js';
 import type { Manager } from '../sandbox/manager.js';
 import { fakenet } from './fakenet.js';
 import type { FakeNet } from './fakenet.js';
+import { testEnv } from './env.js';
 import { waitFor } from './wait.js';
 
 export interface EgressPoolFixture {
@@ -30,6 +31,22 @@ export interface EgressPoolFixture {
 }
 
 const TOOL = '/tmp/nettool';
+/**
+ * `nft flush ruleset` as nft sends it (one netlink batch deleting every table of the namespace),
+ * without nft: Python's netlink socket. Prints the kernel's answer. Checked by hand: with
+ * NET_ADMIN in a container of its own it prints `ok` (and flushes that container's rules).
+ */
+const NFT_FLUSH = `import os, socket, struct
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12)  # NETLINK_NETFILTER
+def msg(typ, flags, seq, res_id=0):
+    body = struct.pack('=BBH', 0, 0, socket.htons(res_id))  # nfgenmsg: any family
+    return struct.pack('=IHHII', 16 + len(body), typ, flags, seq, 0) + body
+# batch begin, NFT_MSG_DELTABLE of no table (every table: the flush), batch end
+s.sendto(msg(0x10, 1, 1, 10) + msg((10 << 8) | 2, 1 | 4, 2) + msg(0x11, 1, 3, 10), (0, 0))
+data = s.recv(65536)
+err = struct.unpack('=i', data[16:20])[0] if struct.unpack('=H', data[4:6])[0] == 2 else None
+print('flush ruleset:', 'ok' if err == 0 else os.strerror(-err) if err else 'no answer')
+`;
 const CA = '/tmp/ca.pem';
 /** What a refused or unanswered connection may take before the tool gives up: the refusal itself (a reset, an ICMP) comes at once. */
 const TIMEOUT = '-timeout 4s';
@@ -204,7 +221,7 @@ export function egressSuite(name: string, fx: EgressPoolFixture): void {
       assert.ok(await fetches(box, `http://${net.other.address}/`));
     });
 
-    test('root in the box cannot undo it: no route, link or raw-socket change is allowed, and the policy holds after', async () => {
+    test('root in the box cannot undo it: no route, link, raw-socket or nft change (`nft flush ruleset`) is allowed, and the policy holds after', async () => {
       // Root in the box (uid 0: Kubernetes takes ids only), with every capability a box has.
       const box = await boxWith({ allow: [net.ok.address] }, { user: '0' });
       // arping opens a packet socket (raw frames: NET_RAW), to the allowed host, so only the capability can refuse it.
@@ -220,6 +237,13 @@ export function egressSuite(name: string, fx: EgressPoolFixture): void {
       }
       assert.ok(await fetches(box, `http://${net.ok.address}/`), 'the allowed host, still');
       assert.equal(await connects(box, net.other.address, 80), false, 'the denied one, still');
+      // `nft flush ruleset` from root in a box with Python (the e2b template): refused, nothing changes.
+      const py = await boxWith({ allow: [net.ok.address] }, { user: '0', image: testEnv.e2bImage });
+      await py.files().writeFile('/tmp/flush.py', NFT_FLUSH);
+      const flush = await sh(py, 'python3 /tmp/flush.py 2>&1');
+      assert.equal(flush.stdout.trim(), 'flush ruleset: Operation not permitted');
+      assert.ok(await fetches(py, `http://${net.ok.address}/`), 'the allowed host, after the flush');
+      assert.equal(await connects(py, net.other.address, 80), false, 'the denied one, after the flush');
     });
 
     test('a bad policy is invalid_argument naming the entry, and nothing is created', async () => {
