@@ -343,7 +343,7 @@ export class DockerRuntime implements Runtime {
         // given a policy behind sbx (docker update) reads Restarting, with the last exit code.
         if (c && (!c.State.Running || c.State.Restarting)) {
           // A command that ran and ended is not a failure to start; only the agent's own refusal is.
-          const why = c.State.ExitCode === 126 || c.State.ExitCode === 127 ? await this.logTail(id) : '';
+          const why = c.State.ExitCode === 126 || c.State.ExitCode === 127 ? await this.refusalOf(id) : '';
           if (!why.includes('sbx-agent: cannot start')) return;
           throw new SbxError('invalid_argument', `cmd: the box's command could not start in container ${id} (exit ${c.State.ExitCode}): ${why}`, {
             details: { field: 'cmd', exitCode: c.State.ExitCode, agent: why },
@@ -398,6 +398,21 @@ export class DockerRuntime implements Runtime {
   }
 
   /** The last lines a container wrote (stdout and stderr), for messages. */
+  /**
+   * The log tail of a box that ended with 126/127, read again for a moment when the agent's
+   * refusal is not in it yet: the engine reports the container exited before its log copier has
+   * written the last lines (seen on a loaded machine), and a refusal read as "a command that ran"
+   * would make a failed start look like a box that stopped.
+   */
+  private async refusalOf(id: string): Promise<string> {
+    let why = await this.logTail(id);
+    for (let i = 0; i < 10 && !why.includes('sbx-agent: cannot start'); i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      why = await this.logTail(id);
+    }
+    return why;
+  }
+
   private async logTail(id: string): Promise<string> {
     const text = await this.logText(id, { stdout: true, stderr: true, tail: 5 });
     return text === undefined ? 'its output could not be read' : text.trim() || 'no output';
