@@ -39,6 +39,14 @@ export default tseslint.config(
       '@typescript-eslint/no-misused-promises': 'error',
     },
   },
+  // The web console runs in the browser, typed by its own tsconfig (console/tsconfig.json).
+  {
+    files: ['console/**/*.ts', 'console/**/*.tsx'],
+    languageOptions: {
+      globals: globals.browser,
+      parserOptions: { projectService: false, project: './console/tsconfig.json', tsconfigRootDir: import.meta.dirname },
+    },
+  },
   // Plain JavaScript here runs on Node (the in-box test services, config files) and has no type information.
   {
     files: ['**/*.mjs', '**/*.js'],

@@ -17,6 +17,7 @@ run_started=$(date -u -d @"$(($(date +%s) - 1))" +%Y%m%d%H%M%S)
 bash scripts/engine.sh || die "no Docker Engine (scripts/engine.sh failed): the tests need a real one"
 bash scripts/images.sh || die "building the test images failed (scripts/images.sh)"
 bash scripts/agent.sh || die "building the in-box agent failed (scripts/agent.sh)"
+npx tsx scripts/console-build.ts || die "building the web console failed (scripts/console-build.ts)"
 bash scripts/registry.sh || die "starting the test registries failed (scripts/registry.sh)"
 
 export SBX_TEST_IMAGE=sbx-test:latest

@@ -34,6 +34,11 @@ import { workspaceRoutes } from './routes-workspaces.js';
 import { snapshotRoutes } from './routes-snapshots.js';
 import { boxFileRoutes } from './routes-box-files.js';
 import { wsExecRoutes } from './ws-exec.js';
+import { SessionStore } from './sessions.js';
+import { sessionRoutes } from './routes-session.js';
+import { consoleRoutes } from './console.js';
+import { metricsHistoryRoutes } from './routes-metrics-history.js';
+import { boxStatsRoutes } from './routes-box-stats.js';
 
 export interface AppOptions {
   bodyLimitBytes: number;
@@ -95,7 +100,7 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   boundBodyReads(app.server, opts.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS, ctx.log);
   // JSON only: a text/plain body is refused (415) rather than parsed as a string.
   app.removeContentTypeParser('text/plain');
-  app.decorate('sbxAuth', { ctx, limiter });
+  app.decorate('sbxAuth', { ctx, limiter, sessions: new SessionStore(ctx.keys) });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
 
@@ -207,6 +212,10 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
   imageRoutes(app, ctx);
   nodeRoutes(app, ctx);
   whoamiRoutes(app);
+  sessionRoutes(app);
+  consoleRoutes(app);
+  metricsHistoryRoutes(app, ctx);
+  boxStatsRoutes(app, ctx);
   proxyRoutes(app, ctx);
   vncRoutes(app, opts.vnc ?? boxVncDeps(ctx));
   for (const plugin of opts.plugins ?? []) await plugin(app, ctx);

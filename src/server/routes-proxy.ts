@@ -15,6 +15,7 @@ import type { Duplex } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { SbxError } from '../errors.js';
 import type { LocalBox } from '../sandbox/box.js';
+import { SESSION_COOKIE, SESSION_HEADER } from './sessions.js';
 import { BOX_ID_PATTERN } from '../sandbox/create-options.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
@@ -94,12 +95,13 @@ function forwardHeaders(req: FastifyRequest, keepUpgrade: boolean): OutgoingHttp
   );
   const out: OutgoingHttpHeaders = {};
   for (const [k, v] of Object.entries(h)) {
-    if (v === undefined || k === 'authorization' || k === 'cookie' || k.startsWith('x-forwarded-') || gateHeaders.has(k)) continue;
+    if (v === undefined || k === 'authorization' || k === 'cookie' || k === SESSION_HEADER || k.startsWith('x-forwarded-') || gateHeaders.has(k)) continue;
     if (!keepUpgrade && (HOP_BY_HOP.has(k) || listed.has(k))) continue;
     if (keepUpgrade && (k === 'proxy-authorization' || k === 'expect' || k === 'keep-alive')) continue;
     out[k] = v;
   }
-  const cookie = cookieWithout(h.cookie, PORT_TOKEN_COOKIE);
+  // The console's session cookie is sbx's, like the port token: a box's service never sees it.
+  const cookie = cookieWithout(cookieWithout(h.cookie, PORT_TOKEN_COOKIE), SESSION_COOKIE);
   if (cookie !== undefined) out['cookie'] = cookie;
   const prior = h['x-forwarded-for'];
   out['x-forwarded-for'] = prior ? `${String(prior)}, ${req.ip}` : req.ip;
