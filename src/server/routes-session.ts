@@ -40,7 +40,7 @@ export function sessionRoutes(app: FastifyInstance): void {
         summary: 'Console sign-in: an API key for an HttpOnly session cookie and the session token (the key is not kept)',
         tags: ['session'],
         body: SignInSchema,
-        response: replies({ 200: SessionSchema }, [400, 401, 403, 429]),
+        response: replies({ 200: SessionSchema }),
       },
     },
     async (req, reply) => {
@@ -73,7 +73,7 @@ export function sessionRoutes(app: FastifyInstance): void {
       schema: {
         summary: 'Console sign-out: ends the session and clears its cookie',
         tags: ['session'],
-        response: replies({ 204: noContent('signed out') }, [401, 403]),
+        response: replies({ 204: noContent('signed out') }),
       },
     },
     async (req, reply) => {
