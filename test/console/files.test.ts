@@ -205,10 +205,21 @@ describe('console files and workspaces', () => {
     await page.getByText('Empty.').waitFor();
     const sub = await srv.call('GET', `/v1/workspaces/${created.id}/files/sub?stat=true`, { key: alice });
     assert.equal(sub.json.isDir, true);
+    // A workspace directory downloads as a tar of its tree.
+    await srv.call('PUT', `/v1/workspaces/${created.id}/files/sub/inner.txt`, {
+      key: alice,
+      raw: 'inner\n',
+      headers: { 'content-type': 'application/octet-stream' },
+    });
+    await page.getByRole('link', { name: '.. (up)' }).click();
+    const [tar] = await Promise.all([page.waitForEvent('download'), page.getByRole('button', { name: 'Download sub as tar' }).click()]);
+    assert.equal(tar.suggestedFilename(), 'sub.tar');
+    const tarBytes = readFileSync(await tar.path());
+    assert.ok(tarBytes.includes('inner.txt') && tarBytes.includes('inner\n'), 'the tar holds the directory’s file');
 
     await go(page, '#/workspaces');
     const row = page.locator(`[data-testid=workspace-row][data-id="${created.id}"]`);
-    await row.getByText(/1 file/).waitFor();
+    await row.getByText(/· 2 files/).waitFor();
     await row.getByRole('button', { name: 'Delete' }).click();
     await page.getByTestId('confirm').click();
     await row.waitFor({ state: 'detached' });
@@ -253,7 +264,7 @@ describe('console files and workspaces', () => {
     await context.close();
   });
 
-  test("the API's refusals show as its messages: a write the box forbids, a missing path; a file too large to view says so", async (t) => {
+  test("the API's refusals show as its messages: a write the box forbids, a missing path, a workspace's quota; a file too large to view says so", async (t) => {
     browser ??= await launchBrowser(t);
     if (!browser) return;
     // The box user may not write in /: what the API answers, the page shows.
