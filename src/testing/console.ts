@@ -62,6 +62,7 @@ export async function signedIn(browser: Browser, url: string, key: string, opts:
   const opened = await openConsole(browser, url, opts);
   await opened.page.getByLabel('API key').fill(key);
   await opened.page.getByRole('button', { name: 'Sign in' }).click();
-  await opened.page.getByTestId('whoami').waitFor();
+  // Attached, not visible: on a phone-sized viewport it sits in the closed menu.
+  await opened.page.getByTestId('whoami').waitFor({ state: 'attached' });
   return opened;
 }
