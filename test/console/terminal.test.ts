@@ -123,4 +123,26 @@ describe('console terminal', () => {
       await context.close();
     }
   });
+
+  test('a box that is not running gets no shell until asked; then the API says why not', async (t) => {
+    browser ??= await launchBrowser(t);
+    if (!browser) return;
+    const res = await srv.call('POST', '/v1/boxes', { body: { image: testEnv.baseImage } });
+    assert.equal(res.status, 201, res.text);
+    const stopped = res.json.id as string;
+    assert.equal((await srv.call('POST', `/v1/boxes/${stopped}/stop`)).status, 200);
+    const { page, context } = await signedIn(browser, `${srv.url}/#/boxes/${stopped}/terminal`, srv.admin);
+    try {
+      await page.getByTestId('terminal-none').waitFor();
+      assert.match(await page.getByTestId('terminal-none').innerText(), /stopped/);
+      assert.equal(await page.getByTestId('terminal-pane').count(), 0);
+      await page.getByTestId('terminal-new').click();
+      const error = page.locator(ACTIVE_PANE).getByTestId('error');
+      await error.waitFor();
+      assert.match(await error.innerText(), /\((conflict|not_available)\)/);
+    } finally {
+      await context.close();
+      await srv.call('DELETE', `/v1/boxes/${stopped}`);
+    }
+  });
 });

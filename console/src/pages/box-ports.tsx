@@ -8,7 +8,7 @@
  * Signing is a use of the box (it wakes a paused one), so links are made only when asked for.
  */
 import type { JSX } from 'preact';
-import { useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { api, encodePath } from '../api';
 import type { BoxInfo } from '../types';
 import { ErrorText, Field, ago, useAction } from '../ui';
@@ -52,8 +52,8 @@ function CopyButton({ text }: { text: string }): JSX.Element {
   );
 }
 
-function LinkRow({ link }: { link: Link }): JSX.Element {
-  const expired = Date.parse(link.expiresAt) <= Date.now();
+function LinkRow({ link, now }: { link: Link; now: number }): JSX.Element {
+  const expired = Date.parse(link.expiresAt) <= now;
   return (
     <li class="share-link" data-testid="share-link">
       <div class="row">
@@ -62,7 +62,8 @@ function LinkRow({ link }: { link: Link }): JSX.Element {
           {link.path !== '/' ? ` ${link.path}` : ''}
         </strong>
         <span class="muted" data-testid="share-expires" data-expires-at={link.expiresAt} title={link.expiresAt}>
-          {expired ? 'expired' : 'expires'} {new Date(link.expiresAt).toLocaleString()} ({expired ? `${ago(link.expiresAt)} ago` : `in ${ago(link.expiresAt)}`})
+          {expired ? 'expired' : 'expires'} {new Date(link.expiresAt).toLocaleString()} (
+          {expired ? `${ago(link.expiresAt, now)} ago` : `in ${ago(link.expiresAt, now)}`})
         </span>
       </div>
       <div class="row">
@@ -88,6 +89,13 @@ export function PortsTab({ box }: { box: BoxInfo }): JSX.Element {
   const [path, setPath] = useState('/');
   const [ttlMs, setTtlMs] = useState(DEFAULT_TTL_MS);
   const [links, setLinks] = useState<Link[]>([]);
+  // The links' "expires in" counts down, and an expired one says so.
+  const [now, setNow] = useState(Date.now());
+  useEffect(() => {
+    if (links.length === 0) return;
+    const timer = setInterval(() => setNow(Date.now()), 5000);
+    return () => clearInterval(timer);
+  }, [links.length]);
 
   const sign = useAction(async (p: number) => {
     const got = await api<SignedUrl>(`/v1/boxes/${encodePath(box.id)}/proxy-url`, {
@@ -95,6 +103,7 @@ export function PortsTab({ box }: { box: BoxInfo }): JSX.Element {
       json: { port: p, path: path || '/', signed: true, ttlMs },
     });
     setLinks((list) => [{ ...got, port: p, path: path || '/' }, ...list]);
+    setNow(Date.now());
   });
 
   return (
@@ -173,7 +182,7 @@ export function PortsTab({ box }: { box: BoxInfo }): JSX.Element {
       {links.length > 0 ? (
         <ul class="share-links" data-testid="share-links">
           {links.map((l) => (
-            <LinkRow key={l.url} link={l} />
+            <LinkRow key={l.url} link={l} now={now} />
           ))}
         </ul>
       ) : null}

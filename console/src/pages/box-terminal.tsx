@@ -93,8 +93,9 @@ function TerminalPane(props: { boxId: string; active: boolean; onEnded: (ended: 
 }
 
 export function TerminalTab({ box }: { box: BoxInfo }): JSX.Element {
-  const next = useRef(1);
-  const [sessions, setSessions] = useState<Session[]>(() => [{ key: 0, title: 'Terminal 1' }]);
+  const next = useRef(box.status === 'running' ? 1 : 0);
+  // A running box gets a shell right away; any other is not woken (a shell is a use) until asked.
+  const [sessions, setSessions] = useState<Session[]>(() => (box.status === 'running' ? [{ key: 0, title: 'Terminal 1' }] : []));
   const [active, setActive] = useState(0);
   const [ended, setEnded] = useState<Record<number, boolean>>({});
 
@@ -109,13 +110,6 @@ export function TerminalTab({ box }: { box: BoxInfo }): JSX.Element {
     if (active === key && rest.length > 0) setActive(rest[rest.length - 1]!.key);
   };
 
-  if (box.status !== 'running') {
-    return (
-      <p class="muted" data-testid="terminal-unavailable">
-        The box is {box.status}: a terminal needs a running box.
-      </p>
-    );
-  }
   return (
     <div class="term-tab">
       <div class="tabs term-tabs" role="tablist" aria-label="Terminals">
@@ -140,7 +134,12 @@ export function TerminalTab({ box }: { box: BoxInfo }): JSX.Element {
           +
         </button>
       </div>
-      {sessions.length === 0 ? <p class="muted">No terminal open: “+” opens one.</p> : null}
+      {sessions.length === 0 ? (
+        <p class="muted" data-testid="terminal-none">
+          {box.status === 'running' ? 'No terminal open' : `The box is ${box.status}`}: “+” opens a terminal
+          {box.status === 'paused' || box.status === 'archived' ? `, which resumes the box` : ''}.
+        </p>
+      ) : null}
       {sessions.map((s) => (
         <TerminalPane key={s.key} boxId={box.id} active={s.key === active} onEnded={(e) => setEnded((m) => (m[s.key] === e ? m : { ...m, [s.key]: e }))} />
       ))}
