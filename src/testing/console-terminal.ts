@@ -103,8 +103,11 @@ export async function measureEcho(page: Page, opts: { count?: number; pane?: str
     typed += ch;
     // Long lines wrap: the tail is what shows on the cursor's row.
     await page.evaluate(`window.__sbxEcho.arm(${JSON.stringify(typed.slice(-20))})`);
-    await page.keyboard.press(ch);
+    // Down, and up only once echoed: a person's key is down for tens of ms, and an up sent at once
+    // would queue its own handling in the page ahead of the echo (press() sends both back to back).
+    await page.keyboard.down(ch);
     samples.push(await page.evaluate<number>('window.__sbxEcho.wait()'));
+    await page.keyboard.up(ch);
   }
   await page.keyboard.press('Control+U');
   const sorted = [...samples].sort((a, b) => a - b);
