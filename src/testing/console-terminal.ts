@@ -44,6 +44,17 @@ export async function waitForLine(page: Page, re: RegExp, opts: { pane?: string;
   }
 }
 
+/**
+ * Waits until the active terminal has the keyboard (the tab focuses it after it shows it, a
+ * moment after the pane is visible), so what is typed next goes to it.
+ */
+export async function waitForFocus(page: Page, pane = ACTIVE_PANE): Promise<void> {
+  await waitFor(() => page.evaluate<boolean>(`document.activeElement?.closest(${JSON.stringify(pane)}) !== null`), {
+    what: 'the terminal to have the keyboard',
+    timeoutMs: 30_000,
+  });
+}
+
 /** Types `text` into the focused terminal, then Enter. */
 export async function typeLine(page: Page, text: string): Promise<void> {
   await page.keyboard.type(text);

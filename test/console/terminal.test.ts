@@ -9,10 +9,11 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { Browser } from 'playwright-core';
 import { launchBrowser, signedIn } from '../../src/testing/console.js';
-import { ACTIVE_PANE, activePane, measureEcho, typeLine, waitForLine } from '../../src/testing/console-terminal.js';
+import { ACTIVE_PANE, activePane, measureEcho, screenLines, typeLine, waitForFocus, waitForLine } from '../../src/testing/console-terminal.js';
 import { testEnv } from '../../src/testing/env.js';
 import { startTestServer } from '../../src/testing/server.js';
 import type { TestServer } from '../../src/testing/server.js';
+import { waitFor } from '../../src/testing/wait.js';
 
 const CSP_VIOLATION = /Content Security Policy|Refused to (apply|execute|load|evaluate)/i;
 
@@ -39,13 +40,17 @@ describe('console terminal', () => {
     try {
       await activePane(page).locator('.xterm-rows').waitFor();
       await page.locator(`${ACTIVE_PANE}[data-state="open"]`).waitFor();
+      await waitForFocus(page);
       await typeLine(page, 'echo $((6*7))');
       await waitForLine(page, /^42$/);
 
       // The window shrinks: the terminal fits itself to it and the box's PTY gets the new size.
       await typeLine(page, 'echo A$(stty size)Z');
       const [, rows1, cols1] = await waitForLine(page, /^A(\d+) (\d+)Z$/);
+      assert.equal((await screenLines(page)).length, Number(rows1), 'the box has the size the page shows');
       await page.setViewportSize({ width: 900, height: 600 });
+      // The terminal refits (and sends the resize) before what is typed next.
+      await waitFor(async () => (await screenLines(page)).length < Number(rows1), { what: 'the terminal to refit' });
       await typeLine(page, 'echo B$(stty size)Z');
       const [, rows2, cols2] = await waitForLine(page, /^B(\d+) (\d+)Z$/);
       assert.ok(Number(cols2) < Number(cols1), `narrower: ${cols1} → ${cols2} columns`);
@@ -58,6 +63,7 @@ describe('console terminal', () => {
       await page.getByTestId('terminal-new').click();
       await page.getByTestId('terminal-pane').nth(1).and(page.locator(ACTIVE_PANE)).waitFor();
       await page.locator(`${ACTIVE_PANE}[data-state="open"]`).waitFor();
+      await waitForFocus(page);
       await typeLine(page, 'echo tab$((2+3))');
       await waitForLine(page, /^tab5$/);
       assert.equal(await page.getByTestId('terminal-pane').count(), 2);
@@ -68,6 +74,7 @@ describe('console terminal', () => {
       await page.getByTestId('terminal-pane').nth(1).locator('[data-testid="terminal-status"]', { hasText: 'exited with code 3' }).waitFor();
       await page.getByTestId('terminal-tab').nth(0).click();
       await page.getByTestId('terminal-pane').nth(0).and(page.locator(ACTIVE_PANE)).waitFor();
+      await waitForFocus(page);
       await typeLine(page, 'echo first$((1+1))');
       await waitForLine(page, /^first2$/);
 
