@@ -19,7 +19,10 @@ export const CONSOLE_DIR = fileURLToPath(new URL('../../.build/console/', import
 export const CONSOLE_CSP = [
   "default-src 'none'",
   "script-src 'self'",
-  "style-src 'self'",
+  // 'unsafe-inline' for styles only (never scripts): xterm.js 6 (the Terminal tab) writes its theme,
+  // cell dimensions and scrollbar colours into <style> elements it creates at run time, and has no
+  // option to avoid them or to give them a nonce; without it the terminal draws with wrong metrics.
+  "style-src 'self' 'unsafe-inline'",
   "img-src 'self' data: blob:",
   "font-src 'self'",
   "connect-src 'self'",
