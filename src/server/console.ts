@@ -19,10 +19,13 @@ export const CONSOLE_DIR = fileURLToPath(new URL('../../.build/console/', import
 export const CONSOLE_CSP = [
   "default-src 'none'",
   "script-src 'self'",
-  // 'unsafe-inline' for styles only (never scripts): xterm.js 6 (the Terminal tab) writes its theme,
-  // cell dimensions and scrollbar colours into <style> elements it creates at run time, and has no
-  // option to avoid them or to give them a nonce; without it the terminal draws with wrong metrics.
-  "style-src 'self' 'unsafe-inline'",
+  // 'unsafe-inline' for <style> elements only (never scripts, never style="" attributes): xterm.js 6
+  // (the Terminal tab) writes its theme, cell dimensions and scrollbar colours into <style> elements
+  // it creates at run time, and has no option to avoid them or to give them a nonce; without it the
+  // terminal draws with wrong metrics. Styles set from script (element.style) are not governed.
+  "style-src 'self'",
+  "style-src-elem 'self' 'unsafe-inline'",
+  "style-src-attr 'none'",
   "img-src 'self' data: blob:",
   "font-src 'self'",
   "connect-src 'self'",
