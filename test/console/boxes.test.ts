@@ -113,6 +113,14 @@ describe('console boxes', () => {
     await row(page, box.id).waitFor();
     await page.getByLabel('Search').fill('team=red');
     await row(page, box.id).waitFor({ state: 'detached' });
+    await page.getByLabel('Search').fill('');
+    // Pause and resume from the row.
+    await row(page, box.id).getByRole('button', { name: 'pause' }).click();
+    await row(page, box.id).getByTestId('box-status').filter({ hasText: 'paused' }).waitFor();
+    assert.equal((await boxNow(box.id)).status, 'paused');
+    await row(page, box.id).getByRole('button', { name: 'resume' }).click();
+    await row(page, box.id).getByTestId('box-status').filter({ hasText: 'running' }).waitFor();
+    assert.equal((await boxNow(box.id)).status, 'running');
     await context.close();
   });
 
@@ -131,6 +139,15 @@ describe('console boxes', () => {
     assert.match(await missing.getByTestId('error').innerText(), new RegExp(`box '${theirs.id}' not found.*\\(not_found\\)`));
     assert.equal(await page.getByTestId('box-info').count(), 0);
     await context.close();
+
+    // An admin sees both, and the owner filter (read from the hash) keeps one owner's.
+    const admin = await signedIn(browser!, `${srv.url}/#/boxes?owner=${theirs.owner}`, srv.admin);
+    await row(admin.page, theirs.id).waitFor();
+    assert.equal(await admin.page.getByTestId('box-filters').getByLabel('Owner').inputValue(), theirs.owner);
+    assert.equal(await row(admin.page, mine.id).count(), 0);
+    await admin.page.getByTestId('box-filters').getByLabel('Owner').selectOption('');
+    await row(admin.page, mine.id).waitFor();
+    await admin.context.close();
   });
 
   test('stop and remove with confirmation, from the box page and from the list: the API agrees, nothing is left running', async (t) => {
@@ -139,6 +156,12 @@ describe('console boxes', () => {
     const b = await createBox();
     const { page, context } = await signedIn(browser!, `${srv.url}/#/boxes/${a.id}`, srv.admin);
     const actions = page.getByTestId('box-actions');
+    await actions.getByRole('button', { name: 'Snapshot' }).click();
+    const note = await page.getByTestId('box-note').innerText();
+    const snap = /Snapshot (snap-[0-9a-f]+) taken/.exec(note)?.[1];
+    assert.ok(snap, note);
+    assert.equal((await srv.call('GET', `/v1/snapshots/${snap}`)).json.sourceBoxId, a.id);
+    t.after(async () => void (await srv.call('DELETE', `/v1/snapshots/${snap}`)));
     await actions.getByRole('button', { name: 'Stop' }).click();
     await page.getByTestId('box-status').filter({ hasText: 'stopped' }).waitFor();
     assert.equal((await boxNow(a.id)).status, 'stopped');
