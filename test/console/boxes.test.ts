@@ -224,6 +224,33 @@ describe('console boxes', () => {
     await context.close();
   });
 
+  test("CPU and memory come from each running box's stats, a few at a time; an error or null shows '—'", async (t) => {
+    if (!(await open(t))) return;
+    const good = await createBox();
+    const bad = await createBox();
+    const { page, context } = await signedIn(browser!, `${srv.url}/#/boxes`, srv.admin);
+    // The stats route is another change's: its answers are stood in for here.
+    let inFlight = 0;
+    let most = 0;
+    await page.route(/\/v1\/boxes\/[^/]+\/stats$/, async (route) => {
+      most = Math.max(most, ++inFlight);
+      const id = decodeURIComponent(new URL(route.request().url()).pathname.split('/')[3]!);
+      try {
+        if (id === good.id) await route.fulfill({ json: { cpuPercent: 12.5, memoryBytes: 50 * 1024 * 1024, memoryLimitBytes: 1024 * 1024 * 1024 } });
+        else if (id === bad.id) await route.fulfill({ status: 500, json: { error: { code: 'internal', message: 'no stats' } } });
+        else await route.fulfill({ json: { cpuPercent: null, memoryBytes: null, memoryLimitBytes: null } });
+      } finally {
+        inFlight--;
+      }
+    });
+    await row(page, good.id).getByTestId('box-cpu').filter({ hasText: '12.5 %' }).waitFor();
+    assert.equal(await row(page, good.id).getByTestId('box-memory').innerText(), '50 MiB / 1.0 GiB');
+    assert.equal(await row(page, bad.id).getByTestId('box-cpu').innerText(), '—');
+    assert.equal(await row(page, bad.id).getByTestId('box-memory').innerText(), '—');
+    assert.ok(most <= 3, `at most 3 stats requests at once (saw ${most})`);
+    await context.close();
+  });
+
   test('reading is not use: the list and the box page poll, and the box stays as idle as it was', async (t) => {
     if (!(await open(t))) return;
     const box = await createBox();
