@@ -286,6 +286,8 @@ describe('console boxes', () => {
     await row(page, box.id).waitFor();
     const fits = 'document.documentElement.scrollWidth <= document.documentElement.clientWidth + 1';
     assert.equal(await page.evaluate<boolean>(fits), true, 'the list page does not scroll sideways');
+    const remove = await row(page, box.id).getByRole('button', { name: 'Remove' }).boundingBox();
+    assert.ok(remove && remove.x + remove.width <= 390, `the row's actions are on screen (${JSON.stringify(remove)})`);
     await row(page, box.id).getByRole('link', { name: box.id }).click();
     await page.getByTestId('box-status').filter({ hasText: 'running' }).waitFor();
     assert.equal(await page.evaluate<boolean>(fits), true, 'the box page does not scroll sideways');

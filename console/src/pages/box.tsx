@@ -196,7 +196,8 @@ function BoxInfoPanel({ box }: { box: BoxInfo }): JSX.Element {
   const labels = Object.entries(box.labels);
   if (labels.length) rows.push(['Labels', labels.map(([k, v]) => `${k}=${v}`).join(', ')]);
   return (
-    <details class="panel box-info" open data-testid="box-info">
+    // Open on a wide screen; on a phone the tabs come first.
+    <details class="panel box-info" open={!matchMedia('(max-width: 760px)').matches} data-testid="box-info">
       <summary>Details</summary>
       <dl class="info">
         {rows.map(([k, v]) => (

@@ -176,12 +176,14 @@ export function BoxesPage(): JSX.Element {
               <tr>
                 <th>Box</th>
                 <th>Status</th>
-                <th>Owner</th>
-                <th>Pool</th>
-                <th>Image</th>
-                <th>Age</th>
+                <th class="wide">Owner</th>
+                <th class="wide">Pool</th>
+                <th class="wide">Image</th>
+                <th class="wide">Age</th>
                 <th>Idle</th>
-                <th title="Processes">Proc.</th>
+                <th class="wide" title="Processes">
+                  Proc.
+                </th>
                 <th>CPU</th>
                 <th>Memory</th>
                 <th>
@@ -246,23 +248,33 @@ function BoxRow({ box, now, stats, onChanged }: { box: BoxInfo; now: number; sta
         <td data-testid="box-status">
           <Status status={box.status} />
         </td>
-        <td>{box.owner}</td>
-        <td>{box.pool}</td>
-        <td class="image mono" title={box.image}>
+        <td class="wide">{box.owner}</td>
+        <td class="wide">{box.pool}</td>
+        <td class="wide image mono" title={box.image}>
           {box.image}
         </td>
-        <td title={box.createdAt}>{ago(box.createdAt, now)}</td>
-        <td title={`last active ${box.lastActive}`}>{ago(box.lastActive, now)}</td>
-        <td>{box.processCount}</td>
-        <td data-testid="box-cpu">{box.status === 'running' ? cpuText(stats) : '—'}</td>
-        <td data-testid="box-memory">{box.status === 'running' ? memoryText(stats) : '—'}</td>
+        <td class="wide" title={box.createdAt}>
+          {ago(box.createdAt, now)}
+        </td>
+        <td title={`last active ${box.lastActive}`} data-label="Idle">
+          {ago(box.lastActive, now)}
+        </td>
+        <td class="wide">{box.processCount}</td>
+        <td data-testid="box-cpu" data-label="CPU">
+          {box.status === 'running' ? cpuText(stats) : '—'}
+        </td>
+        <td data-testid="box-memory" data-label="Memory">
+          {box.status === 'running' ? memoryText(stats) : '—'}
+        </td>
         <td class="row-actions">
-          {verbsFor(box.status).map((verb) => (
-            <button type="button" key={verb} disabled={action.busy} onClick={() => action.run(() => lifecycle(box.id, verb))}>
-              {verb}
-            </button>
-          ))}
-          <ConfirmButton label="Remove" confirm={`Remove ${box.id}?`} danger disabled={action.busy} onConfirm={() => action.run(() => removeBox(box.id))} />
+          <div class="row-buttons">
+            {verbsFor(box.status).map((verb) => (
+              <button type="button" key={verb} disabled={action.busy} onClick={() => action.run(() => lifecycle(box.id, verb))}>
+                {verb}
+              </button>
+            ))}
+            <ConfirmButton label="Remove" confirm={`Remove ${box.id}?`} danger disabled={action.busy} onConfirm={() => action.run(() => removeBox(box.id))} />
+          </div>
         </td>
       </tr>
       {action.error !== undefined ? (
