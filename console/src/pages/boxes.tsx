@@ -86,10 +86,11 @@ function useStats(ids: string[]): Map<string, BoxStats> {
       await Promise.all(Array.from({ length: STATS_PARALLEL }, worker));
       if (ctl.signal.aborted) return;
       setStats(got);
-      timer = setTimeout(() => void round(), document.hidden ? STATS_EVERY_MS * 5 : STATS_EVERY_MS);
+      // Nothing to ask yet (the list's first answer is still on its way): look again soon, asking nothing.
+      const next = got.size === 0 ? 500 : STATS_EVERY_MS;
+      timer = setTimeout(() => void round(), document.hidden ? next * 5 : next);
     };
-    // The first round waits for the list: ids are known only after its first answer.
-    timer = setTimeout(() => void round(), 300);
+    void round();
     return () => {
       ctl.abort();
       clearTimeout(timer);
