@@ -37,7 +37,7 @@ function pageOf(route: Route): JSX.Element {
   const [section = 'boxes', id, tab] = route.parts;
   switch (section) {
     case 'boxes':
-      return id ? <BoxPage id={id} tab={tab ?? 'terminal'} /> : <BoxesPage />;
+      return id ? <BoxPage id={id} tab={tab ?? 'logs'} /> : <BoxesPage />;
     case 'workspaces':
       return id ? <WorkspacePage id={id} /> : <WorkspacesPage />;
     case 'images':
