@@ -26,7 +26,7 @@ export function ListTable(props: { headers: string[]; loaded: boolean; empty: st
             {props.headers.map((h) => (
               <th key={h}>{h}</th>
             ))}
-            <th>
+            <th class="actions-col">
               <span class="sr-only">Actions</span>
             </th>
           </tr>

@@ -191,10 +191,10 @@ export function ImagesPage(): JSX.Element {
           <Field label="Image reference">
             <input name="ref" required placeholder="registry/name:tag" value={ref} onInput={(e) => setRef(e.currentTarget.value)} />
           </Field>
-          <Field label="Registry user" hint="only for a private registry">
+          <Field label="Registry user (private registry)">
             <input name="username" autocomplete="off" value={username} onInput={(e) => setUsername(e.currentTarget.value)} />
           </Field>
-          <Field label="Registry password">
+          <Field label="Registry password (private registry)">
             <input name="password" type="password" autocomplete="off" value={password} onInput={(e) => setPassword(e.currentTarget.value)} />
           </Field>
         </div>
@@ -216,7 +216,7 @@ export function ImagesPage(): JSX.Element {
           const name = img.tags[0] ?? img.id;
           return (
             <tr key={img.id} data-testid="image-row" data-image={img.tags.join(' ')}>
-              <td class="wrap">{img.tags.length > 0 ? img.tags.join(', ') : <span class="hint">untagged</span>}</td>
+              <td class="wrap image-name">{img.tags.length > 0 ? img.tags.join(', ') : <span class="hint">untagged</span>}</td>
               <td class="mono" title={img.id}>
                 {img.id.replace(/^sha256:/, '').slice(0, 12)}
               </td>

@@ -150,7 +150,8 @@ export function MetricsPage(): JSX.Element {
     <Page title="Metrics">
       <ErrorText error={error} />
       <p class="hint">
-        The last hour of this server, one sample every {duration(history.intervalMs)}; rates are per minute over each interval.
+        The last hour of this server, one sample every {history.intervalMs < 1000 ? `${history.intervalMs} ms` : duration(history.intervalMs)}; rates are per
+        minute over each interval.
         {samples.length === 0 ? ' The first sample comes one interval after the server started.' : ''}
       </p>
       <div class="charts">

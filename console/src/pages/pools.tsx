@@ -85,7 +85,7 @@ function PoolPanel({ pool, warm }: { pool: PoolInfo; warm: WarmInfo[] }): JSX.El
         </span>
         <span class="mono hint">{pool.addr}</span>
       </header>
-      <div class="row">
+      <div class="row pool-capacity">
         <span>
           Boxes <strong data-testid="pool-boxes">{pool.boxes}</strong> of {pool.maxTotal > 0 ? pool.maxTotal : '∞'}
         </span>
@@ -96,8 +96,11 @@ function PoolPanel({ pool, warm }: { pool: PoolInfo; warm: WarmInfo[] }): JSX.El
         <dd>{pool.maxPerUser > 0 ? `${pool.maxPerUser} boxes` : 'no limit'}</dd>
         <dt>Box size</dt>
         <dd>
-          {bytes(pool.memory)}, {pool.cpus} CPU (up to {pool.maxMemory ? bytes(pool.maxMemory) : '—'}, {pool.maxCpus ?? '—'} CPU)
-          {pool.pidsLimit ? `, ${pool.pidsLimit} processes` : ''}
+          {bytes(pool.memory)}, {pool.cpus} CPU by default
+          {pool.maxMemory || pool.maxCpus
+            ? `; at most ${[pool.maxMemory ? bytes(pool.maxMemory) : '', pool.maxCpus ? `${pool.maxCpus} CPU` : ''].filter(Boolean).join(', ')}`
+            : ''}
+          {pool.pidsLimit ? `; ${pool.pidsLimit} processes` : ''}
         </dd>
         <dt>Idle timeout</dt>
         <dd>{limitMs(pool.idleTimeoutMs)}</dd>
