@@ -72,6 +72,8 @@ export interface ServerContext {
   proxyDomain: string | undefined;
   /** Plugins' say on the port proxy, asked before sbx's own port tokens (port-auth.ts); a plugin adds its own. */
   portGates?: PortGate[];
+  /** How often the metrics history samples the registry (metrics-history.ts); default 10 s. */
+  metricsHistoryIntervalMs?: number;
 }
 
 /**

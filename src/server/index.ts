@@ -71,6 +71,8 @@ export interface ServeOptions {
   wsMaxPayloadBytes?: number;
   /** How long close() waits for in-flight requests and streams before ending them; default 10 s. */
   shutdownGraceMs?: number;
+  /** How often GET /v1/metrics/history samples the metrics; default 10 s (it keeps the last hour). */
+  metricsHistoryIntervalMs?: number;
   /** Failed authentications per client address in `windowMs` before 429; default 20 per minute. */
   authFailures?: { max: number; windowMs: number };
   /**
@@ -195,6 +197,7 @@ export async function serve(options: ServeOptions = {}): Promise<ServerHandle> {
     execOutput,
     publicUrl: () => publicUrl,
     proxyDomain,
+    ...(options.metricsHistoryIntervalMs !== undefined ? { metricsHistoryIntervalMs: options.metricsHistoryIntervalMs } : {}),
   };
   // One failure count per address for every credential the server checks, HTTP and gRPC.
   const authFailures = options.authFailures ?? { max: 20, windowMs: 60_000 };
