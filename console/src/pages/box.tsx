@@ -57,7 +57,8 @@ export function BoxPage({ id, tab }: { id: string; tab: string }): JSX.Element {
     );
   }
   const tabs = TABS.filter((t) => !t.when || t.when(b));
-  const current = tabs.some((t) => t.tab === tab) ? tab : 'logs';
+  // A tab named in the address shows even when the nav leaves it out (a box without VNC: the desktop tab says so).
+  const current = TABS.some((t) => t.tab === tab) ? tab : 'logs';
   return (
     <Page
       title={`Box ${b.id}`}
