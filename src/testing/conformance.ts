@@ -454,6 +454,31 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
       const st = await rt.stats(box);
       assert.ok(st.memoryBytes > 0);
       assert.ok(st.pids >= 1);
+      // Idle, the CPU rate is a number all the same (0 or near it), or null where not measured.
+      if (rt.capabilities.cpuStats === false) assert.equal(st.cpuPercent, null);
+      else assert.equal(typeof st.cpuPercent, 'number');
+    });
+
+    test('stats of a box burning a core: its CPU rate (where measured) and its memory limit', async () => {
+      const id = await started({ memory: 48 * MiB, cmd: ['sh', '-c', 'while :; do :; done'] });
+      try {
+        // Each read is one engine sample (Docker: about 1 s apart): poll until one saw the loop run.
+        const st =
+          rt.capabilities.cpuStats === false
+            ? await rt.stats(id)
+            : await waitFor(
+                async () => {
+                  const s = await rt.stats(id);
+                  return (s.cpuPercent ?? 0) > 0 && s;
+                },
+                { what: 'a CPU rate above 0 for a busy box', intervalMs: 0 },
+              );
+        if (rt.capabilities.cpuStats === false) assert.equal(st.cpuPercent, null);
+        assert.ok(st.memoryBytes > 0, `memoryBytes ${st.memoryBytes}`);
+        assert.equal(st.memoryLimitBytes, 48 * MiB);
+      } finally {
+        await rt.remove(id, { force: true });
+      }
     });
 
     test('unknown ids are not_found for every call', async () => {

@@ -795,6 +795,8 @@ export class DockerRuntime implements Runtime {
     try {
       const c = this.docker.getContainer(id);
       // The writable layer's size beside the sample (the engine walks only that layer's files).
+      // Not `one-shot`: the engine then leaves out its previous sample, so there is no CPU rate, and
+      // on Engine 20.10 it answers no sooner (measured: about 1 s either way, its sampling interval).
       [s, sizeRw] = await Promise.all([
         c.stats({ stream: false }) as Promise<Docker.ContainerStats>,
         // dockerode passes options as the query; its types omit `size`.
@@ -806,16 +808,19 @@ export class DockerRuntime implements Runtime {
     } catch (err) {
       this.fail(err, `container ${id}`);
     }
+    // CPU as `docker stats` computes it: the container's share of the machine's CPU time between
+    // the engine's two samples, times its cores. A sample without a previous one has no rate: null.
+    const pre = s.precpu_stats?.system_cpu_usage;
     const cpuDelta = s.cpu_stats.cpu_usage.total_usage - (s.precpu_stats?.cpu_usage?.total_usage ?? 0);
-    const sysDelta = (s.cpu_stats.system_cpu_usage ?? 0) - (s.precpu_stats?.system_cpu_usage ?? 0);
+    const sysDelta = (s.cpu_stats.system_cpu_usage ?? 0) - (pre ?? 0);
     const cores = s.cpu_stats.online_cpus ?? s.cpu_stats.cpu_usage.percpu_usage?.length ?? 1;
     const memStats = s.memory_stats.stats as Record<string, number> | undefined;
     const cache = memStats?.['inactive_file'] ?? 0;
     const pageCache = memStats?.['cache'] ?? memStats?.['file'];
     return {
-      cpuPercent: sysDelta > 0 && cpuDelta > 0 ? (cpuDelta / sysDelta) * cores * 100 : 0,
+      cpuPercent: pre && sysDelta > 0 ? (Math.max(0, cpuDelta) / sysDelta) * cores * 100 : null,
       memoryBytes: Math.max(0, (s.memory_stats.usage ?? 0) - cache),
-      memoryLimitBytes: s.memory_stats.limit ?? 0,
+      memoryLimitBytes: s.memory_stats.limit || null,
       pids: (s as unknown as { pids_stats?: { current?: number } }).pids_stats?.current ?? 0,
       ...(typeof pageCache === 'number' ? { memoryCacheBytes: pageCache } : {}),
       ...(typeof sizeRw === 'number' ? { diskUsedBytes: sizeRw } : {}),
