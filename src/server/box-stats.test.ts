@@ -9,11 +9,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { Sbx, SbxError } from '../client/index.js';
+import { DockerRuntime } from '../runtime/docker/runtime.js';
+import type { ContainerStats, Runtime } from '../runtime/types.js';
+import { testEnv } from '../testing/env.js';
 import type { BoxStats } from '../client/index.js';
 import { runSbx } from '../testing/cli.js';
 import { IMAGE, startTestServer } from '../testing/server.js';
 import type { TestServer } from '../testing/server.js';
 import { waitFor } from '../testing/wait.js';
+import { STATS_CONCURRENCY } from './routes-box-stats.js';
 
 const MiB = 1024 * 1024;
 const KEYS = ['cpuPercent', 'diskUsedBytes', 'memoryBytes', 'memoryCacheBytes', 'memoryLimitBytes', 'pids', 'sampledAt', 'status'];
@@ -131,5 +135,41 @@ test('a stopped box answers its status and nulls; unknown ids and other owners g
     assert.equal((await httpStats(mine.id, eve)).status, 'running');
   } finally {
     await mine.remove();
+  }
+});
+
+test('reads of many boxes at once: at most STATS_CONCURRENCY engine calls in flight, reads of one box share one call', async () => {
+  // The pool's runtime, its stats calls counted (everything else passed through).
+  const inner = new DockerRuntime(testEnv.engineAddr);
+  let calls = 0;
+  let inFlight = 0;
+  let most = 0;
+  const stats = async (id: string): Promise<ContainerStats> => {
+    calls++;
+    most = Math.max(most, ++inFlight);
+    try {
+      return await inner.stats(id);
+    } finally {
+      inFlight--;
+    }
+  };
+  const counted = new Proxy(inner, {
+    get: (target, key) => {
+      if (key === 'stats') return stats;
+      const v = Reflect.get(target, key) as unknown;
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  }) as Runtime;
+  const s = await startTestServer('stats-many', { config: { pools: [{ name: 'local', runtime: counted }] } });
+  try {
+    const boxes = await Promise.all(Array.from({ length: STATS_CONCURRENCY + 2 }, () => s.manager.create({ image: IMAGE })));
+    // Two reads of each box, all sent at once (as two console tabs polling the list).
+    const answers = await Promise.all(boxes.flatMap((b) => [0, 1].map(() => s.call('GET', `/v1/boxes/${b.id}/stats`))));
+    for (const r of answers) assert.equal(r.status, 200, r.text);
+    assert.ok(most <= STATS_CONCURRENCY, `${most} engine stats calls in flight at once`);
+    assert.ok(calls < answers.length, `${calls} engine calls for ${answers.length} reads: reads of one box in flight share one`);
+  } finally {
+    await s.dispose();
+    await inner.close();
   }
 });

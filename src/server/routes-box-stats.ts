@@ -1,11 +1,18 @@
 /**
  * GET /v1/boxes/:id/stats: a box's CPU and memory use (Box.stats), for the console's list and
  * `sbx stats`. Reading stats is not use (like GET of the box): no touch, no thaw, no restore.
+ *
+ * A Docker stats call holds one of the engine's connections for about a second (it waits for the
+ * engine's next sample): a list polled box by box must not take them all from creates and execs.
+ * So at most STATS_CONCURRENCY reads are in flight per server, and reads of one box while one is
+ * in flight share its answer (the caller was checked first: the answer is the box's, not theirs).
  */
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import type { LocalBox } from '../sandbox/box.js';
 import type { BoxStats } from '../sandbox/types.js';
+import { ActionLimiter } from '../util/concurrency.js';
 import { BOX_STATUSES } from '../sandbox/types.js';
 import { boxFor } from './context.js';
 import type { ServerContext } from './context.js';
@@ -33,7 +40,20 @@ type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 const sameShape: Same<z.infer<typeof BoxStatsSchema>, BoxStats> = true;
 void sameShape;
 
+/** Engine stats calls in flight at once, per server (the e2b metrics sampler has its own 4). */
+export const STATS_CONCURRENCY = 4;
+
 export function boxStatsRoutes(app: FastifyInstance, ctx: ServerContext): void {
+  const limiter = new ActionLimiter(STATS_CONCURRENCY);
+  const inFlight = new Map<string, Promise<BoxStats>>();
+  const read = (box: LocalBox): Promise<BoxStats> => {
+    let running = inFlight.get(box.id);
+    if (!running) {
+      running = limiter.run(() => box.stats()).finally(() => inFlight.delete(box.id));
+      inFlight.set(box.id, running);
+    }
+    return running;
+  };
   app.withTypeProvider<ZodTypeProvider>().get(
     '/v1/boxes/:id/stats',
     {
@@ -44,6 +64,6 @@ export function boxStatsRoutes(app: FastifyInstance, ctx: ServerContext): void {
         response: replies({ 200: BoxStatsSchema }),
       },
     },
-    async (req) => (await boxFor(ctx, req.caller, req.params.id)).stats(),
+    async (req) => read(await boxFor(ctx, req.caller, req.params.id)),
   );
 }
