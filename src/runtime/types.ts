@@ -172,7 +172,8 @@ export interface ProcessInfo {
 
 export interface ContainerStats {
   /**
-   * CPU use over the engine's last sampling interval, in percent of one core (200: two cores busy);
+   * CPU use in percent of one core (200: two cores busy) since the previous read (Docker: one within a
+   * minute before; else over the engine's own two samples, 1 s apart);
    * null where the runtime does not measure it (Kubernetes: no metrics-server is assumed).
    */
   cpuPercent: number | null;

@@ -125,7 +125,10 @@ export const BOX_STATUSES: readonly BoxStatus[] = ['creating', 'running', 'pause
 export interface BoxStats {
   /** The box's status when it was read (nulls unless `running` or `paused`). */
   status: BoxStatus;
-  /** CPU use over the engine's last sampling interval (Docker: about 1 s), in percent of one core (200: two cores busy). */
+  /**
+   * CPU use in percent of one core (200: two cores busy), since the box's previous read (Docker:
+   * a read within a minute before; else over the engine's own 1 s between two samples).
+   */
   cpuPercent: number | null;
   /** Memory in use, dropable page cache left out (as `docker stats` counts it). */
   memoryBytes: number | null;

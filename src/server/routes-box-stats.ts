@@ -24,7 +24,7 @@ export const BoxStatsSchema = z
   .object({
     status: z.enum(BOX_STATUSES).describe('The box status when read: the numbers are null unless running or paused'),
     cpuPercent: measure(
-      "CPU use over the engine's last sampling interval, in percent of one core (200: two cores busy); null where the runtime does not measure it (Kubernetes)",
+      "CPU use in percent of one core (200: two cores busy) since the box's previous read (Docker: within a minute before; else over the engine's own 1 s); null where the runtime does not measure it (Kubernetes)",
     ),
     memoryBytes: measure('Memory in use, droppable page cache left out'),
     memoryLimitBytes: measure('The memory the box is held to'),
