@@ -59,11 +59,14 @@ test('its declarations stand alone: a strict program type-checks against them, w
   writeFileSync(
     join(project, 'check.ts'),
     [
-      "import { Sbx, SbxError, isSbxError, type BoxInfo, type ExecResult } from 'sbx-sdk';",
+      "import { Sbx, SbxError, isSbxError, type BoxInfo, type BoxStats, type ExecResult } from 'sbx-sdk';",
       "const sbx = new Sbx({ url: 'http://127.0.0.1:1', apiKey: 'k' });",
       "const box = await sbx.create({ image: 'x', env: { A: '1' } });",
       "const r: ExecResult = await box.exec(['true'], { timeoutMs: 1000 });",
       'const info: BoxInfo = await box.info();',
+      'const stats: BoxStats = await box.stats();',
+      'const cpu: number | null = stats.cpuPercent ?? (await sbx.stats(box.id)).memoryBytes;',
+      'console.log(cpu);',
       'const e: unknown = r.exitCode + info.exitCode!;',
       'if (isSbxError(e, "not_found") || e instanceof SbxError) console.log(e.code);',
       '// @ts-expect-error: not an option of create',
@@ -80,7 +83,7 @@ test('its declarations stand alone: a strict program type-checks against them, w
   assert.equal(r.stdout.trim(), '', 'tsc reported errors');
 });
 
-test('the installed package runs against sbx serve: create, exec, a typed error, remove', async () => {
+test('the installed package runs against sbx serve: create, exec, stats, a typed error, remove', async () => {
   writeFileSync(
     join(project, 'use.mjs'),
     [
@@ -89,8 +92,9 @@ test('the installed package runs against sbx serve: create, exec, a typed error,
       `const box = await sbx.create({ image: ${JSON.stringify(testEnv.baseImage)} });`,
       "const r = await box.exec(['sh', '-c', 'echo hi from $SBX_SANDBOX_ID']);",
       "const missing = await sbx.get('sb-no-such-box').catch((e) => e);",
+      'const stats = await box.stats();',
       'await box.remove();',
-      'console.log(JSON.stringify({ id: box.id, stdout: r.stdout, missing: missing instanceof SbxError ? missing.code : String(missing) }));',
+      'console.log(JSON.stringify({ id: box.id, stdout: r.stdout, missing: missing instanceof SbxError ? missing.code : String(missing), memory: typeof stats.memoryBytes }));',
     ].join('\n'),
   );
   const r = await run(process.execPath, ['use.mjs'], {
@@ -98,8 +102,9 @@ test('the installed package runs against sbx serve: create, exec, a typed error,
     encoding: 'utf8',
     env: { ...process.env, SBX_URL: server.url, SBX_API_KEY: server.admin },
   });
-  const out = JSON.parse(r.stdout) as { id: string; stdout: string; missing: string };
+  const out = JSON.parse(r.stdout) as { id: string; stdout: string; missing: string; memory: string };
   assert.equal(out.stdout, `hi from ${out.id}\n`);
+  assert.equal(out.memory, 'number', "box.stats() from the package: the running box's memory");
   assert.equal(out.missing, 'not_found');
   assert.deepEqual(await server.manager.list(), [], 'the box was removed');
 });

@@ -1,19 +1,19 @@
 /**
- * Box commands against a server: `create`, `ls`, `info`, `exec`, `shell`, `start`, `stop`,
+ * Box commands against a server: `create`, `ls`, `info`, `stats`, `exec`, `shell`, `start`, `stop`,
  * `rm`, and `login`, which saves the server and key they use.
  */
 import { createInterface } from 'node:readline';
 import type { Command } from 'commander';
 import { CommanderError, Option } from 'commander';
 import { SbxError } from '../errors.js';
-import type { BoxInfo, CreateOptions, NetworkPolicy } from '../client/index.js';
+import type { BoxInfo, BoxStats, CreateOptions, NetworkPolicy } from '../client/index.js';
 import type { Box } from '../client/index.js';
 import type { ExecTarget, PortSpec } from './remote.js';
 import { resolveWorkspace } from './names.js';
 import { PULL_POLICIES, createPulling } from './pull-progress.js';
 import type { PullPolicy } from './pull-progress.js';
 import { EXIT, SIGNAL_EXIT } from './exit.js';
-import { fields, formatDuration, paint, printJson, relativeTime, table } from './output.js';
+import { fields, formatBytes, formatDuration, paint, printJson, relativeTime, table } from './output.js';
 import {
   CONNECTION_HELP,
   DEFAULT_PROFILE,
@@ -70,6 +70,20 @@ export function boxFields(b: BoxInfo): string {
     ['Labels', labels.length ? labels.join(', ') : '-'],
     ['Exec path', b.execPath],
     ['Container', b.containerId],
+  ]);
+}
+
+/** `sbx stats`: a dash for what the runtime does not measure or a box that is not running. */
+export function statsFields(s: BoxStats): string {
+  const bytes = (n: number | null) => (n === null ? '-' : formatBytes(n));
+  return fields([
+    ['Status', statusText(s.status)],
+    ['CPU', s.cpuPercent === null ? '-' : `${s.cpuPercent.toFixed(1)}%`],
+    ['Memory', s.memoryLimitBytes === null ? bytes(s.memoryBytes) : `${bytes(s.memoryBytes)} / ${bytes(s.memoryLimitBytes)}`],
+    ['Processes', s.pids === null ? '-' : String(s.pids)],
+    ['Page cache', bytes(s.memoryCacheBytes)],
+    ['Disk written', bytes(s.diskUsedBytes)],
+    ['Sampled', s.sampledAt],
   ]);
 }
 
@@ -447,6 +461,17 @@ Examples:
         const info = await sbx.info(id);
         if (f.json) printJson(info);
         else process.stdout.write(boxFields(info));
+      }),
+    );
+
+  withConnection(program.command('stats').description("Show a box's CPU and memory use now (reading it is not use of the box)").argument('<id>', 'box id'))
+    .option('--json', 'print the numbers as JSON (null: not measured, or the box is not running or paused)')
+    .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx stats sb-1a2b3c\n  sbx stats sb-1a2b3c --json | jq .cpuPercent`)
+    .action(
+      remoteAction(async ({ sbx }, id: string, f: { json?: boolean }) => {
+        const stats = await sbx.stats(id);
+        if (f.json) printJson(stats);
+        else process.stdout.write(statsFields(stats));
       }),
     );
 

@@ -4,7 +4,7 @@ import type { AttachOptions, ServiceConn, SseAttachOptions, SseServiceConn, WsAt
 import { SbxError, invalidArgument } from '../errors.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, LogChunk, LogOptions } from '../runtime/types.js';
 import type { Box as LibraryBox, ProxyUrlOptions, VncUrlOptions } from '../sandbox/box.js';
-import type { BoxInfo, BoxStatus, LifecyclePolicy } from '../sandbox/types.js';
+import type { BoxInfo, BoxStats, BoxStatus, LifecyclePolicy } from '../sandbox/types.js';
 import type { SnapshotInfo, SnapshotOptions } from '../sandbox/snapshots.js';
 import type { NetworkPolicy } from '../sandbox/egress-policy.js';
 import { abortError, fromWire } from './http.js';
@@ -194,6 +194,11 @@ export class RemoteBox implements Box {
   async info(): Promise<BoxInfo> {
     this.fields = await this.transport.json<BoxInfo>('GET', this.path);
     return { ...this.fields };
+  }
+
+  /** The box's CPU and memory use, as the library's `box.stats()` reads it (GET /v1/boxes/:id/stats): not use of the box. */
+  async stats(): Promise<BoxStats> {
+    return this.transport.json<BoxStats>('GET', `${this.path}/stats`);
   }
 
   /**

@@ -6,7 +6,7 @@ import { SbxError, invalidArgument } from '../errors.js';
 import type { ImageInfo, PullProgress, RegistryAuth } from '../runtime/types.js';
 import type { NodeInfo } from '../runtime/remote/hub.js';
 import type { PoolConfig } from '../sandbox/config.js';
-import type { BoxInfo, CreateOptions, HeartbeatInput, ListOptions, PoolInfo } from '../sandbox/types.js';
+import type { BoxInfo, BoxStats, CreateOptions, HeartbeatInput, ListOptions, PoolInfo } from '../sandbox/types.js';
 import type { SnapshotInfo } from '../sandbox/snapshots.js';
 import type { ApiKeyInfo, Role } from '../server/keys.js';
 import { RemoteBox } from './box.js';
@@ -175,6 +175,11 @@ export class Sbx {
 
   async info(id: string): Promise<BoxInfo> {
     return this.transport.json<BoxInfo>('GET', `/v1/boxes/${encodeURIComponent(id)}`);
+  }
+
+  /** A box's CPU and memory use (GET /v1/boxes/:id/stats; `box.stats()` without the lookup): not use of the box. */
+  async stats(id: string): Promise<BoxStats> {
+    return this.transport.json<BoxStats>('GET', `/v1/boxes/${encodeURIComponent(id)}/stats`);
   }
 
   async heartbeat(id: string, input: HeartbeatInput): Promise<void> {

@@ -18,7 +18,7 @@ export type { WorkspaceFS, RemoteCreateWorkspaceOptions } from './workspace.js';
 // The library's class: `instanceof SbxError` holds across sbx-manager and sbx-sdk (errors.ts brands both copies).
 export { SbxError, isSbxError, ERROR_CODES } from '../errors.js';
 export type { ErrorCode, SbxErrorOptions } from '../errors.js';
-export type { BoxInfo, BoxStatus, CreateOptions, HeartbeatInput, LifecyclePolicy, ListOptions, PoolInfo, SecurityProfile } from '../sandbox/types.js';
+export type { BoxInfo, BoxStats, BoxStatus, CreateOptions, HeartbeatInput, LifecyclePolicy, ListOptions, PoolInfo, SecurityProfile } from '../sandbox/types.js';
 export type { PoolConfig } from '../sandbox/config.js';
 export type { EgressPolicy, NetworkPolicy } from '../sandbox/egress-policy.js';
 export type { SnapshotInfo, SnapshotOptions } from '../sandbox/snapshots.js';

@@ -171,10 +171,16 @@ export interface ProcessInfo {
 }
 
 export interface ContainerStats {
-  /** CPU use since the previous sample, in percent of one core. */
-  cpuPercent: number;
+  /**
+   * CPU use in percent of one core (200: two cores busy) since the previous read (Docker: one within a
+   * minute before; else over the engine's own two samples, 1 s apart);
+   * null where the runtime does not measure it (Kubernetes: no metrics-server is assumed).
+   */
+  cpuPercent: number | null;
+  /** Memory in use, page cache that can be dropped (inactive files) left out, as `docker stats` counts it. */
   memoryBytes: number;
-  memoryLimitBytes: number;
+  /** The memory the box is held to (its cgroup's limit); null where the runtime cannot read one. */
+  memoryLimitBytes: number | null;
   pids: number;
   /** Page cache of the box's files (cgroup v1 `cache`, v2 `file`); absent where the engine does not say. */
   memoryCacheBytes?: number;
@@ -453,6 +459,11 @@ export interface RuntimeCapabilities {
   pause?: boolean;
   /** `commit` saves a container's filesystem as an image (absent means true). Kubernetes: false. */
   commit?: boolean;
+  /**
+   * `stats` measures CPU use (absent means true). Kubernetes: false, its `cpuPercent` is null
+   * (CPU rates need a metrics-server, which is not assumed); memory and pids it reads all the same.
+   */
+  cpuStats?: boolean;
   /** `ContainerSpec.egress` and `setEgress` are enforced (absent means false). */
   egress?: boolean;
 }

@@ -4,7 +4,7 @@ import type { AttachOptions, ServiceConn, SseAttachOptions, SseServiceConn, WsAt
 import { SbxError, invalidArgument } from '../errors.js';
 import { MAX_DURATION_MS } from '../runtime/bounds.js';
 import { validateExec, validateExecStream, validateLogs } from '../runtime/spec.js';
-import type { ContainerStats, ExecOptions, ExecResult, ExecStream, ExecStreamOptions, LogChunk, LogOptions, Runtime } from '../runtime/types.js';
+import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, LogChunk, LogOptions, Runtime } from '../runtime/types.js';
 import type { WorkspaceFS } from '../workspace/index.js';
 import { attachPath, validateAttach } from './attach-options.js';
 import { boxRuntime } from './box-errors.js';
@@ -15,7 +15,7 @@ import { DEFAULT_NETWORK_POLICY, describeEgress, normalizeNetworkPolicy } from '
 import type { NetworkPolicy } from './egress-policy.js';
 import type { SnapshotInfo, SnapshotOptions } from './snapshots.js';
 import type { PortGrant } from './port-tokens.js';
-import type { BoxInfo, BoxStatus, LifecyclePolicy } from './types.js';
+import type { BoxInfo, BoxStats, BoxStatus, LifecyclePolicy } from './types.js';
 import { checkPort } from '../runtime/ports.js';
 import { statusOf } from './reconcile.js';
 
@@ -67,6 +67,12 @@ export interface Box extends AsyncDisposable {
   attach(port: number, opts: AttachOptions): Promise<ServiceConn>;
   /** The box's fields and its status, asked of the engine now. */
   info(): Promise<BoxInfo>;
+  /**
+   * The box's CPU and memory use now, as the engine measures it (BoxStats). A read, as info() is:
+   * not use; a paused box stays paused and an archived one is not restored (nulls for every box
+   * not `running` or `paused`).
+   */
+  stats(): Promise<BoxStats>;
   /**
    * The output of the box's command (its main process: stdout and stderr as the engine logged
    * them; on a pool whose runtime cannot tell them apart, Kubernetes, all is `stdout`). Resolves
@@ -186,8 +192,6 @@ export interface LocalBox extends Box {
   proxyUrl(port: number, path?: string, opts?: ProxyUrlOptions, issuer?: PortUrlIssuer): Promise<{ url: string; expiresAt?: number }>;
   /** box.vnc() with the token's expiry (epoch ms), issued by `issuer` if given. */
   vncUrl(opts?: VncUrlOptions, issuer?: PortUrlIssuer): Promise<{ url: string; expiresAt: number }>;
-  /** The engine's current CPU, memory and disk use (Runtime.stats): a read, no touch; a paused box stays paused. */
-  stats(): Promise<ContainerStats>;
 }
 
 /**
@@ -861,15 +865,35 @@ export class ManagedBox implements LocalBox {
     return DEFAULT_NETWORK_POLICY;
   }
 
-  /**
-   * The engine's current CPU, memory (and, where it says, disk) use of the box (Runtime.stats). A
-   * read, as info() is: no touch, and a paused box stays paused. An archived box has none: conflict.
-   */
-  async stats(): Promise<ContainerStats> {
-    if (this.status === 'archived') {
-      throw new SbxError('conflict', `box '${this.id}' is archived: it has no container to measure`, { details: { id: this.id, status: this.status } });
+  async stats(): Promise<BoxStats> {
+    // A read, as info() is: no touch, no thaw, no restore.
+    const measured = (status: BoxStatus) => status === 'running' || status === 'paused';
+    if (measured(this.status)) {
+      const s = await this.runtime.stats(this.containerId);
+      // Stopped while the engine measured it: what it said is of no process.
+      if (measured(this.status)) {
+        return {
+          status: this.status,
+          cpuPercent: s.cpuPercent,
+          memoryBytes: s.memoryBytes,
+          memoryLimitBytes: s.memoryLimitBytes,
+          pids: s.pids,
+          memoryCacheBytes: s.memoryCacheBytes ?? null,
+          diskUsedBytes: s.diskUsedBytes ?? null,
+          sampledAt: new Date(this.host.now()).toISOString(),
+        };
+      }
     }
-    return this.runtime.stats(this.containerId);
+    return {
+      status: this.status,
+      cpuPercent: null,
+      memoryBytes: null,
+      memoryLimitBytes: null,
+      pids: null,
+      memoryCacheBytes: null,
+      diskUsedBytes: null,
+      sampledAt: new Date(this.host.now()).toISOString(),
+    };
   }
 
   async logs(opts?: LogOptions): Promise<AsyncIterable<LogChunk>> {

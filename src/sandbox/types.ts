@@ -115,6 +115,35 @@ export interface ListOptions {
 export type BoxStatus = 'creating' | 'running' | 'paused' | 'restarting' | 'stopped' | 'archived';
 export const BOX_STATUSES: readonly BoxStatus[] = ['creating', 'running', 'paused', 'restarting', 'stopped', 'archived'];
 
+/**
+ * A box's CPU and memory use (`box.stats()`), the same from the library and the SDK. A read: it
+ * is not use (no touch, a paused box stays paused, an archived one is not restored). Numbers
+ * come from the engine for a `running` or `paused` box (paused: memory kept, CPU 0); every other
+ * status has no process to measure and answers nulls. A null is also what a runtime that does
+ * not measure a value gives (Kubernetes: `cpuPercent`).
+ */
+export interface BoxStats {
+  /** The box's status when it was read (nulls unless `running` or `paused`). */
+  status: BoxStatus;
+  /**
+   * CPU use in percent of one core (200: two cores busy), since the box's previous read (Docker:
+   * a read within a minute before; else over the engine's own 1 s between two samples).
+   */
+  cpuPercent: number | null;
+  /** Memory in use, dropable page cache left out (as `docker stats` counts it). */
+  memoryBytes: number | null;
+  /** The memory the box is held to (its limit). */
+  memoryLimitBytes: number | null;
+  /** Processes and threads in the box. */
+  pids: number | null;
+  /** Page cache of the box's files; null where the engine does not say. */
+  memoryCacheBytes: number | null;
+  /** Bytes the box wrote over its image (Docker); null where the engine does not say. */
+  diskUsedBytes: number | null;
+  /** ISO 8601: when it was read. */
+  sampledAt: string;
+}
+
 /** A server in front of a Manager (Manager.registerServer). */
 export interface ServerEndpoints {
   /** Its base URL, where box.proxy() and box.vnc() point. */

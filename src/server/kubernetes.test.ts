@@ -140,4 +140,29 @@ describe('sbx serve with a Kubernetes pool', { skip: why ?? false }, () => {
       await box.remove();
     }
   });
+
+  test("stats of a pod-box: memory, its limit and pids from the pod's cgroup, CPU null (not measured), over HTTP and the SDK", async () => {
+    if (!(await sbx.pools()).some((p) => p.name === 'kube'))
+      await sbx.addPool({ name: 'kube', addr: testKubeAddress(), agentImage: testAgentImage, readyTimeoutMs: 60_000 });
+    const box = await sbx.create({ pool: 'kube', image: testEnv.baseImage, memory: 80 * 1024 * 1024 });
+    try {
+      const res = await fetch(`${ts.url}/v1/boxes/${box.id}/stats`, { headers: { authorization: `Bearer ${ts.admin}` } });
+      assert.equal(res.status, 200);
+      const s = (await res.json()) as {
+        status: string;
+        cpuPercent: number | null;
+        memoryBytes: number | null;
+        memoryLimitBytes: number | null;
+        pids: number | null;
+      };
+      assert.equal(s.status, 'running');
+      assert.equal(s.cpuPercent, null);
+      assert.ok(s.memoryBytes! > 0, `memoryBytes ${s.memoryBytes}`);
+      assert.equal(s.memoryLimitBytes, 80 * 1024 * 1024);
+      assert.ok(s.pids! >= 1);
+      assert.equal((await box.stats()).cpuPercent, null);
+    } finally {
+      await box.remove();
+    }
+  });
 });

@@ -454,6 +454,35 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
       const st = await rt.stats(box);
       assert.ok(st.memoryBytes > 0);
       assert.ok(st.pids >= 1);
+      // Idle, the CPU rate is a number all the same (0 or near it), or null where not measured;
+      // a read after a read too (Docker: measured from the earlier one).
+      const again = await rt.stats(box);
+      if (rt.capabilities.cpuStats === false) assert.deepEqual([st.cpuPercent, again.cpuPercent], [null, null]);
+      else assert.deepEqual([typeof st.cpuPercent, typeof again.cpuPercent], ['number', 'number']);
+    });
+
+    test('stats of a box burning a core: its CPU rate (where measured) and its memory limit', async () => {
+      const id = await started({ memory: 48 * MiB, cmd: ['sh', '-c', 'while :; do :; done'] });
+      try {
+        // Each read is one engine sample (Docker: about 1 s apart): poll until one saw the loop run.
+        const st =
+          rt.capabilities.cpuStats === false
+            ? await rt.stats(id)
+            : await waitFor(
+                async () => {
+                  const s = await rt.stats(id);
+                  return (s.cpuPercent ?? 0) > 0 && s;
+                },
+                { what: 'a CPU rate above 0 for a busy box', intervalMs: 0 },
+              );
+        if (rt.capabilities.cpuStats === false) assert.equal(st.cpuPercent, null);
+        // The next read measures from this one (Docker: a one-shot read): the loop still runs.
+        else assert.ok((await rt.stats(id)).cpuPercent! > 0, 'a read after a read sees the loop too');
+        assert.ok(st.memoryBytes > 0, `memoryBytes ${st.memoryBytes}`);
+        assert.equal(st.memoryLimitBytes, 48 * MiB);
+      } finally {
+        await rt.remove(id, { force: true });
+      }
     });
 
     test('unknown ids are not_found for every call', async () => {

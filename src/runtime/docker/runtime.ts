@@ -95,6 +95,8 @@ export class DockerRuntime implements Runtime {
   private readonly egress: DockerEgress;
   /** The egress rules of boxes created here and not started yet: their first start needs not ask the helper. */
   private readonly freshEgress = new Map<string, EgressSpec>();
+  /** Each container's last CPU reading, by the id the caller uses: what a one-shot read's rate is measured from (see stats). */
+  private readonly cpuSamples = new Map<string, CpuSample>();
 
   constructor(addr: string | RuntimeAddress, options: RuntimeOptions = {}) {
     const parsed = typeof addr === 'string' ? parseRuntimeAddress(addr) : addr;
@@ -510,6 +512,7 @@ export class DockerRuntime implements Runtime {
     } catch (err) {
       this.fail(err, `container ${id}`);
     }
+    this.cpuSamples.delete(id);
     this.agentBoxes.delete(id);
     this.tools.delete(id);
     this.freshEgress.delete(id);
@@ -789,15 +792,27 @@ export class DockerRuntime implements Runtime {
     }
   }
 
+  /**
+   * CPU as `docker stats` computes it: the container's share of the machine's CPU time between two
+   * samples, times its cores. The engine's plain read waits for two of its samples (1 s apart) and
+   * takes 2 s once the container had a read before (measured on Engine 20.10: 1 s for the first,
+   * 2 s for each later one); a `one-shot` read takes 1 s but has no previous sample. So a container
+   * read within CPU_SAMPLE_MAX_AGE_MS is read one-shot and its rate measured from that earlier
+   * reading (a list polled every few seconds: the CPU over the poll interval, in 1 s); the first
+   * read, or one after a long pause, is the engine's two-sample read.
+   */
   async stats(id: string): Promise<ContainerStats> {
     let s: Docker.ContainerStats;
     let sizeRw: number | undefined;
+    const prev = this.cpuSamples.get(id);
+    const oneShot = prev !== undefined && Date.now() - prev.atMs <= CPU_SAMPLE_MAX_AGE_MS;
     try {
       const c = this.docker.getContainer(id);
       // The writable layer's size beside the sample (the engine walks only that layer's files).
       [s, sizeRw] = await Promise.all([
-        c.stats({ stream: false }) as Promise<Docker.ContainerStats>,
-        // dockerode passes options as the query; its types omit `size`.
+        // dockerode passes options as the query (`one-shot` needs API 1.41).
+        c.stats(oneShot ? ({ stream: false, 'one-shot': true } as { stream: false }) : { stream: false }) as Promise<Docker.ContainerStats>,
+        // dockerode's types omit `size`.
         c.inspect({ size: true } as Docker.ContainerInspectOptions).then(
           (i) => (i as { SizeRw?: number }).SizeRw,
           () => undefined,
@@ -806,16 +821,26 @@ export class DockerRuntime implements Runtime {
     } catch (err) {
       this.fail(err, `container ${id}`);
     }
-    const cpuDelta = s.cpu_stats.cpu_usage.total_usage - (s.precpu_stats?.cpu_usage?.total_usage ?? 0);
-    const sysDelta = (s.cpu_stats.system_cpu_usage ?? 0) - (s.precpu_stats?.system_cpu_usage ?? 0);
+    const total = s.cpu_stats.cpu_usage.total_usage;
+    const system = s.cpu_stats.system_cpu_usage ?? 0;
+    const engines = s.precpu_stats?.system_cpu_usage ? { total: s.precpu_stats.cpu_usage.total_usage, system: s.precpu_stats.system_cpu_usage } : undefined;
+    const base = engines ?? (oneShot ? prev : undefined);
     const cores = s.cpu_stats.online_cpus ?? s.cpu_stats.cpu_usage.percpu_usage?.length ?? 1;
+    let cpuPercent: number | null = null;
+    if (base && system > base.system) cpuPercent = (Math.max(0, total - base.total) / (system - base.system)) * cores * 100;
+    // Two reads within one engine sample (one tick): the same sample, the same rate.
+    else if (base && system === base.system && prev) cpuPercent = prev.cpuPercent;
+    if (system > 0) {
+      if (this.cpuSamples.size > 10_000) this.cpuSamples.clear();
+      this.cpuSamples.set(id, { total, system, atMs: Date.now(), cpuPercent });
+    }
     const memStats = s.memory_stats.stats as Record<string, number> | undefined;
     const cache = memStats?.['inactive_file'] ?? 0;
     const pageCache = memStats?.['cache'] ?? memStats?.['file'];
     return {
-      cpuPercent: sysDelta > 0 && cpuDelta > 0 ? (cpuDelta / sysDelta) * cores * 100 : 0,
+      cpuPercent,
       memoryBytes: Math.max(0, (s.memory_stats.usage ?? 0) - cache),
-      memoryLimitBytes: s.memory_stats.limit ?? 0,
+      memoryLimitBytes: s.memory_stats.limit || null,
       pids: (s as unknown as { pids_stats?: { current?: number } }).pids_stats?.current ?? 0,
       ...(typeof pageCache === 'number' ? { memoryCacheBytes: pageCache } : {}),
       ...(typeof sizeRw === 'number' ? { diskUsedBytes: sizeRw } : {}),
@@ -993,6 +1018,17 @@ function connectTcp(host: string, port: number, signal: AbortSignal | undefined,
 }
 
 /** Engine event names -> the engine-neutral actions ('die' covers exit, kill, OOM and shutdown). */
+/** One CPU reading of a container: its CPU time and the machine's (cumulative ns), when, and the rate it gave. */
+interface CpuSample {
+  total: number;
+  system: number;
+  atMs: number;
+  cpuPercent: number | null;
+}
+
+/** How old an earlier reading a one-shot stats read may measure its CPU rate from; older: the engine's two-sample read. */
+const CPU_SAMPLE_MAX_AGE_MS = 60_000;
+
 const EVENT_ACTIONS: Record<string, ContainerEvent['action']> = { create: 'created', start: 'started', die: 'stopped', destroy: 'removed' };
 
 /**

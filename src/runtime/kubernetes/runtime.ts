@@ -141,6 +141,7 @@ export class KubernetesRuntime implements Runtime {
       logStreams: false,
       pause: false,
       commit: false,
+      cpuStats: false,
       egress: this.egressImage !== undefined,
     };
     this.gate = new StartGate(options.maxConnections ?? DEFAULT_STARTING_EXECS);
@@ -507,7 +508,7 @@ export class KubernetesRuntime implements Runtime {
     }
   }
 
-  /** Memory and pids from the box's own cgroup (no metrics-server is assumed); CPU is not sampled (0). */
+  /** Memory and pids from the box's own cgroup (no metrics-server is assumed); CPU is not sampled (null). */
   async stats(id: string): Promise<ContainerStats> {
     const script =
       'for f in /sys/fs/cgroup/memory.current /sys/fs/cgroup/memory/memory.usage_in_bytes; do [ -r $f ] && { cat $f; break; }; done; echo;' +
@@ -516,7 +517,9 @@ export class KubernetesRuntime implements Runtime {
     const r = await this.exec(id, ['/bin/sh', '-c', script]);
     const [mem, limit, pids] = r.stdout.split('\n').filter((l) => l.trim() !== '');
     const num = (s: string | undefined) => (s && /^\d+$/.test(s.trim()) ? Number(s.trim()) : 0);
-    return { cpuPercent: 0, memoryBytes: num(mem), memoryLimitBytes: num(limit), pids: num(pids) };
+    // No limit reads `max` (cgroup v2) or a huge number (v1): none to report.
+    const cap = num(limit);
+    return { cpuPercent: null, memoryBytes: num(mem), memoryLimitBytes: cap > 0 && cap < 2 ** 62 ? cap : null, pids: num(pids) };
   }
 
   /** The container's user, as the pod spec says (exec runs as it: Kubernetes' exec has no user). */

@@ -275,6 +275,7 @@ export class NodeSet implements Runtime {
       pidsLimit: all('pidsLimit'),
       execUser: all('execUser'),
       logStreams: all('logStreams'),
+      cpuStats: all('cpuStats'),
     };
   }
 

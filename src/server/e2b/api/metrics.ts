@@ -125,9 +125,9 @@ export class MetricsSampler {
     const ring = this.rings.get(box.id) ?? [];
     ring.push({
       atMs: Date.now(),
-      cpuPercent: s.cpuPercent,
-      memUsed: s.memoryBytes,
-      memTotal: s.memoryLimitBytes,
+      cpuPercent: s.cpuPercent ?? 0,
+      memUsed: s.memoryBytes ?? 0,
+      memTotal: s.memoryLimitBytes ?? 0,
       memCache: s.memoryCacheBytes ?? 0,
       diskUsed: s.diskUsedBytes ?? 0,
     });
