@@ -34,6 +34,7 @@ import { K8S_ROW_NAMES, runKubernetesRows } from './rows/kubernetes.js';
 import { CLI_ROW_NAMES, runCliRows } from './rows/cli.js';
 import { REMOTE_ROW_NAMES, runRemoteRows } from './rows/remote.js';
 import { EGRESS_ROW_NAMES, runEgressRows } from './rows/egress.js';
+import { CONSOLE_ROW_NAMES, runConsoleRows } from './rows/console.js';
 import { concurrencyRows, latencyRows } from './rows/boxes.js';
 import { WORKSPACE_ROW_NAME, fileRows } from './rows/files.js';
 import { RawSubject } from './subjects/raw.js';
@@ -124,6 +125,7 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     ...CLI_ROW_NAMES,
     ...REMOTE_ROW_NAMES,
     ...EGRESS_ROW_NAMES,
+    ...CONSOLE_ROW_NAMES,
   ];
   const picked = selectNames(all, run.args.only);
   if (picked.size === 0) throw new UsageError(`--only ${run.args.only}: no row matches; rows are ${all.join(', ')}`);
@@ -179,6 +181,11 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
   }
   if (warmRowNames().some((n) => picked.has(n))) {
     results.push(...(await runWarmRows(run.ctx, { managerName: `${run.managerName}-wm`, dataDir: join(run.tmp, 'warm'), runId: run.runId, only: picked })));
+  }
+  if (CONSOLE_ROW_NAMES.some((n) => picked.has(n))) {
+    results.push(
+      ...(await runConsoleRows(run.ctx, { managerName: `${run.managerName}-con`, dataDir: join(run.tmp, 'console'), runId: run.runId, only: picked })),
+    );
   }
   if (EGRESS_ROW_NAMES.some((n) => picked.has(n))) {
     results.push(...(await runEgressRows(run.ctx, { managerName: `${run.managerName}-eg`, dataDir: join(run.tmp, 'egress'), runId: run.runId, only: picked })));

@@ -30,7 +30,11 @@ import { summarize } from '../core/stats.js';
 import { runStandalone } from '../core/standalone.js';
 import { PoolSubject } from '../subjects/pool.js';
 
-const ECHO = { name: 'Console Echo', group: 'latency' as const, note: 'a key in the console terminal → on its screen, vs the same PTY echo over the exec WebSocket from Node' };
+const ECHO = {
+  name: 'Console Echo',
+  group: 'latency' as const,
+  note: 'a key in the console terminal → on its screen, vs the same PTY echo over the exec WebSocket from Node',
+};
 const LOAD = { name: 'Console Load', group: 'host' as const, note: 'first load, cold cache, signed in: navigation → the boxes list on screen' };
 export const CONSOLE_ROW_NAMES: readonly string[] = [ECHO.name, LOAD.name];
 

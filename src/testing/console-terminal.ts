@@ -7,6 +7,7 @@
  * (run through the DevTools protocol, which the CSP does not govern), never waitForFunction.
  */
 import type { Locator, Page } from 'playwright-core';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { waitFor } from './wait.js';
 
 /** The terminal pane on show (the Terminal tab shows one of its terminals at a time). */
@@ -114,6 +115,10 @@ export async function measureEcho(page: Page, opts: { count?: number; pane?: str
     typed += ch;
     // Long lines wrap: the tail is what shows on the cursor's row.
     await page.evaluate(`window.__sbxEcho.arm(${JSON.stringify(typed.slice(-20))})`);
+    // A person's keys land anywhere in the display's 16.7 ms frame; keys sent the moment the last echo
+    // was drawn would all land at the same point of it (and all wait the same part of a frame). So
+    // each key is held back a different part of a frame (0, 7, 14, 4, 11, … ms), outside the timing.
+    await sleep((i * 7) % 17);
     // Down, and up only once echoed: a person's key is down for tens of ms, and an up sent at once
     // would queue its own handling in the page ahead of the echo (press() sends both back to back).
     await page.keyboard.down(ch);
