@@ -45,7 +45,7 @@ async function main(): Promise<void> {
     const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
     const page = await context.newPage();
     const shot = (name: string) => page.screenshot({ path: `${OUT}${name}.png` });
-    await page.goto(`${srv.url}/`);
+    await page.goto(`${srv.url}/console/`);
     await page.getByLabel('API key').waitFor();
     await shot('sign-in');
     await page.getByLabel('API key').fill(srv.admin);
@@ -55,25 +55,25 @@ async function main(): Promise<void> {
     await settle(page);
     await shot('boxes');
 
-    await page.goto(`${srv.url}/#/boxes/${shell.id}/terminal`);
+    await page.goto(`${srv.url}/console/#/boxes/${shell.id}/terminal`);
     await page.locator(`${ACTIVE_PANE}[data-state="open"]`).waitFor();
     await waitForFocus(page);
     await typeLine(page, `cd ${shell.mountPath} && ls -la && cat log.txt | head -3 && uname -sm`);
     await waitForLine(page, /^line 2$/);
     await shot('terminal');
 
-    await page.goto(`${srv.url}/#/boxes/${shell.id}/files`);
+    await page.goto(`${srv.url}/console/#/boxes/${shell.id}/files`);
     await page.getByTestId('file-row').first().waitFor();
     await settle(page);
     await shot('files');
 
-    await page.goto(`${srv.url}/#/boxes/${web.id}/ports`);
+    await page.goto(`${srv.url}/console/#/boxes/${web.id}/ports`);
     await page.getByTestId('ports-published').waitFor();
     await page.getByTestId('share-create').click();
     await page.getByTestId('share-link').first().waitFor();
     await shot('ports');
 
-    await page.goto(`${srv.url}/#/boxes/${desktop.id}/desktop`);
+    await page.goto(`${srv.url}/console/#/boxes/${desktop.id}/desktop`);
     const frame = page.frameLocator('[data-testid="desktop-frame"]');
     await frame.locator('canvas').waitFor();
     await waitUntil(
@@ -83,29 +83,29 @@ async function main(): Promise<void> {
     await settle(page, 1500);
     await shot('desktop');
 
-    await page.goto(`${srv.url}/#/workspaces`);
+    await page.goto(`${srv.url}/console/#/workspaces`);
     await page.getByTestId('workspace-row').first().waitFor();
     await settle(page);
     await shot('workspaces');
 
-    await page.goto(`${srv.url}/#/images`);
+    await page.goto(`${srv.url}/console/#/images`);
     await page.getByTestId('image-row').first().waitFor();
     await shot('images');
 
-    await page.goto(`${srv.url}/#/pools`);
+    await page.goto(`${srv.url}/console/#/pools`);
     await page.getByTestId('pool').first().waitFor();
     await shot('pools');
 
-    await page.goto(`${srv.url}/#/keys`);
+    await page.goto(`${srv.url}/console/#/keys`);
     await page.getByTestId('key-row').first().waitFor();
     await shot('keys');
 
-    await page.goto(`${srv.url}/#/metrics`);
+    await page.goto(`${srv.url}/console/#/metrics`);
     await waitUntil(page, `Number(document.querySelector('[data-testid="chart-rates"]')?.dataset.drawn ?? 0) >= 3`, 60_000);
     await shot('metrics');
 
     await page.setViewportSize({ width: 390, height: 844 });
-    await page.goto(`${srv.url}/#/boxes`);
+    await page.goto(`${srv.url}/console/#/boxes`);
     await page.locator('[data-testid="box-row"]').nth(3).waitFor();
     await settle(page);
     await shot('phone-boxes');

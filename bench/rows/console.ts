@@ -54,11 +54,13 @@ async function signIn(url: string, key: string): Promise<Session> {
   return { cookie, token: ((await res.json()) as { sessionToken: string }).sessionToken };
 }
 
-/** A fresh context signed in as the console would be: the cookie, and the token in the tab's sessionStorage. */
+/** A fresh context signed in as the console would be: the session's two cookies (src/server/sessions.ts). */
 async function sessionContext(browser: Browser, url: string, s: Session): Promise<BrowserContext> {
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-  await context.addCookies([{ name: 'sbx_session', value: s.cookie, url: `${url}/v1/`, httpOnly: true, sameSite: 'Strict' }]);
-  await context.addInitScript(`sessionStorage.setItem('sbx.sessionToken', ${JSON.stringify(s.token)})`);
+  await context.addCookies([
+    { name: 'sbx_session', value: s.cookie, url: `${url}/v1/`, httpOnly: true, sameSite: 'Strict' },
+    { name: 'sbx_console', value: s.token, url: `${url}/console/`, sameSite: 'Strict' },
+  ]);
   return context;
 }
 
@@ -107,7 +109,7 @@ async function echoRow(browser: Browser, url: string, key: string, s: Session, b
   const context = await sessionContext(browser, url, s);
   try {
     const page = await context.newPage();
-    await page.goto(`${url}/#/boxes/${boxId}/terminal`);
+    await page.goto(`${url}/console/#/boxes/${boxId}/terminal`);
     await page.locator(`${ACTIVE_PANE}[data-state="open"]`).waitFor();
     await page.locator(`${ACTIVE_PANE} .xterm-rows`).waitFor();
     await waitForFocus(page);
@@ -144,7 +146,7 @@ async function loadRow(browser: Browser, url: string, s: Session, runs: number):
         ),
       );
       const t0 = performance.now();
-      await page.goto(`${url}/#/boxes`);
+      await page.goto(`${url}/console/#/boxes`);
       await page.getByTestId('box-list').waitFor();
       times.push(performance.now() - t0);
       const total = (await Promise.all(sizes)).reduce((a, b) => a + b, 0);

@@ -1,7 +1,8 @@
 /**
  * The console's one way to the HTTP API (docs/api.md): JSON in and out, the session token on every
  * request (src/server/sessions.ts), the API's error body as an ApiError. The API key itself is never
- * kept: sign-in sends it once and keeps only the session token, in this tab's sessionStorage.
+ * kept: sign-in sends it once; the server answers with the session's cookies, of which this page
+ * reads one, the token, set for the console's own path (a box's page on this origin cannot read it).
  */
 export interface Whoami {
   keyId: string;
@@ -22,11 +23,16 @@ export class ApiError extends Error {
   }
 }
 
-const TOKEN_KEY = 'sbx.sessionToken';
+const TOKEN_COOKIE = 'sbx_console';
 export const SESSION_HEADER = 'X-SBX-Session';
 
+/** The session token: the `sbx_console` cookie of this page's path (the first: the most specific path). */
 export function sessionToken(): string | null {
-  return sessionStorage.getItem(TOKEN_KEY);
+  for (const part of document.cookie.split(';')) {
+    const [name, value] = part.trim().split('=', 2);
+    if (name === TOKEN_COOKIE && value) return value;
+  }
+  return null;
 }
 
 /** Called when the API says the session is over (401): the app shows the sign-in page. */
@@ -36,7 +42,7 @@ export function whenSignedOut(cb: () => void): void {
 }
 
 function forget(): void {
-  sessionStorage.removeItem(TOKEN_KEY);
+  document.cookie = `${TOKEN_COOKIE}=; Max-Age=0; Path=${location.pathname.replace(/[^/]*$/, '')}; SameSite=Strict`;
 }
 
 async function errorOf(res: Response): Promise<ApiError> {
@@ -95,9 +101,8 @@ export async function signIn(apiKey: string): Promise<Whoami> {
     credentials: 'same-origin',
   });
   if (!res.ok) throw await errorOf(res);
-  const session = (await res.json()) as { sessionToken: string; whoami: Whoami };
-  sessionStorage.setItem(TOKEN_KEY, session.sessionToken);
-  return session.whoami;
+  // The token arrives as the sbx_console cookie of this page's path (sessionToken() reads it).
+  return ((await res.json()) as { whoami: Whoami }).whoami;
 }
 
 export async function signOut(): Promise<void> {

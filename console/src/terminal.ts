@@ -82,6 +82,13 @@ export async function openTerminal(host: HTMLElement, opts: TerminalOptions): Pr
     fontSize: 13,
     scrollback: 5000,
     theme: { background: '#000000' },
+    // A program in the box may print hyperlinks (OSC 8). xterm's own handler opens them with an
+    // opener, and a box page on this origin opened that way could reach this page: never.
+    linkHandler: {
+      activate: (_event, uri) => {
+        window.open(uri, '_blank', 'noopener,noreferrer');
+      },
+    },
   });
   const fitter = new FitAddon();
   term.loadAddon(fitter);

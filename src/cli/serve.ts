@@ -121,7 +121,7 @@ export async function runServe(flags: ServeFlags, cmd: Command): Promise<void> {
     process.once('SIGTERM', stop);
   });
   process.stderr.write(`sbx: serving ${server.url}${server.grpc ? ` (gRPC heartbeat on ${server.grpc.address}${dial})` : ''}\n`);
-  process.stderr.write(`sbx: web console at ${server.url}/ (sign in with an API key)\n`);
+  process.stderr.write(`sbx: web console at ${server.url}/console/ (sign in with an API key)\n`);
   await stopped;
   await server.close();
   restore();

@@ -115,6 +115,11 @@ export async function buildApp(ctx: ServerContext, opts: AppOptions): Promise<Fa
 
   app.addHook('onRequest', async (req, reply) => {
     reply.header('x-request-id', req.id);
+    // sbx serves no service worker. A box's page on the path-based proxy shares this origin, and a
+    // worker it registered would see (and could replay) the web console's requests: refused.
+    if (req.headers['service-worker'] !== undefined) {
+      throw new SbxError('forbidden', 'this server serves no service worker (a Service-Worker script request is refused on every path)');
+    }
     const config = req.routeOptions.config;
     const auth = config?.auth ?? 'key';
     if (ctx.shuttingDown() && auth !== 'public') throw new SbxError('not_available', 'the server is shutting down; retry against the restarted server');

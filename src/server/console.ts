@@ -1,10 +1,11 @@
 /**
- * The web console's files: `GET /` is its page, `GET /assets/<name>-<hash>.<ext>` its scripts and
- * styles, built by `console/build.ts` into `.build/console/` (shipped in the package; no CDN, no
+ * The web console's files: `GET /console/` is its page (`/` and `/console` lead there),
+ * `GET /console/assets/<name>-<hash>.<ext>` its scripts and styles, built by `console/build.ts` into `.build/console/` (shipped in the package; no CDN, no
  * network at run time). Read into memory once, served gzip-compressed to browsers that take it.
  *
  * The page is public (it holds no data: every datum comes from the API under the session, see
- * sessions.ts) and strict: a CSP that runs only this server's scripts, no framing, and a
+ * sessions.ts). It lives under its own path, the path of the session token's cookie, which a box's
+ * page (under /v1/boxes/…) therefore cannot read. It is strict: a CSP that runs only this server's scripts, no framing, and a
  * Cross-Origin-Opener-Policy that keeps the page its own (a box page it opens cannot reach it).
  */
 import { readFile, readdir } from 'node:fs/promises';
@@ -12,6 +13,7 @@ import { extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { SbxError } from '../errors.js';
+import { CONSOLE_PATH } from './sessions.js';
 
 /** Where the build writes the console, from src/server/ and from dist/server/ alike. */
 export const CONSOLE_DIR = fileURLToPath(new URL('../../.build/console/', import.meta.url));
@@ -84,7 +86,11 @@ export function consoleRoutes(app: FastifyInstance, dir = CONSOLE_DIR): void {
     }
   };
 
-  app.get('/', { config: { auth: 'public' }, schema: { hide: true } }, async (req, reply) => {
+  // Relative: the console is found behind a path prefix too.
+  app.get('/', { config: { auth: 'public' }, schema: { hide: true } }, async (_req, reply) => reply.code(302).header('location', 'console/').send());
+  app.get('/console', { config: { auth: 'public' }, schema: { hide: true } }, async (_req, reply) => reply.code(302).header('location', 'console/').send());
+
+  app.get(CONSOLE_PATH, { config: { auth: 'public' }, schema: { hide: true } }, async (req, reply) => {
     const page = (await files()).get('index.html')!;
     reply
       .header('content-security-policy', CONSOLE_CSP)
@@ -95,7 +101,7 @@ export function consoleRoutes(app: FastifyInstance, dir = CONSOLE_DIR): void {
     return send(req, reply, page);
   });
 
-  app.get('/assets/*', { config: { auth: 'public' }, schema: { hide: true } }, async (req, reply) => {
+  app.get(`${CONSOLE_PATH}assets/*`, { config: { auth: 'public' }, schema: { hide: true } }, async (req, reply) => {
     const name = `assets/${(req.params as { '*': string })['*']}`;
     const file = (await files()).get(name);
     if (!file) throw new SbxError('not_found', `no console file ${name}`);

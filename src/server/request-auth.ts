@@ -39,8 +39,8 @@ export function credentialOf(req: FastifyRequest): string | undefined {
 export async function authenticateRequest(req: FastifyRequest, header = credentialOf(req)): Promise<Caller> {
   const { ctx, limiter } = req.server.sbxAuth;
   try {
-    const cookie = header === undefined ? cookieValues(req.headers.cookie, SESSION_COOKIE)[0] : undefined;
-    if (cookie !== undefined) return await limiter.guard(req.ip, () => sessionCaller(req, cookie));
+    const cookies = header === undefined ? cookieValues(req.headers.cookie, SESSION_COOKIE) : [];
+    if (cookies.length > 0) return await limiter.guard(req.ip, () => sessionCaller(req, cookies));
     return await authenticate(header, req.ip, { keys: ctx.keys, verifyBoxToken: (t) => ctx.manager.secrets.verifyBoxToken(t), limiter });
   } catch (err) {
     ctx.metrics.authFailures.inc();
@@ -65,13 +65,16 @@ export function sessionTokenOf(req: FastifyRequest): string | undefined {
  * names the page that made the request (Origin), a page of this server. The token alone already
  * keeps other pages out; the Origin check refuses them before the token is even looked at.
  */
-function sessionCaller(req: FastifyRequest, cookie: string): Caller {
+function sessionCaller(req: FastifyRequest, cookies: string[]): Caller {
   const { sessions, ctx } = req.server.sbxAuth;
   const origin = req.headers.origin;
   if (origin !== undefined && !ownOrigin(origin, req.headers.host, ctx.publicUrl())) {
     throw new SbxError('forbidden', `a console session is accepted from this server's own pages only, not from Origin ${origin}`, { details: { origin } });
   }
-  const found = sessions.verify(cookie, sessionTokenOf(req));
+  // Every value: a page of this origin (a box's, through the path-based proxy) can add a cookie of
+  // the same name for a longer path, which the browser sends first; it must not shadow the real one.
+  const token = sessionTokenOf(req);
+  const found = cookies.slice(0, 8).reduce<ReturnType<typeof sessions.verify>>((hit, c) => hit ?? sessions.verify(c, token), undefined);
   if (!found)
     throw new SbxError('unauthorized', 'the console session is over or not valid (signed out, expired, its key revoked, or no X-SBX-Session): sign in again');
   return found.principal;

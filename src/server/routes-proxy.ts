@@ -15,7 +15,7 @@ import type { Duplex } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { SbxError } from '../errors.js';
 import type { LocalBox } from '../sandbox/box.js';
-import { SESSION_COOKIE, SESSION_HEADER } from './sessions.js';
+import { CONSOLE_TOKEN_COOKIE, SESSION_COOKIE, SESSION_HEADER } from './sessions.js';
 import { BOX_ID_PATTERN } from '../sandbox/create-options.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
@@ -81,6 +81,23 @@ function target(req: FastifyRequest): { id: string; port: number } {
 function upstreamPath(rawUrl: string): string {
   const m = PREFIX.exec(rawUrl);
   return withoutQuery(`${m?.[1] ?? '/'}${m?.[2] ?? ''}`, PORT_TOKEN_QUERY);
+}
+
+/**
+ * Response headers a box's service may not send to the browser. On the path-based proxy the box's
+ * pages share the origin of the API and the web console, so a header that acts on the whole origin
+ * would act on them: `Service-Worker-Allowed` would let a box's worker control the console (the app
+ * also refuses every service-worker script request), `Clear-Site-Data` would wipe its storage and
+ * cookies.
+ */
+const BOX_MAY_NOT_SET = new Set(['service-worker-allowed', 'clear-site-data']);
+
+/** sbx's own cookies, which a box's `Set-Cookie` may not replace or shadow. */
+const SBX_COOKIES = [PORT_TOKEN_COOKIE, SESSION_COOKIE, CONSOLE_TOKEN_COOKIE];
+
+/** A box's Set-Cookie headers without those naming one of sbx's cookies. */
+function boxCookies(list: string[]): string[] {
+  return list.filter((c) => !SBX_COOKIES.includes(c.slice(0, c.indexOf('=')).trim()));
 }
 
 function forwardHeaders(req: FastifyRequest, keepUpgrade: boolean): OutgoingHttpHeaders {
@@ -201,8 +218,8 @@ function proxyHttp(ctx: ServerContext, req: FastifyRequest, reply: FastifyReply,
         up.on('response', (res) => {
           const out: OutgoingHttpHeaders = {};
           for (const [k, v] of Object.entries(res.headers)) {
-            if (v === undefined || HOP_BY_HOP.has(k) || k === 'transfer-encoding') continue;
-            out[k] = v;
+            if (v === undefined || HOP_BY_HOP.has(k) || k === 'transfer-encoding' || BOX_MAY_NOT_SET.has(k)) continue;
+            out[k] = k === 'set-cookie' ? boxCookies(v as string[]) : v;
           }
           reply.raw.writeHead(res.statusCode ?? 502, res.statusMessage, out);
           reply.raw.flushHeaders();

@@ -10,7 +10,7 @@ import { requireKey } from './auth.js';
 import { cookieValues, isHttps } from './port-auth.js';
 import { ownOrigin } from './request-auth.js';
 import { WhoamiSchema, noContent, replies } from './schemas.js';
-import { SESSION_COOKIE } from './sessions.js';
+import { CONSOLE_PATH, CONSOLE_TOKEN_COOKIE, SESSION_COOKIE } from './sessions.js';
 import type { Principal } from './keys.js';
 
 const SignInSchema = z.object({ apiKey: z.string().min(1).max(256) }).strict();
@@ -26,8 +26,13 @@ function whoami(p: Principal): z.infer<typeof WhoamiSchema> {
   return { keyId: p.keyId, name: p.name, role: p.role, owner: p.owner, admin: p.role === 'admin' };
 }
 
-function sessionCookie(req: FastifyRequest, value: string, maxAgeS: number): string {
-  return [`${SESSION_COOKIE}=${value}`, 'Path=/v1', `Max-Age=${maxAgeS}`, 'HttpOnly', 'SameSite=Strict', ...(isHttps(req) ? ['Secure'] : [])].join('; ');
+/** The two cookies of a session (sessions.ts): the HttpOnly one the API reads, and the token for the console's page. */
+function sessionCookies(req: FastifyRequest, values: { cookie: string; token: string }, maxAgeS: number): string[] {
+  const secure = isHttps(req) ? ['Secure'] : [];
+  return [
+    [`${SESSION_COOKIE}=${values.cookie}`, 'Path=/v1', `Max-Age=${maxAgeS}`, 'HttpOnly', 'SameSite=Strict', ...secure].join('; '),
+    [`${CONSOLE_TOKEN_COOKIE}=${values.token}`, `Path=${CONSOLE_PATH}`, `Max-Age=${maxAgeS}`, 'SameSite=Strict', ...secure].join('; '),
+  ];
 }
 
 export function sessionRoutes(app: FastifyInstance): void {
@@ -61,7 +66,7 @@ export function sessionRoutes(app: FastifyInstance): void {
       const opened = sessions.open(principal);
       const maxAge = Math.floor((opened.expiresAt - Date.now()) / 1000);
       return reply
-        .header('set-cookie', sessionCookie(req, opened.cookie, maxAge))
+        .header('set-cookie', sessionCookies(req, { cookie: opened.cookie, token: opened.sessionToken }, maxAge))
         .header('cache-control', 'no-store')
         .send({ sessionToken: opened.sessionToken, expiresAt: new Date(opened.expiresAt).toISOString(), whoami: whoami(principal) });
     },
@@ -78,11 +83,10 @@ export function sessionRoutes(app: FastifyInstance): void {
     },
     async (req, reply) => {
       requireKey(req.caller);
-      const cookie = cookieValues(req.headers.cookie, SESSION_COOKIE)[0];
-      if (cookie !== undefined) req.server.sbxAuth.sessions.close(cookie);
+      for (const cookie of cookieValues(req.headers.cookie, SESSION_COOKIE)) req.server.sbxAuth.sessions.close(cookie);
       return reply
         .code(204)
-        .header('set-cookie', sessionCookie(req, '', 0))
+        .header('set-cookie', sessionCookies(req, { cookie: '', token: '' }, 0))
         .send();
     },
   );

@@ -7,8 +7,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { WebSocket } from 'ws';
-import { SessionStore } from './sessions.js';
+import { MAX_SESSIONS_PER_KEY, SessionStore } from './sessions.js';
 import type { Principal } from './keys.js';
+import { testEnv } from '../testing/env.js';
 import { startTestServer } from '../testing/server.js';
 import type { TestServer } from '../testing/server.js';
 
@@ -34,6 +35,19 @@ describe('SessionStore', () => {
     live = false;
     assert.equal(store.verify(third.cookie, third.sessionToken), undefined, 'key revoked');
     assert.equal(store.size, 0, 'ended sessions are dropped');
+  });
+});
+
+describe('SessionStore bounds', () => {
+  test('one key signing in over and over ends only its own oldest sessions', () => {
+    const bob: Principal = { ...alice, keyId: 'b'.repeat(16), name: 'bob', owner: 'bob' };
+    const store = new SessionStore({ principal: (id) => (id === bob.keyId ? bob : alice) });
+    const bobs = store.open(bob);
+    const first = store.open(alice);
+    for (let i = 0; i < MAX_SESSIONS_PER_KEY + 10; i++) store.open(alice);
+    assert.equal(store.verify(first.cookie, first.sessionToken), undefined, "alice's oldest is ended");
+    assert.equal(store.verify(bobs.cookie, bobs.sessionToken)?.principal.owner, 'bob', "bob's session lives on");
+    assert.equal(store.size, MAX_SESSIONS_PER_KEY + 1);
   });
 });
 
@@ -87,7 +101,7 @@ describe('console sessions over HTTP', () => {
     assert.match(s.setCookie, /SameSite=Strict/);
     assert.match(s.setCookie, /Path=\/v1/);
     assert.deepEqual(s.body.whoami, { keyId: userKeyId, name: 'carol', role: 'user', owner: 'carol', admin: false });
-    assert.ok(!JSON.stringify(s.body).includes(userKey.split('_')[2]!), 'the answer holds no part of the secret');
+    assert.ok(!JSON.stringify(s.body).includes(/^sbxk_[0-9a-f]{16}_(.+)$/.exec(userKey)![1]!), 'the answer holds not the secret');
     const who = await asSession(s, '/v1/whoami');
     assert.equal(who.status, 200);
     assert.equal(((await who.json()) as { owner: string }).owner, 'carol');
@@ -173,11 +187,56 @@ describe('console sessions over HTTP', () => {
     const html = await res.text();
     const script = /src="(assets\/[^"]+\.js)"/.exec(html)?.[1];
     assert.ok(script, html);
-    const asset = await fetch(`${srv.url}/${script}`, { headers: { 'accept-encoding': 'gzip' } });
+    const asset = await fetch(`${srv.url}/console/${script}`, { headers: { 'accept-encoding': 'gzip' } });
     assert.equal(asset.status, 200);
     assert.equal(asset.headers.get('content-encoding'), 'gzip');
     assert.match(asset.headers.get('cache-control') ?? '', /immutable/);
-    assert.equal((await fetch(`${srv.url}/assets/nope.js`)).status, 404);
-    assert.equal((await fetch(`${srv.url}/assets/..%2f..%2fpackage.json`)).status, 404);
+    assert.equal((await fetch(`${srv.url}/console/assets/nope.js`)).status, 404);
+    assert.equal((await fetch(`${srv.url}/console/assets/..%2f..%2fpackage.json`)).status, 404);
+  });
+  test('a cookie of the same name that another page of the origin added does not shadow the session', async () => {
+    const s = await signIn(userKey);
+    const res = await fetch(`${srv.url}/v1/whoami`, { headers: { cookie: `sbx_session=planted; sbx_session=${s.cookie}`, 'x-sbx-session': s.token } });
+    assert.equal(res.status, 200);
+  });
+
+  test("sign-in sets the token's cookie for the console's path only; the page lives there", async () => {
+    const res = await fetch(`${srv.url}/v1/session`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ apiKey: userKey }),
+    });
+    const cookies = res.headers.getSetCookie();
+    assert.equal(cookies.length, 2);
+    assert.match(cookies[1]!, /^sbx_console=[A-Za-z0-9_-]{43}; Path=\/console\/; Max-Age=\d+; SameSite=Strict$/);
+    assert.doesNotMatch(cookies[1]!, /HttpOnly/, "the console's script reads it");
+    const root = await fetch(`${srv.url}/`, { redirect: 'manual' });
+    assert.equal(root.status, 302);
+    assert.equal(root.headers.get('location'), 'console/');
+  });
+
+  test("a box's service cannot set sbx's cookies, Service-Worker-Allowed or Clear-Site-Data through the proxy", async () => {
+    const made = await srv.call('POST', '/v1/boxes', { body: { image: testEnv.testImage, ports: [{ containerPort: 3002 }] } });
+    assert.equal(made.status, 201, made.text);
+    const id = made.json.id as string;
+    try {
+      const server = `require('http').createServer((q, r) => { r.writeHead(200, { 'set-cookie': ['sbx_session=evil; Path=/v1', 'sbx_console=evil; Path=/console/', 'sbx_token=evil; Path=/', 'app=1; Path=/'], 'service-worker-allowed': '/', 'clear-site-data': '"storage"' }); r.end('ok'); }).listen(3002, '0.0.0.0', () => console.log('listening'))`;
+      // The service runs as long as its exec stream is open (until the box is removed).
+      const stream = await (await srv.manager.get(id)).stream(['node', '-e', server]);
+      stream.stdin.end();
+      await new Promise<void>((resolve, reject) => {
+        stream.stdout.on('data', (c: Buffer) => c.toString().includes('listening') && resolve());
+        stream.wait().then(() => reject(new Error('the in-box service exited')), reject);
+      });
+      const res = await fetch(`${srv.url}/v1/boxes/${id}/ports/3002/`, { headers: { authorization: `Bearer ${srv.admin}` } });
+      const body = await res.text();
+      assert.equal(res.status, 200, body);
+      assert.equal(body, 'ok');
+      assert.deepEqual(res.headers.getSetCookie(), ['app=1; Path=/'], "only the box's own cookie passes");
+      assert.equal(res.headers.get('service-worker-allowed'), null);
+      assert.equal(res.headers.get('clear-site-data'), null);
+    } finally {
+      await srv.call('DELETE', `/v1/boxes/${id}`);
+    }
   });
 });

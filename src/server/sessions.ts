@@ -4,15 +4,18 @@
  *
  * - the `sbx_session` cookie (HttpOnly, SameSite=Strict, Path=/v1): no script can read it, and
  *   no page of another site makes the browser send it;
- * - its `sessionToken`, which the sign-in answer gives the page once, and the page keeps in its own
- *   tab (sessionStorage) and sends as `X-SBX-Session` (a WebSocket: the `sbx.session.<token>`
- *   subprotocol) with every request, reads included.
+ * - its `sessionToken`, which sign-in sets as the `sbx_console` cookie for the console's own path
+ *   (`/console/`, readable by the console's scripts, SameSite=Strict) and the page sends as
+ *   `X-SBX-Session` (a WebSocket: the `sbx.session.<token>` subprotocol) with every request, reads
+ *   included.
  *
  * The second half is what a cookie alone cannot give: a box's web service reached through the
  * path-based port proxy is served from this very origin, so its scripts make requests the browser
- * sends the cookie with, SameSite or not. They never see the token: the console's tab does not
- * share its sessionStorage, cannot be framed (frame-ancestors 'none') and opens box pages without
- * an opener (Cross-Origin-Opener-Policy: same-origin, rel=noopener). Requiring the token on every
+ * sends the cookie with, SameSite or not. They never see the token: a document reads only the
+ * cookies of its own path (a box page lives under /v1/boxes/…), and the console's page, which can,
+ * cannot be framed (frame-ancestors 'none'), keeps its own browsing context group
+ * (Cross-Origin-Opener-Policy: same-origin) and opens box pages without an opener; no service
+ * worker can be registered on the origin (app.ts refuses its script). Requiring the token on every
  * request is also the CSRF defence: a form or a request from another page has no token.
  *
  * A session speaks for the key it was opened with and ends with it (revoking the key ends every
@@ -23,6 +26,10 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { KeyStore, Principal } from './keys.js';
 
 export const SESSION_COOKIE = 'sbx_session';
+/** The session token's cookie, for the console's path only (its scripts read it; a box page cannot). */
+export const CONSOLE_TOKEN_COOKIE = 'sbx_console';
+/** Where the console's page lives: the token cookie's path. */
+export const CONSOLE_PATH = '/console/';
 export const SESSION_HEADER = 'x-sbx-session';
 /** The WebSocket spelling of the session token (browsers cannot set headers on one), beside `sbx.v1`. */
 export const WS_SESSION_PREFIX = 'sbx.session.';
@@ -30,6 +37,8 @@ export const WS_SESSION_PREFIX = 'sbx.session.';
 export const SESSION_LIFETIME_MS = 12 * 60 * 60 * 1000;
 /** Sessions kept at once; the oldest is ended past it (every sign-in makes one). */
 const MAX_SESSIONS = 10_000;
+/** Sessions of one key at once: one key signing in over and over ends its own oldest, never others'. */
+export const MAX_SESSIONS_PER_KEY = 32;
 
 interface Session {
   keyId: string;
@@ -68,6 +77,8 @@ export class SessionStore {
   /** A new session for a key that was just verified. */
   open(principal: Principal): OpenedSession {
     this.sweep();
+    const mine = [...this.sessions].filter(([, s]) => s.keyId === principal.keyId);
+    for (const [id] of mine.slice(0, Math.max(0, mine.length - MAX_SESSIONS_PER_KEY + 1))) this.sessions.delete(id);
     const cookie = secret();
     const sessionToken = secret();
     const expiresAt = this.now() + this.lifetimeMs;

@@ -72,7 +72,7 @@ describe('console admin pages', () => {
   test('keys: a new key is shown once and works, is not shown after a reload, and stops working when revoked', async (t) => {
     browser ??= await launchBrowser(t);
     if (!browser) return;
-    const { page, context, errors } = await signedIn(browser, `${srv.url}/#/keys`, srv.admin);
+    const { page, context, errors } = await signedIn(browser, `${srv.url}/console/#/keys`, srv.admin);
     await page.getByTestId('key-row').first().waitFor();
     await page.getByLabel('Name', { exact: true }).fill('console-made');
     await page.getByLabel('Role').selectOption('user');
@@ -107,13 +107,13 @@ describe('console admin pages', () => {
     browser ??= await launchBrowser(t);
     if (!browser) return;
     const user = (await srv.call('POST', '/v1/keys', { body: { name: 'console-user', role: 'user' } })).json.key as string;
-    const { page, context } = await signedIn(browser, `${srv.url}/`, user);
+    const { page, context } = await signedIn(browser, `${srv.url}/console/`, user);
     const nav = page.getByRole('navigation', { name: 'Sections' });
     await nav.getByRole('link', { name: 'Boxes' }).waitFor();
     assert.equal(await nav.getByRole('link', { name: 'Keys' }).count(), 0);
     assert.equal(await nav.getByRole('link', { name: 'Pools & nodes' }).count(), 0);
     for (const section of ['keys', 'pools', 'images']) {
-      await page.goto(`${srv.url}/#/${section}`);
+      await page.goto(`${srv.url}/console/#/${section}`);
       assert.match(await page.getByTestId('error').first().innerText(), /admin.*\(forbidden\)/i, section);
     }
     await context.close();
@@ -125,7 +125,7 @@ describe('console admin pages', () => {
     const ref = testEnv.pullImage;
     // Not on the engine before, so the pull has layers to fetch (other suites do the same).
     await srv.call('DELETE', `/v1/images?ref=${encodeURIComponent(ref)}&force=true`);
-    const { page, context, errors } = await signedIn(browser, `${srv.url}/#/images`, srv.admin);
+    const { page, context, errors } = await signedIn(browser, `${srv.url}/console/#/images`, srv.admin);
     await page.getByTestId('image-row').first().waitFor();
     await page.getByLabel('Image reference').fill(ref);
     await page.getByRole('button', { name: 'Pull', exact: true }).click();
@@ -153,7 +153,7 @@ describe('console admin pages', () => {
     const made = await srv.call('POST', '/v1/boxes', { body: { image: IMAGE } });
     assert.equal(made.status, 201, made.text);
     boxes.push(made.json.id);
-    const { page, context, errors } = await signedIn(browser, `${srv.url}/#/pools`, srv.admin);
+    const { page, context, errors } = await signedIn(browser, `${srv.url}/console/#/pools`, srv.admin);
     const pool = page.locator('[data-testid="pool"][data-pool="local"]');
     await pool.waitFor();
     assert.equal((await pool.getByTestId('pool-connected').innerText()).trim(), 'connected');
@@ -177,7 +177,7 @@ describe('console admin pages', () => {
       const ran = await srv.call('POST', `/v1/boxes/${boxes[1]}/exec`, { body: { cmd: ['true'] } });
       assert.equal(ran.status, 200, ran.text);
     }
-    const { page, context, errors } = await signedIn(browser, `${srv.url}/`, srv.admin);
+    const { page, context, errors } = await signedIn(browser, `${srv.url}/console/`, srv.admin);
     const samples = watchSamples(page);
     await page.getByRole('link', { name: 'Metrics' }).click();
     for (const id of ['boxes', 'rates', 'latency', 'warm']) await page.locator(`[data-testid="chart-${id}"] canvas`).waitFor();

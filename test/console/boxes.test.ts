@@ -59,7 +59,7 @@ describe('console boxes', () => {
 
   test('create through the form: the page checks what it can, shows the API refusal, then the box page shows the box running', async (t) => {
     if (!(await open(t))) return;
-    const { page, context } = await signedIn(browser!, `${srv.url}/#/boxes`, srv.admin);
+    const { page, context } = await signedIn(browser!, `${srv.url}/console/#/boxes`, srv.admin);
     await page.getByTestId('box-list').waitFor();
     await page.getByRole('button', { name: 'New box' }).click();
     const form = page.getByTestId('create-box');
@@ -100,7 +100,7 @@ describe('console boxes', () => {
 
   test('the list shows a box the API creates meanwhile, without a reload', async (t) => {
     if (!(await open(t))) return;
-    const { page, context } = await signedIn(browser!, `${srv.url}/#/boxes`, srv.admin);
+    const { page, context } = await signedIn(browser!, `${srv.url}/console/#/boxes`, srv.admin);
     await page.getByTestId('box-list').waitFor();
     await page.evaluate("window.__sameDocument = 'yes'");
     const box = await createBox({ labels: { team: 'blue' } });
@@ -128,20 +128,20 @@ describe('console boxes', () => {
     if (!(await open(t))) return;
     const theirs = await createBox({}, alice);
     const mine = await createBox({}, bob);
-    const { page, context } = await signedIn(browser!, `${srv.url}/#/boxes`, bob);
+    const { page, context } = await signedIn(browser!, `${srv.url}/console/#/boxes`, bob);
     await row(page, mine.id).waitFor();
     assert.equal(await row(page, theirs.id).count(), 0);
     assert.equal(await page.getByTestId('box-row').count(), 1);
     // Users have no owner filter (they see only their own).
     assert.equal(await page.getByTestId('box-filters').getByLabel('Owner').count(), 0);
-    await page.goto(`${srv.url}/#/boxes/${theirs.id}`);
+    await page.goto(`${srv.url}/console/#/boxes/${theirs.id}`);
     const missing = page.getByTestId('box-missing');
     assert.match(await missing.getByTestId('error').innerText(), new RegExp(`box '${theirs.id}' not found.*\\(not_found\\)`));
     assert.equal(await page.getByTestId('box-info').count(), 0);
     await context.close();
 
     // An admin sees both, and the owner filter (read from the hash) keeps one owner's.
-    const admin = await signedIn(browser!, `${srv.url}/#/boxes?owner=${theirs.owner}`, srv.admin);
+    const admin = await signedIn(browser!, `${srv.url}/console/#/boxes?owner=${theirs.owner}`, srv.admin);
     await row(admin.page, theirs.id).waitFor();
     assert.equal(await admin.page.getByTestId('box-filters').getByLabel('Owner').inputValue(), theirs.owner);
     assert.equal(await row(admin.page, mine.id).count(), 0);
@@ -154,7 +154,7 @@ describe('console boxes', () => {
     if (!(await open(t))) return;
     const a = await createBox();
     const b = await createBox();
-    const { page, context } = await signedIn(browser!, `${srv.url}/#/boxes/${a.id}`, srv.admin);
+    const { page, context } = await signedIn(browser!, `${srv.url}/console/#/boxes/${a.id}`, srv.admin);
     const actions = page.getByTestId('box-actions');
     await actions.getByRole('button', { name: 'Snapshot' }).click();
     const note = await page.getByTestId('box-note').innerText();
@@ -191,7 +191,7 @@ describe('console boxes', () => {
   test('the run form runs a command, shows its output and exit code, and the history lists it', async (t) => {
     if (!(await open(t))) return;
     const box = await createBox();
-    const { page, context } = await signedIn(browser!, `${srv.url}/#/boxes/${box.id}/history`, srv.admin);
+    const { page, context } = await signedIn(browser!, `${srv.url}/console/#/boxes/${box.id}/history`, srv.admin);
     const form = page.getByTestId('run-form');
     await form.getByLabel('Run a command').fill('echo out-$((6*7)); echo err-line >&2; exit 3');
     await form.getByLabel('Run a command').press('Enter');
@@ -213,7 +213,7 @@ describe('console boxes', () => {
     const box = await createBox({
       cmd: ['sh', '-c', 'echo LOG-MARK-first; while [ ! -e /tmp/go ]; do sleep 0.2; done; echo LOG-MARK-after-go; exec sleep infinity'],
     });
-    const { page, context } = await signedIn(browser!, `${srv.url}/#/boxes/${box.id}/logs`, srv.admin);
+    const { page, context } = await signedIn(browser!, `${srv.url}/console/#/boxes/${box.id}/logs`, srv.admin);
     const logs = page.getByTestId('box-logs');
     await logs.filter({ hasText: 'LOG-MARK-first' }).waitFor();
     await page.getByLabel('Follow').check();
@@ -228,7 +228,7 @@ describe('console boxes', () => {
     if (!(await open(t))) return;
     const good = await createBox();
     const bad = await createBox();
-    const { page, context } = await signedIn(browser!, `${srv.url}/#/boxes`, srv.admin);
+    const { page, context } = await signedIn(browser!, `${srv.url}/console/#/boxes`, srv.admin);
     // The stats route is another change's: its answers are stood in for here.
     let inFlight = 0;
     let most = 0;
@@ -255,13 +255,13 @@ describe('console boxes', () => {
     if (!(await open(t))) return;
     const box = await createBox();
     const before = (await boxNow(box.id)).lastActive;
-    const { page, context } = await signedIn(browser!, `${srv.url}/#/boxes`, srv.admin);
+    const { page, context } = await signedIn(browser!, `${srv.url}/console/#/boxes`, srv.admin);
     const isList = (r: { url(): string; request(): { method(): string } }) => r.request().method() === 'GET' && new URL(r.url()).pathname === '/v1/boxes';
     for (let i = 0; i < 3; i++) await page.waitForResponse(isList);
     await row(page, box.id).waitFor();
     // Its CPU and memory are asked too (whatever the answer: the route may not exist on this server).
     await page.waitForResponse((r) => r.request().method() === 'GET' && new URL(r.url()).pathname === `/v1/boxes/${box.id}/stats`);
-    await page.goto(`${srv.url}/#/boxes/${box.id}/logs`);
+    await page.goto(`${srv.url}/console/#/boxes/${box.id}/logs`);
     const isBox = (r: { url(): string; request(): { method(): string } }) =>
       r.request().method() === 'GET' && new URL(r.url()).pathname === `/v1/boxes/${box.id}`;
     for (let i = 0; i < 3; i++) await page.waitForResponse(isBox);
@@ -277,7 +277,7 @@ describe('console boxes', () => {
     if (!(await open(t))) return;
     const box = await createBox();
     // Signed in at the desktop size: signedIn waits for the signed-in name, which a phone shows behind the menu.
-    const { page, context } = await signedIn(browser!, `${srv.url}/#/metrics`, srv.admin);
+    const { page, context } = await signedIn(browser!, `${srv.url}/console/#/metrics`, srv.admin);
     await page.setViewportSize({ width: 390, height: 844 });
     const boxesLink = page.getByRole('navigation', { name: 'Sections' }).getByRole('link', { name: 'Boxes' });
     assert.equal(await boxesLink.isVisible(), false, 'the menu starts closed');

@@ -62,7 +62,7 @@ describe('console files and workspaces', () => {
   test('a box: upload by drag and drop and by the file input, download back by hash; the API sees the files', async (t) => {
     browser ??= await launchBrowser(t);
     if (!browser) return;
-    const { page, context, errors } = await signedIn(browser, `${srv.url}/#/boxes/${boxId}/files?path=/tmp`, alice);
+    const { page, context, errors } = await signedIn(browser, `${srv.url}/console/#/boxes/${boxId}/files?path=/tmp`, alice);
     await page.getByTestId('file-list').waitFor();
     assert.equal(await page.getByTestId('breadcrumbs').innerText(), `${boxId}/tmp`);
 
@@ -111,7 +111,7 @@ describe('console files and workspaces', () => {
   test('a large upload and download show their progress moving', { timeout: 180_000 }, async (t) => {
     browser ??= await launchBrowser(t);
     if (!browser) return;
-    const { page, context, errors } = await signedIn(browser, `${srv.url}/#/boxes/${boxId}/files?path=/tmp`, alice);
+    const { page, context, errors } = await signedIn(browser, `${srv.url}/console/#/boxes/${boxId}/files?path=/tmp`, alice);
     await page.getByTestId('file-list').waitFor();
     const big = randomBytes(40 * 1024 * 1024);
     const file = join(scratch, 'big.bin');
@@ -156,7 +156,7 @@ describe('console files and workspaces', () => {
       headers: { 'content-type': 'application/octet-stream' },
     });
     assert.equal(put.status, 204, put.text);
-    const { page, context, errors } = await signedIn(browser, `${srv.url}/#/boxes/${boxId}/files?path=/tmp`, alice);
+    const { page, context, errors } = await signedIn(browser, `${srv.url}/console/#/boxes/${boxId}/files?path=/tmp`, alice);
     await page.getByRole('button', { name: 'View note.sh' }).click();
     const editor = page.getByTestId('editor');
     await editor.waitFor();
@@ -178,7 +178,7 @@ describe('console files and workspaces', () => {
   test('workspaces: create through the page, upload a file into it, see it listed, delete it; one in use is refused with its message', async (t) => {
     browser ??= await launchBrowser(t);
     if (!browser) return;
-    const { page, context, errors } = await signedIn(browser, `${srv.url}/#/workspaces`, alice);
+    const { page, context, errors } = await signedIn(browser, `${srv.url}/console/#/workspaces`, alice);
     await page.getByTestId('workspace-list').waitFor();
     await page.getByRole('button', { name: 'New workspace' }).click();
     await page.getByLabel('Name').fill('made-in-console');
@@ -248,7 +248,7 @@ describe('console files and workspaces', () => {
     assert.equal(own.status, 201, own.text);
     const refused = await srv.call('GET', `/v1/workspaces/${wsId}`, { key: bob });
     assert.equal(refused.status, 404);
-    const { page, context } = await signedIn(browser, `${srv.url}/#/workspaces/${wsId}`, bob);
+    const { page, context } = await signedIn(browser, `${srv.url}/console/#/workspaces/${wsId}`, bob);
     assert.equal(await page.getByTestId('error').innerText(), `${refused.json.error.message} (not_found)`);
     assert.equal(await page.getByTestId('workspace-info').count(), 0);
     assert.equal(await page.getByTestId('file-list').count(), 0);
@@ -274,7 +274,7 @@ describe('console files and workspaces', () => {
       headers: { 'content-type': 'application/octet-stream' },
     });
     assert.equal(forbidden.status, 403, forbidden.text);
-    const { page, context } = await signedIn(browser, `${srv.url}/#/boxes/${boxId}/files?path=/`, alice);
+    const { page, context } = await signedIn(browser, `${srv.url}/console/#/boxes/${boxId}/files?path=/`, alice);
     await page.getByTestId('file-list').waitFor();
     await page.getByTestId('upload-input').setInputFiles({ name: 'nope.txt', mimeType: 'text/plain', buffer: Buffer.from('x') });
     const failed = page.locator('[data-testid=transfer][data-name="nope.txt"][data-state=failed]');
@@ -332,7 +332,7 @@ describe('console files and workspaces', () => {
     assert.ok(stopped.status < 300, stopped.text);
     const answer = await srv.call('GET', `/v1/boxes/${box.json.id}/files?list=true`, { key: alice });
     assert.ok(answer.status >= 400, `a stopped box's listing is refused: ${answer.status} ${answer.text}`);
-    const { page, context } = await signedIn(browser, `${srv.url}/#/boxes/${box.json.id}/files`, alice);
+    const { page, context } = await signedIn(browser, `${srv.url}/console/#/boxes/${box.json.id}/files`, alice);
     await page.getByTestId('box-not-running').waitFor();
     assert.equal(await page.getByTestId('error').innerText(), `${answer.json.error.message} (${answer.json.error.code})`);
     await srv.call('DELETE', `/v1/boxes/${box.json.id}`, { key: alice });

@@ -53,7 +53,7 @@ describe('console ports and desktop', () => {
   test('a share link opens the service in a fresh browser until it expires; then it is refused', async (t) => {
     browser ??= await launchBrowser(t);
     if (!browser) return;
-    const { page, context, errors } = await signedIn(browser, `${srv.url}/#/boxes/${web}/ports`, srv.admin);
+    const { page, context, errors } = await signedIn(browser, `${srv.url}/console/#/boxes/${web}/ports`, srv.admin);
     try {
       await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: srv.url });
       const row = page.getByTestId('port-row');
@@ -103,7 +103,7 @@ describe('console ports and desktop', () => {
   test('the desktop tab shows the box desktop drawn; reconnect draws it again; a box without VNC says so', async (t) => {
     browser ??= await launchBrowser(t);
     if (!browser) return;
-    const { page, context } = await signedIn(browser, `${srv.url}/#/boxes/${desk}/desktop`, srv.admin);
+    const { page, context } = await signedIn(browser, `${srv.url}/console/#/boxes/${desk}/desktop`, srv.admin);
     try {
       const [r, g, b] = ROOT_RGB;
       type Drawn = { root: number; total: number; url: string };
@@ -145,7 +145,7 @@ describe('console ports and desktop', () => {
       await page.locator(`[data-testid="desktop-frame"]:not([src="${first.src}"])`).waitFor();
       await drawn((await frameOf()).frame);
 
-      await page.goto(`${srv.url}/#/boxes/${web}/desktop`);
+      await page.goto(`${srv.url}/console/#/boxes/${web}/desktop`);
       await page.getByTestId('desktop-none').waitFor();
       assert.equal(await page.getByTestId('desktop-frame').count(), 0);
     } finally {

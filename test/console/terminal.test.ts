@@ -36,7 +36,7 @@ describe('console terminal', () => {
   test('type a command and read its output; resize; a second terminal; exit; no CSP violation', async (t) => {
     browser ??= await launchBrowser(t);
     if (!browser) return;
-    const { page, context, errors } = await signedIn(browser, `${srv.url}/#/boxes/${boxId}/terminal`, srv.admin);
+    const { page, context, errors } = await signedIn(browser, `${srv.url}/console/#/boxes/${boxId}/terminal`, srv.admin);
     try {
       await activePane(page).locator('.xterm-rows').waitFor();
       await page.locator(`${ACTIVE_PANE}[data-state="open"]`).waitFor();
@@ -112,7 +112,7 @@ describe('console terminal', () => {
     const res = await srv.call('POST', '/v1/boxes', { body: { image: testEnv.baseImage } });
     assert.equal(res.status, 201, res.text);
     const gone = res.json.id as string;
-    const { page, context, errors } = await signedIn(browser, `${srv.url}/#/boxes/${gone}/terminal`, srv.admin);
+    const { page, context, errors } = await signedIn(browser, `${srv.url}/console/#/boxes/${gone}/terminal`, srv.admin);
     try {
       await page.locator(`${ACTIVE_PANE}[data-state="open"]`).waitFor();
       // The box is removed behind the page's back; the page still shows it, and a new terminal is refused.
@@ -138,7 +138,7 @@ describe('console terminal', () => {
     assert.equal(res.status, 201, res.text);
     const stopped = res.json.id as string;
     assert.equal((await srv.call('POST', `/v1/boxes/${stopped}/stop`)).status, 200);
-    const { page, context } = await signedIn(browser, `${srv.url}/#/boxes/${stopped}/terminal`, srv.admin);
+    const { page, context } = await signedIn(browser, `${srv.url}/console/#/boxes/${stopped}/terminal`, srv.admin);
     try {
       await page.getByTestId('terminal-none').waitFor();
       assert.match(await page.getByTestId('terminal-none').innerText(), /stopped/);
