@@ -1,7 +1,8 @@
 /**
- * The exec history of this browser session, per box: what the console ran (the run form) and the
- * terminals it opened, newest first. Kept in this tab's sessionStorage, so it lasts as long as the
- * session and is never sent anywhere.
+ * The exec history of this console session, per box: what the console ran (the run form) and the
+ * terminals it opened, newest first. Kept in the page's memory only, never sent anywhere and never
+ * in storage: a box's page opened in this tab (the path-based proxy shares this origin) would read
+ * the tab's storage, and a command line may hold a secret. A reload starts it afresh.
  */
 export interface ExecRecord {
   /** ISO time it started. */
@@ -15,15 +16,10 @@ export interface ExecRecord {
 }
 
 const MAX = 100;
-const keyOf = (boxId: string): string => `sbx.history.${boxId}`;
+const histories = new Map<string, ExecRecord[]>();
 
 export function execHistory(boxId: string): ExecRecord[] {
-  try {
-    const list = JSON.parse(sessionStorage.getItem(keyOf(boxId)) ?? '[]') as unknown;
-    return Array.isArray(list) ? (list as ExecRecord[]) : [];
-  } catch {
-    return [];
-  }
+  return histories.get(boxId) ?? [];
 }
 
 /** Adds a record; returns a function that completes it (exit code, duration). */
@@ -41,6 +37,6 @@ export function recordExec(boxId: string, rec: Omit<ExecRecord, 'at'>): (end: { 
 }
 
 function save(boxId: string, list: ExecRecord[]): void {
-  sessionStorage.setItem(keyOf(boxId), JSON.stringify(list.slice(0, MAX)));
+  histories.set(boxId, list.slice(0, MAX));
   dispatchEvent(new CustomEvent('sbx-history', { detail: boxId }));
 }
