@@ -26,7 +26,7 @@ export function bytes(value: string): number {
 export function serveCommand(): Command {
   return new Command('serve')
     .description(
-      'Serve the HTTP API (boxes, exec, files, workspaces, pools, keys) and the e2b-compatible endpoints (/e2b/api, /e2b/envd; templates under server.e2b in the config file) until SIGINT/SIGTERM; the first start prints an admin key',
+      'Serve the HTTP API (boxes, exec, files, workspaces, pools, keys), the web console (/console/) and the e2b-compatible endpoints (/e2b/api, /e2b/envd; templates under server.e2b in the config file) until SIGINT/SIGTERM; the first start prints an admin key',
     )
     .option('--host <addr>', 'address to bind (default $SBX_HOST or 127.0.0.1; other addresses need TLS)')
     .option('--port <n>', 'port (default $SBX_PORT or 7070)', port)
