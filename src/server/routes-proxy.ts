@@ -245,39 +245,6 @@ function proxyHttp(ctx: ServerContext, req: FastifyRequest, reply: FastifyReply,
   });
 }
 
-/** Largest head of a box's answer to an upgrade: past it, no HTTP answer is coming. */
-const MAX_UPGRADE_HEAD = 64 * 1024;
-
-/**
- * The box's answer to an upgrade, to the browser: its head without what a box may not set (the
- * same rules as a plain response: a browser takes cookies from a 101 too), then every byte after
- * it as it comes.
- */
-function relayUpgradeAnswer(upstream: Duplex, client: Socket, end: () => void): void {
-  let buffered = Buffer.alloc(0);
-  const onData = (chunk: Buffer): void => {
-    buffered = Buffer.concat([buffered, chunk]);
-    const at = buffered.indexOf('\r\n\r\n');
-    if (at === -1) {
-      if (buffered.length > MAX_UPGRADE_HEAD) end();
-      return;
-    }
-    upstream.off('data', onData);
-    const lines = buffered.subarray(0, at).toString('latin1').split('\r\n');
-    const kept = lines.filter((line, i) => {
-      if (i === 0) return true;
-      const name = line.slice(0, line.indexOf(':')).trim().toLowerCase();
-      if (BOX_MAY_NOT_SET.has(name)) return false;
-      return name !== 'set-cookie' || boxCookies([line.slice(line.indexOf(':') + 1).trim()]).length > 0;
-    });
-    client.write(`${kept.join('\r\n')}\r\n\r\n`, 'latin1');
-    const rest = buffered.subarray(at + 4);
-    if (rest.length) client.write(rest);
-    upstream.pipe(client);
-  };
-  upstream.on('data', onData);
-}
-
 /** The upgrade request forwarded on a dialed socket, then both sockets piped (frames unchanged). */
 async function proxyUpgrade(ctx: ServerContext, req: FastifyRequest, reply: FastifyReply, box: LocalBox, port: number): Promise<void> {
   const upstream = await box.dial(port);
@@ -308,7 +275,7 @@ async function proxyUpgrade(ctx: ServerContext, req: FastifyRequest, reply: Fast
   upstream.on('error', end);
   client.once('close', end);
   upstream.once('close', end);
-  relayUpgradeAnswer(upstream, client, end);
+  upstream.pipe(client);
   client.pipe(upstream);
   ctx.log.info({ reqId: req.id, box: box.id, port, upgrade: req.headers.upgrade }, 'proxy upgrade');
 }

@@ -239,34 +239,4 @@ describe('console sessions over HTTP', () => {
       await srv.call('DELETE', `/v1/boxes/${id}`);
     }
   });
-  test("a box's answer to a WebSocket upgrade cannot set sbx's cookies either", async () => {
-    const made = await srv.call('POST', '/v1/boxes', { body: { image: testEnv.testImage, ports: [{ containerPort: 3003 }] } });
-    assert.equal(made.status, 201, made.text);
-    const id = made.json.id as string;
-    try {
-      // A bare upgrade answer with the headers a page of the origin must not get from a box.
-      const server = `const s = require('http').createServer(); s.on('upgrade', (req, sock) => {
-        const accept = require('crypto').createHash('sha1').update(req.headers['sec-websocket-key'] + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest('base64');
-        sock.write('HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\nSec-WebSocket-Accept: ' + accept +
-          '\\r\\nSet-Cookie: sbx_session=evil; Path=/v1\\r\\nSet-Cookie: app=1; Path=/\\r\\nService-Worker-Allowed: /\\r\\nClear-Site-Data: "cookies"\\r\\n\\r\\n');
-      }); s.listen(3003, '0.0.0.0', () => console.log('listening'));`;
-      const stream = await (await srv.manager.get(id)).stream(['node', '-e', server]);
-      stream.stdin.end();
-      await new Promise<void>((resolve, reject) => {
-        stream.stdout.on('data', (c: Buffer) => c.toString().includes('listening') && resolve());
-        stream.wait().then(() => reject(new Error('the in-box service exited')), reject);
-      });
-      const headers = await new Promise<Record<string, string | string[] | undefined>>((resolve, reject) => {
-        const ws = new WebSocket(`${srv.url.replace('http', 'ws')}/v1/boxes/${id}/ports/3003/`, { headers: { authorization: `Bearer ${srv.admin}` } });
-        ws.on('upgrade', (res) => resolve(res.headers));
-        ws.on('open', () => ws.terminate());
-        ws.on('error', reject);
-      });
-      assert.deepEqual(headers['set-cookie'], ['app=1; Path=/'], "only the box's own cookie passes");
-      assert.equal(headers['service-worker-allowed'], undefined);
-      assert.equal(headers['clear-site-data'], undefined);
-    } finally {
-      await srv.call('DELETE', `/v1/boxes/${id}`);
-    }
-  });
 });
