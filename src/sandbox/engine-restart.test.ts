@@ -220,6 +220,11 @@ before(async () => {
   addr = /unix:\/\/\S+/.exec((await engine2('env')).out)?.[0] ?? '';
   assert.match(addr, /^unix:\/\//);
   engine = new DockerRuntime(addr);
+  // engine2 serves this file alone: a container on it now is a run's that was killed before its
+  // after() (CI starts after a killed run). Removed, or the leak check below would blame this run.
+  const stale = await engine.list({});
+  await Promise.all(stale.map((c) => engine.remove(c.id, { force: true })));
+  if (stale.length) console.log(`# removed ${stale.length} container(s) a killed run left on engine2: ${stale.map((c) => c.name).join(', ')}`);
 });
 
 after(async () => {
