@@ -11,7 +11,7 @@ type PairRows = (ctx: RunContext, opts: { managerName: string; dataDir: string; 
 
 /**
  * Runs one file's pair rows outside `npm run bench` (`npx tsx bench/rows/<file>.ts [--quick]`) and
- * prints them as a small table of the two sides' p50/p95 and their ratio; sweeps what the run left.
+ * prints them as a small table of the two sides' p50/p95/p99 and their ratio; sweeps what the run left.
  */
 export async function runStandalone(tag: string, sides: readonly [string, string], rows: PairRows): Promise<void> {
   const mode = process.argv.includes('--quick') ? 'quick' : 'full';
@@ -32,7 +32,7 @@ export async function runStandalone(tag: string, sides: readonly [string, string
       return;
     }
     const [a, b] = sides;
-    const out = [`${'row'.padEnd(24)}${`${a} p50 ms`.padStart(14)}  p95 ms  ${`${b} p50 ms`.padStart(14)}  p95 ms   ratio (${a}/${b} p50)`];
+    const out = [`${'row'.padEnd(24)}${`${a} p50 ms`.padStart(14)}  p95 ms  p99 ms  ${`${b} p50 ms`.padStart(14)}  p95 ms  p99 ms   ratio (${a}/${b} p50)`];
     for (const r of results) {
       const [x, y] = r.sides;
       if (!x || !y) {
@@ -40,7 +40,7 @@ export async function runStandalone(tag: string, sides: readonly [string, string
         continue;
       }
       out.push(
-        `${r.name.padEnd(24)}${x.stats.p50.toFixed(2).padStart(14)}${x.stats.p95.toFixed(1).padStart(8)}  ${y.stats.p50.toFixed(2).padStart(14)}${y.stats.p95.toFixed(1).padStart(8)}   ${(r.ratio ?? 0).toFixed(3).padStart(7)}x   (n=${x.stats.n})`,
+        `${r.name.padEnd(24)}${x.stats.p50.toFixed(2).padStart(14)}${x.stats.p95.toFixed(1).padStart(8)}${x.stats.p99.toFixed(1).padStart(8)}  ${y.stats.p50.toFixed(2).padStart(14)}${y.stats.p95.toFixed(1).padStart(8)}${y.stats.p99.toFixed(1).padStart(8)}   ${(r.ratio ?? 0).toFixed(3).padStart(7)}x   (n=${x.stats.n})`,
       );
     }
     const notes = [

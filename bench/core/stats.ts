@@ -2,6 +2,7 @@ export interface Summary {
   n: number;
   p50: number;
   p95: number;
+  p99: number;
   mean: number;
   min: number;
   max: number;
@@ -9,7 +10,7 @@ export interface Summary {
   opsPerSec: number;
 }
 
-/** Linear interpolation between closest ranks (what numpy and most dashboards call p50/p95). */
+/** Linear interpolation between closest ranks (what numpy and most dashboards call p50/p95/p99). */
 export function percentile(sorted: readonly number[], p: number): number {
   if (sorted.length === 0) return Number.NaN;
   const rank = (p / 100) * (sorted.length - 1);
@@ -27,6 +28,7 @@ export function summarize(samples: readonly number[]): Summary {
     n: sorted.length,
     p50: percentile(sorted, 50),
     p95: percentile(sorted, 95),
+    p99: percentile(sorted, 99),
     mean,
     min: sorted[0] ?? Number.NaN,
     max: sorted[sorted.length - 1] ?? Number.NaN,
