@@ -26,7 +26,6 @@ import { defineRow } from '../core/row.js';
 import type { AnyRow } from '../core/row.js';
 import { runPairRows } from '../core/run-rows.js';
 import type { RunContext } from '../core/run-rows.js';
-import { percentile } from '../core/stats.js';
 import { benchPodLabels, openCluster, sweepPods } from '../kubernetes/cluster.js';
 import type { KubeCluster } from '../kubernetes/cluster.js';
 import { checkPodParity } from '../kubernetes/parity.js';
@@ -104,22 +103,6 @@ function kubeRows({ prefix, note }: Variant): AnyRow<S>[] {
 /** Every Kubernetes row name, for --only. */
 export const K8S_ROW_NAMES: readonly string[] = VARIANTS.flatMap((v) => kubeRows(v).map((r) => r.name));
 
-/** The table shows p50 and p95; p99 goes into the note, from the samples. */
-function addP99(results: RowResult[]): RowResult[] {
-  for (const r of results) {
-    if (r.sides.length !== 2 || !r.samples) continue;
-    const p99 = r.sides.map((side) => {
-      const v = percentile(
-        [...(r.samples![side.subject] ?? [])].sort((x, y) => x - y),
-        99,
-      );
-      return `${side.subject} ${v < 100 ? v.toFixed(1) : v.toFixed(0)}`;
-    });
-    r.note = `${r.note ?? ''}; p99 ${p99.join(' / ')} ms`;
-  }
-  return results;
-}
-
 const load = () =>
   os
     .loadavg()
@@ -172,7 +155,7 @@ export async function runKubernetesRows(ctx: RunContext, opts: { runId: string; 
           continue;
         }
         for (const d of parity) ctx.log(`parity warning (${v.prefix}): ${d}`);
-        const measured = addP99(await runPairRows(rows, sbx, raw, ctx));
+        const measured = await runPairRows(rows, sbx, raw, ctx);
         if (parity.length > 0) for (const r of measured) r.note = `${r.note ?? ''}; ${parity.length} parity warning(s), see stderr`;
         results.push(...measured);
       } finally {
