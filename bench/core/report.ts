@@ -40,6 +40,7 @@ export function flatRow(r: RowResult, names: [string, string]): Record<string, u
     if (r.memory.perBoxHeapKiB !== undefined) o['per_box_heap_kib'] = round(r.memory.perBoxHeapKiB, 1);
   }
   if (r.figures) Object.assign(o, r.figures);
+  if (r.density) o['density'] = r.density;
   if (r.seedMs !== undefined) o[`seed_${r.seedColumn ?? 'local'}_ms`] = r.seedMs;
   if (r.note) o['note'] = r.note;
   if (r.reason) o['reason'] = r.reason;
@@ -53,7 +54,8 @@ function seedCell(r: RowResult): string {
   return `~${r.seedMs}${r.seedColumn === 'remote' ? ' R' : ''}`;
 }
 
-function pad(cells: string[][], rightAligned: (col: number) => boolean): string[] {
+/** Columns padded to their widest cell, two spaces apart. */
+export function pad(cells: string[][], rightAligned: (col: number) => boolean): string[] {
   const widths = cells[0]!.map((_, c) => Math.max(...cells.map((row) => row[c]?.length ?? 0)));
   return cells.map((row) =>
     row

@@ -1,3 +1,4 @@
+import type { DensityPoint } from './density-plot.js';
 import type { RowGroup, SeedColumn } from './row.js';
 import type { Sample } from './sampler.js';
 import { summarize } from './stats.js';
@@ -40,6 +41,8 @@ export interface RowResult {
   memory?: MemoryFigures;
   /** A row that measures something other than latency (host memory, bytes on disk): named numbers, in the JSON as they are; its note says them. */
   figures?: Record<string, number>;
+  /** A density row's steps, one per count of idle boxes: the results file's `density` field, which `--plot` draws. */
+  density?: DensityPoint[];
   /** Milliseconds per op in the order measured, per subject (results file only). */
   samples?: Record<string, number[]>;
 }
