@@ -11,10 +11,14 @@ import type { BenchArgs } from './core/cli.js';
 import { Interrupted, abortOnSignals } from './core/interrupt.js';
 import { describeMachine } from './core/machine.js';
 import type { Machine } from './core/machine.js';
+import { compareResults, renderComparison } from './core/compare.js';
+import { densityOf, renderDensitySvg } from './core/density-plot.js';
 import { checkParity } from './core/parity.js';
 import { NotReady, checkEngine, runSetupScripts } from './core/prerequisites.js';
 import { flatRow, renderMachine, renderTable } from './core/report.js';
 import { notRun } from './core/result.js';
+import { ResultsFileError, readResultsFile, toResultsFile } from './core/results-file.js';
+import type { ResultsFile } from './core/results-file.js';
 import type { RowResult } from './core/result.js';
 import { runPairRows } from './core/run-rows.js';
 import type { RunContext } from './core/run-rows.js';
@@ -64,6 +68,21 @@ async function main(): Promise<number> {
     process.stderr.write(`${err.message ? `bench: ${err.message}\n` : ''}${USAGE}\n`);
     return err.message ? 2 : 0;
   }
+  let baseline: ResultsFile | undefined;
+  try {
+    if (args.plot) return await plot(args.plot, args);
+    // Read before any row runs: a bad file stops the run at once, not after minutes of rows.
+    if (args.compare) baseline = await readResultsFile(args.compare);
+    if (baseline && args.against) {
+      const now = await readResultsFile(args.against);
+      process.stdout.write(`${renderComparison(compareResults(baseline, now, args.only ?? now.only), baseline, now)}\n`);
+      return 0;
+    }
+  } catch (err) {
+    if (!(err instanceof ResultsFileError)) throw err;
+    log(err.message);
+    return 2;
+  }
   const started = performance.now();
   const run: Run = {
     args,
@@ -85,7 +104,7 @@ async function main(): Promise<number> {
     if (stale > 0) log(`removed ${stale} container(s) left by earlier bench runs`);
     const { rows, parity } = await runSelected(run);
     const totalMs = performance.now() - started;
-    await report(run, machine, rows, parity, totalMs);
+    await report(run, machine, rows, parity, totalMs, baseline);
     return rows.some((r) => r.status === 'failed') ? 1 : 0;
   } catch (err) {
     if (err instanceof NotReady) {
@@ -228,7 +247,24 @@ async function runMemory(run: Run): Promise<RowResult[]> {
   }
 }
 
-async function report(run: Run, machine: Machine, rows: RowResult[], parity: string[], totalMs: number): Promise<void> {
+/** `--plot FILE [--out SVG]`: the density row of a results file, drawn; no engine needed. */
+async function plot(file: string, args: BenchArgs): Promise<number> {
+  const results = await readResultsFile(file);
+  const { row, points, others } = densityOf(results, (names) => selectNames(names, args.only));
+  if (others.length > 0) log(`plotting ${row}; the file has other density rows too (${others.join(', ')}): pick one with --only`);
+  const svg = renderDensitySvg(points, `${row}: idle boxes on one machine`);
+  if (!args.out) {
+    process.stdout.write(svg);
+    return 0;
+  }
+  await writeFile(args.out, svg).catch((err: NodeJS.ErrnoException) => {
+    throw new ResultsFileError(`${args.out}: cannot write (${err.code ?? err.message})`);
+  });
+  log(`${row}: ${points.length} point(s) drawn to ${args.out}`);
+  return 0;
+}
+
+async function report(run: Run, machine: Machine, rows: RowResult[], parity: string[], totalMs: number, baseline: ResultsFile | undefined): Promise<void> {
   const when = new Date();
   const summary = {
     rows: rows.map((r) => flatRow(r, NAMES)),
@@ -258,6 +294,10 @@ async function report(run: Run, machine: Machine, rows: RowResult[], parity: str
   } catch (err) {
     // Results are a by-product: a read-only checkout still gets its table.
     log(`could not write ${file}: ${(err as Error).message}`);
+  }
+  if (baseline) {
+    const now = toResultsFile(summary, file);
+    process.stdout.write(`\n${renderComparison(compareResults(baseline, now, run.args.only), baseline, now)}\n`);
   }
   if (run.args.json) process.stdout.write(`${JSON.stringify(summary)}\n`);
 }
