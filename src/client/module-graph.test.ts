@@ -6,14 +6,11 @@
  * and by loading src/client/index.ts in a child process and recording every module it loads.
  */
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { promisify } from 'node:util';
-import { RESOLVE_RECORDER_HOOKS } from '../testing/module-recorder.js';
+import { modulesLoadedBy, packagesOf } from '../testing/module-recorder.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, '../..');
@@ -71,38 +68,20 @@ test('static: the walker sees through a mixed import, so it can fail', () => {
 });
 
 test('at run time: loading the SDK loads no core dependency (ESM resolutions and CommonJS requires recorded in a child)', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'sbx-sdk-graph-'));
-  try {
-    const log = join(dir, 'resolved.txt');
-    const script = `
-      import { register, createRequire } from 'node:module';
-      const require = createRequire(import.meta.url);
-      const before = new Set(Object.keys(require.cache));
-      register('data:text/javascript,' + encodeURIComponent(${JSON.stringify(RESOLVE_RECORDER_HOOKS)}), { data: { file: ${JSON.stringify(log)} } });
-      const sdk = await import(${JSON.stringify(pathToFileURL(entry).href)});
-      if (typeof sdk.Sbx !== 'function') throw new Error('no Sbx export');
-      const required = Object.keys(require.cache).filter((k) => !before.has(k));
-      process.stdout.write(JSON.stringify(required));
-    `;
-    const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: repo });
-    const required = JSON.parse(stdout) as string[];
-    const resolved = readFileSync(log, 'utf8')
-      .split('\n')
-      .filter(Boolean)
-      .map((u) => (u.startsWith('file:') ? fileURLToPath(u) : u));
-    const loaded = [...new Set([...resolved, ...required])].filter((p) => !p.startsWith('node:'));
-    const packages = new Set(loaded.filter((p) => p.includes('/node_modules/')).map((p) => /\/node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(p)![1]!));
-    assert.deepEqual([...packages], ALLOWED_PACKAGES, `packages loaded: ${[...packages].join(', ')}`);
-    const core = loaded
-      .filter((p) => !p.includes('/node_modules/'))
-      .map((p) => relative(repo, p))
-      .filter((p) => !p.startsWith('src/client/'));
-    assert.deepEqual(core.sort(), [...ALLOWED_CORE].sort());
-    assert.ok(
-      loaded.some((p) => p.endsWith('src/client/stream.ts')),
-      'the recorder saw the SDK load',
-    );
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  const { modules: loaded } = await modulesLoadedBy(
+    `const sdk = await import(${JSON.stringify(pathToFileURL(entry).href)});
+     if (typeof sdk.Sbx !== 'function') throw new Error('no Sbx export');`,
+    { cwd: repo },
+  );
+  const packages = packagesOf(loaded);
+  assert.deepEqual(packages, ALLOWED_PACKAGES, `packages loaded: ${packages.join(', ')}`);
+  const core = loaded
+    .filter((p) => !p.includes('/node_modules/'))
+    .map((p) => relative(repo, p))
+    .filter((p) => !p.startsWith('src/client/'));
+  assert.deepEqual(core.sort(), [...ALLOWED_CORE].sort());
+  assert.ok(
+    loaded.some((p) => p.endsWith('src/client/stream.ts')),
+    'the recorder saw the SDK load',
+  );
 });

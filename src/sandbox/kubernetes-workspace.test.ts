@@ -32,7 +32,7 @@ const names = new Set<string>();
 const workspaceIds = new Set<string>();
 let seq = 0;
 const cluster = why ? undefined : openTestKube({ agentImage: testAgentImage });
-const conn = why ? undefined : new KubeConnection(parseKubeAddress(testKubeAddress()));
+const conn = why ? undefined : await KubeConnection.open(parseKubeAddress(testKubeAddress()));
 const log = pino({ level: 'silent' });
 
 function kubePool(extra: Partial<PoolConfig> = {}): PoolConfig {

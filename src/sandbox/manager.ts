@@ -4,11 +4,11 @@ import pino from 'pino';
 import type { Logger } from 'pino';
 import { SbxError, isSbxError, withOptionHint } from '../errors.js';
 import { parseImageRef } from '../runtime/image-ref.js';
-import type { EgressSpec, HostEndpoint, ImageInfo, PullProgress, RegistryAuth, BoxHeartbeat } from '../runtime/types.js';
+import type { EgressSpec, HostEndpoint, ImageInfo, NodeRuntimes, PullProgress, RegistryAuth, BoxHeartbeat } from '../runtime/types.js';
 import { isNodeAddress } from '../runtime/remote/address.js';
-import { NodeHub } from '../runtime/remote/hub.js';
 import { IMAGE_NODE_LABEL } from '../runtime/remote/node-set.js';
-import type { NodeInfo } from '../runtime/remote/hub.js';
+import type { NodeHub, NodeInfo } from '../runtime/remote/hub.js';
+import { TrustStore } from '../runtime/remote/trust-store.js';
 import type { JoinRequest } from '../runtime/remote/trust-store.js';
 import type { EngineCall, EngineCallObserver } from '../runtime/timed-runtime.js';
 import { ActionLimiter, mapSettled } from '../util/concurrency.js';
@@ -130,8 +130,20 @@ export class Manager {
   private readonly lifetimes: LifetimeStore;
   /** The workspace storage of each pool whose runtime keeps workspaces in its cluster (Kubernetes). */
   private readonly workspaceVolumes = new Map<Pool, WorkspaceVolumes>();
-  /** Remote nodes: their trust, their connections (src/runtime/remote/hub.ts, docs/nodes.md). */
-  private readonly nodeHub: NodeHub;
+  /**
+   * Remote nodes: their trust, their connections (src/runtime/remote/hub.ts, docs/nodes.md).
+   * Loaded by `hub()` when nodes are used (a remote pool, a listener, nodes joined before, a
+   * node call): the wire's libraries (Connect, protobuf) are nothing a Manager without them pays.
+   */
+  private nodeHub: NodeHub | undefined;
+  private nodeHubLoading: Promise<NodeHub> | undefined;
+  /** What `sbx://` pools open their runtime with: the hub, once loaded (start() or addPool() loads it first). */
+  private readonly nodeRuntimes: NodeRuntimes = {
+    runtimeFor: (addr) => {
+      if (!this.nodeHub) throw new SbxError('not_available', `'${addr}' is on remote nodes, which a Manager reaches once started (manager.start())`);
+      return this.nodeHub.runtimeFor(addr);
+    },
+  };
   /** Archived boxes: their images and records (src/sandbox/archiver.ts). */
   private readonly archiver: Archiver;
 
@@ -140,13 +152,6 @@ export class Manager {
     this.config = resolveConfig(config);
     this.now = config.clock ?? Date.now;
     this.log = config.logger ?? pino({ name: 'sbx', level: process.env['SBX_LOG_LEVEL'] ?? 'warn' }, pino.destination(2));
-    this.nodeHub = new NodeHub({
-      dataDir: this.config.dataDir,
-      log: this.log,
-      ...this.config.nodes,
-      onNodeOnline: (name) => this.nodeOnline(name),
-      onHeartbeat: (node, hb) => this.relayedHeartbeat(node, hb),
-    });
     for (const p of this.config.pools) this.poolsByName.set(p.name, this.newPool(p));
     this.claims = new ClaimStore(join(this.config.dataDir, 'claims', this.config.name));
     this.stopIntents = new StopIntents(join(this.config.dataDir, 'stopped', `${this.config.name}.json`));
@@ -339,8 +344,8 @@ export class Manager {
     if (unreadable.length > 0) this.log.error({ files: unreadable }, 'unreadable warm claims skipped');
     // Only a Manager with nodes (a listener, a remote pool, nodes joined before) makes its node
     // identity: a fresh one costs an RSA key.
-    if (this.config.nodes.listen || [...this.poolsByName.values()].some((p) => isNodeAddress(p.def.addr)) || this.nodeHub.hasJoined())
-      await this.nodeHub.start().catch((err: unknown) => this.log.error({ err }, 'could not start the node hub; remote pools stay offline'));
+    if (this.config.nodes.listen || [...this.poolsByName.values()].some((p) => isNodeAddress(p.def.addr)) || new TrustStore(this.config.dataDir).exists())
+      await (await this.hub()).start().catch((err: unknown) => this.log.error({ err }, 'could not start the node hub; remote pools stay offline'));
     await Promise.all(
       [...this.poolsByName.values()].map((p) => this.recovery.reconcile(p, { revive: true }).catch((err: unknown) => this.recovery.failed(p, err))),
     );
@@ -362,7 +367,7 @@ export class Manager {
     await Promise.allSettled([...this.removing.values()]);
     await Promise.all([...this.workspaceVolumes.keys()].map((p) => this.closeVolumes(p)));
     await Promise.all([...this.poolsByName.values()].map((p) => p.close()));
-    await this.nodeHub.close();
+    await (await this.nodeHubLoading?.catch(() => undefined))?.close();
   }
 
   private async sweepWorkspaces(): Promise<void> {
@@ -449,7 +454,7 @@ export class Manager {
     const { connected: _c, boxes: _b, ...settings } = def as PoolInfo;
     const resolved = resolvePool(settings);
     if (this.poolsByName.has(resolved.name)) throw new SbxError('conflict', `pool '${resolved.name}' already exists`, { details: { pool: resolved.name } });
-    if (isNodeAddress(resolved.addr)) await this.nodeHub.start();
+    if (isNodeAddress(resolved.addr)) await (await this.hub()).start();
     const pool = this.newPool(resolved);
     // Opening dials nothing, but it parses the address: a bad one is refused before the pool is
     // known. Nothing below throws (a reconcile that fails is logged; the next cleanup pass tries again).
@@ -496,7 +501,7 @@ export class Manager {
   }
 
   private newPool(def: ResolvedPool): Pool {
-    const pool = new Pool(def, this.observeEngineCall, this.nodeHub);
+    const pool = new Pool(def, this.observeEngineCall, this.nodeRuntimes);
     if (def.warm.length > 0) {
       // Spares get the pool's policy (a box without a network: 'none' unless it is 'all'); a claim
       // asking for another one sets its own before the spare is handed out.
@@ -511,27 +516,42 @@ export class Manager {
 
   /** Every node that joined this Manager: its state, draining, the facts it gave of its machine. A read. */
   nodes(): NodeInfo[] {
-    return this.nodeHub.nodes();
+    return this.nodeHub?.nodes() ?? [];
+  }
+
+  /** The node hub, loaded (with the wire's libraries) at its first use. */
+  private hub(): Promise<NodeHub> {
+    this.nodeHubLoading ??= import('../runtime/remote/hub.js').then(({ NodeHub }) => {
+      this.nodeHub = new NodeHub({
+        dataDir: this.config.dataDir,
+        log: this.log,
+        ...this.config.nodes,
+        onNodeOnline: (name) => this.nodeOnline(name),
+        onHeartbeat: (node, hb) => this.relayedHeartbeat(node, hb),
+      });
+      return this.nodeHub;
+    });
+    return this.nodeHubLoading;
   }
 
   /** A one-time join token for `sbx node join` (shown once; valid `ttlMs`, default 1 h). */
   async createNodeJoinToken(opts: { ttlMs?: number } = {}): Promise<{ token: string; expiresAt: string }> {
-    return this.nodeHub.createJoinToken(opts.ttlMs);
+    return (await this.hub()).createJoinToken(opts.ttlMs);
   }
 
   /** Admits a node that holds a join token (`POST /v1/nodes/join`); its credential and the Manager's certificate. */
   async joinNode(req: JoinRequest): Promise<{ name: string; credential: string; managerCert: string; managerFingerprint: string; listenPort?: number }> {
-    return this.nodeHub.join(req);
+    return (await this.hub()).join(req);
   }
 
   /** Stops (or resumes) placing new boxes on a node; its boxes keep running. */
   async drainNode(name: string, draining = true): Promise<NodeInfo> {
-    return this.nodeHub.setDraining(name, draining);
+    return (await this.hub()).setDraining(name, draining);
   }
 
   /** Refuses a node from now on (its connection ends at once); its boxes are left as they are. */
   async revokeNode(name: string): Promise<NodeInfo> {
-    return this.nodeHub.revoke(name);
+    return (await this.hub()).revoke(name);
   }
 
   /** A node came (back) online: recover the boxes of the pools that span nodes. */

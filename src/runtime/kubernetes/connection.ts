@@ -5,12 +5,15 @@
  */
 import type { IncomingMessage } from 'node:http';
 import https from 'node:https';
-import { CoreV1Api, KubeConfig, ServerConfiguration, VersionApi, Watch, createConfiguration } from '@kubernetes/client-node';
-import type { RequestContext, SecurityAuthentication } from '@kubernetes/client-node';
+import type * as KubeClientModule from '@kubernetes/client-node';
+import type { CoreV1Api, KubeConfig, RequestContext, SecurityAuthentication, VersionApi, Watch } from '@kubernetes/client-node';
 import WebSocket from 'ws';
 import { SbxError } from '../../errors.js';
 import type { KubeAddress } from './address.js';
 import { statusError, toSbxError } from './errors.js';
+
+/** The client library, loaded by `KubeConnection.open` (only a k8s:// pool needs it). */
+type KubeClient = typeof KubeClientModule;
 
 export class KubeConnection {
   readonly config: KubeConfig;
@@ -19,9 +22,18 @@ export class KubeConnection {
   readonly watcher: Watch;
   readonly namespace: string;
 
-  constructor(
+  /**
+   * Loads @kubernetes/client-node (~1,900 files, ~130 MiB of RSS: nothing a Manager without
+   * k8s:// pools may pay), then the kubeconfig.
+   */
+  static async open(address: KubeAddress, env: NodeJS.ProcessEnv = process.env): Promise<KubeConnection> {
+    return new KubeConnection(await import('@kubernetes/client-node'), address, env);
+  }
+
+  private constructor(
+    { CoreV1Api, KubeConfig, ServerConfiguration, VersionApi, Watch, createConfiguration }: KubeClient,
     readonly address: KubeAddress,
-    env: NodeJS.ProcessEnv = process.env,
+    env: NodeJS.ProcessEnv,
   ) {
     const kc = new KubeConfig();
     try {

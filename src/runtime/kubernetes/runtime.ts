@@ -61,6 +61,7 @@ import { untilReady } from './ready.js';
 import { StartGate } from './start-gate.js';
 import { HELPER_ROOT, HELPER_TOOL, createHelperPod } from './workspace-helper.js';
 import { checkPort } from '../ports.js';
+import { deferredRuntime } from '../deferred-runtime.js';
 
 /**
  * The options a Kubernetes runtime reads: `agent` with `agentImage` (the in-box agent),
@@ -102,6 +103,7 @@ export class KubernetesRuntime implements Runtime {
   readonly agentEnabled: boolean;
   private readonly parsed: KubeAddress;
   private connection: KubeConnection | undefined;
+  private connecting: Promise<void> | undefined;
   private readonly options: KubernetesRuntimeOptions;
   /**
    * Pods this runtime created and has not started: a pod runs by itself once created, but to the
@@ -146,12 +148,36 @@ export class KubernetesRuntime implements Runtime {
     };
     this.gate = new StartGate(options.maxConnections ?? DEFAULT_STARTING_EXECS);
     this.images = new KubeImages(() => this.conn);
+    // What callers get waits for the connection before each call.
+    return deferredRuntime(
+      this,
+      () => this.connect(),
+      () => this.connection !== undefined,
+    );
   }
 
-  /** Loaded at first use, so opening never fails on a kubeconfig that is not there yet. */
+  /** The connection `connect()` made: every call waits for it (the constructor's deferredRuntime). */
   private get conn(): KubeConnection {
-    this.connection ??= new KubeConnection(this.parsed);
+    if (!this.connection) throw new SbxError('internal', `the Kubernetes connection of ${this.address} is used before it is made`);
     return this.connection;
+  }
+
+  /**
+   * Loads the client library and the kubeconfig at first use, so opening never fails on a
+   * kubeconfig that is not there yet and costs nothing until used. One attempt at a time; a
+   * failed one is tried again by the next call.
+   */
+  private connect(): Promise<void> {
+    this.connecting ??= KubeConnection.open(this.parsed).then(
+      (c) => {
+        this.connection = c;
+      },
+      (err: unknown) => {
+        this.connecting = undefined;
+        throw err;
+      },
+    );
+    return this.connecting;
   }
 
   private fail(err: unknown, what: string): never {

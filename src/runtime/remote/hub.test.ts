@@ -88,7 +88,7 @@ describe('node hub: trust over mutual TLS', () => {
 
     // An impostor Manager: its own key, the node's pinned certificate. The node's TLS refuses it.
     const [host, port] = splitHostPort(node.address!);
-    const impostor = createIdentity('impostor');
+    const impostor = await createIdentity('impostor');
     const nodeCert = hub.trust.get('forged')!;
     const refused = await dialPinned(host, port, impostor, nodeCert, 10_000, 'node').then(
       async (socket) => {
@@ -108,7 +108,7 @@ describe('node hub: trust over mutual TLS', () => {
     const node = await startJoinedNode(hub, { name: 'swapped', start: false });
     cleanups.push(() => node.close());
     // Same name, same credential, another key: someone who stole node.json but not the key.
-    const other = createIdentity('thief');
+    const other = await createIdentity('thief');
     await writeFile(join(node.dataDir, 'identity', 'tls.key'), other.key);
     await writeFile(join(node.dataDir, 'identity', 'tls.crt'), other.cert);
     node.running = await startNode({ dataDir: node.dataDir, log: new LogLines().logger, engineAddr: testEnv.engineAddr, pingIntervalMs: 500 });

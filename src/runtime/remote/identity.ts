@@ -8,7 +8,7 @@
 import { X509Certificate, generateKeyPairSync, randomBytes } from 'node:crypto';
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import forge from 'node-forge';
+import type { pki } from 'node-forge';
 import { writeFileAtomic } from '../../util/atomic-file.js';
 
 export interface TlsIdentity {
@@ -31,7 +31,9 @@ export function isFingerprint(value: string): boolean {
 }
 
 /** A new identity: an RSA 2048 key and a certificate for `commonName`, valid ten years, for TLS server and client use. */
-export function createIdentity(commonName: string): TlsIdentity {
+export async function createIdentity(commonName: string): Promise<TlsIdentity> {
+  // Loaded here: only a Manager with nodes, or a node, ever makes an identity.
+  const { default: forge } = await import('node-forge');
   const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
   const keyPem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
   const cert = forge.pki.createCertificate();
@@ -49,7 +51,7 @@ export function createIdentity(commonName: string): TlsIdentity {
     { name: 'keyUsage', digitalSignature: true, keyEncipherment: true },
     { name: 'extKeyUsage', serverAuth: true, clientAuth: true },
   ]);
-  cert.sign(forge.pki.privateKeyFromPem(keyPem) as forge.pki.rsa.PrivateKey, forge.md.sha256.create());
+  cert.sign(forge.pki.privateKeyFromPem(keyPem) as pki.rsa.PrivateKey, forge.md.sha256.create());
   const certPem = forge.pki.certificateToPem(cert);
   return { key: keyPem, cert: certPem, fingerprint: certificateFingerprint(certPem) };
 }
@@ -68,7 +70,7 @@ export async function loadOrCreateIdentity(dir: string, commonName: string): Pro
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   }
   await mkdir(dir, { recursive: true, mode: 0o700 });
-  const id = createIdentity(commonName);
+  const id = await createIdentity(commonName);
   await writeFileAtomic(keyPath, id.key, 0o600);
   await writeFileAtomic(certPath, id.cert, 0o644);
   return id;

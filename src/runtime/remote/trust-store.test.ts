@@ -16,7 +16,7 @@ async function store(now?: () => number): Promise<{ s: TrustStore; dir: string }
   dirs.push(dir);
   return { s: new TrustStore(dir, now), dir };
 }
-const cert = createIdentity('node').cert;
+const cert = (await createIdentity('node')).cert;
 
 describe('TrustStore', () => {
   test('a join token admits one node once: the replay is refused, even for another name', async () => {
@@ -33,7 +33,7 @@ describe('TrustStore', () => {
   test('a joined name is never taken over, not even after revocation; a forged credential does not verify', async () => {
     const { s } = await store();
     await s.join({ token: (await s.createJoinToken()).token, name: 'gpu', mode: 'direct', address: '10.0.0.2:7443', cert });
-    const other = createIdentity('intruder').cert;
+    const other = (await createIdentity('intruder')).cert;
     await assert.rejects(
       s.join({ token: (await s.createJoinToken()).token, name: 'gpu', mode: 'reverse', cert: other }),
       (e) => isSbxError(e, 'conflict') && e.details?.['node'] === 'gpu',
@@ -68,7 +68,7 @@ describe('TrustStore', () => {
     await assert.rejects(s.join({ token: t2, name: 'Bad Name', mode: 'reverse', cert }), (e) => isSbxError(e, 'invalid_argument'));
     await assert.rejects(s.join({ token: t2, name: 'x', mode: 'reverse', cert: 'not a cert' }), (e) => isSbxError(e, 'invalid_argument'));
     await assert.rejects(s.join({ token: t2, name: 'x', mode: 'direct', cert }), (e) => isSbxError(e, 'invalid_argument'));
-    const { credential } = await s.join({ token: t2, name: 'r', mode: 'reverse', cert: createIdentity('r').cert });
+    const { credential } = await s.join({ token: t2, name: 'r', mode: 'reverse', cert: (await createIdentity('r')).cert });
     await s.revoke('r');
     assert.equal(s.verify('r', credential), false);
   });
