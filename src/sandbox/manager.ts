@@ -702,11 +702,13 @@ export class Manager {
       this.claims.save({ containerId, labels: recordToLabels(record), env }).catch((err: unknown) => {
         throw new SbxError('internal', `could not record the claim of a warm box in ${this.config.dataDir}: ${(err as Error).message}`, { cause: err });
       });
-    const containerId = await pool.warm!.claim(key, save, egress);
+    // The identity goes to the spare's agent before the claim is saved (an answer also proves the
+    // spare runs, so no inspect); a spare that fails afterwards is removed with what it was told.
+    const greet = (containerId: string) => this.tellIdentity(pool, record.id, containerId, env);
+    const containerId = await pool.warm!.claim(key, save, egress, greet);
     if (containerId === undefined) return undefined;
     const box = new ManagedBox(record, containerId, this.boxHost, 'running', env);
     this.registry.add(box);
-    await this.handEnv(pool, box);
     this.log.info({ box: record.id, pool: pool.name, owner: record.owner, policy: record.policy, warm: key }, 'box created from a warm spare');
     return box;
   }
@@ -717,13 +719,19 @@ export class Manager {
    * variables from the Manager either way; a box without an agent just sends no heartbeats.
    */
   private async handEnv(pool: Pool, box: ManagedBox): Promise<void> {
-    if (Object.keys(box.execEnv).length === 0) return;
+    await this.tellIdentity(pool, box.id, box.containerId, box.execEnv);
+  }
+
+  /** handEnv's work on a container not yet registered (a spare being claimed); true when its agent took the variables. */
+  private async tellIdentity(pool: Pool, id: string, containerId: string, env: Record<string, string>): Promise<boolean> {
+    if (Object.keys(env).length === 0) return false;
     try {
-      if (!(await pool.runtime().setBoxEnv(box.containerId, box.execEnv)))
-        this.log.info({ box: box.id }, 'claimed box has no agent to tell its identity; no heartbeats');
+      if (await pool.runtime().setBoxEnv(containerId, env)) return true;
+      this.log.info({ box: id }, 'claimed box has no agent to tell its identity; no heartbeats');
     } catch (err) {
-      this.log.warn({ box: box.id, err }, 'could not hand a claimed box its identity; no heartbeats until it is recovered again');
+      this.log.warn({ box: id, err }, 'could not hand a claimed box its identity; no heartbeats until it is recovered again');
     }
+    return false;
   }
 
   /** The box with this id; not_found otherwise, also once its removal has begun. A read: it does not count as use. */
