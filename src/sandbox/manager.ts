@@ -49,6 +49,9 @@ import type { BoxInfo, CleanupStats, CreateOptions, HeartbeatInput, ListOptions,
 /** Engine calls in flight at once during cleanup and pool removal. */
 const DEFAULT_OWNER = 'default';
 
+/** Logged when a claimed box's agent could not be told its identity. */
+const IDENTITY_NOT_TOLD = 'could not hand a claimed box its identity; no heartbeats until it is recovered again';
+
 /**
  * Keeps pools of container runtimes and the boxes on them, as the seed's table of operations:
  * create, get, getOrCreate, list, remove, heartbeat; pools; images; and the lifecycle policies,
@@ -704,9 +707,19 @@ export class Manager {
       });
     // The identity goes to the spare's agent before the claim is saved (an answer also proves the
     // spare runs, so no inspect); a spare that fails afterwards is removed with what it was told.
-    const greet = (containerId: string) => this.tellIdentity(pool, record.id, containerId, env);
+    // Said in the log only for the spare that became the box: a dead one is just replaced.
+    let told: unknown;
+    const greet = async (containerId: string) => {
+      told = await pool
+        .runtime()
+        .setBoxEnv(containerId, env)
+        .catch((err: unknown) => err);
+      return told === true;
+    };
     const containerId = await pool.warm!.claim(key, save, egress, greet);
     if (containerId === undefined) return undefined;
+    if (told === false) this.log.info({ box: record.id }, 'claimed box has no agent to tell its identity; no heartbeats');
+    else if (told !== true) this.log.warn({ box: record.id, err: told }, IDENTITY_NOT_TOLD);
     const box = new ManagedBox(record, containerId, this.boxHost, 'running', env);
     this.registry.add(box);
     this.log.info({ box: record.id, pool: pool.name, owner: record.owner, policy: record.policy, warm: key }, 'box created from a warm spare');
@@ -719,19 +732,13 @@ export class Manager {
    * variables from the Manager either way; a box without an agent just sends no heartbeats.
    */
   private async handEnv(pool: Pool, box: ManagedBox): Promise<void> {
-    await this.tellIdentity(pool, box.id, box.containerId, box.execEnv);
-  }
-
-  /** handEnv's work on a container not yet registered (a spare being claimed); true when its agent took the variables. */
-  private async tellIdentity(pool: Pool, id: string, containerId: string, env: Record<string, string>): Promise<boolean> {
-    if (Object.keys(env).length === 0) return false;
+    if (Object.keys(box.execEnv).length === 0) return;
     try {
-      if (await pool.runtime().setBoxEnv(containerId, env)) return true;
-      this.log.info({ box: id }, 'claimed box has no agent to tell its identity; no heartbeats');
+      if (!(await pool.runtime().setBoxEnv(box.containerId, box.execEnv)))
+        this.log.info({ box: box.id }, 'claimed box has no agent to tell its identity; no heartbeats');
     } catch (err) {
-      this.log.warn({ box: id, err }, 'could not hand a claimed box its identity; no heartbeats until it is recovered again');
+      this.log.warn({ box: box.id, err }, IDENTITY_NOT_TOLD);
     }
-    return false;
   }
 
   /** The box with this id; not_found otherwise, also once its removal has begun. A read: it does not count as use. */
