@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { networkInterfaces } from 'node:os';
 import { test } from 'node:test';
-import { fibLocalAddresses, localAddresses } from './host-endpoints.js';
+import { fibLocalAddresses, hostEndpoints, localAddresses } from './host-endpoints.js';
 
 test('the kernel’s local addresses are read from /proc/net/fib_trie, loopback’s left out', () => {
   const trie = [
@@ -65,3 +65,19 @@ test(
     }
   },
 );
+
+test('the machine’s addresses are read only when there is an endpoint to check (every create asks)', async () => {
+  let reads = 0;
+  const local = () => {
+    reads++;
+    return new Set(['10.0.0.1']);
+  };
+  const lookup = async () => [];
+  assert.deepEqual(await hostEndpoints(undefined, undefined, { local, lookup }), []);
+  assert.equal(reads, 0, 'no SBX_API_URL, no gRPC address: nothing to read');
+  assert.deepEqual(await hostEndpoints('http://10.0.0.1:7070', '10.0.0.1:7071', { local, lookup }), [
+    { address: '10.0.0.1', port: 7070 },
+    { address: '10.0.0.1', port: 7071 },
+  ]);
+  assert.equal(reads, 1, 'read once for all the addresses of one call');
+});

@@ -74,8 +74,11 @@ export interface EndpointResolver {
  * addresses of this machine, sorted, without repeats. IPv4 only: the box networks have no IPv6.
  */
 export async function hostEndpoints(apiUrl: string | undefined, grpcAddr: string | undefined, resolver: EndpointResolver = {}): Promise<HostEndpoint[]> {
-  const local = (resolver.local ?? localAddresses)();
-  return resolvedEndpoints(apiUrl, grpcAddr, resolver.lookup ?? ((host) => lookupAddresses(host, 4)), (address) => local.has(address));
+  // Read only when there is an address to check: every create asks, most Managers have no
+  // endpoint to open, and the read blocks the event loop (~3 ms with a few dozen interfaces).
+  let local: Set<string> | undefined;
+  const isLocal = (address: string) => (local ??= (resolver.local ?? localAddresses)()).has(address);
+  return resolvedEndpoints(apiUrl, grpcAddr, resolver.lookup ?? ((host) => lookupAddresses(host, 4)), isLocal);
 }
 
 /**

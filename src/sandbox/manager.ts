@@ -49,6 +49,9 @@ import type { BoxInfo, CleanupStats, CreateOptions, HeartbeatInput, ListOptions,
 /** Engine calls in flight at once during cleanup and pool removal. */
 const DEFAULT_OWNER = 'default';
 
+/** Logged when a claimed box's agent could not be told its identity. */
+const IDENTITY_NOT_TOLD = 'could not hand a claimed box its identity; no heartbeats until it is recovered again';
+
 /**
  * Keeps pools of container runtimes and the boxes on them, as the seed's table of operations:
  * create, get, getOrCreate, list, remove, heartbeat; pools; images; and the lifecycle policies,
@@ -722,11 +725,23 @@ export class Manager {
       this.claims.save({ containerId, labels: recordToLabels(record), env }).catch((err: unknown) => {
         throw new SbxError('internal', `could not record the claim of a warm box in ${this.config.dataDir}: ${(err as Error).message}`, { cause: err });
       });
-    const containerId = await pool.warm!.claim(key, save, egress);
+    // The identity goes to the spare's agent before the claim is saved (an answer also proves the
+    // spare runs, so no inspect); a spare that fails afterwards is removed with what it was told.
+    // Said in the log only for the spare that became the box: a dead one is just replaced.
+    let told: unknown;
+    const greet = async (containerId: string) => {
+      told = await pool
+        .runtime()
+        .setBoxEnv(containerId, env)
+        .catch((err: unknown) => err);
+      return told === true;
+    };
+    const containerId = await pool.warm!.claim(key, save, egress, greet);
     if (containerId === undefined) return undefined;
+    if (told === false) this.log.info({ box: record.id }, 'claimed box has no agent to tell its identity; no heartbeats');
+    else if (told !== true) this.log.warn({ box: record.id, err: told }, IDENTITY_NOT_TOLD);
     const box = new ManagedBox(record, containerId, this.boxHost, 'running', env);
     this.registry.add(box);
-    await this.handEnv(pool, box);
     this.log.info({ box: record.id, pool: pool.name, owner: record.owner, policy: record.policy, warm: key }, 'box created from a warm spare');
     return box;
   }
@@ -742,7 +757,7 @@ export class Manager {
       if (!(await pool.runtime().setBoxEnv(box.containerId, box.execEnv)))
         this.log.info({ box: box.id }, 'claimed box has no agent to tell its identity; no heartbeats');
     } catch (err) {
-      this.log.warn({ box: box.id, err }, 'could not hand a claimed box its identity; no heartbeats until it is recovered again');
+      this.log.warn({ box: box.id, err }, IDENTITY_NOT_TOLD);
     }
   }
 

@@ -64,21 +64,31 @@ export class WarmPool {
   }
 
   /**
-   * Hands a ready spare of the template to a claim: one inspect (a spare can die while it
-   * waits), then `save` records the claim (durably: only then is it no longer a spare). The
-   * container id, or undefined when no spare is left (a miss: the caller creates cold). A spare
-   * whose claim cannot be saved is removed, not handed out. `egress`: the claiming box's rules,
-   * put in force on the spare before the claim is saved when the spare was not made with them (an
-   * error then removes the spare and fails the claim).
+   * Hands a ready spare of the template to a claim: `greet` first (the Manager hands the box's
+   * identity to the spare's agent; true when the agent took it, which proves the spare runs),
+   * else one inspect (a spare can die while it waits), then `save` records the claim (durably:
+   * only then is it no longer a spare). The container id, or undefined when no spare is left (a
+   * miss: the caller creates cold). A spare whose claim cannot be saved is removed, not handed
+   * out. `egress`: the claiming box's rules, put in force on the spare before the claim is saved
+   * when the spare was not made with them (an error then removes the spare and fails the claim).
    */
-  async claim(key: string, save: (containerId: string) => Promise<void>, egress?: EgressSpec): Promise<string | undefined> {
+  async claim(
+    key: string,
+    save: (containerId: string) => Promise<void>,
+    egress?: EgressSpec,
+    greet: (containerId: string) => Promise<boolean> = async () => false,
+  ): Promise<string | undefined> {
     const started = performance.now();
     for (let id = this.take(key); id !== undefined; id = this.take(key)) {
-      const c = await this.pool
-        .runtime()
-        .inspect(id)
-        .catch(() => undefined);
-      if (!c?.running) {
+      // An agent that answered runs in a running box: the engine need not be asked.
+      const running =
+        (await greet(id).catch(() => false)) ||
+        (await this.pool
+          .runtime()
+          .inspect(id)
+          .then((c) => c.running)
+          .catch(() => false));
+      if (!running) {
         await this.discard(key, id);
         continue;
       }

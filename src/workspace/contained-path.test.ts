@@ -2,6 +2,7 @@ import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { constants, mkdirSync, readFileSync, renameSync, symlinkSync, writeFileSync } from 'node:fs';
 import { open } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { isSbxError } from '../errors.js';
 import { DirHandle, openDirAt } from './contained-path.js';
@@ -179,5 +180,40 @@ describe('openDirAt', () => {
     await using base = await DirHandle.openHostDir(root);
     await using made = await openDirAt(base, ['n1', 'n2'], { display: 'n1/n2', action: 'write', create: { mode: 0o750 } });
     assert.equal((await made.stat()).mode & 0o777, 0o750);
+  });
+});
+
+describe('DirHandle.readRegularFile', () => {
+  let tmp: Awaited<ReturnType<typeof makeTempDir>>;
+  let root: string;
+
+  before(async () => {
+    tmp = await makeTempDir('read');
+    root = join(tmp.path, 'root');
+    mkdirSync(join(root, 'dir'), { recursive: true });
+    writeFileSync(join(root, 'big'), Buffer.alloc(3 * 1024 * 1024 + 7, 'ab'));
+    writeFileSync(join(root, 'empty'), '');
+    symlinkSync('big', join(root, 'link'));
+    execFileSync('mkfifo', [join(root, 'fifo')]);
+  });
+  after(() => tmp.remove());
+
+  test('reads a file whole in one buffer, and an empty one', async () => {
+    await using base = await DirHandle.openHostDir(root);
+    assert.ok((await base.readRegularFile('big', 'big', 'read')).equals(readFileSync(join(root, 'big'))));
+    assert.equal((await base.readRegularFile('empty', 'empty', 'read')).length, 0);
+  });
+
+  test('reads what the kernel gives for a file whose fstat says 0 bytes', async () => {
+    await using proc = await DirHandle.openHostDir(`/proc/${process.pid}`);
+    assert.match((await proc.readRegularFile('status', 'status', 'read')).toString(), /^Name:/);
+  });
+
+  test('refuses a symlink, a directory and a FIFO without opening them', async () => {
+    await using base = await DirHandle.openHostDir(root);
+    await rejectsWithCode(base.readRegularFile('link', 'link', 'read'), 'invalid_argument', 'link');
+    await rejectsWithCode(base.readRegularFile('dir', 'dir', 'read'), 'invalid_argument', 'dir');
+    // Opened for reading, a FIFO without a writer would block this call forever.
+    await rejectsWithCode(base.readRegularFile('fifo', 'fifo', 'read'), 'invalid_argument', 'fifo');
   });
 });

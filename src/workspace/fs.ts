@@ -82,13 +82,8 @@ export class HostWorkspaceFS implements WorkspaceFS {
   readFile(path: string, encoding: BufferEncoding): Promise<string>;
   async readFile(path: string, encoding?: BufferEncoding): Promise<Buffer | string> {
     return this.atEntry(path, 'read', false, async ({ parent, name, display }) => {
-      const { file } = await parent.openRegularFile(name, display, 'read');
-      try {
-        const data = await file.readFile();
-        return encoding ? data.toString(encoding) : data;
-      } finally {
-        await file.close();
-      }
+      const data = await parent.readRegularFile(name, display, 'read');
+      return encoding ? data.toString(encoding) : data;
     });
   }
 
@@ -461,12 +456,20 @@ export class HostWorkspaceFS implements WorkspaceFS {
   private async atEntry<T>(path: string, action: string, create: boolean, fn: (entry: Entry) => Promise<T>): Promise<T> {
     const { parent: parentPath, name, components } = parseEntryPath(path);
     const display = formatWorkspacePath(components);
-    await using root = await this.openRoot(action);
-    await using parent = await openDirAt(root, parentPath, { display, action, create: create ? this.dirCreate() : undefined });
+    const root = await this.openRoot(action);
+    let parent: DirHandle | undefined;
     try {
+      // An entry at the root is reached through the root's own handle: a second one would cost
+      // an open and a close for nothing.
+      parent = parentPath.length === 0 ? root : await openDirAt(root, parentPath, { display, action, create: create ? this.dirCreate() : undefined });
       return await fn({ parent, name, display });
     } catch (err) {
       throw toWorkspaceError(err, display, action);
+    } finally {
+      // Done with both: the answer does not wait for their closes (a small read's time is a few
+      // such round trips).
+      parent?.release();
+      root.release();
     }
   }
 
