@@ -1,8 +1,11 @@
 /**
  * e2b rows: the `e2b` SDK against `sbx serve` (control plane + envd) beside the library in one
  * run, on the same image (sbx-e2b) and the same command line: the SDK runs every command as
- * `/bin/bash -l -c <line>`, so the library side runs exactly that too, and the ratio is what the
- * e2b path (HTTP, Connect envelopes, the process table) adds.
+ * `/bin/bash -l -c <line>`, so the library side runs exactly that too (as the image's user 1000 in
+ * /home/user, envd's defaults), and the ratio is what the e2b path adds: sbx's server (HTTP, auth,
+ * Connect envelopes, the process table) and the SDK's own client work, which runs in this process
+ * too (undici's fetch, connect-web's parsing: ~3 ms CPU a command on the 2-core CI machine, more
+ * than the library's whole exec, measured with the server in a process of its own).
  *
  * Run alone: `npx tsx bench/rows/e2b.ts [--quick]`.
  */

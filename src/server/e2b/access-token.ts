@@ -11,6 +11,7 @@
  */
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import { SbxError, isSbxError } from '../../errors.js';
+import type { LocalBox } from '../../sandbox/index.js';
 import type { Manager } from '../../sandbox/manager.js';
 import { ActionLimiter } from '../../util/concurrency.js';
 import { mayAccess } from '../auth.js';
@@ -130,8 +131,9 @@ export async function sandboxOfToken(manager: Manager, keys: KeyStore, token: st
 }
 
 /**
- * Throws unauthorized unless `token` is an envd access token of `boxId` for a key that is still
- * live and may still see the box.
+ * The box `boxId`, once `token` checked out as its envd access token for a key that is still live
+ * and may still see the box; unauthorized otherwise. The expected token comes from the token
+ * cache (per box life and key), so a request costs no HMAC after the first of its pair.
  *
  * An unknown box is not_found only for a token that could have been issued for it, one naming a
  * live key (a removed box's token cannot be checked any more: its nonce is gone, and the e2b SDK
@@ -139,25 +141,25 @@ export async function sandboxOfToken(manager: Manager, keys: KeyStore, token: st
  * with the very answer a known box gives to a wrong token, so ids cannot be probed without a key
  * id; the caller counts not_found toward the address's failure limit too.
  */
-export async function verifyEnvdAccessToken(manager: Manager, keys: KeyStore, boxId: string, token: string | undefined): Promise<void> {
+export async function verifyEnvdAccessToken(manager: Manager, keys: KeyStore, boxId: string, token: string | undefined): Promise<LocalBox> {
   if (!token) throw new SbxError('unauthorized', 'X-Access-Token is required');
   const wrong = () => new SbxError('unauthorized', 'X-Access-Token is not the access token of this sandbox');
   const m = TOKEN.exec(token);
   const key = m ? keys.principal(m[1]!) : undefined;
-  const given = Buffer.from(token);
-  let expected: Buffer;
+  let box: LocalBox;
   try {
-    expected = Buffer.from(await envdAccessToken(manager, boxId, m ? m[1]! : '0'.repeat(16)));
+    box = await manager.get(boxId);
   } catch (err) {
     if (isSbxError(err) && err.code === 'not_found' && !key) throw wrong();
     throw err;
   }
-  if (!m || given.length !== expected.length || !timingSafeEqual(given, expected)) throw wrong();
-  if (!key || !mayAccess(key, (await manager.get(boxId)).owner)) {
+  if (!m || !sameText(await cachedToken(manager, box.id, box.createdAt, m[1]!), token)) throw wrong();
+  if (!key || !mayAccess(key, box.owner)) {
     throw new SbxError('unauthorized', 'X-Access-Token was issued to an API key that has been revoked; connect to the sandbox again with a live key');
   }
   // A token in use (perhaps issued before a restart): its signed URLs are found without a search.
   recordIssued(boxId, m[1]!);
+  return box;
 }
 
 /** What a signed file URL (`sandbox.downloadUrl`/`uploadUrl`) says: envd's `/files` query, and the operation of its method. */

@@ -7,6 +7,7 @@
  * Box API (exec streams, `box.files()`).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { Readable } from 'node:stream';
 import type { DescService } from '@bufbuild/protobuf';
 import { Code, ConnectError, createContextKey, createContextValues } from '@connectrpc/connect';
@@ -25,7 +26,8 @@ import { Filesystem } from './gen/filesystem/filesystem_pb.js';
 import { Process } from './gen/process/process_pb.js';
 import { dropConnectionKey, processService } from './process-service.js';
 import { ProcessTable } from './process-table.js';
-import type { EnvdFiles, UserFS } from './user-fs.js';
+import { serveStart, servesStart, type StartImpl } from './start-fast.js';
+import type { UserFS } from './user-fs.js';
 
 export const ENVD_PREFIX = '/e2b/envd';
 /**
@@ -51,8 +53,11 @@ interface EnvdCaller {
   box: Box;
   user: string;
   home: string;
-  files: EnvdFiles;
-  rootFiles: EnvdFiles;
+}
+
+/** The caller's filesystem surfaces, built only for the requests that touch files (a process RPC needs none). */
+function userFsOf(c: EnvdCaller): UserFS {
+  return { boxId: c.box.id, files: c.box.files({ user: c.user }), rootFiles: c.box.files({ user: 'root' }), user: c.user, home: c.home };
 }
 
 const CONNECT_CODES: Partial<Record<ErrorCode, Code>> = {
@@ -189,11 +194,11 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
     let id = typeof header === 'string' ? header : '';
     try {
       // Wrong tokens count toward the address's auth-failure limit; a right one always passes.
-      await limiter.guard(address, async () => {
+      return await limiter.guard(address, async () => {
         try {
           // No E2b-Sandbox-Id (older Python SDKs after Sandbox.connect): the token names the box.
           if (id === '') id = await sandboxOfToken(ctx.manager, ctx.keys, token);
-          await verifyEnvdAccessToken(ctx.manager, ctx.keys, id, token);
+          return await verifyEnvdAccessToken(ctx.manager, ctx.keys, id, token);
         } catch (err) {
           // An unknown id (a removed box, or a guess) counts as a failure as well: its 502 differs
           // from a wrong token's 401, so without the count ids could be probed without limit.
@@ -201,7 +206,6 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
           throw err;
         }
       });
-      return await ctx.manager.get(id);
     } catch (err) {
       if (isSbxError(err) && (err.code === 'unauthorized' || err.code === 'limit_exceeded' || err.code === 'not_found')) ctx.metrics.authFailures.inc();
       // "was not found" is what e2b's proxy says of a sandbox that is gone: the Python SDK reads it
@@ -217,7 +221,7 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
 
   const callerFor = async (box: Box, username: string | undefined): Promise<EnvdCaller> => {
     const account = await accounts.resolve(box, username);
-    return { box, user: account.name, home: account.home, files: box.files({ user: account.name }), rootFiles: box.files({ user: 'root' }) };
+    return { box, user: account.name, home: account.home };
   };
 
   const resolve = async (hctx: HandlerContext): Promise<EnvdCaller> => {
@@ -225,39 +229,36 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
     if (!caller) throw new ConnectError('no sandbox for this request', Code.Internal);
     return caller;
   };
-  const userFS = async (hctx: HandlerContext): Promise<UserFS> => {
-    const c = await resolve(hctx);
-    return { boxId: c.box.id, files: c.files, rootFiles: c.rootFiles, user: c.user, home: c.home };
-  };
+  const userFS = async (hctx: HandlerContext): Promise<UserFS> => userFsOf(await resolve(hctx));
 
+  const processImpl = mapErrors(
+    Process,
+    processService(
+      table,
+      async (h) => resolve(h),
+      async (id) =>
+        ctx.manager.get(id).then(
+          () => false,
+          (err: unknown) => isSbxError(err) && err.code === 'not_found',
+        ),
+    ),
+  );
+  const contextValuesOf = (req: IncomingMessage) =>
+    createContextValues()
+      .set(callerKey, callers.get(req))
+      .set(dropConnectionKey, () => req.socket.destroy());
   const rpc = connectNodeAdapter({
     requestPathPrefix: ENVD_PREFIX,
     readMaxBytes: ENVD_READ_MAX_BYTES,
     grpc: false,
     grpcWeb: false,
-    contextValues: (req) =>
-      createContextValues()
-        .set(callerKey, callers.get(req as IncomingMessage))
-        .set(dropConnectionKey, () => (req as IncomingMessage).socket.destroy()),
+    contextValues: (req) => contextValuesOf(req as IncomingMessage),
     routes: (router) => {
-      router.service(
-        Process,
-        mapErrors(
-          Process,
-          processService(
-            table,
-            async (h) => resolve(h),
-            async (id) =>
-              ctx.manager.get(id).then(
-                () => false,
-                (err: unknown) => isSbxError(err) && err.code === 'not_found',
-              ),
-          ),
-        ),
-      );
+      router.service(Process, processImpl);
       router.service(Filesystem, mapErrors(Filesystem, filesystemService(userFS)));
     },
   });
+  const start = processImpl.start as StartImpl;
 
   /** The box of a signed file URL (no sandbox id, no token: the signature names both). */
   const signedBoxOf = async (req: IncomingMessage, url: URL): Promise<LocalBox> => {
@@ -320,10 +321,7 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
       refuse(req, res, err);
       return;
     }
-    await handleFiles(req, res, url, async (username) => {
-      const c = await callerFor(box, username);
-      return { boxId: box.id, files: c.files, rootFiles: c.rootFiles, user: c.user, home: c.home };
-    });
+    await handleFiles(req, res, url, async (username) => userFsOf(await callerFor(box, username)));
   };
 
   const serve = async (req: IncomingMessage, res: ServerResponse, envdPath?: string): Promise<void> => {
@@ -351,16 +349,15 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
       return;
     }
     if (path === '/files') {
-      await handleFiles(req, res, url, async (username) => {
-        const c = await callerFor(box, username);
-        return { boxId: box.id, files: c.files, rootFiles: c.rootFiles, user: c.user, home: c.home };
-      });
+      await handleFiles(req, res, url, async (username) => userFsOf(await callerFor(box, username)));
       return;
     }
     const caller = callerFor(box, basicUser(req.headers.authorization));
     caller.catch(() => undefined);
     callers.set(req, caller);
-    rpc(req, res);
+    coalesceWrites(res);
+    if (servesStart(req, path)) await serveStart(req, res, start, { contextValues: contextValuesOf(req), readMaxBytes: ENVD_READ_MAX_BYTES });
+    else rpc(req, res);
   };
 
   /** A handler that answers on the raw response, tracked so a shutdown can end it. */
@@ -392,6 +389,30 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
       handler: hijacked(serveRootFiles),
     });
   });
+}
+
+/**
+ * Writes to `res` within one event-loop turn leave in one packet: Connect writes every message of
+ * a stream (a process's start, its output, its end) as a write of its own, and Node sends each
+ * alone, so a short command cost the server a syscall and the SDK a read and a parse per message.
+ * The socket is held corked from a turn's first write to the turn's end (setImmediate), so
+ * nothing waits longer than the turn that produced it.
+ */
+function coalesceWrites(res: ServerResponse): void {
+  const write = res.write.bind(res) as (...args: unknown[]) => boolean;
+  let corked: Socket | undefined;
+  const flush = (): void => {
+    corked?.uncork();
+    corked = undefined;
+  };
+  res.write = ((...args: unknown[]): boolean => {
+    if (!corked && res.socket) {
+      corked = res.socket;
+      corked.cork();
+      setImmediate(flush);
+    }
+    return write(...args);
+  }) as ServerResponse['write'];
 }
 
 const HTTP_STATUS: Partial<Record<ErrorCode, number>> = {
