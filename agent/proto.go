@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 )
 
@@ -137,15 +138,33 @@ func (fw *frameWriter) write(typ byte, payload []byte) error {
 	if fw.closed {
 		return errWriterClosed
 	}
-	hdr := make([]byte, 5, 5+len(payload))
-	hdr[0] = typ
-	binary.BigEndian.PutUint32(hdr[1:], uint32(len(payload)))
-	// One write per frame: small frames leave in one segment.
-	if _, err := fw.w.Write(append(hdr, payload...)); err != nil {
+	var err error
+	if len(payload) <= smallFrame {
+		// One write per frame: a small frame leaves in one segment.
+		var b [5 + smallFrame]byte
+		putHeader(b[:5], typ, len(payload))
+		_, err = fw.w.Write(b[:5+copy(b[5:], payload)])
+	} else {
+		// Header and payload in one writev on a TCP connection, without copying the payload
+		// (64 KiB of output a read) into a new buffer first.
+		var hdr [5]byte
+		putHeader(hdr[:], typ, len(payload))
+		bufs := net.Buffers{hdr[:], payload}
+		_, err = bufs.WriteTo(fw.w)
+	}
+	if err != nil {
 		fw.closed = true
 		return err
 	}
 	return nil
+}
+
+// smallFrame: frames up to this payload are copied behind their header into one stack buffer.
+const smallFrame = 512
+
+func putHeader(b []byte, typ byte, n int) {
+	b[0] = typ
+	binary.BigEndian.PutUint32(b[1:5], uint32(n))
 }
 
 func (fw *frameWriter) writeJSON(typ byte, v any) error {

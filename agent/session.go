@@ -60,6 +60,8 @@ func (a *agent) serve(ln net.Listener, token string) {
 }
 
 func (a *agent) handle(c hostConn, token string) {
+	a.idle.enter()
+	defer a.idle.leave()
 	defer c.Close()
 	fw := &frameWriter{w: c}
 	fail := func(code, field, msg string) {
@@ -318,7 +320,9 @@ func (a *agent) startExec(req startReq, fw *frameWriter, conn hostConn) (*execPr
 
 func (ex *execProc) pump(f *os.File, typ byte) {
 	defer ex.readers.Done()
-	buf := make([]byte, 64*1024)
+	bp := outBufs.Get().(*[]byte)
+	defer outBufs.Put(bp)
+	buf := *bp
 	broken := false
 	for {
 		if at := ex.exitedAt.Load(); at != 0 {
