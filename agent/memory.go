@@ -55,7 +55,11 @@ func newIdleTracker() *idleTracker {
 	return t
 }
 
+// enter and leave bracket a busy spell (a connection's hello, an exec); nil: nothing tracked.
 func (t *idleTracker) enter() {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	t.open++
 	t.timer.Stop()
@@ -63,6 +67,9 @@ func (t *idleTracker) enter() {
 }
 
 func (t *idleTracker) leave() {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	t.open--
 	if t.open == 0 {

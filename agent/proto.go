@@ -1,8 +1,9 @@
 package main
 
-// The wire protocol between the host (src/runtime/agent-client.ts) and the agent, over one
+// The wire protocol between the host (src/runtime/agent-client.ts) and the agent, over a
 // connection per exec to the TCP listener (Docker: the box's bridge address; Kubernetes: through
-// the port-forward). See docs/agent.md.
+// the port-forward), or several execs one after another on one connection when each START says
+// keep (then a HELLO between them is the host's ping, answered by HELLO_OK). See docs/agent.md.
 //
 // Every frame: 1 byte type, 4 bytes big-endian payload length, payload (at most maxFrame).
 
@@ -83,6 +84,9 @@ type startReq struct {
 	Cols    int               `json:"cols,omitempty"`
 	Rows    int               `json:"rows,omitempty"`
 	Stdin   bool              `json:"stdin,omitempty"`
+	// Keep: after this exec's EXIT the connection stays open for another START (no HELLO
+	// again); without it the agent half-closes after EXIT, as an agent that predates it does.
+	Keep bool `json:"keep,omitempty"`
 }
 
 type sizeReq struct {
