@@ -357,7 +357,7 @@ func TestKeptConnectionRunsExecsOneAfterAnother(t *testing.T) {
 		if out, exit := run(true, w); out != w+"\n" || exit != `{"exitCode":0}` {
 			t.Fatalf("kept exec %s: %q %s", w, out, exit)
 		}
-		// The host's ping on its idle connection before the next START.
+		// The HELLO the host sends on its kept connection with the next START.
 		_ = fw.writeJSON(fHello, helloReq{Versions: []int{ProtocolVersion}})
 		if f, err := readFrame(c, hdr); err != nil || f.typ != fHelloOK {
 			t.Fatalf("ping after %s: %v %v", w, f, err)

@@ -3,7 +3,7 @@ package main
 // The wire protocol between the host (src/runtime/agent-client.ts) and the agent, over a
 // connection per exec to the TCP listener (Docker: the box's bridge address; Kubernetes: through
 // the port-forward), or several execs one after another on one connection when each START says
-// keep (then a HELLO between them is the host's ping, answered by HELLO_OK). See docs/agent.md.
+// keep (the host sends a HELLO with each next START, answered by HELLO_OK before the START is read). See docs/agent.md.
 //
 // Every frame: 1 byte type, 4 bytes big-endian payload length, payload (at most maxFrame).
 

@@ -167,8 +167,9 @@ func (ex *execProc) serve(c hostConn, hdr []byte) (frame, bool) {
 		}
 		switch f.typ {
 		case fHello:
-			// A kept connection's ping before its next START: the host learns the agent is
-			// still there before it sends something that would run.
+			// On a kept connection the host sends a HELLO with its next START, answered before
+			// the START is read: the host learns the agent is still there (or gives up on a
+			// silent connection before anything ran).
 			if ex.keep && ex.exited.Load() {
 				_ = ex.fw.writeJSON(fHelloOK, helloResp{Version: ProtocolVersion, Versions: []int{ProtocolVersion}, Agent: AgentVersion, Pid: os.Getpid()})
 			}

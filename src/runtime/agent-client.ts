@@ -2,7 +2,7 @@
  * Exec through the in-box agent (docs/agent.md): a TCP connection per exec, to the box's bridge
  * address (Docker) or through the API server's port-forward (Kubernetes), presenting the box's
  * token. On Docker a buffered exec's connection is kept for the box's next one (a few idle ones
- * per box, for seconds): no connect and no HELLO per exec. Same results and stream semantics as
+ * per box, for seconds): no connect and no accept per exec. Same results and stream semantics as
  * the engine path, which stays the fallback on Docker: `AgentUnreachable` before anything ran
  * tells the runtime.
  */
@@ -153,44 +153,15 @@ function dropIdle(key: string, conn: IdleConnection): void {
   conn.socket.off('data', conn.gone).off('end', conn.gone).off('error', conn.gone).off('close', conn.gone);
 }
 
-/**
- * A kept connection to the target whose agent answered a HELLO on it (a ping: a box whose
- * address went away without a FIN would otherwise take the START into a silence), ready for a
- * START; undefined when there is none or it did not answer within CONNECT_TIMEOUT_MS (closed).
- */
-async function takeIdle(target: AgentTarget): Promise<Duplex | undefined> {
+/** A kept connection to the target, ready for HELLO+START, or undefined. */
+function takeIdle(target: AgentTarget): Duplex | undefined {
   const key = target.keepKey;
   const conn = key ? idleConnections.get(key)?.at(-1) : undefined;
   if (!key || !conn) return undefined;
   dropIdle(key, conn);
-  const { socket } = conn;
-  socket.ref?.();
-  const alive = await new Promise<boolean>((resolve) => {
-    let got = Buffer.alloc(0);
-    const done = (ok: boolean) => {
-      clearTimeout(timer);
-      socket.off('data', onData).off('close', onGone).off('error', onGone);
-      resolve(ok);
-    };
-    const onGone = () => done(false);
-    const onData = (chunk: Buffer) => {
-      got = Buffer.concat([got, chunk]);
-      if (got.length < 5) return;
-      const size = 5 + got.readUInt32BE(1);
-      // Exactly its HELLO_OK: nothing else is due on an idle connection.
-      if (got[0] !== F.helloOk || got.length > size) return done(false);
-      if (got.length === size) done(true);
-    };
-    const timer = setTimeout(onGone, CONNECT_TIMEOUT_MS);
-    socket.on('data', onData).on('close', onGone).on('error', onGone);
-    socket.write(helloFrame(target, 'sbx'));
-  });
-  if (!alive) {
-    socket.destroy();
-    return undefined;
-  }
-  socket.pause();
-  return socket;
+  conn.socket.pause();
+  conn.socket.ref?.();
+  return conn.socket;
 }
 
 /** Keeps a connection whose exec ended cleanly for the target's next exec; it holds no event loop open. */
@@ -214,7 +185,19 @@ function keepIdle(target: AgentTarget, socket: Duplex): void {
   socket.resume();
 }
 
-/** A kept connection that closed before its agent answered the START: nothing ran; a new connection is tried. */
+/**
+ * How long the agent on a kept connection may take to answer the HELLO sent before the START
+ * (it answers before it reads the START): a box whose address went away without a FIN leaves
+ * the connection silent. Generous, so that an agent that is only slow (a loaded machine, a box
+ * at its CPU limit) is not cut after it may have started the exec; the agent's own limit for a
+ * HELLO is 10 s.
+ */
+const KEPT_ANSWER_MS = 5000;
+
+/**
+ * A kept connection that closed (or stayed silent) before its agent answered the HELLO before
+ * the START: nothing ran; a new connection is tried.
+ */
 class StaleConnection extends Error {}
 
 interface Session {
@@ -236,7 +219,7 @@ interface Session {
 }
 
 async function openSession(target: AgentTarget, req: StartRequest, fresh = false): Promise<Session> {
-  const kept = fresh ? undefined : await takeIdle(target);
+  const kept = fresh ? undefined : takeIdle(target);
   const socket = kept ?? (await connectTo(target));
   const stdout = new PassThrough();
   const stderr = new PassThrough();
@@ -298,8 +281,12 @@ async function openSession(target: AgentTarget, req: StartRequest, fresh = false
   });
   stdin.on('error', () => undefined);
 
+  // On a kept connection the HELLO is a ping, sent with the START (no extra round trip): its
+  // answer says the agent is still there.
+  const silence = kept ? setTimeout(() => socket.destroy(), KEPT_ANSWER_MS) : undefined;
   const reader = new AgentFrameReader(stdout, stderr, (type, payload) => {
     answered = true;
+    clearTimeout(silence);
     switch (type) {
       case F.helloOk:
         helloed = true;
@@ -347,6 +334,7 @@ async function openSession(target: AgentTarget, req: StartRequest, fresh = false
     if (!helloed) rejectStarted(new AgentUnreachable(`no agent answers on ${target.where}: ${err.code ?? err.message}`, 'connect', { cause: err }));
   };
   const onClose = () => {
+    clearTimeout(silence);
     if (kept && !answered) rejectStarted(new StaleConnection());
     if (!reader.writableEnded) reader.end();
     for (const side of [stdout, stderr]) if (!side.writableEnded) side.end();
@@ -359,7 +347,7 @@ async function openSession(target: AgentTarget, req: StartRequest, fresh = false
   };
   socket.on('error', onError);
   socket.once('close', onClose);
-  socket.write(kept ? frame(F.start, req) : Buffer.concat([helloFrame(target, 'sbx'), frame(F.start, req)]));
+  socket.write(Buffer.concat([helloFrame(target, 'sbx'), frame(F.start, req)]));
 
   let killing: Promise<void> | undefined;
   return {

@@ -101,7 +101,8 @@ test('a kept connection that the agent side closed, or that went silent, gives w
   const n = relayed.length;
   await echo('after-close');
   assert.equal(relayed.length, n + 1);
-  // Silence (an address gone without a FIN): the ping goes unanswered, a new connection is made.
+  // Silence (an address gone without a FIN): the HELLO sent with the START goes unanswered; after
+  // a while a new connection is made, and the command runs once.
   relayed.at(-1)!.silent = true;
   const dir = mkdtempSync(join(tmpdir(), 'sbx-keep-'));
   try {
