@@ -311,3 +311,64 @@ func TestInstallCopiesThisBinary(t *testing.T) {
 		t.Fatalf("installed %v %v, self %d bytes", st, err, self.Size())
 	}
 }
+
+func TestKeptConnectionRunsExecsOneAfterAnother(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	a := testAgent(t)
+	token := strings.Repeat("k", 40)
+	go a.serve(ln, token)
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fw := &frameWriter{w: c}
+	hdr := make([]byte, 5)
+	_ = fw.writeJSON(fHello, helloReq{Versions: []int{ProtocolVersion}, Token: token})
+	if f, err := readFrame(c, hdr); err != nil || f.typ != fHelloOK {
+		t.Fatalf("hello: %v %v", f, err)
+	}
+	// run sends one START and reads to its EXIT: the output and the exit's JSON.
+	run := func(keep bool, word string) (string, string) {
+		if err := fw.writeJSON(fStart, startReq{Argv: []string{"/bin/sh", "-c", "echo " + word}, Keep: keep}); err != nil {
+			t.Fatal(err)
+		}
+		out := ""
+		for {
+			f, err := readFrame(c, hdr)
+			if err != nil {
+				t.Fatalf("%s: %v", word, err)
+			}
+			switch f.typ {
+			case fStdout:
+				out += string(f.payload)
+			case fExit:
+				return out, string(f.payload)
+			case fError:
+				t.Fatalf("%s: %s", word, f.payload)
+			}
+		}
+	}
+	for _, w := range []string{"one", "two"} {
+		if out, exit := run(true, w); out != w+"\n" || exit != `{"exitCode":0}` {
+			t.Fatalf("kept exec %s: %q %s", w, out, exit)
+		}
+		// The HELLO the host sends on its kept connection with the next START.
+		_ = fw.writeJSON(fHello, helloReq{Versions: []int{ProtocolVersion}})
+		if f, err := readFrame(c, hdr); err != nil || f.typ != fHelloOK {
+			t.Fatalf("ping after %s: %v %v", w, f, err)
+		}
+	}
+	// A START without keep ends the connection after its EXIT, as before keep existed.
+	if out, _ := run(false, "three"); out != "three\n" {
+		t.Fatalf("last exec: %q", out)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if f, err := readFrame(c, hdr); err == nil {
+		t.Fatalf("want the connection closed after an exec without keep, got frame %#x", f.typ)
+	}
+}

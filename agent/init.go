@@ -28,10 +28,11 @@ type agent struct {
 
 	mainPid atomic.Int64
 	execs   sync.Map // pid -> *execProc, the running execs
+	idle    *idleTracker
 }
 
 func newAgent(cfg initConfig) *agent {
-	a := &agent{cfg: cfg, waiters: map[int]func(syscall.WaitStatus){}}
+	a := &agent{cfg: cfg, waiters: map[int]func(syscall.WaitStatus){}, idle: newIdleTracker()}
 	a.spawner = newSpawner()
 	for _, kv := range os.Environ() {
 		// The TCP listener's secret is the agent's alone: no process of the box inherits it.
@@ -55,6 +56,7 @@ func newAgent(cfg initConfig) *agent {
 }
 
 func runInit(cfg initConfig) int {
+	tuneRuntime()
 	a := newAgent(cfg)
 	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)

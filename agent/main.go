@@ -9,6 +9,7 @@
 //	sbx-agent hello tcp:HOST:PORT [CMD...]   (speaks to an agent as the host would; prints its frames)
 //	sbx-agent version
 //	sbx-agent fs OP PATH [ARG] [--recursive]   (one file operation as the calling user; fs.go)
+//	sbx-agent spawn-bench N CMD...   (N bare spawns of CMD, their µs: the bench's SpawnInBox floor)
 package main
 
 import (
@@ -43,6 +44,8 @@ func main() {
 			os.Exit(2)
 		}
 		os.Exit(runHello(os.Args[2], os.Args[3:]))
+	case "spawn-bench":
+		os.Exit(runSpawnBench(os.Args[2:]))
 	case "fs":
 		os.Exit(runFs(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	case "install":

@@ -1,8 +1,9 @@
 package main
 
-// The wire protocol between the host (src/runtime/agent-client.ts) and the agent, over one
+// The wire protocol between the host (src/runtime/agent-client.ts) and the agent, over a
 // connection per exec to the TCP listener (Docker: the box's bridge address; Kubernetes: through
-// the port-forward). See docs/agent.md.
+// the port-forward), or several execs one after another on one connection when each START says
+// keep (the host sends a HELLO with each next START, answered by HELLO_OK before the START is read). See docs/agent.md.
 //
 // Every frame: 1 byte type, 4 bytes big-endian payload length, payload (at most maxFrame).
 
@@ -12,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 )
 
@@ -82,6 +84,9 @@ type startReq struct {
 	Cols    int               `json:"cols,omitempty"`
 	Rows    int               `json:"rows,omitempty"`
 	Stdin   bool              `json:"stdin,omitempty"`
+	// Keep: after this exec's EXIT the connection stays open for another START (no HELLO
+	// again); without it the agent half-closes after EXIT, as an agent that predates it does.
+	Keep bool `json:"keep,omitempty"`
 }
 
 type sizeReq struct {
@@ -137,15 +142,33 @@ func (fw *frameWriter) write(typ byte, payload []byte) error {
 	if fw.closed {
 		return errWriterClosed
 	}
-	hdr := make([]byte, 5, 5+len(payload))
-	hdr[0] = typ
-	binary.BigEndian.PutUint32(hdr[1:], uint32(len(payload)))
-	// One write per frame: small frames leave in one segment.
-	if _, err := fw.w.Write(append(hdr, payload...)); err != nil {
+	var err error
+	if len(payload) <= smallFrame {
+		// One write per frame: a small frame leaves in one segment.
+		var b [5 + smallFrame]byte
+		putHeader(b[:5], typ, len(payload))
+		_, err = fw.w.Write(b[:5+copy(b[5:], payload)])
+	} else {
+		// Header and payload in one writev on a TCP connection, without copying the payload
+		// (64 KiB of output a read) into a new buffer first.
+		var hdr [5]byte
+		putHeader(hdr[:], typ, len(payload))
+		bufs := net.Buffers{hdr[:], payload}
+		_, err = bufs.WriteTo(fw.w)
+	}
+	if err != nil {
 		fw.closed = true
 		return err
 	}
 	return nil
+}
+
+// smallFrame: frames up to this payload are copied behind their header into one stack buffer.
+const smallFrame = 512
+
+func putHeader(b []byte, typ byte, n int) {
+	b[0] = typ
+	binary.BigEndian.PutUint32(b[1:5], uint32(n))
 }
 
 func (fw *frameWriter) writeJSON(typ byte, v any) error {

@@ -26,6 +26,8 @@ const (
 	// The most the output is still read after the exit, whatever keeps writing.
 	drainMax  = 2 * time.Second
 	helloWait = 10 * time.Second
+	// How long a kept connection may wait for its next START (the host drops idle ones sooner).
+	keepIdle = 60 * time.Second
 )
 
 // hostConn is a connection from the host: TCP, straight from the host to the box's address
@@ -60,6 +62,8 @@ func (a *agent) serve(ln net.Listener, token string) {
 }
 
 func (a *agent) handle(c hostConn, token string) {
+	a.idle.enter()
+	defer a.idle.leave()
 	defer c.Close()
 	fw := &frameWriter{w: c}
 	fail := func(code, field, msg string) {
@@ -126,26 +130,58 @@ func (a *agent) handle(c hostConn, token string) {
 		_ = fw.writeJSON(fConfigured, struct{}{})
 		return
 	}
-	if f.typ != fStart {
-		fail("protocol", "", "expected START")
-		return
+	// A connection may carry several execs, one after another: each START that says keep leaves
+	// the connection open after its EXIT for the next START (the host's idle connection to the
+	// box, which spares it a connect and a HELLO per exec).
+	for {
+		if f.typ != fStart {
+			fail("protocol", "", "expected START")
+			return
+		}
+		var req startReq
+		if err := json.Unmarshal(f.payload, &req); err != nil {
+			fail("protocol", "", "bad START: "+err.Error())
+			return
+		}
+		ex, e := a.startExec(req, fw, c)
+		if e != nil {
+			_ = fw.writeJSON(fError, e)
+			return
+		}
+		next, ok := ex.serve(c, hdr)
+		if !ok {
+			return
+		}
+		f = next
 	}
-	var req startReq
-	if err := json.Unmarshal(f.payload, &req); err != nil {
-		fail("protocol", "", "bad START: "+err.Error())
-		return
-	}
-	ex, e := a.startExec(req, fw, c)
-	if e != nil {
-		_ = fw.writeJSON(fError, e)
-		return
-	}
+}
+
+// serve reads the host's frames for a running exec. It returns the next START when the exec
+// was kept (its START said keep) and the host sent one after its EXIT; false when the
+// connection is done.
+func (ex *execProc) serve(c hostConn, hdr []byte) (frame, bool) {
 	for {
 		f, err := readFrame(c, hdr)
 		if err != nil {
 			break
 		}
 		switch f.typ {
+		case fHello:
+			// On a kept connection the host sends a HELLO with its next START, answered before
+			// the START is read: the host learns the agent is still there (or gives up on a
+			// silent connection before anything ran).
+			if ex.keep && ex.exited.Load() {
+				_ = ex.fw.writeJSON(fHelloOK, helloResp{Version: ProtocolVersion, Versions: []int{ProtocolVersion}, Agent: AgentVersion, Pid: os.Getpid()})
+			}
+		case fStart:
+			if !ex.keep {
+				continue
+			}
+			// The host sends the next START only once it read EXIT, written just before done.
+			<-ex.done
+			ex.a.idle.enter()
+			_ = c.SetReadDeadline(time.Time{})
+			return f, true
 		case fStdin:
 			ex.queueStdin(f.payload, false)
 		case fStdinEOF:
@@ -171,6 +207,10 @@ func (a *agent) handle(c hostConn, token string) {
 		ex.kill()
 	}
 	<-ex.done
+	if ex.keep {
+		ex.a.idle.enter() // balances the leave of a kept exec's end: handle's deferred leave follows
+	}
+	return frame{}, false
 }
 
 type stdinItem struct {
@@ -186,6 +226,8 @@ type execProc struct {
 	outs   []*os.File
 	fw     *frameWriter
 	conn   hostConn
+	// keep: the host keeps the connection for another exec after EXIT (START's keep).
+	keep bool
 
 	exited   atomic.Bool
 	exitedAt atomic.Int64
@@ -233,7 +275,7 @@ func (a *agent) startExec(req startReq, fw *frameWriter, conn hostConn) (*execPr
 		return nil, &errorResp{Code: "not_found", Field: "cmd", Message: err.Error()}
 	}
 
-	ex := &execProc{a: a, fw: fw, conn: conn, status: make(chan syscall.WaitStatus, 1), done: make(chan struct{}), qready: make(chan struct{}, 1)}
+	ex := &execProc{a: a, fw: fw, conn: conn, keep: req.Keep, status: make(chan syscall.WaitStatus, 1), done: make(chan struct{}), qready: make(chan struct{}, 1)}
 	var child []*os.File
 	var files [3]uintptr
 	if req.Tty {
@@ -318,7 +360,9 @@ func (a *agent) startExec(req startReq, fw *frameWriter, conn hostConn) (*execPr
 
 func (ex *execProc) pump(f *os.File, typ byte) {
 	defer ex.readers.Done()
-	buf := make([]byte, 64*1024)
+	bp := outBufs.Get().(*[]byte)
+	defer outBufs.Put(bp)
+	buf := *bp
 	broken := false
 	for {
 		if at := ex.exitedAt.Load(); at != 0 {
@@ -429,10 +473,18 @@ func (ex *execProc) wait() {
 	if ws.Signaled() {
 		resp.Signal = signalName(ws.Signal())
 	}
+	if ex.keep {
+		ex.a.idle.leave() // a kept connection waiting for its next START is idle
+	}
 	_ = ex.fw.writeJSON(fExit, resp)
-	_ = ex.conn.CloseWrite()
-	// The host closes its side once it read EXIT; do not wait for one that does not.
-	_ = ex.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if ex.keep {
+		// The host's idle connection: it gives it up before this (agent-client.ts), or it is cut.
+		_ = ex.conn.SetReadDeadline(time.Now().Add(keepIdle))
+	} else {
+		_ = ex.conn.CloseWrite()
+		// The host closes its side once it read EXIT; do not wait for one that does not.
+		_ = ex.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	}
 	close(ex.done)
 }
 

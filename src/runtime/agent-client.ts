@@ -1,8 +1,10 @@
 /**
- * Exec through the in-box agent (docs/agent.md): one TCP connection per exec, to the box's bridge
+ * Exec through the in-box agent (docs/agent.md): a TCP connection per exec, to the box's bridge
  * address (Docker) or through the API server's port-forward (Kubernetes), presenting the box's
- * token. Same results and stream semantics as the engine path, which stays the fallback on
- * Docker: `AgentUnreachable` before anything ran tells the runtime.
+ * token. On Docker a buffered exec's connection is kept for the box's next one (a few idle ones
+ * per box, for seconds): no connect and no accept per exec. Same results and stream semantics as
+ * the engine path, which stays the fallback on Docker: `AgentUnreachable` before anything ran
+ * tells the runtime.
  */
 import { createHmac } from 'node:crypto';
 import net from 'node:net';
@@ -46,6 +48,8 @@ export interface AgentTarget {
   token?: string;
   /** … or, in its place, helloProof(token, the address dialled) (Docker: the token never goes on the wire). */
   proof?: string;
+  /** Set: a buffered exec's connection may be kept for the next exec on this target (the key of its idle connections). */
+  keepKey?: string;
 }
 
 /**
@@ -91,6 +95,8 @@ export function tcpTarget(containerId: string, host: string, port: number, token
     containerId,
     where: `${host}:${port}`,
     proof: helloProof(token, `${host}:${port}`),
+    // The proof binds token and address: another box at the address never gets this one's connections.
+    keepKey: `${host}:${port} ${helloProof(token, `${host}:${port}`)}`,
     connect: () => {
       const socket = net.createConnection({ host, port });
       // A plain timer, not socket.setTimeout (whose idle timer every read and write touches).
@@ -124,6 +130,76 @@ async function connectTo(target: AgentTarget): Promise<Duplex> {
   }
 }
 
+/** How long a kept connection waits for the next exec before it is closed (the agent waits 60 s). */
+const KEEP_IDLE_MS = 5000;
+/** Idle connections kept per box at most (parallel execs open more; the rest close after use). */
+const KEEP_MAX = 4;
+
+interface IdleConnection {
+  socket: Duplex & Partial<Pick<net.Socket, 'ref' | 'unref'>>;
+  timer: NodeJS.Timeout;
+  gone: () => void;
+}
+
+/** Idle kept connections by AgentTarget.keepKey, most recently used last. */
+const idleConnections = new Map<string, IdleConnection[]>();
+
+function dropIdle(key: string, conn: IdleConnection): void {
+  const list = idleConnections.get(key);
+  const at = list?.indexOf(conn) ?? -1;
+  if (list && at >= 0) list.splice(at, 1);
+  if (list?.length === 0) idleConnections.delete(key);
+  clearTimeout(conn.timer);
+  conn.socket.off('data', conn.gone).off('end', conn.gone).off('error', conn.gone).off('close', conn.gone);
+}
+
+/** A kept connection to the target, ready for HELLO+START, or undefined. */
+function takeIdle(target: AgentTarget): Duplex | undefined {
+  const key = target.keepKey;
+  const conn = key ? idleConnections.get(key)?.at(-1) : undefined;
+  if (!key || !conn) return undefined;
+  dropIdle(key, conn);
+  conn.socket.pause();
+  conn.socket.ref?.();
+  return conn.socket;
+}
+
+/** Keeps a connection whose exec ended cleanly for the target's next exec; it holds no event loop open. */
+function keepIdle(target: AgentTarget, socket: Duplex): void {
+  const key = target.keepKey!;
+  const list = idleConnections.get(key) ?? [];
+  if (list.length >= KEEP_MAX || socket.destroyed) return void socket.destroy();
+  const conn: IdleConnection = {
+    socket,
+    timer: setTimeout(() => conn.gone(), KEEP_IDLE_MS).unref(),
+    // Anything from an idle agent (its close, a stray frame) ends the connection.
+    gone: () => {
+      dropIdle(key, conn);
+      socket.destroy();
+    },
+  };
+  socket.on('data', conn.gone).on('end', conn.gone).on('error', conn.gone).on('close', conn.gone);
+  (socket as IdleConnection['socket']).unref?.();
+  list.push(conn);
+  idleConnections.set(key, list);
+  socket.resume();
+}
+
+/**
+ * How long the agent on a kept connection may take to answer the HELLO sent before the START
+ * (it answers before it reads the START): a box whose address went away without a FIN leaves
+ * the connection silent. Generous, so that an agent that is only slow (a loaded machine, a box
+ * at its CPU limit) is not cut after it may have started the exec; the agent's own limit for a
+ * HELLO is 10 s.
+ */
+const KEPT_ANSWER_MS = 5000;
+
+/**
+ * A kept connection that closed (or stayed silent) before its agent answered the HELLO before
+ * the START: nothing ran; a new connection is tried.
+ */
+class StaleConnection extends Error {}
+
 interface Session {
   stdout: PassThrough;
   stderr: PassThrough;
@@ -138,13 +214,18 @@ interface Session {
   resize(size: { cols: number; rows: number }): void;
   signal(signal: number): void;
   destroy(): void;
+  /** Done with the session: its connection is kept for the next exec when the START said keep and it ended cleanly, else closed. */
+  release(): void;
 }
 
-async function openSession(target: AgentTarget, req: StartRequest): Promise<Session> {
-  const socket = await connectTo(target);
+async function openSession(target: AgentTarget, req: StartRequest, fresh = false): Promise<Session> {
+  const kept = fresh ? undefined : takeIdle(target);
+  const socket = kept ?? (await connectTo(target));
   const stdout = new PassThrough();
   const stderr = new PassThrough();
-  let helloed = false;
+  // A kept connection said its HELLO already.
+  let helloed = !!kept;
+  let answered = false;
   let exitMsg: (ExitMessage & { lost?: boolean }) | undefined;
   /** Set once STARTED or an error settled `started`: later failures need no error object built. */
   let startSettled = false;
@@ -200,7 +281,12 @@ async function openSession(target: AgentTarget, req: StartRequest): Promise<Sess
   });
   stdin.on('error', () => undefined);
 
+  // On a kept connection the HELLO is a ping, sent with the START (no extra round trip): its
+  // answer says the agent is still there.
+  const silence = kept ? setTimeout(() => socket.destroy(), KEPT_ANSWER_MS) : undefined;
   const reader = new AgentFrameReader(stdout, stderr, (type, payload) => {
+    answered = true;
+    clearTimeout(silence);
     switch (type) {
       case F.helloOk:
         helloed = true;
@@ -244,10 +330,12 @@ async function openSession(target: AgentTarget, req: StartRequest): Promise<Sess
   // A malformed frame ends the session as a lost connection would (the close handler reports it).
   reader.on('error', () => socket.destroy());
   socket.pipe(reader);
-  socket.on('error', (err: NodeJS.ErrnoException) => {
+  const onError = (err: NodeJS.ErrnoException) => {
     if (!helloed) rejectStarted(new AgentUnreachable(`no agent answers on ${target.where}: ${err.code ?? err.message}`, 'connect', { cause: err }));
-  });
-  socket.once('close', () => {
+  };
+  const onClose = () => {
+    clearTimeout(silence);
+    if (kept && !answered) rejectStarted(new StaleConnection());
     if (!reader.writableEnded) reader.end();
     for (const side of [stdout, stderr]) if (!side.writableEnded) side.end();
     if (!helloed) rejectStarted(new AgentUnreachable(`the agent on ${target.where} closed the connection before its hello`, 'closed'));
@@ -256,7 +344,9 @@ async function openSession(target: AgentTarget, req: StartRequest): Promise<Sess
     // The box stopped under the exec, or the agent died: the process is gone.
     if (!exitMsg) resolveExited({ exitCode: KILLED_EXIT_CODE, killed: true, lost: true });
     pump();
-  });
+  };
+  socket.on('error', onError);
+  socket.once('close', onClose);
   socket.write(Buffer.concat([helloFrame(target, 'sbx'), frame(F.start, req)]));
 
   let killing: Promise<void> | undefined;
@@ -287,6 +377,14 @@ async function openSession(target: AgentTarget, req: StartRequest): Promise<Sess
     },
     destroy() {
       socket.destroy();
+    },
+    release() {
+      // Kept only after a clean EXIT of a START that said keep, with no kill under way: the agent
+      // then waits for the next START and sends nothing before it.
+      if (!req.keep || !exitMsg || exitMsg.lost || killing || socket.destroyed) return void socket.destroy();
+      socket.unpipe(reader);
+      socket.off('error', onError).off('close', onClose);
+      keepIdle(target, socket);
     },
   };
 }
@@ -346,21 +444,36 @@ function request(cmd: string[], opts: { workDir?: string; env?: Record<string, s
 /** Runs `cmd` to completion through the agent (the Runtime's `exec`). */
 export async function agentExec(target: AgentTarget, cmd: string[], opts: ExecOptions = {}): Promise<ExecResult> {
   const t0 = performance.now();
-  const session = await openSession(target, { ...request(cmd, opts, undefined), stdin: opts.stdin !== undefined });
-  const stdout = collectOutput(session.stdout, opts);
-  const stderr = collectOutput(session.stderr, opts);
+  // Kept for the next exec: a connection that carried no stdin (whose acknowledgements could
+  // still be on the way after EXIT).
+  const req: StartRequest = {
+    ...request(cmd, opts, undefined),
+    stdin: opts.stdin !== undefined,
+    ...(target.keepKey && opts.stdin === undefined ? { keep: true } : {}),
+  };
+  let session = await openSession(target, req);
   try {
     await session.started;
   } catch (err) {
     session.destroy();
-    throw err;
+    if (!(err instanceof StaleConnection)) throw err;
+    session = await openSession(target, req, true);
+    try {
+      await session.started;
+    } catch (err2) {
+      session.destroy();
+      throw err2;
+    }
   }
+  const stdout = collectOutput(session.stdout, opts);
+  const stderr = collectOutput(session.stderr, opts);
   if (opts.stdin !== undefined) session.stdin.end(Buffer.from(opts.stdin));
   const killed = watchForKill(session, opts);
   const exit = await session.exited;
   killed.stop();
   await session.drained;
-  session.destroy();
+  if (killed.reason) session.destroy();
+  else session.release();
   if (killed.reason === 'aborted') throw abortError(opts.signal);
   return execResult(
     {

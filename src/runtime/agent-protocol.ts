@@ -68,6 +68,8 @@ export interface StartRequest {
   cols?: number;
   rows?: number;
   stdin?: boolean;
+  /** Keep the connection open after EXIT for another START (agent/session.go); an agent that predates it half-closes as before. */
+  keep?: boolean;
 }
 
 export interface ExitMessage {
