@@ -207,6 +207,60 @@ describe('output JSON cannot carry as one string', () => {
   });
 });
 
+describe('output as bytes', () => {
+  /** 3 MiB of random bytes (invalid UTF-8, control characters, quotes, backslashes), then a tail of each kind. */
+  const RAND = '/tmp/exec-json-rand';
+  before(async () => {
+    const r = await exec({
+      cmd: ['sh', '-c', `head -c ${3 * MiB} /dev/urandom > ${RAND}; printf 'a\\000b"c\\\\d\\001\\n\\303\\251\\360\\237\\230\\200' >> ${RAND}`],
+    });
+    assert.equal(r.status, 200, r.text);
+  });
+
+  test('random bytes through the HTTP exec and the SDK are the text the library gives, on stdout and stderr', async () => {
+    const cmd = ['sh', '-c', `cat ${RAND}; cat ${RAND} >&2`];
+    const lib = await (await t.manager.get(box)).exec(cmd, { maxOutputBytes: 4 * MiB });
+    assert.equal(lib.truncated, false);
+    assert.ok(lib.stdout.endsWith('a\0b"c\\d\u0001\né😀'), JSON.stringify(lib.stdout.slice(-20)));
+    const http = await exec({ cmd, maxOutputBytes: 4 * MiB });
+    assert.equal(http.status, 200);
+    assert.equal(http.json.stdout, lib.stdout);
+    assert.equal(http.json.stderr, lib.stderr);
+    assert.equal(http.json.truncated, false);
+    const sdk = await (await new Sbx({ url: t.url, apiKey: t.admin }).get(box)).exec(cmd, { maxOutputBytes: 4 * MiB });
+    assert.equal(sdk.stdout, lib.stdout);
+    assert.equal(sdk.stderr, lib.stderr);
+  });
+
+  test('cut at the cap: the same kept text as the library, truncated', async () => {
+    for (const cap of [MiB + 1, 2 * MiB + 3]) {
+      const cmd = ['cat', RAND];
+      const lib = await (await t.manager.get(box)).exec(cmd, { maxOutputBytes: cap });
+      const http = await exec({ cmd, maxOutputBytes: cap });
+      assert.equal(http.status, 200);
+      assert.equal(http.json.truncated, true);
+      assert.equal(lib.truncated, true);
+      assert.equal(http.json.stdout, lib.stdout, `cap ${cap}`);
+    }
+  });
+
+  test('a small answer is sent whole with a Content-Length, a large one streamed', async () => {
+    const read = async (cmd: string[]) => {
+      const res = await rawExec({ cmd }).response;
+      let text = '';
+      for await (const chunk of res as AsyncIterable<Buffer>) text += chunk.toString();
+      return { res, json: JSON.parse(text) as { stdout: string } };
+    };
+    const small = await read(['echo', 'hi']);
+    assert.equal(small.res.headers['content-length'], String(Buffer.byteLength(JSON.stringify(small.json))));
+    assert.equal(small.json.stdout, 'hi\n');
+    const large = await read(['head', '-c', String(MiB), '/dev/zero']);
+    assert.equal(large.res.headers['content-length'], undefined);
+    assert.equal(large.res.headers['transfer-encoding'], 'chunked');
+    assert.equal(large.json.stdout, '\0'.repeat(MiB));
+  });
+});
+
 describe('large caps', () => {
   test('a cap above 64 MiB is reserved whole while its exec runs: another large one is refused before the first printed a byte', async () => {
     const big = await startTestServer('execout-reserve');

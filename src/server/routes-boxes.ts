@@ -1,5 +1,4 @@
 /** Boxes, buffered and SSE exec, and the heartbeat route. */
-import { Readable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
@@ -16,7 +15,7 @@ import { actingOwner, mayAccess, requireKey } from './auth.js';
 import { boxFor, boxNotFound, issuerFor } from './context.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
-import { execResultJson } from './exec-json.js';
+import { execAnswer } from './exec-json.js';
 import { authenticateRequest } from './request-auth.js';
 import { DEFAULT_EXEC_OUTPUT_BUDGET_BYTES, ExecOutputBudget } from './output-budget.js';
 import { KEY_SECURITY } from './openapi.js';
@@ -282,7 +281,7 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
         if (gone) done();
         // truncated alone cannot say whether the exec's own cap or the server's budget cut it.
         if (lease.starved) reply.header('x-sbx-output-cut', 'budget');
-        return reply.type('application/json; charset=utf-8').send(Readable.from(execResultJson(result), { objectMode: false }));
+        return reply.type('application/json; charset=utf-8').send(execAnswer(result));
       } catch (err) {
         ctx.metrics.execs.inc({ transport: 'http', outcome: 'error' });
         throw err;
