@@ -32,13 +32,42 @@ export function* execResultJson(r: ExecResult): Generator<string | Buffer> {
   yield `","truncated":${JSON.stringify(r.truncated)},"timedOut":${JSON.stringify(r.timedOut)},"durationMs":${JSON.stringify(r.durationMs)}}`;
 }
 
+/** The answer as frames (Accept: EXEC_FRAMES_TYPE), the WebSocket exec's channels with a length: see docs/api.md. */
+export const EXEC_FRAMES_TYPE = 'application/vnd.sbx.exec-frames';
+const CHANNEL = { stdout: 1, stderr: 2, result: 3 } as const;
+
+/**
+ * The result as frames: `[channel u8][length u32 BE][payload]`, stdout (1) and stderr (2) as
+ * UTF-8 of the library's text, a piece at a time, then one result frame (3): the JSON of the
+ * other fields. No escaping and no parsing of the output on either side.
+ */
+export function* execResultFrames(r: ExecResult): Generator<Buffer> {
+  const bytes = execOutputBytes(r);
+  for (const channel of [CHANNEL.stdout, CHANNEL.stderr]) {
+    const name = channel === CHANNEL.stdout ? 'stdout' : 'stderr';
+    for (const piece of bytes ? utf8Pieces(bytes[name]) : [Buffer.from(r[name])]) {
+      if (piece.length) yield* frame(channel, piece);
+    }
+  }
+  const { exitCode, truncated, timedOut, durationMs } = r;
+  yield* frame(CHANNEL.result, Buffer.from(JSON.stringify({ exitCode, truncated, timedOut, durationMs })));
+}
+
+function* frame(channel: number, payload: Buffer): Generator<Buffer> {
+  const head = Buffer.allocUnsafe(5);
+  head[0] = channel;
+  head.writeUInt32BE(payload.length, 1);
+  yield head;
+  yield payload;
+}
+
 /**
  * The answer's body: one buffer when it is small (sent with a Content-Length, no stream: most
  * execs print a few lines, and a stream's machinery and chunked encoding cost more than the
  * JSON), else a stream of its pieces.
  */
-export function execAnswer(r: ExecResult): Buffer | Readable {
-  const pieces = execResultJson(r);
+export function execAnswer(r: ExecResult, framed: boolean): Buffer | Readable {
+  const pieces: Generator<string | Buffer> = framed ? execResultFrames(r) : execResultJson(r);
   const head: Buffer[] = [];
   let size = 0;
   for (let next = pieces.next(); !next.done; next = pieces.next()) {
@@ -56,31 +85,35 @@ function* chain(head: Buffer[], rest: Generator<string | Buffer>): Generator<str
 }
 
 /**
- * Decodes as the library does (collect-text.ts): a character the cut split is dropped, one left
- * unfinished is U+FFFD. An ASCII piece read while no character is pending is escaped as it is;
- * any other goes through the decoder and back to UTF-8, which turns invalid sequences into
- * U+FFFD exactly as the library's text has them.
+ * The kept output as whole UTF-8 characters, decoded as the library does (collect-text.ts): a
+ * character the cut split is dropped, one left unfinished is U+FFFD. An ASCII piece read while
+ * no character is pending passes as it is; any other goes through the decoder and back to
+ * UTF-8, which turns invalid sequences into U+FFFD exactly as the library's text has them.
  */
-function* escapedBytes(out: CollectedOutput): Generator<Buffer> {
+function* utf8Pieces(out: CollectedOutput): Generator<Buffer> {
   const decoder = new StringDecoder('utf8');
   // Whether the decoder may hold the start of a character from the last piece.
   let pending = false;
   for (const piece of out.pieces!()) {
     if (!pending && isAscii(piece)) {
-      if (piece.length) yield escapeUtf8(piece);
+      if (piece.length) yield piece;
       continue;
     }
     const text = decoder.write(piece);
     pending = !endsWholeUtf8(piece);
-    if (text) yield escapeUtf8(Buffer.from(text, 'utf8'));
+    if (text) yield Buffer.from(text, 'utf8');
   }
   const rest = out.truncated ? '' : decoder.end();
-  if (rest) yield escapeUtf8(Buffer.from(rest, 'utf8'));
+  if (rest) yield Buffer.from(rest, 'utf8');
 }
 
 /** Whether a decoder fed `b` surely holds nothing after it: its last byte is ASCII (one ending in others may hold a character's start). */
 function endsWholeUtf8(b: Buffer): boolean {
   return b.length > 0 && b[b.length - 1]! < 0x80;
+}
+
+function* escapedBytes(out: CollectedOutput): Generator<Buffer> {
+  for (const piece of utf8Pieces(out)) yield escapeUtf8(piece);
 }
 
 /** A surrogate pair the slicing splits is written as two `\uXXXX` escapes, which JSON reads back as the pair. */

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
 import type { ClientRequest, IncomingMessage } from 'node:http';
 import { after, before, describe, test } from 'node:test';
+import { ExecFramesReader } from '../client/exec-frames.js';
 import { Sbx } from '../client/index.js';
 import { testEnv } from '../testing/env.js';
 import { IMAGE, startTestServer } from '../testing/server.js';
@@ -75,7 +76,12 @@ async function untilHeld(running: Promise<unknown>): Promise<void> {
 const untilFree = () => until('the budget is free again', async () => (await whole()).status === 200);
 
 /** A raw POST of an exec, so the test can leave at any moment. */
-function rawExec(body: Record<string, unknown>, server = t, id = box): { req: ClientRequest; response: Promise<IncomingMessage> } {
+function rawExec(
+  body: Record<string, unknown>,
+  server = t,
+  id = box,
+  headers: Record<string, string> = {},
+): { req: ClientRequest; response: Promise<IncomingMessage> } {
   const u = new URL(server.url);
   const data = JSON.stringify(body);
   const req = httpRequest({
@@ -83,7 +89,7 @@ function rawExec(body: Record<string, unknown>, server = t, id = box): { req: Cl
     port: u.port,
     method: 'POST',
     path: `/v1/boxes/${id}/exec`,
-    headers: { authorization: `Bearer ${server.admin}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(data)) },
+    headers: { authorization: `Bearer ${server.admin}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(data)), ...headers },
   });
   const response = new Promise<IncomingMessage>((resolve, reject) => {
     req.on('response', resolve);
@@ -227,9 +233,18 @@ describe('output as bytes', () => {
     assert.equal(http.json.stdout, lib.stdout);
     assert.equal(http.json.stderr, lib.stderr);
     assert.equal(http.json.truncated, false);
+    // The SDK asks for frames.
     const sdk = await (await new Sbx({ url: t.url, apiKey: t.admin }).get(box)).exec(cmd, { maxOutputBytes: 4 * MiB });
     assert.equal(sdk.stdout, lib.stdout);
     assert.equal(sdk.stderr, lib.stderr);
+    const res = await rawExec({ cmd, maxOutputBytes: 4 * MiB }, t, box, { accept: 'application/vnd.sbx.exec-frames' }).response;
+    assert.equal(res.headers['content-type'], 'application/vnd.sbx.exec-frames');
+    const reader = new ExecFramesReader();
+    for await (const chunk of res as AsyncIterable<Buffer>) reader.write(chunk);
+    const framed = reader.end();
+    assert.equal(framed.stdout, lib.stdout);
+    assert.equal(framed.stderr, lib.stderr);
+    assert.deepEqual([framed.exitCode, framed.truncated, framed.timedOut], [0, false, false]);
   });
 
   test('cut at the cap: the same kept text as the library, truncated', async () => {
@@ -241,6 +256,9 @@ describe('output as bytes', () => {
       assert.equal(http.json.truncated, true);
       assert.equal(lib.truncated, true);
       assert.equal(http.json.stdout, lib.stdout, `cap ${cap}`);
+      const sdk = await (await new Sbx({ url: t.url, apiKey: t.admin }).get(box)).exec(cmd, { maxOutputBytes: cap });
+      assert.equal(sdk.stdout, lib.stdout, `frames, cap ${cap}`);
+      assert.equal(sdk.truncated, true);
     }
   });
 

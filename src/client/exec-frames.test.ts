@@ -1,0 +1,43 @@
+/** The reader of a buffered exec's answer as frames, fed however the socket cuts it. */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ExecFramesReader } from './exec-frames.js';
+
+function frame(channel: number, payload: string | Buffer): Buffer {
+  const body = Buffer.from(payload);
+  const head = Buffer.alloc(5);
+  head[0] = channel;
+  head.writeUInt32BE(body.length, 1);
+  return Buffer.concat([head, body]);
+}
+
+const fields = { exitCode: 3, truncated: true, timedOut: false, durationMs: 12 };
+const answer = Buffer.concat([
+  frame(1, 'out é'),
+  frame(2, 'err\0'),
+  frame(9, 'a channel from a newer server'),
+  frame(1, Buffer.from('😀 more')),
+  frame(2, ''),
+  frame(3, JSON.stringify(fields)),
+]);
+
+test('an answer cut anywhere, or fed a byte at a time, reads back whole; unknown channels are skipped', () => {
+  for (let cut = 0; cut <= answer.length; cut++) {
+    const r = new ExecFramesReader();
+    r.write(answer.subarray(0, cut));
+    r.write(answer.subarray(cut));
+    assert.deepEqual(r.end(), { ...fields, stdout: 'out é😀 more', stderr: 'err\0' }, `cut at ${cut}`);
+  }
+  const r = new ExecFramesReader();
+  for (const b of answer) r.write(Buffer.from([b]));
+  assert.equal(r.end().stdout, 'out é😀 more');
+});
+
+test('an answer that ends within a frame or without its result frame is an error', () => {
+  const cut = new ExecFramesReader();
+  cut.write(answer.subarray(0, answer.length - 2));
+  assert.throws(() => cut.end(), SyntaxError);
+  const noResult = new ExecFramesReader();
+  noResult.write(frame(1, 'out'));
+  assert.throws(() => noResult.end(), /no result frame/);
+});
