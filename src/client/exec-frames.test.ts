@@ -1,7 +1,10 @@
 /** The reader of a buffered exec's answer as frames, fed however the socket cuts it. */
 import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { ExecFramesReader } from './exec-frames.js';
+import { Sbx } from './index.js';
 
 function frame(channel: number, payload: string | Buffer): Buffer {
   const body = Buffer.from(payload);
@@ -40,4 +43,29 @@ test('an answer that ends within a frame or without its result frame is an error
   const noResult = new ExecFramesReader();
   noResult.write(frame(1, 'out'));
   assert.throws(() => noResult.end(), /no result frame/);
+});
+
+test('the SDK asks for frames and reads the JSON of a server that answers JSON (one before frames)', async () => {
+  const result = { exitCode: 0, stdout: 'out\0é', stderr: '', truncated: false, timedOut: false, durationMs: 5 };
+  let accept: string | undefined;
+  const server = createServer((req, res) => {
+    if (req.method === 'GET') {
+      res.setHeader('content-type', 'application/json');
+      return res.end(JSON.stringify({ id: 'b1', status: 'running' }));
+    }
+    accept = req.headers.accept;
+    req.resume();
+    res.setHeader('content-type', 'application/json; charset=utf-8');
+    res.end(JSON.stringify(result));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  try {
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const box = await new Sbx({ url, apiKey: 'k' }).get('b1');
+    assert.deepEqual(await box.exec(['true']), result);
+    assert.match(accept ?? '', /^application\/vnd\.sbx\.exec-frames, application\/json/);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
 });
