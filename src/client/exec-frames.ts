@@ -4,6 +4,7 @@
  * the other fields as JSON (3). The output is never escaped nor parsed: its pieces are kept as
  * they arrive and decoded once. Channels it does not know are skipped (room for more).
  */
+import { isAscii } from 'node:buffer';
 import type { ExecResult } from '../runtime/types.js';
 
 export const EXEC_FRAMES_TYPE = 'application/vnd.sbx.exec-frames';
@@ -50,8 +51,8 @@ export class ExecFramesReader {
     const fields = JSON.parse(Buffer.concat(this.result).toString('utf8')) as Omit<ExecResult, 'stdout' | 'stderr'>;
     return {
       exitCode: fields.exitCode,
-      stdout: Buffer.concat(this.stdout).toString('utf8'),
-      stderr: Buffer.concat(this.stderr).toString('utf8'),
+      stdout: decode(this.stdout),
+      stderr: decode(this.stderr),
       truncated: fields.truncated,
       timedOut: fields.timedOut,
       durationMs: fields.durationMs,
@@ -63,4 +64,10 @@ export class ExecFramesReader {
     if (this.channel === CHANNEL.stderr) return this.stderr;
     return this.channel === CHANNEL.result ? this.result : undefined;
   }
+}
+
+/** The pieces' text: ASCII (most output) is copied as latin1, several times faster than the UTF-8 decoder. */
+function decode(pieces: Buffer[]): string {
+  const b = Buffer.concat(pieces);
+  return b.toString(isAscii(b) ? 'latin1' : 'utf8');
 }
