@@ -3,9 +3,10 @@
  * library, as ratios in one run (subject p50 / library p50). Goal of issue #9: HTTP exec adds
  * at most 2 ms p50 over the library.
  *
- * HTTP ExecOutput1M is mostly JSON, not transport: the row prints 1 MiB of NUL bytes, which JSON
- * writes as `\u0000`, 6 MiB on the wire, and stringify + parse of that take ~70 ms here. The
- * WebSocket exec sends the bytes as they are.
+ * The HTTP rows ask for the exec's answer as frames, as the SDK does (the output as it is); the
+ * HTTP JSON rows take the plain JSON answer. JSON is the cost there: the ExecOutput1M row prints
+ * 1 MiB of NUL bytes, which JSON writes as `\u0000`, 6 MiB on the wire, and the client's
+ * decode + JSON.parse of that take ~30 ms here. The WebSocket exec sends the bytes as they are.
  *
  * Run alone: `npx tsx bench/rows/transport.ts [--quick] [--only NAME]`. In bench/run.ts: add
  * TRANSPORT_ROW_NAMES to the selectable names, then
@@ -18,6 +19,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pino from 'pino';
 import WebSocket from 'ws';
+import { EXEC_FRAMES_TYPE, ExecFramesReader } from '../../src/client/exec-frames.js';
 import { serve } from '../../src/server/index.js';
 import type { ServerHandle } from '../../src/server/index.js';
 import { BASE_IMAGE, BENCH_LABEL } from '../core/identity.js';
@@ -34,6 +36,7 @@ import { latencyRows } from './boxes.js';
 /** The library rows that have a transport twin, per transport (the row is `<transport> <name>`). */
 const TWINS: ReadonlyArray<[string, string[]]> = [
   ['HTTP', ['Exec', 'ExecOutput1M', 'Create']],
+  ['HTTP JSON', ['Exec', 'ExecOutput1M']],
   ['HTTP node:http', ['Exec']],
   ['WS', ['Exec', 'ExecOutput1M']],
 ];
@@ -68,9 +71,19 @@ export class HttpSubject implements Subject {
     const r = await this.call('POST', '/v1/boxes', { image: BASE_IMAGE, labels: { [BENCH_LABEL]: this.runId } });
     return { id: String(r.json!['id']) };
   }
+  /** Asks for the answer as frames, as the SDK does. */
   async exec(box: BoxRef, cmd: string[]): Promise<ExecOutcome> {
-    const r = await this.call('POST', `/v1/boxes/${box.id}/exec`, { cmd });
-    return { exitCode: Number(r.json!['exitCode']), stdoutBytes: String(r.json!['stdout']).length };
+    const res = await fetch(`${this.url}/v1/boxes/${box.id}/exec`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${this.key}`, 'content-type': 'application/json', accept: EXEC_FRAMES_TYPE },
+      body: JSON.stringify({ cmd }),
+    });
+    if (res.status >= 300) throw new Error(`exec: ${res.status} ${(await res.text()).slice(0, 200)}`);
+    const reader = new ExecFramesReader();
+    // Whole, not chunk by chunk: a web stream's iteration costs more than the copy here.
+    reader.write(Buffer.from(await res.arrayBuffer()));
+    const r = reader.end();
+    return { exitCode: r.exitCode, stdoutBytes: r.stdout.length };
   }
   async info(box: BoxRef): Promise<void> {
     await this.call('GET', `/v1/boxes/${box.id}`);
@@ -87,11 +100,20 @@ export class HttpSubject implements Subject {
   async close(): Promise<void> {}
 }
 
+/** The exec's plain JSON answer (no Accept), as a client that knows only JSON reads it. */
+export class JsonHttpSubject extends HttpSubject {
+  override readonly name: string = 'http-json';
+  override async exec(box: BoxRef, cmd: string[]): Promise<ExecOutcome> {
+    const r = await this.call('POST', `/v1/boxes/${box.id}/exec`, { cmd });
+    return { exitCode: Number(r.json!['exitCode']), stdoutBytes: String(r.json!['stdout']).length };
+  }
+}
+
 /**
  * The same HTTP calls with node:http on one keep-alive socket instead of fetch: how much of the
  * HTTP rows' added time is the client's (undici's fetch costs ~0.5-1 ms a request more here).
  */
-export class NodeHttpSubject extends HttpSubject {
+export class NodeHttpSubject extends JsonHttpSubject {
   override readonly name: string = 'node-http';
   private readonly agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
 
@@ -165,7 +187,7 @@ export function twinRows(prefix: string, names: readonly string[], only: Readonl
     .map((r) => ({ ...r, name: `${prefix} ${r.name}`, note: `${r.note ?? ''} (vs library)`.trim() }));
 }
 
-/** HTTP Exec/ExecOutput1M/Create (fetch), HTTP node:http Exec, WS Exec/ExecOutput1M, each against the library in one run. */
+/** HTTP Exec/ExecOutput1M/Create (fetch, frames), HTTP JSON Exec/ExecOutput1M, HTTP node:http Exec, WS Exec/ExecOutput1M, each against the library in one run. */
 export async function runTransportRows(
   ctx: RunContext,
   opts: { managerName: string; dataDir: string; runId: string; /** Row names to run (TRANSPORT_ROW_NAMES); default all. */ only?: ReadonlySet<string> },
@@ -180,10 +202,12 @@ export async function runTransportRows(
     const key = server.adminKey!;
     const http = new HttpSubject(server.url, key, opts.runId);
     const ws = new WsSubject(server.url, key, opts.runId);
+    const json = new JsonHttpSubject(server.url, key, opts.runId);
     const nodeHttp = new NodeHttpSubject(server.url, key, opts.runId);
     nodeHttpClose = () => nodeHttp.close();
     return [
       ...(await runPairRows(twinRows('HTTP', namesOf('HTTP'), opts.only), http, lib as unknown as Subject, ctx)),
+      ...(await runPairRows(twinRows('HTTP JSON', namesOf('HTTP JSON'), opts.only), json, lib as unknown as Subject, ctx)),
       ...(await runPairRows(twinRows('HTTP node:http', namesOf('HTTP node:http'), opts.only), nodeHttp, lib as unknown as Subject, ctx)),
       ...(await runPairRows(twinRows('WS', namesOf('WS'), opts.only), ws, lib as unknown as Subject, ctx)),
     ];

@@ -2,6 +2,7 @@
 import { connectService } from '../attach/connect.js';
 import type { AttachOptions, ServiceConn, SseAttachOptions, SseServiceConn, WsAttachOptions, WsServiceConn } from '../attach/types.js';
 import { SbxError, invalidArgument } from '../errors.js';
+import { EXEC_FRAMES_TYPE, ExecFramesReader } from './exec-frames.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, LogChunk, LogOptions } from '../runtime/types.js';
 import type { Box as LibraryBox, ProxyUrlOptions, VncUrlOptions } from '../sandbox/box.js';
 import type { BoxInfo, BoxStats, BoxStatus, LifecyclePolicy } from '../sandbox/types.js';
@@ -126,7 +127,13 @@ export class RemoteBox implements Box {
     if (typeof stdin === 'string') body['stdin'] = stdin;
     else if (stdin !== undefined) body['stdin'] = { base64: Buffer.from(stdin.buffer, stdin.byteOffset, stdin.byteLength).toString('base64') };
     try {
-      return await this.transport.jsonWithoutTimeout<ExecResult>('POST', `${this.path}/exec`, { json: body, ...(signal ? { signal } : {}) });
+      // Frames carry the output as it is: no JSON escaping (six bytes per NUL) nor parsing of it.
+      return await this.transport.jsonWithoutTimeout<ExecResult>('POST', `${this.path}/exec`, {
+        json: body,
+        accept: `${EXEC_FRAMES_TYPE}, application/json;q=0.9`,
+        readers: { [EXEC_FRAMES_TYPE]: () => new ExecFramesReader() },
+        ...(signal ? { signal } : {}),
+      });
     } catch (err) {
       // An abort while the answer was being read is still the caller's abort.
       if (signal?.aborted && !(err instanceof SbxError && err.code === 'cancelled')) throw abortError(signal, 'POST', `${this.path}/exec`);

@@ -28,6 +28,13 @@ const CODE_BY_STATUS: Record<number, ErrorCode> = {
   504: 'timeout',
 };
 
+/** Reads an answer's body as it arrives (JsonReader, ExecFramesReader). */
+export interface BodyReader {
+  write(chunk: Buffer): void;
+  /** The value; throws for a malformed body. */
+  end(): unknown;
+}
+
 export interface TransportOptions {
   url: string;
   apiKey: string | undefined;
@@ -116,12 +123,18 @@ export class Transport {
   }
 
   /**
-   * A JSON call whose answer may take as long as the work does (a buffered exec). fetch gives
+   * A JSON call whose answer may take as long as the work does (a buffered exec). `accept` asks
+   * for another form of the answer, read by the reader `readers` names for the type the server
+   * answered with (a server that does not know the form answers JSON, read as JSON). fetch gives
    * up on answers whose headers take more than 300 s (undici's headersTimeout) and cannot be
    * told otherwise without undici itself, so this goes through node:http, which waits. Never
    * retried: it is only used for calls that must not run twice.
    */
-  async jsonWithoutTimeout<T>(method: string, path: string, opts: { json: unknown; signal?: AbortSignal }): Promise<T> {
+  async jsonWithoutTimeout<T>(
+    method: string,
+    path: string,
+    opts: { json: unknown; signal?: AbortSignal; accept?: string; readers?: Record<string, () => BodyReader> },
+  ): Promise<T> {
     const target = new URL(this.url(path));
     const body = Buffer.from(JSON.stringify(opts.json));
     const send = target.protocol === 'https:' ? httpsRequest : httpRequest;
@@ -131,12 +144,18 @@ export class Transport {
         target,
         {
           method,
-          headers: { ...this.authHeaders(), 'content-type': 'application/json', 'content-length': String(body.length) },
+          headers: {
+            ...this.authHeaders(),
+            'content-type': 'application/json',
+            'content-length': String(body.length),
+            ...(opts.accept ? { accept: opts.accept } : {}),
+          },
           ...(opts.signal ? { signal: opts.signal } : {}),
         },
         (res) => {
           const status = res.statusCode ?? 0;
-          const reader = status < 400 ? new JsonReader() : undefined;
+          const type = (res.headers['content-type'] ?? '').split(';')[0]!.trim();
+          const reader = status < 400 ? (opts.readers?.[type]?.() ?? new JsonReader()) : undefined;
           const chunks: Buffer[] = [];
           const fail = (err: unknown) => {
             res.destroy();

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
 import type { ClientRequest, IncomingMessage } from 'node:http';
 import { after, before, describe, test } from 'node:test';
+import { ExecFramesReader } from '../client/exec-frames.js';
 import { Sbx } from '../client/index.js';
 import { testEnv } from '../testing/env.js';
 import { IMAGE, startTestServer } from '../testing/server.js';
@@ -75,7 +76,12 @@ async function untilHeld(running: Promise<unknown>): Promise<void> {
 const untilFree = () => until('the budget is free again', async () => (await whole()).status === 200);
 
 /** A raw POST of an exec, so the test can leave at any moment. */
-function rawExec(body: Record<string, unknown>, server = t, id = box): { req: ClientRequest; response: Promise<IncomingMessage> } {
+function rawExec(
+  body: Record<string, unknown>,
+  server = t,
+  id = box,
+  headers: Record<string, string> = {},
+): { req: ClientRequest; response: Promise<IncomingMessage> } {
   const u = new URL(server.url);
   const data = JSON.stringify(body);
   const req = httpRequest({
@@ -83,7 +89,7 @@ function rawExec(body: Record<string, unknown>, server = t, id = box): { req: Cl
     port: u.port,
     method: 'POST',
     path: `/v1/boxes/${id}/exec`,
-    headers: { authorization: `Bearer ${server.admin}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(data)) },
+    headers: { authorization: `Bearer ${server.admin}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(data)), ...headers },
   });
   const response = new Promise<IncomingMessage>((resolve, reject) => {
     req.on('response', resolve);
@@ -204,6 +210,72 @@ describe('output JSON cannot carry as one string', () => {
     assert.match(end, /^","stderr":"","truncated":false,"timedOut":false,"durationMs":\d+\}$/);
     assert.equal(bytes, head.length + size * 6 + end.length);
     assert.equal((await big.call('GET', '/healthz', { key: null })).status, 200);
+  });
+});
+
+describe('output as bytes', () => {
+  /** 3 MiB of random bytes (invalid UTF-8, control characters, quotes, backslashes), then a tail of each kind. */
+  const RAND = '/tmp/exec-json-rand';
+  before(async () => {
+    const r = await exec({
+      cmd: ['sh', '-c', `head -c ${3 * MiB} /dev/urandom > ${RAND}; printf 'a\\000b"c\\\\d\\001\\n\\303\\251\\360\\237\\230\\200' >> ${RAND}`],
+    });
+    assert.equal(r.status, 200, r.text);
+  });
+
+  test('random bytes through the HTTP exec and the SDK are the text the library gives, on stdout and stderr', async () => {
+    const cmd = ['sh', '-c', `cat ${RAND}; cat ${RAND} >&2`];
+    const lib = await (await t.manager.get(box)).exec(cmd, { maxOutputBytes: 4 * MiB });
+    assert.equal(lib.truncated, false);
+    assert.ok(lib.stdout.endsWith('a\0b"c\\d\u0001\né😀'), JSON.stringify(lib.stdout.slice(-20)));
+    const http = await exec({ cmd, maxOutputBytes: 4 * MiB });
+    assert.equal(http.status, 200);
+    assert.equal(http.json.stdout, lib.stdout);
+    assert.equal(http.json.stderr, lib.stderr);
+    assert.equal(http.json.truncated, false);
+    // The SDK asks for frames.
+    const sdk = await (await new Sbx({ url: t.url, apiKey: t.admin }).get(box)).exec(cmd, { maxOutputBytes: 4 * MiB });
+    assert.equal(sdk.stdout, lib.stdout);
+    assert.equal(sdk.stderr, lib.stderr);
+    const res = await rawExec({ cmd, maxOutputBytes: 4 * MiB }, t, box, { accept: 'application/vnd.sbx.exec-frames' }).response;
+    assert.equal(res.headers['content-type'], 'application/vnd.sbx.exec-frames');
+    const reader = new ExecFramesReader();
+    for await (const chunk of res as AsyncIterable<Buffer>) reader.write(chunk);
+    const framed = reader.end();
+    assert.equal(framed.stdout, lib.stdout);
+    assert.equal(framed.stderr, lib.stderr);
+    assert.deepEqual([framed.exitCode, framed.truncated, framed.timedOut], [0, false, false]);
+  });
+
+  test('cut at the cap: the same kept text as the library, truncated', async () => {
+    for (const cap of [MiB + 1, 2 * MiB + 3]) {
+      const cmd = ['cat', RAND];
+      const lib = await (await t.manager.get(box)).exec(cmd, { maxOutputBytes: cap });
+      const http = await exec({ cmd, maxOutputBytes: cap });
+      assert.equal(http.status, 200);
+      assert.equal(http.json.truncated, true);
+      assert.equal(lib.truncated, true);
+      assert.equal(http.json.stdout, lib.stdout, `cap ${cap}`);
+      const sdk = await (await new Sbx({ url: t.url, apiKey: t.admin }).get(box)).exec(cmd, { maxOutputBytes: cap });
+      assert.equal(sdk.stdout, lib.stdout, `frames, cap ${cap}`);
+      assert.equal(sdk.truncated, true);
+    }
+  });
+
+  test('a small answer is sent whole with a Content-Length, a large one streamed', async () => {
+    const read = async (cmd: string[]) => {
+      const res = await rawExec({ cmd }).response;
+      let text = '';
+      for await (const chunk of res as AsyncIterable<Buffer>) text += chunk.toString();
+      return { res, json: JSON.parse(text) as { stdout: string } };
+    };
+    const small = await read(['echo', 'hi']);
+    assert.equal(small.res.headers['content-length'], String(Buffer.byteLength(JSON.stringify(small.json))));
+    assert.equal(small.json.stdout, 'hi\n');
+    const large = await read(['head', '-c', String(MiB), '/dev/zero']);
+    assert.equal(large.res.headers['content-length'], undefined);
+    assert.equal(large.res.headers['transfer-encoding'], 'chunked');
+    assert.equal(large.json.stdout, '\0'.repeat(MiB));
   });
 });
 

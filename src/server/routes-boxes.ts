@@ -1,5 +1,4 @@
 /** Boxes, buffered and SSE exec, and the heartbeat route. */
-import { Readable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
@@ -16,7 +15,7 @@ import { actingOwner, mayAccess, requireKey } from './auth.js';
 import { boxFor, boxNotFound, issuerFor } from './context.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
-import { execResultJson } from './exec-json.js';
+import { EXEC_FRAMES_TYPE, execAnswer } from './exec-json.js';
 import { authenticateRequest } from './request-auth.js';
 import { DEFAULT_EXEC_OUTPUT_BUDGET_BYTES, ExecOutputBudget } from './output-budget.js';
 import { KEY_SECURITY } from './openapi.js';
@@ -236,8 +235,12 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
           {
             200: {
               description:
-                'The result (JSON), or with Accept: text/event-stream the events stdout, stderr ({"text"}), then exit ({"exitCode","durationMs"}) or error',
-              content: { 'application/json': { schema: ExecResultSchema }, 'text/event-stream': { schema: z.string() } },
+                'The result (JSON), or with Accept: text/event-stream the events stdout, stderr ({"text"}), then exit ({"exitCode","durationMs"}) or error; with Accept: application/vnd.sbx.exec-frames the result as frames [channel u8][length u32 BE][payload]: stdout (1) and stderr (2) as UTF-8, then the other fields as JSON (3)',
+              content: {
+                'application/json': { schema: ExecResultSchema },
+                'text/event-stream': { schema: z.string() },
+                [EXEC_FRAMES_TYPE]: { schema: z.string() },
+              },
             } as unknown as z.ZodType,
           },
           BOX_ERRORS,
@@ -282,7 +285,8 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
         if (gone) done();
         // truncated alone cannot say whether the exec's own cap or the server's budget cut it.
         if (lease.starved) reply.header('x-sbx-output-cut', 'budget');
-        return reply.type('application/json; charset=utf-8').send(Readable.from(execResultJson(result), { objectMode: false }));
+        const framed = (req.headers.accept ?? '').includes(EXEC_FRAMES_TYPE);
+        return reply.type(framed ? EXEC_FRAMES_TYPE : 'application/json; charset=utf-8').send(execAnswer(result, framed));
       } catch (err) {
         ctx.metrics.execs.inc({ transport: 'http', outcome: 'error' });
         throw err;
