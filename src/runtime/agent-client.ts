@@ -91,12 +91,14 @@ export function hasOomLine(text: string, token: string): boolean {
 
 /** The agent's TCP listener at `host:port` (Docker: the box's bridge address, an IPv4 address). */
 export function tcpTarget(containerId: string, host: string, port: number, token: string): AgentTarget {
+  const where = `${host}:${port}`;
+  const proof = helloProof(token, where);
   return {
     containerId,
-    where: `${host}:${port}`,
-    proof: helloProof(token, `${host}:${port}`),
+    where,
+    proof,
     // The proof binds token and address: another box at the address never gets this one's connections.
-    keepKey: `${host}:${port} ${helloProof(token, `${host}:${port}`)}`,
+    keepKey: `${where} ${proof}`,
     connect: () => {
       const socket = net.createConnection({ host, port });
       // A plain timer, not socket.setTimeout (whose idle timer every read and write touches).
