@@ -151,7 +151,8 @@ describe('the in-box agent on Kubernetes', { skip: why ?? false }, () => {
   });
 
   test("the agent's binary: the pod has the delivery the probe chose, and its mount is read-only even to root", async () => {
-    const { delivery, why } = await rt.agentDelivery();
+    const { delivery, why } = (await rt.agentDelivery())!;
+    assert.equal(await openTestKube({ agent: false }).agentDelivery(), undefined, 'no agent, no probe');
     const pod = await readPod(box);
     const vol = pod.spec!.volumes!.find((v) => v.name === 'sbx-agent')!;
     const installs = (pod.spec!.initContainers ?? []).filter((c) => c.name === 'sbx-agent-install');

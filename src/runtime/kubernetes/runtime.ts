@@ -188,11 +188,13 @@ export class KubernetesRuntime implements Runtime {
   }
 
   /**
-   * How this runtime's boxes get the agent's binary, and why: the `agentDelivery` option, else
+   * How this runtime's boxes get the agent's binary, and why (undefined: they get no agent): the `agentDelivery` option, else
    * (`auto`) a probe pod at the first call, once; a cluster that cannot mount the agent image as a
    * volume gets the init container, with a warning (SBX_KUBE_AGENT_DELIVERY) saying why.
    */
-  agentDelivery(): Promise<DeliveryVerdict> {
+  agentDelivery(): Promise<DeliveryVerdict | undefined> {
+    // Without the agent there is nothing to deliver (and no image to probe with).
+    if (!this.agentEnabled) return Promise.resolve(undefined);
     if (this.delivery) return this.delivery;
     const decided = (async (): Promise<DeliveryVerdict> => {
       if (this.deliveryChoice !== 'auto') return { delivery: this.deliveryChoice, why: 'the agentDelivery option' };
@@ -218,7 +220,7 @@ export class KubernetesRuntime implements Runtime {
     const name = valid.name && isPodName(valid.name) ? valid.name : `sbx-${randomBytes(6).toString('hex')}`;
     const stopMs = Number(valid.labels?.['sbx.stop-timeout-ms']);
     const agent = this.agentEnabled ? { port: AGENT_PORT, token: randomBytes(32).toString('hex') } : undefined;
-    const delivery = agent ? (await this.agentDelivery()).delivery : undefined;
+    const delivery = agent ? (await this.agentDelivery())?.delivery : undefined;
     // A spec without rules is `all`, which still closes the node's address: sbx's endpoints there stay open.
     if (this.egressImage && !valid.egress) valid.egress = { ...EGRESS_ALL, endpoints: this.hostEndpoints };
     const pod = podManifest(valid, {
