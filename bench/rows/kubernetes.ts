@@ -49,8 +49,16 @@ interface Variant {
 const VARIANTS: readonly Variant[] = [
   // Exec through the API server, as the raw side: the pods are the same (checked), the rows measure the runtime.
   { prefix: 'K8s', options: { agent: false }, parity: true },
-  // The in-box agent (PID 1, copied in by an init container; exec over a port-forward to it) against the same raw pod.
-  { prefix: 'K8s agent', options: { agentImage: testAgentImage }, parity: false, note: `sbx with the in-box agent (${testAgentImage})` },
+  // The in-box agent (PID 1 from the agent image: an image volume where the cluster mounts one, else an
+  // init container's copy; exec over a port-forward to it) against the same raw pod.
+  { prefix: 'K8s agent', options: { agentImage: testAgentImage }, parity: false, note: `sbx with the in-box agent (${testAgentImage}, agentDelivery auto)` },
+  // The fallback delivery, on any cluster: an init container copies the binary in before the box starts.
+  {
+    prefix: 'K8s agent init',
+    options: { agentImage: testAgentImage, agentDelivery: 'init-container' },
+    parity: false,
+    note: `sbx with the in-box agent (${testAgentImage}) copied in by an init container`,
+  },
 ];
 
 /** The one row a run without a cluster reports. */

@@ -3,6 +3,7 @@
 // token; boxes must not be able to use it, a second runtime must find it from the pod alone,
 // and a box command the agent cannot start must fail start with its reason.
 import assert from 'node:assert/strict';
+import type { V1Pod } from '@kubernetes/client-node';
 import { after, before, describe, test } from 'node:test';
 import { isSbxError } from '../../errors.js';
 import { GRACEFUL_CMD } from '../../sandbox/box-spec.js';
@@ -11,10 +12,18 @@ import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
 import type { ContainerSpec } from '../types.js';
 import { AGENT_BIN, AGENT_PORT, AGENT_TOKEN_ENV } from './manifest.js';
 import type { KubernetesRuntime } from './runtime.js';
-import { openTestKube, testAgentImage, unavailable } from '../../testing/kube-cluster.js';
+import { openTestKube, testAgentImage, testKubeAddress, unavailable } from '../../testing/kube-cluster.js';
+import { parseKubeAddress } from './address.js';
+import { KubeConnection } from './connection.js';
 
 const why = await unavailable();
 const runId = testRunId('kube-agent');
+
+/** The pod as the API server stored it. */
+async function readPod(name: string): Promise<V1Pod> {
+  const conn = new KubeConnection(parseKubeAddress(testKubeAddress()));
+  return conn.core.readNamespacedPod({ name, namespace: conn.namespace });
+}
 
 describe('the in-box agent on Kubernetes', { skip: why ?? false }, () => {
   let rt: KubernetesRuntime;
@@ -139,6 +148,44 @@ describe('the in-box agent on Kubernetes', { skip: why ?? false }, () => {
       rt.create(spec({ ports: [{ containerPort: AGENT_PORT }] })),
       (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'ports',
     );
+  });
+
+  test("the agent's binary: the pod has the delivery the probe chose, and its mount is read-only even to root", async () => {
+    const { delivery, why } = (await rt.agentDelivery())!;
+    assert.equal(await openTestKube({ agent: false }).agentDelivery(), undefined, 'no agent, no probe');
+    const pod = await readPod(box);
+    const vol = pod.spec!.volumes!.find((v) => v.name === 'sbx-agent')!;
+    const installs = (pod.spec!.initContainers ?? []).filter((c) => c.name === 'sbx-agent-install');
+    if (delivery === 'image-volume') {
+      assert.deepEqual({ ...vol.image }, { reference: testAgentImage, pullPolicy: 'IfNotPresent' }, why);
+      assert.equal(installs.length, 0, 'no init container when the image is the volume');
+    } else {
+      assert.ok(vol.emptyDir, why);
+      assert.equal(installs.length, 1);
+    }
+    const r = await rt.exec(box, ['sh', '-c', `echo x > ${AGENT_BIN} || echo refused; touch /.sbx/new || echo refused`], { user: 'root' });
+    assert.equal(r.stdout, 'refused\nrefused\n', r.stderr);
+    assert.equal((await rt.exec(box, [AGENT_BIN, 'version'])).exitCode, 0);
+  });
+
+  test('agentDelivery init-container: the fallback path still makes boxes whose exec takes the agent', async () => {
+    const other = openTestKube({ agentImage: testAgentImage, agentDelivery: 'init-container' });
+    let id: string | undefined;
+    try {
+      assert.deepEqual(await other.agentDelivery(), { delivery: 'init-container', why: 'the agentDelivery option' });
+      id = await other.create(spec({ user: 'sandbox' }));
+      await other.start(id);
+      assert.equal((await other.inspect(id)).execPath, 'agent');
+      assert.equal((await other.exec(id, ['id', '-un'])).stdout, 'sandbox\n');
+      const pod = await readPod(id);
+      assert.deepEqual(
+        pod.spec!.initContainers!.map((c) => c.name),
+        ['sbx-egress', 'sbx-agent-install'],
+      );
+    } finally {
+      if (id) await other.remove(id, { force: true });
+      await other.close();
+    }
   });
 
   test('box.files() has its tool: the agent binary in the pod', async () => {

@@ -5,6 +5,7 @@ import { test } from 'node:test';
 import { isSbxError } from '../../errors.js';
 import type { ContainerSpec } from '../types.js';
 import { egressDenyNetworks, egressDnsServers } from './egress.js';
+import { PROBE_LABEL, agentDeliveryChoice, probeManifest } from './agent-delivery.js';
 import {
   AGENT_ANNOTATION,
   AGENT_BIN,
@@ -94,7 +95,7 @@ test('argv with spaces, quotes and $(…) stays argv, never a shell string', () 
 
 test('the in-box agent: an init container copies it into an emptyDir, the box command is its child', () => {
   const cmd = ['/bin/sh', '-c', "trap 'exit 0' TERM; while :; do sleep 86400 & wait $!; done"];
-  const agent = { image: 'sbx-agent:1', token: 'k'.repeat(64) };
+  const agent = { image: 'sbx-agent:1', token: 'k'.repeat(64), delivery: 'init-container' as const };
   const { pod, c } = main({ ...base, cmd, user: 'sandbox' }, { ...opts, agent });
   assert.deepEqual(c.command, [AGENT_BIN, 'init', '--socket', '', '--listen', `127.0.0.1:${AGENT_PORT}`, '--user', 'sandbox', '--home', '--', ...cmd]);
   assert.equal(c.args, undefined);
@@ -131,6 +132,51 @@ test('the in-box agent: an init container copies it into an emptyDir, the box co
     () => podManifest({ ...base, cmd, ports: [{ containerPort: AGENT_PORT }] }, { ...opts, agent }),
     (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'ports',
   );
+});
+
+test('the in-box agent from an image volume: the agent image mounted read-only at /.sbx, no init container', () => {
+  const cmd = ['sleep', '1'];
+  const agent = { image: 'sbx-agent:1', token: 'k'.repeat(64), delivery: 'image-volume' as const };
+  const { pod, c } = main({ ...base, cmd }, { ...opts, agent });
+  assert.equal(pod.spec!.initContainers, undefined, 'nothing starts before the box');
+  assert.equal(c.command![0], AGENT_BIN);
+  const mount = c.volumeMounts!.find((m) => m.mountPath === '/.sbx');
+  assert.deepEqual(mount, { name: mount!.name, mountPath: '/.sbx', readOnly: true });
+  const vol = pod.spec!.volumes!.find((v) => v.name === mount!.name)!;
+  assert.deepEqual(vol.image, { reference: 'sbx-agent:1', pullPolicy: 'IfNotPresent' });
+  assert.equal(vol.emptyDir, undefined);
+  // The same hardening as with the init container: the box's container is the only one, and it is the agent's.
+  const viaInit = main({ ...base, cmd }, { ...opts, agent: { ...agent, delivery: 'init-container' } }).c;
+  assert.deepEqual(c.securityContext, viaInit.securityContext);
+  assert.deepEqual(c.command, viaInit.command);
+  // Under egress rules the sidecar is the only init container.
+  const egress = { image: 'sbx-egress:1', dns: [] };
+  assert.deepEqual(
+    main({ ...base, cmd }, { ...opts, agent, egress }).pod.spec!.initContainers!.map((i) => i.name),
+    [EGRESS_CONTAINER],
+  );
+});
+
+test('agentDelivery: auto, image-volume or init-container; anything else is refused', () => {
+  assert.equal(agentDeliveryChoice(undefined), 'auto');
+  assert.equal(agentDeliveryChoice('image-volume'), 'image-volume');
+  assert.equal(agentDeliveryChoice('init-container'), 'init-container');
+  assert.throws(
+    () => agentDeliveryChoice('hostPath'),
+    (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'agentDelivery',
+  );
+});
+
+test('the delivery probe pod runs the agent from an image volume, unprivileged, and is never a box', () => {
+  const pod = probeManifest('sbx-agent-probe-1', 'ns', 'sbx-agent:1');
+  const [c] = pod.spec!.containers;
+  assert.deepEqual(c!.command, [AGENT_BIN, 'version']);
+  assert.deepEqual(pod.spec!.volumes, [{ name: 'sbx-agent', image: { reference: 'sbx-agent:1', pullPolicy: 'IfNotPresent' } }]);
+  assert.deepEqual(c!.volumeMounts, [{ name: 'sbx-agent', mountPath: '/.sbx', readOnly: true }]);
+  assert.deepEqual(c!.securityContext!.capabilities, { drop: ['ALL'] });
+  assert.equal(c!.securityContext!.runAsUser, 65534);
+  assert.equal(pod.spec!.automountServiceAccountToken, false);
+  assert.equal(pod.metadata!.labels![PROBE_LABEL], 'agent-delivery');
 });
 
 test('grace period, env, workDir, ports, RuntimeClass', () => {
@@ -186,7 +232,7 @@ test('a network other than the pod network is refused', () => {
 test('egress: a native sidecar with NET_ADMIN alone holds the rules, first of the init containers; the box never gets NET_ADMIN', () => {
   const egress = { mode: 'allowlist' as const, allow: [{ host: '198.18.0.1/32', ports: [80, 80] as [number, number] }], deny: [], endpoints: [] };
   const cmd = ['sleep', '1'];
-  const agent = { image: 'sbx-agent:1', token: 'k'.repeat(64) };
+  const agent = { image: 'sbx-agent:1', token: 'k'.repeat(64), delivery: 'init-container' as const };
   const { pod, c } = main({ ...base, cmd, egress, memory: 64 * 1024 * 1024 }, { ...opts, agent, egress: { image: 'sbx-egress:1', dns: ['198.18.0.53:53'] } });
   const [sidecar, install] = pod.spec!.initContainers!;
   assert.equal(sidecar!.name, EGRESS_CONTAINER);

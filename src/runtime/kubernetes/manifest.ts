@@ -28,17 +28,27 @@ export const AGENT_ANNOTATION = 'sbx.dev/agent';
 
 /** The volume holding the agent's binary (at AGENT_BIN in the box). */
 const AGENT_VOLUME = 'sbx-agent';
+/** Where that volume is mounted in the box (AGENT_BIN's directory). */
+export const AGENT_DIR = '/.sbx';
 /** The binary's path in the agent image (images/sbx-agent: FROM scratch, the binary alone). */
 const AGENT_IMAGE_BIN = '/sbx-agent';
 // The agent's port on the pod's loopback, where the API server's port-forward connects (it dials
 // localhost inside the pod's network namespace), its secret's variable and its binary's path: the same as on Docker.
 export { AGENT_BIN, AGENT_PORT, AGENT_TOKEN_ENV };
 
+/**
+ * How the binary gets into the pod (agent-delivery.ts): the agent image mounted as an image volume
+ * (read-only, nothing runs first), or copied by an init container into an emptyDir (any cluster,
+ * about a second more per create).
+ */
+export type AgentDelivery = 'image-volume' | 'init-container';
+
 export interface AgentOptions {
   /** The image holding the static agent binary at /sbx-agent (images/sbx-agent). */
   image: string;
   /** The per-pod secret of the agent's TCP listener. */
   token: string;
+  delivery: AgentDelivery;
 }
 
 /**
@@ -85,7 +95,7 @@ export interface ManifestOptions {
   /** The pod's name (a DNS label): the box's id on this runtime. */
   name: string;
   namespace: string;
-  /** Run the in-box agent as the entrypoint (an init container copies it in); absent: no agent. */
+  /** Run the in-box agent as the entrypoint (from an image volume, or copied in by an init container); absent: no agent. */
   agent?: AgentOptions;
   /** Seconds Kubernetes waits after SIGTERM before SIGKILL when the pod is deleted. */
   terminationGracePeriodSeconds?: number;
@@ -234,22 +244,15 @@ export function podManifest(spec: ContainerSpec, opts: ManifestOptions): V1Pod {
     initContainers.push(egressSidecar(spec.egress ?? EGRESS_ALL, opts.egress));
   }
   if (opts.agent) {
-    volumes.push({ name: AGENT_VOLUME, emptyDir: {} });
-    mounts.push({ name: AGENT_VOLUME, mountPath: '/.sbx', readOnly: true });
-    initContainers.push({
-      name: 'sbx-agent-install',
-      image: opts.agent.image,
-      imagePullPolicy: 'IfNotPresent',
-      // The binary copies itself: the image is FROM scratch, there is no cp.
-      command: [AGENT_IMAGE_BIN, 'install', AGENT_BIN],
-      volumeMounts: [{ name: AGENT_VOLUME, mountPath: '/.sbx' }],
-      securityContext: {
-        allowPrivilegeEscalation: false,
-        capabilities: { drop: ['ALL'] },
-        seccompProfile: { type: 'RuntimeDefault' },
-        readOnlyRootFilesystem: true,
-      },
-    });
+    // Read-only either way: the box cannot replace the binary its exec goes through.
+    mounts.push({ name: AGENT_VOLUME, mountPath: AGENT_DIR, readOnly: true });
+    if (opts.agent.delivery === 'image-volume') {
+      // The image's root (the binary at /sbx-agent) at AGENT_DIR; the kubelet mounts it read-only.
+      volumes.push({ name: AGENT_VOLUME, image: { reference: opts.agent.image, pullPolicy: 'IfNotPresent' } });
+    } else {
+      volumes.push({ name: AGENT_VOLUME, emptyDir: {} });
+      initContainers.push(agentInstaller(opts.agent.image));
+    }
   }
   if (mounts.length) main.volumeMounts = mounts;
 
@@ -280,6 +283,24 @@ export function podManifest(spec: ContainerSpec, opts: ManifestOptions): V1Pod {
         seccompProfile: { type: 'RuntimeDefault' },
         ...(spec.binds?.length && (user.gid ?? user.uid) !== undefined ? { fsGroup: user.gid ?? user.uid } : {}),
       },
+    },
+  };
+}
+
+/** The init container that copies the agent binary into the pod's emptyDir (the `init-container` delivery). */
+function agentInstaller(image: string): V1Container {
+  return {
+    name: 'sbx-agent-install',
+    image,
+    imagePullPolicy: 'IfNotPresent',
+    // The binary copies itself: the image is FROM scratch, there is no cp.
+    command: [AGENT_IMAGE_BIN, 'install', AGENT_BIN],
+    volumeMounts: [{ name: AGENT_VOLUME, mountPath: AGENT_DIR }],
+    securityContext: {
+      allowPrivilegeEscalation: false,
+      capabilities: { drop: ['ALL'] },
+      seccompProfile: { type: 'RuntimeDefault' },
+      readOnlyRootFilesystem: true,
     },
   };
 }

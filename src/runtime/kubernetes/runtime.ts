@@ -33,6 +33,8 @@ import type {
 } from '../types.js';
 import { AgentUnreachable, agentExec, agentExecStream, configureAgent, probeAgent } from '../agent-client.js';
 import { parseKubeAddress } from './address.js';
+import { agentDeliveryChoice, probeAgentDelivery } from './agent-delivery.js';
+import type { AgentDeliveryChoice, DeliveryVerdict } from './agent-delivery.js';
 import { podAgentOf, podAgentTarget } from './agent.js';
 import type { PodAgent } from './agent.js';
 import { deletePvc, ensurePvc } from './pvcs.js';
@@ -64,12 +66,13 @@ import { checkPort } from '../ports.js';
 import { deferredRuntime } from '../deferred-runtime.js';
 
 /**
- * The options a Kubernetes runtime reads: `agent` with `agentImage` (the in-box agent),
- * `readyTimeoutMs`, `storageClass` (workspace PVCs), `maxConnections` (execs starting at once),
- * `egressImage`, `egressDns` and `egressDenyNetworks` (egress rules, egress.ts).
+ * The options a Kubernetes runtime reads: `agent` with `agentImage` (the in-box agent) and
+ * `agentDelivery` (how its binary gets into a pod, agent-delivery.ts; default `auto`: a probe
+ * pod at the first agent box), `readyTimeoutMs`, `storageClass` (workspace PVCs), `maxConnections`
+ * (execs starting at once), `egressImage`, `egressDns` and `egressDenyNetworks` (egress rules, egress.ts).
  * A box's RuntimeClass is its spec's `ociRuntime` (the pool's `ociRuntime`).
  */
-export type KubernetesRuntimeOptions = RuntimeOptions;
+export type KubernetesRuntimeOptions = RuntimeOptions & { agentDelivery?: AgentDeliveryChoice };
 
 /** The egress sidecar's image unless `egressImage` names another. */
 export const DEFAULT_EGRESS_IMAGE = 'sbx-egress:latest';
@@ -124,12 +127,16 @@ export class KubernetesRuntime implements Runtime {
   private readonly egressDenyNetworks: string[];
   /** sbx's endpoints on the node (`allowHostEndpoints`), open to pods whose spec has no egress rules. */
   private hostEndpoints: EgressTarget[] = [];
+  private readonly deliveryChoice: AgentDeliveryChoice;
+  /** How new pods get the agent's binary: decided once (the option, else the probe pod). */
+  private delivery: Promise<DeliveryVerdict> | undefined;
 
   constructor(addr: string | KubeAddress, options: KubernetesRuntimeOptions = {}) {
     this.parsed = typeof addr === 'string' ? parseKubeAddress(addr) : addr;
     this.address = this.parsed.raw;
     this.options = options;
     this.agentEnabled = (options.agent ?? true) && !!options.agentImage;
+    this.deliveryChoice = agentDeliveryChoice(options.agentDelivery);
     this.egressImage = (options.egressImage ?? DEFAULT_EGRESS_IMAGE) || undefined;
     this.egressDns = egressDnsServers(options.egressDns);
     this.egressDenyNetworks = egressDenyNetworks(options.egressDenyNetworks);
@@ -206,18 +213,46 @@ export class KubernetesRuntime implements Runtime {
     }
   }
 
+  /**
+   * How this runtime's boxes get the agent's binary, and why (undefined: they get no agent): the `agentDelivery` option, else
+   * (`auto`) a probe pod at the first call, once; a cluster that cannot mount the agent image as a
+   * volume gets the init container, with a warning (SBX_KUBE_AGENT_DELIVERY) saying why.
+   */
+  agentDelivery(): Promise<DeliveryVerdict | undefined> {
+    // Without the agent there is nothing to deliver (and no image to probe with).
+    if (!this.agentEnabled) return Promise.resolve(undefined);
+    if (this.delivery) return this.delivery;
+    const decided = (async (): Promise<DeliveryVerdict> => {
+      if (this.deliveryChoice !== 'auto') return { delivery: this.deliveryChoice, why: 'the agentDelivery option' };
+      const verdict = await probeAgentDelivery(this.conn, this.options.agentImage!);
+      if (verdict.delivery === 'init-container') {
+        process.emitWarning(`${this.address}: the in-box agent is copied in by an init container (about a second more per create): ${verdict.why}`, {
+          code: 'SBX_KUBE_AGENT_DELIVERY',
+        });
+      }
+      return verdict;
+    })();
+    // A probe that could not reach the cluster decides nothing: the next create asks again.
+    decided.catch(() => {
+      if (this.delivery === decided) this.delivery = undefined;
+    });
+    this.delivery = decided;
+    return decided;
+  }
+
   async create(spec: ContainerSpec): Promise<string> {
     const valid = validateSpec(spec);
     // The name is the id: the caller's when it is a valid pod name, else a fresh one.
     const name = valid.name && isPodName(valid.name) ? valid.name : `sbx-${randomBytes(6).toString('hex')}`;
     const stopMs = Number(valid.labels?.['sbx.stop-timeout-ms']);
     const agent = this.agentEnabled ? { port: AGENT_PORT, token: randomBytes(32).toString('hex') } : undefined;
+    const delivery = agent ? (await this.agentDelivery())?.delivery : undefined;
     // A spec without rules is `all`, which still closes the node's address: sbx's endpoints there stay open.
     if (this.egressImage && !valid.egress) valid.egress = { ...EGRESS_ALL, endpoints: this.hostEndpoints };
     const pod = podManifest(valid, {
       name,
       namespace: this.conn.namespace,
-      ...(agent ? { agent: { image: this.options.agentImage!, token: agent.token } } : {}),
+      ...(agent && delivery ? { agent: { image: this.options.agentImage!, token: agent.token, delivery } } : {}),
       ...(this.egressImage ? { egress: { image: this.egressImage, dns: this.egressDns, alwaysDeny: this.egressDenyNetworks } } : {}),
       ...(Number.isFinite(stopMs) && stopMs > 0 ? { terminationGracePeriodSeconds: Math.ceil(stopMs / 1000) } : {}),
     });
