@@ -21,7 +21,7 @@ const runId = testRunId('kube-agent');
 
 /** The pod as the API server stored it. */
 async function readPod(name: string): Promise<V1Pod> {
-  const conn = new KubeConnection(parseKubeAddress(testKubeAddress()));
+  const conn = await KubeConnection.open(parseKubeAddress(testKubeAddress()));
   return conn.core.readNamespacedPod({ name, namespace: conn.namespace });
 }
 
