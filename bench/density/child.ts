@@ -41,11 +41,12 @@ const timed = async (fn: () => Promise<unknown>): Promise<number> => {
   return performance.now() - t0;
 };
 
-async function settledRss(): Promise<number> {
+async function settled(): Promise<{ rss: number; heap: number }> {
   gc?.();
   await sleep(50);
   gc?.();
-  return process.memoryUsage().rss;
+  const m = process.memoryUsage();
+  return { rss: m.rss, heap: m.heapUsed };
 }
 
 const engine = new EngineClient();
@@ -118,10 +119,10 @@ function processMemory(pids: Array<number | undefined>): { rss: number; pss: num
 async function measure(
   createsPerSec: number,
   availableBefore: number,
-  firstRss: { boxes: number; rss: number } | undefined,
+  first: { boxes: number; rss: number; heap: number } | undefined,
 ): Promise<{ figures: DensityFigures; samples: DensitySamples }> {
   const n = boxes.length;
-  const managerRss = await settledRss();
+  const self = await settled();
   const available = meminfo('MemAvailable');
   const agents: Array<number | undefined> = [];
   for (const b of boxes) agents.push(await initOf(b));
@@ -134,6 +135,8 @@ async function measure(
   for (let i = 0; i < SAMPLES; i++) list.push(await timed(() => manager.list()));
   const info: number[] = [];
   for (let i = 0; i < SAMPLES; i++) info.push(await timed(() => pick().info()));
+  const inspect: number[] = [];
+  for (let i = 0; i < SAMPLES; i++) inspect.push(await timed(() => engine.json('GET', `/containers/${pick().containerId}/json`)));
   const exec: number[] = [];
   for (let i = 0; i < SAMPLES; i++) exec.push(await timed(() => pick().exec(['true'])));
   const execFailures = await execAll();
@@ -163,8 +166,10 @@ async function measure(
     shimPssMiB: per(shim.pss, shim.n),
     agentRssMiB: per(agent.rss, agent.n),
     agentPssMiB: per(agent.pss, agent.n),
-    managerMiB: managerRss / MiB,
-    managerKiBPerBox: firstRss && n > firstRss.boxes ? (managerRss - firstRss.rss) / 1024 / (n - firstRss.boxes) : Number.NaN,
+    managerMiB: self.rss / MiB,
+    managerKiBPerBox: first && n > first.boxes ? (self.rss - first.rss) / 1024 / (n - first.boxes) : Number.NaN,
+    managerHeapMiB: self.heap / MiB,
+    managerHeapKiBPerBox: first && n > first.boxes ? (self.heap - first.heap) / 1024 / (n - first.boxes) : Number.NaN,
     createsPerSec,
     listP50Ms: p50(list),
     infoP50Ms: p50(info),
@@ -175,9 +180,10 @@ async function measure(
     createP50Ms: p50(create),
     cleanupPassWallMs: p50(cleanupWall),
     engineMiB: engineRss / MiB,
+    engineInspectP50Ms: p50(inspect),
     availableMiB: available / MiB,
   };
-  return { figures, samples: { create, exec, info, cleanupCpu } };
+  return { figures, samples: { create, exec, info, inspect, cleanupCpu } };
 }
 
 let exitCode = 0;
@@ -186,9 +192,9 @@ try {
   // One box made and removed first: the lazy paths (token secret, schemas, pooled sockets,
   // the box network and firewall check) are paid before the baseline.
   await (await manager.create(createOpts)).remove();
-  await settledRss();
+  await settled();
   const availableBefore = meminfo('MemAvailable');
-  let firstRss: { boxes: number; rss: number } | undefined;
+  let first: { boxes: number; rss: number; heap: number } | undefined;
   let perBox = GUESS_PER_BOX;
   for (const n of args.steps) {
     const t0 = performance.now();
@@ -197,8 +203,8 @@ try {
       await send({ type: 'stopped', boxes: boxes.length, reason: grown.stopped });
       break;
     }
-    const { figures, samples } = await measure(grown.createsPerSec, availableBefore, firstRss);
-    firstRss ??= { boxes: figures.boxes, rss: figures.managerMiB * MiB };
+    const { figures, samples } = await measure(grown.createsPerSec, availableBefore, first);
+    first ??= { boxes: figures.boxes, rss: figures.managerMiB * MiB, heap: figures.managerHeapMiB * MiB };
     if (figures.hostMiBPerBox > 0) perBox = figures.hostMiBPerBox * MiB * 1.25;
     await send({ type: 'step', step: { figures, samples, wallMs: performance.now() - t0 } });
   }

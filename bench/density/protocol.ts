@@ -18,6 +18,9 @@ export interface DensityFigures {
   /** The Manager's process RSS after GC, and its growth per box since the first step. */
   managerMiB: number;
   managerKiBPerBox: number;
+  /** The same for its JS heap (RSS after GC moves with pages V8 and malloc give back: the heap says what boxes hold). */
+  managerHeapMiB: number;
+  managerHeapKiBPerBox: number;
   /** Creates per second while growing to N (PARALLEL at once). */
   createsPerSec: number;
   listP50Ms: number;
@@ -35,6 +38,8 @@ export interface DensityFigures {
   cleanupPassWallMs: number;
   /** dockerd's and containerd's RSS together: the engine's own share. */
   engineMiB: number;
+  /** The engine's own inspect of a box at N, p50 (what info() asks): whether info's growth is the engine's. */
+  engineInspectP50Ms: number;
   /** MemAvailable at N. */
   availableMiB: number;
 }
@@ -44,6 +49,8 @@ export interface DensitySamples {
   create: number[];
   exec: number[];
   info: number[];
+  /** The engine's inspect, as info() asks it. */
+  inspect: number[];
   cleanupCpu: number[];
 }
 

@@ -34,6 +34,7 @@ const SCALE_OPS = { ScaleCreate: 'create', ScaleExec: 'exec', ScaleInfo: 'info',
   string,
   keyof DensitySamples
 >;
+type ScaleOp = (typeof SCALE_OPS)[keyof typeof SCALE_OPS];
 
 const densityName = (n: number) => `Density${n}`;
 export const DENSITY_ROW_NAMES = [...CURVE.map(densityName), ...Object.keys(SCALE_OPS)];
@@ -107,7 +108,7 @@ function describe(f: DensityFigures): string {
     `${f.boxes} idle boxes: host ${n(f.hostMiBPerBox)} MiB/box (cgroups ${n(f.cgroupMiBPerBox)})`,
     `shim RSS ${n(f.shimRssMiB)} PSS ${n(f.shimPssMiB)} MiB`,
     `agent RSS ${n(f.agentRssMiB)} PSS ${n(f.agentPssMiB)} MiB`,
-    `Manager ${n(f.managerMiB)} MiB (+${n(f.managerKiBPerBox, 0)} KiB/box)`,
+    `Manager ${n(f.managerMiB)} MiB (${n(f.managerKiBPerBox, 0)} KiB/box; heap ${n(f.managerHeapMiB)} MiB, ${n(f.managerHeapKiBPerBox, 1)} KiB/box)`,
     `engine ${n(f.engineMiB, 0)} MiB`,
     `${n(f.createsPerSec)} creates/s`,
     `list ${n(f.listP50Ms, 2)} info ${n(f.infoP50Ms, 2)} exec ${n(f.execP50Ms, 2)} create ${n(f.createP50Ms, 0)} remove ${n(f.removeWallMs, 0)} ms p50`,
@@ -129,19 +130,31 @@ function densityRow(n: number, step: DensityStep, removal: string): RowResult {
   };
 }
 
-function scaleRow(name: string, op: keyof DensitySamples, small: DensityStep, large: DensityStep, why: string | undefined): RowResult {
+/**
+ * A pass goes over every box: its cost per box is what must not grow, so ScaleCleanup compares
+ * the pass's CPU per box (the whole pass's is in the Density rows).
+ */
+function samplesOf(step: DensityStep, op: ScaleOp): number[] {
+  return op === 'cleanupCpu' ? step.samples.cleanupCpu.map((ms) => ms / step.figures.boxes) : step.samples[op];
+}
+
+function scaleRow(name: string, op: ScaleOp, small: DensityStep, large: DensityStep, why: string | undefined): RowResult {
   const side = (step: DensityStep): Side => {
-    const stats = summarize(step.samples[op]);
+    const stats = summarize(samplesOf(step, op));
     return { subject: `n${step.figures.boxes}`, stats, cpuMsPerOp: op === 'cleanupCpu' ? stats.mean : Number.NaN };
   };
   const sides: [Side, Side] = [side(large), side(small)];
   const ratio = sides[1].stats.p50 > 0 ? sides[0].stats.p50 / sides[1].stats.p50 : null;
-  const what = op === 'cleanupCpu' ? 'one cleanup pass, CPU ms of the Manager process' : `one ${op}`;
+  const what = op === 'cleanupCpu' ? 'one cleanup pass, CPU ms of the Manager process per box' : `one ${op}`;
   const verdict = ratio === null ? '' : ratio <= SCALE_GOAL ? `; meets ≤ ${SCALE_GOAL}x` : `; over the ${SCALE_GOAL}x goal`;
+  const engine =
+    op === 'info'
+      ? `; the engine's own inspect ${large.figures.engineInspectP50Ms.toFixed(2)} ms against ${small.figures.engineInspectP50Ms.toFixed(2)} (${(large.figures.engineInspectP50Ms / small.figures.engineInspectP50Ms).toFixed(2)}x)`
+      : '';
   return {
     name,
     group: 'host',
-    note: `${what} at ${large.figures.boxes} boxes (sbx column) against ${small.figures.boxes} (raw column)${verdict}${why ? `; ${why}` : ''}`,
+    note: `${what} at ${large.figures.boxes} boxes (sbx column) against ${small.figures.boxes} (raw column)${verdict}${engine}${why ? `; ${why}` : ''}`,
     status: 'ok',
     sides,
     ratio,
@@ -150,6 +163,6 @@ function scaleRow(name: string, op: keyof DensitySamples, small: DensityStep, la
   };
 
   function step(s: DensityStep): number[] {
-    return s.samples[op].map((x) => Math.round(x * 1000) / 1000);
+    return samplesOf(s, op).map((x) => Math.round(x * 1000) / 1000);
   }
 }
