@@ -1,10 +1,11 @@
 /** What the density child (density/child.ts) and the bench say to each other over IPC. */
+import type { DensityPoint } from '../core/density-plot.js';
 
 /**
- * One point of the density curve: N idle boxes on this machine. Field names are read by the
- * plot of the results file: keep them.
+ * One point of the density curve: N idle boxes on this machine, every field measured (the plot,
+ * core/density-plot.ts, reads the DensityPoint ones).
  */
-export interface DensityFigures {
+export interface DensityFigures extends DensityPoint {
   boxes: number;
   /** MemAvailable (/proc/meminfo) before the first box minus now, over N: everything the boxes cost the host. */
   hostMiBPerBox: number;

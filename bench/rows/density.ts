@@ -4,10 +4,12 @@
  * idle `sbx-base` boxes with the agent to each N of the curve and measures there; the curve
  * stops climbing where MemAvailable would fall under FLOOR_MIB (the machine is shared).
  *
+ * - `DensityCurve`: every step measured (N = 10 and the Density rows' N), as the results file's
+ *   `density` field `--plot` draws (the first density row of a file, so the default plot).
  * - `Density<N>`: per box at N: host memory (MemAvailable), the box cgroups' memory, the shim's
  *   and the agent's RSS/PSS, the Manager's RSS and growth per box, the create rate on the way to
  *   N, list/info/exec p50, one cleanup pass's CPU, one remove, and how many boxes failed an exec
- *   (all are asked). The figures are the row's `density` object.
+ *   (all are asked). The row's `density` is that one step.
  * - `Scale<Op>`: create, exec, info and the cleanup pass's CPU at the largest N reached against
  *   10 boxes, as a ratio (sbx column: at N; raw column: at 10). Goal ≤ 1.2×.
  *
@@ -36,8 +38,9 @@ const SCALE_OPS = { ScaleCreate: 'create', ScaleExec: 'exec', ScaleInfo: 'info',
 >;
 type ScaleOp = (typeof SCALE_OPS)[keyof typeof SCALE_OPS];
 
+const CURVE_ROW = 'DensityCurve';
 const densityName = (n: number) => `Density${n}`;
-export const DENSITY_ROW_NAMES = [...CURVE.map(densityName), ...Object.keys(SCALE_OPS)];
+export const DENSITY_ROW_NAMES = [CURVE_ROW, ...CURVE.map(densityName), ...Object.keys(SCALE_OPS)];
 
 export interface DensityOptions {
   managerName: string;
@@ -50,7 +53,7 @@ export interface DensityOptions {
 /** The largest N the picked rows need, capped by --quick and SBX_BENCH_DENSITY_MAX. */
 function largestN(ctx: RunContext, only: Set<string>): { n: number; cap?: string } {
   let n = Math.max(0, ...CURVE.filter((c) => only.has(densityName(c))));
-  if (Object.keys(SCALE_OPS).some((s) => only.has(s))) n = Math.max(n, LARGE);
+  if ([CURVE_ROW, ...Object.keys(SCALE_OPS)].some((s) => only.has(s))) n = Math.max(n, LARGE);
   const env = Number(process.env['SBX_BENCH_DENSITY_MAX'] ?? '');
   if (Number.isInteger(env) && env > 0 && env < n) return { n: env, cap: `SBX_BENCH_DENSITY_MAX=${env}` };
   if (ctx.mode === 'quick' && n > QUICK_MAX) return { n: QUICK_MAX, cap: `--quick stops at ${QUICK_MAX} boxes` };
@@ -88,10 +91,13 @@ export async function runDensityRows(ctx: RunContext, opts: DensityOptions): Pro
   if (ctx.signal.aborted) throw ctx.signal.reason;
   const removal = removed ? `; all ${removed.boxes} removed in ${(removed.wallMs / 1000).toFixed(1)} s` : '';
   const notReached = stopped ?? cap ?? 'not measured';
-  const rows: RowResult[] = CURVE.filter((c) => opts.only.has(densityName(c))).map((c) => {
-    const step = reached.find((s) => s.figures.boxes === c);
-    return step ? densityRow(c, step, reached.at(-1) === step ? removal : '') : notRun({ name: densityName(c), group: 'host' }, 'skipped', notReached);
-  });
+  const rows: RowResult[] = [curveRow(reached, stopped ?? cap)];
+  rows.push(
+    ...CURVE.filter((c) => opts.only.has(densityName(c))).map((c) => {
+      const step = reached.find((s) => s.figures.boxes === c);
+      return step ? densityRow(c, step, reached.at(-1) === step ? removal : '') : notRun({ name: densityName(c), group: 'host' }, 'skipped', notReached);
+    }),
+  );
   const small = reached.find((s) => s.figures.boxes === SMALL);
   const large = reached.at(-1);
   for (const [name, op] of Object.entries(SCALE_OPS)) {
@@ -117,6 +123,22 @@ function describe(f: DensityFigures): string {
   ].join(', ');
 }
 
+/** Every step in one row: the curve the plot draws. */
+function curveRow(steps: DensityStep[], stoppedAt: string | undefined): RowResult {
+  if (steps.length === 0) return notRun({ name: CURVE_ROW, group: 'host' }, 'failed', stoppedAt ?? 'no step measured');
+  const last = steps.at(-1)!.figures;
+  return {
+    name: CURVE_ROW,
+    group: 'host',
+    note: `idle boxes at N = ${steps.map((s) => s.figures.boxes).join(', ')} (the Density rows; --plot draws it)${stoppedAt ? `; stopped at ${last.boxes}: ${stoppedAt}` : ''}`,
+    status: 'ok',
+    sides: [],
+    ratio: null,
+    wallMs: steps.reduce((t, s) => t + s.wallMs, 0),
+    density: steps.map((s) => s.figures),
+  };
+}
+
 function densityRow(n: number, step: DensityStep, removal: string): RowResult {
   return {
     name: densityName(n),
@@ -126,7 +148,7 @@ function densityRow(n: number, step: DensityStep, removal: string): RowResult {
     sides: [],
     ratio: null,
     wallMs: step.wallMs,
-    density: step.figures,
+    density: [step.figures],
   };
 }
 
