@@ -33,6 +33,8 @@ export interface DensityFigures extends DensityPoint {
   removeWallMs: number;
   /** Boxes that did not answer an exec (every box is asked at every N). */
   execFailures: number;
+  /** Creates that failed on the way to N (the curve goes on past a few; half of a wave stops it). */
+  createFailures: number;
   /** One create() at N, one at a time, p50: the Scale row's create. */
   createP50Ms: number;
   /** Wall time of one cleanup pass, p50. */

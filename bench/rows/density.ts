@@ -119,7 +119,7 @@ function describe(f: DensityFigures): string {
     `${n(f.createsPerSec)} creates/s`,
     `list ${n(f.listP50Ms, 2)} info ${n(f.infoP50Ms, 2)} exec ${n(f.execP50Ms, 2)} create ${n(f.createP50Ms, 0)} remove ${n(f.removeWallMs, 0)} ms p50`,
     `cleanup pass ${n(f.cleanupPassCpuMs, 0)} ms CPU (${n(f.cleanupPassWallMs, 0)} wall)`,
-    `${f.execFailures} exec failures`,
+    `${f.execFailures} exec failures, ${f.createFailures} failed creates`,
   ].join(', ');
 }
 
