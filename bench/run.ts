@@ -40,6 +40,7 @@ import { REMOTE_ROW_NAMES, runRemoteRows } from './rows/remote.js';
 import { EGRESS_ROW_NAMES, runEgressRows } from './rows/egress.js';
 import { CONSOLE_ROW_NAMES, runConsoleRows } from './rows/console.js';
 import { concurrencyRows, latencyRows } from './rows/boxes.js';
+import { DENSITY_ROW_NAMES, runDensityRows } from './rows/density.js';
 import { WORKSPACE_ROW_NAME, fileRows } from './rows/files.js';
 import { RawSubject } from './subjects/raw.js';
 import { PoolSubject } from './subjects/pool.js';
@@ -145,6 +146,7 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     ...REMOTE_ROW_NAMES,
     ...EGRESS_ROW_NAMES,
     ...CONSOLE_ROW_NAMES,
+    ...DENSITY_ROW_NAMES,
   ];
   const picked = selectNames(all, run.args.only);
   if (picked.size === 0) throw new UsageError(`--only ${run.args.only}: no row matches; rows are ${all.join(', ')}`);
@@ -213,6 +215,16 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     results.push(
       ...(await runLifecycleRows(run.ctx, { managerName: `${run.managerName}-lc`, dataDir: join(run.tmp, 'lifecycle'), runId: run.runId, only: picked })),
     );
+  }
+  if (DENSITY_ROW_NAMES.some((n) => picked.has(n))) {
+    const opts = {
+      managerName: `${run.managerName}-den`,
+      dataDir: run.tmp,
+      runId: run.runId,
+      only: picked,
+      onChild: (pid?: number) => (run.memoryChild = pid),
+    };
+    results.push(...(await runDensityRows(run.ctx, opts)));
   }
   if (picked.has(EXEC_MEMORY_ROW)) results.push(...(await runExecMemory({ ...run.ctx, runId: run.runId, onChild: (pid) => (run.memoryChild = pid) })));
   return { rows: results, parity };

@@ -98,7 +98,8 @@ export class DockerRuntime implements Runtime {
   /** Each container's last CPU reading, by the id the caller uses: what a one-shot read's rate is measured from (see stats). */
   private readonly cpuSamples = new Map<string, CpuSample>();
 
-  constructor(addr: string | RuntimeAddress, options: RuntimeOptions = {}) {
+  /** @param options with, for tests only, `boxesPerNetwork`: how many boxes a create puts on one box network (box-network.ts). */
+  constructor(addr: string | RuntimeAddress, options: RuntimeOptions & { boxesPerNetwork?: number } = {}) {
     const parsed = typeof addr === 'string' ? parseRuntimeAddress(addr) : addr;
     this.address = parsed.raw;
     this.parsedAddress = parsed;
@@ -115,7 +116,7 @@ export class DockerRuntime implements Runtime {
     // keep the engine's exec.
     this.agentEnabled = (options.agent ?? true) && parsed.transport === 'unix';
     this.agentDir = options.agentDir ?? defaultAgentDir();
-    this.isolation = new BoxIsolation(() => this.docker, parsed.transport === 'unix', options.hostFirewall ?? hostFirewallDefault());
+    this.isolation = new BoxIsolation(() => this.docker, parsed.transport === 'unix', options.hostFirewall ?? hostFirewallDefault(), options.boxesPerNetwork);
   }
 
   private get docker(): Docker {
@@ -510,8 +511,11 @@ export class DockerRuntime implements Runtime {
     try {
       await this.docker.getContainer(id).remove({ force: opts.force ?? false, v: true });
     } catch (err) {
+      // Gone already: its place on its box network is free all the same.
+      if (statusOf(err) === 404) this.isolation.forget(id);
       this.fail(err, `container ${id}`);
     }
+    this.isolation.forget(id);
     this.cpuSamples.delete(id);
     this.agentBoxes.delete(id);
     this.tools.delete(id);

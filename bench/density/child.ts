@@ -1,0 +1,235 @@
+/**
+ * Runs in its own process (forked by density/probe.ts): one Manager grows to each N of the
+ * curve in turn, and at each N reports what the host, the engine and the Manager spend on N idle
+ * boxes, and what list, info, exec, create, remove and a cleanup pass cost at that N. Its RSS is
+ * the Manager's and nothing of the bench around it. It removes every box it made before exiting;
+ * killed, the bench's sweep removes them by their label.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Box } from '../../src/sandbox/box.js';
+import { Manager } from '../../src/sandbox/manager.js';
+import { BASE_IMAGE, BENCH_LABEL } from '../core/identity.js';
+import { forEachLimited } from '../core/pool.js';
+import { percentile } from '../core/stats.js';
+import { EngineClient } from '../engine/client.js';
+import { cgroupMemory, meminfo, parentOf, rollup, rssOfCommands } from './host.js';
+import type { DensityArgs, DensityFigures, DensityMessage, DensitySamples } from './protocol.js';
+
+const args = JSON.parse(process.argv[2] ?? '{}') as DensityArgs;
+const gc = (globalThis as { gc?: () => void }).gc;
+const MiB = 2 ** 20;
+/** Creates in flight while growing: what a busy API would send; two cores queue anything wider. */
+const PARALLEL = 8;
+/** Samples per measured op at each N. */
+const SAMPLES = 30;
+/** Boxes made and removed one at a time at each N, for create and remove latency. */
+const PROBE_BOXES = 8;
+const CLEANUP_PASSES = 3;
+/** Host memory a box is assumed to take before one was measured. */
+const GUESS_PER_BOX = 10 * MiB;
+
+/** Waits for the message to leave: the process exits right after the last. */
+const send = (m: DensityMessage) => new Promise<void>((resolve) => (process.send ? process.send(m, undefined, {}, () => resolve()) : resolve()));
+const p50 = (xs: number[]) =>
+  percentile(
+    [...xs].sort((a, b) => a - b),
+    50,
+  );
+const timed = async (fn: () => Promise<unknown>): Promise<number> => {
+  const t0 = performance.now();
+  await fn();
+  return performance.now() - t0;
+};
+
+async function settled(): Promise<{ rss: number; heap: number }> {
+  gc?.();
+  await sleep(50);
+  gc?.();
+  const m = process.memoryUsage();
+  return { rss: m.rss, heap: m.heapUsed };
+}
+
+const engine = new EngineClient();
+const manager = new Manager({ name: args.managerName, pools: [{ name: 'local', addr: 'local', maxPerUser: 0 }], dataDir: args.dataDir, cleanupIntervalMs: 0 });
+// Idle for the whole run without the cleanup pass acting on them: the pass still plans over every box.
+const createOpts = { image: BASE_IMAGE, labels: { [BENCH_LABEL]: args.runId }, idleTimeoutMs: 24 * 3_600_000 };
+const boxes: Box[] = [];
+/** Container id → its init's pid (the agent), read once: a running box keeps it. */
+const inits = new Map<string, number>();
+let createFailures = 0;
+
+async function initOf(box: Box): Promise<number | undefined> {
+  let pid = inits.get(box.containerId);
+  if (pid === undefined) {
+    const c = await engine.json<{ State?: { Pid?: number } }>('GET', `/containers/${box.containerId}/json`);
+    pid = c.State?.Pid || undefined;
+    if (pid) inits.set(box.containerId, pid);
+  }
+  return pid;
+}
+
+const pick = () => boxes[Math.floor(Math.random() * boxes.length)]!;
+
+/** Grows to `n` boxes, PARALLEL creates at once; stops early (returning why) when memory runs low. */
+async function grow(n: number, perBox: number): Promise<{ createsPerSec: number; stopped?: string }> {
+  const floor = args.floorMiB * MiB;
+  const need = (n - boxes.length) * perBox;
+  if (meminfo('MemAvailable') - need < floor) {
+    return {
+      createsPerSec: Number.NaN,
+      stopped: `${n} boxes would take ~${Math.round(need / MiB)} MiB more and leave MemAvailable under ${args.floorMiB} MiB`,
+    };
+  }
+  const from = boxes.length;
+  const t0 = performance.now();
+  while (boxes.length < n) {
+    // Checked between waves: others share this machine, so the estimate above can be wrong.
+    if (meminfo('MemAvailable') < floor) return { createsPerSec: Number.NaN, stopped: `MemAvailable fell under ${args.floorMiB} MiB at ${boxes.length} boxes` };
+    const wave = Math.min(50, n - boxes.length);
+    let failed = 0;
+    await forEachLimited(Array.from({ length: wave }), PARALLEL, async () => {
+      try {
+        boxes.push(await manager.create(createOpts));
+      } catch (err) {
+        // One failed create on a loaded machine is a figure, not the end of the curve.
+        if (failed++ === 0) process.stderr.write(`density child: a create failed at ${boxes.length} boxes: ${(err as Error).message}\n`);
+      }
+    });
+    createFailures += failed;
+    if (failed > wave / 2) return { createsPerSec: Number.NaN, stopped: `${failed} of ${wave} creates failed at ${boxes.length} boxes` };
+  }
+  return { createsPerSec: ((boxes.length - from) / (performance.now() - t0)) * 1000 };
+}
+
+/** Every box answers an exec: how many did not. */
+async function execAll(): Promise<number> {
+  let failures = 0;
+  await forEachLimited(boxes, PARALLEL, async (b) => {
+    const r = await b.exec(['true']).catch((err: unknown) => err as Error);
+    if (r instanceof Error || r.exitCode !== 0) {
+      if (failures++ < 3) process.stderr.write(`density child: ${b.id} did not answer exec: ${r instanceof Error ? r.message : `exit ${r.exitCode}`}\n`);
+    }
+  });
+  return failures;
+}
+
+function processMemory(pids: Array<number | undefined>): { rss: number; pss: number; n: number } {
+  let rss = 0;
+  let pss = 0;
+  let n = 0;
+  for (const pid of pids) {
+    const m = pid ? rollup(pid) : undefined;
+    if (!m) continue;
+    rss += m.rss;
+    pss += m.pss;
+    n++;
+  }
+  return { rss, pss, n };
+}
+
+async function measure(
+  createsPerSec: number,
+  availableBefore: number,
+  first: { boxes: number; rss: number; heap: number } | undefined,
+): Promise<{ figures: DensityFigures; samples: DensitySamples }> {
+  const n = boxes.length;
+  const self = await settled();
+  const available = meminfo('MemAvailable');
+  const agents: Array<number | undefined> = [];
+  for (const b of boxes) agents.push(await initOf(b));
+  const agent = processMemory(agents);
+  const shim = processMemory(agents.map((pid) => (pid ? parentOf(pid) : undefined)));
+  const cgroups = agents.reduce<number>((t, pid) => t + ((pid ? cgroupMemory(pid) : undefined) ?? 0), 0);
+  const engineRss = rssOfCommands(['dockerd', 'containerd']);
+
+  const list: number[] = [];
+  for (let i = 0; i < SAMPLES; i++) list.push(await timed(() => manager.list()));
+  const info: number[] = [];
+  for (let i = 0; i < SAMPLES; i++) info.push(await timed(() => pick().info()));
+  const inspect: number[] = [];
+  for (let i = 0; i < SAMPLES; i++) inspect.push(await timed(() => engine.json('GET', `/containers/${pick().containerId}/json`)));
+  const exec: number[] = [];
+  for (let i = 0; i < SAMPLES; i++) exec.push(await timed(() => pick().exec(['true'])));
+  const execFailures = await execAll();
+
+  const cleanupCpu: number[] = [];
+  const cleanupWall: number[] = [];
+  for (let i = 0; i < CLEANUP_PASSES; i++) {
+    const cpu0 = process.cpuUsage();
+    cleanupWall.push(await timed(() => manager.cleanup()));
+    const cpu = process.cpuUsage(cpu0);
+    cleanupCpu.push((cpu.user + cpu.system) / 1000);
+  }
+
+  // One at a time, at N: then removed one at a time, so N stays N.
+  const create: number[] = [];
+  const made: Box[] = [];
+  for (let i = 0; i < PROBE_BOXES; i++) create.push(await timed(async () => made.push(await manager.create(createOpts))));
+  const remove: number[] = [];
+  for (const b of made) remove.push(await timed(() => b.remove()));
+
+  const per = (bytes: number, count: number) => (count > 0 ? bytes / MiB / count : Number.NaN);
+  const figures: DensityFigures = {
+    boxes: n,
+    hostMiBPerBox: per(availableBefore - available, n),
+    cgroupMiBPerBox: per(cgroups, n),
+    shimRssMiB: per(shim.rss, shim.n),
+    shimPssMiB: per(shim.pss, shim.n),
+    agentRssMiB: per(agent.rss, agent.n),
+    agentPssMiB: per(agent.pss, agent.n),
+    managerMiB: self.rss / MiB,
+    managerKiBPerBox: first && n > first.boxes ? (self.rss - first.rss) / 1024 / (n - first.boxes) : Number.NaN,
+    managerHeapMiB: self.heap / MiB,
+    managerHeapKiBPerBox: first && n > first.boxes ? (self.heap - first.heap) / 1024 / (n - first.boxes) : Number.NaN,
+    createsPerSec,
+    listP50Ms: p50(list),
+    infoP50Ms: p50(info),
+    execP50Ms: p50(exec),
+    cleanupPassCpuMs: p50(cleanupCpu),
+    removeWallMs: p50(remove),
+    execFailures,
+    createFailures,
+    createP50Ms: p50(create),
+    cleanupPassWallMs: p50(cleanupWall),
+    engineMiB: engineRss / MiB,
+    engineInspectP50Ms: p50(inspect),
+    availableMiB: available / MiB,
+  };
+  return { figures, samples: { create, exec, info, inspect, cleanupCpu } };
+}
+
+let exitCode = 0;
+try {
+  await manager.start();
+  // One box made and removed first: the lazy paths (token secret, schemas, pooled sockets,
+  // the box network and firewall check) are paid before the baseline.
+  await (await manager.create(createOpts)).remove();
+  await settled();
+  const availableBefore = meminfo('MemAvailable');
+  let first: { boxes: number; rss: number; heap: number } | undefined;
+  let perBox = GUESS_PER_BOX;
+  for (const n of args.steps) {
+    const t0 = performance.now();
+    const grown = await grow(n, perBox);
+    if (grown.stopped) {
+      await send({ type: 'stopped', boxes: boxes.length, reason: grown.stopped });
+      break;
+    }
+    const { figures, samples } = await measure(grown.createsPerSec, availableBefore, first);
+    first ??= { boxes: figures.boxes, rss: figures.managerMiB * MiB, heap: figures.managerHeapMiB * MiB };
+    // At small N others' memory on this machine swamps the boxes': the guess stands until then.
+    if (figures.boxes >= 100 && figures.hostMiBPerBox > 0) perBox = figures.hostMiBPerBox * MiB * 1.25;
+    await send({ type: 'step', step: { figures, samples, wallMs: performance.now() - t0 } });
+  }
+} catch (err) {
+  process.stderr.write(`density child: ${(err as Error).stack ?? String(err)}\n`);
+  await send({ type: 'stopped', boxes: boxes.length, reason: `failed at ${boxes.length} boxes: ${(err as Error).message}` });
+  exitCode = 1;
+} finally {
+  const count = boxes.length;
+  const wallMs = await timed(() => forEachLimited(boxes, PARALLEL, (b) => b.remove()).catch(() => undefined));
+  await send({ type: 'removed', boxes: count, wallMs });
+  await manager.close();
+  engine.close();
+}
+process.exit(exitCode);

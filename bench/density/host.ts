@@ -1,0 +1,67 @@
+/**
+ * What the host says about processes and containers (Linux procfs and cgroupfs): the density
+ * child reads memory where the kernel counts it, not from the engine's stats.
+ */
+import { readFileSync, readdirSync } from 'node:fs';
+
+const KiB = 1024;
+
+/** A field of /proc/meminfo, in bytes. */
+export function meminfo(field: 'MemAvailable' | 'MemTotal'): number {
+  const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync('/proc/meminfo', 'utf8'));
+  if (!m) throw new Error(`/proc/meminfo has no ${field}`);
+  return Number(m[1]) * KiB;
+}
+
+/** RSS and PSS of a process (smaps_rollup, Linux 4.14+), in bytes; undefined when it is gone. */
+export function rollup(pid: number): { rss: number; pss: number } | undefined {
+  try {
+    const text = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
+    const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? 0) * KiB;
+    return { rss: field('Rss'), pss: field('Pss') };
+  } catch {
+    return undefined;
+  }
+}
+
+/** The parent of a process (field 4 of /proc/<pid>/stat). */
+export function parentOf(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The memory a process's cgroup holds, in bytes: cgroup v2's memory.current, or v1's
+ * memory.usage_in_bytes of the memory controller's group.
+ */
+export function cgroupMemory(pid: number): number | undefined {
+  try {
+    for (const line of readFileSync(`/proc/${pid}/cgroup`, 'utf8').split('\n')) {
+      const [, controllers, path] = line.split(':');
+      if (controllers === '' && path) return Number(readFileSync(`/sys/fs/cgroup${path}/memory.current`, 'utf8'));
+      if (controllers?.split(',').includes('memory') && path) return Number(readFileSync(`/sys/fs/cgroup/memory${path}/memory.usage_in_bytes`, 'utf8'));
+    }
+  } catch {
+    return undefined;
+  }
+  return undefined;
+}
+
+/** RSS of every process whose command name is one of `names`, summed, in bytes. */
+export function rssOfCommands(names: readonly string[]): number {
+  let total = 0;
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (!names.includes(readFileSync(`/proc/${entry}/comm`, 'utf8').trim())) continue;
+      total += rollup(Number(entry))?.rss ?? 0;
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return total;
+}
