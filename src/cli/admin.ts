@@ -9,6 +9,9 @@ import { formatBytes, formatDuration, paint, printJson, relativeTime, table } fr
 import { CONNECTION_HELP, duration, positiveInt, remoteAction, size, withConnection } from './remote.js';
 import { PullRenderer } from './pull-progress.js';
 
+/** PoolConfig.agentDelivery's values (the CLI knows the SDK's types only). */
+const AGENT_DELIVERIES: NonNullable<PoolConfig['agentDelivery']>[] = ['auto', 'image-volume', 'init-container'];
+
 export function adminCommands(program: Command, pools: Command): void {
   const images = program.command('images').description('Images on the server’s pools (admin)');
   withConnection(images.command('pull').description('Pull an image onto a pool, with progress per layer and a total').argument('<ref>', 'image reference'))
@@ -129,6 +132,7 @@ Examples:
     .addOption(new Option('--security <profile>', 'security profile').choices(['standard', 'strict']))
     .option('--oci-runtime <name>', 'OCI runtime for its boxes, e.g. runsc (Kubernetes: the RuntimeClass)')
     .option('--agent-image <ref>', 'Kubernetes: the in-box agent image, e.g. sbx-agent:latest')
+    .addOption(new Option('--agent-delivery <how>', 'Kubernetes: how the agent gets into a pod (default auto: probed)').choices(AGENT_DELIVERIES))
     .option('--ready-timeout <duration>', 'Kubernetes: how long a create waits for its pod: 2m', duration)
     .option('--storage-class <name>', 'Kubernetes: StorageClass of workspace claims')
     .option('--network <name>', "an engine network its boxes may name besides 'none' (repeatable)", (v: string, prev: string[]) => [...prev, v], [] as string[])
@@ -156,6 +160,7 @@ Examples:
             security?: 'standard' | 'strict';
             ociRuntime?: string;
             agentImage?: string;
+            agentDelivery?: PoolConfig['agentDelivery'];
             readyTimeout?: number;
             storageClass?: string;
             network: string[];
@@ -177,6 +182,7 @@ Examples:
             ...(f.security ? { security: f.security } : {}),
             ...(f.ociRuntime ? { ociRuntime: f.ociRuntime } : {}),
             ...(f.agentImage ? { agentImage: f.agentImage } : {}),
+            ...(f.agentDelivery ? { agentDelivery: f.agentDelivery } : {}),
             ...(f.readyTimeout !== undefined ? { readyTimeoutMs: f.readyTimeout } : {}),
             ...(f.storageClass ? { storageClass: f.storageClass } : {}),
             ...(f.network.length ? { networks: f.network } : {}),

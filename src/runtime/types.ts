@@ -354,8 +354,10 @@ export interface RuntimeOptions {
   agent?: boolean;
   /** Where the agent binaries are (sbx-agent-linux-<arch>); default `$SBX_AGENT_DIR`, else `.build/agent` of the package. */
   agentDir?: string;
-  /** Kubernetes: the image an init container copies the agent binary from; absent: no agent there. */
+  /** Kubernetes: the image the agent binary comes from (an image volume, else an init container copies it); absent: no agent there. */
   agentImage?: string;
+  /** Kubernetes: how the agent binary gets into a pod (docs/kubernetes.md "The in-box agent"); default `auto`: a probe decides. */
+  agentDelivery?: AgentDeliveryChoice;
   /** Kubernetes: how long `start` waits for the pod to be ready (default 120 s: a first pull of a large image). */
   readyTimeoutMs?: number;
   /** Kubernetes: the StorageClass of workspace volumes; absent: the cluster's default. */
@@ -620,3 +622,7 @@ export interface Runtime {
 
 /** Exit code reported for a process sbx killed (timeout, cancel): 128 + SIGKILL. */
 export const KILLED_EXIT_CODE = 137;
+
+/** How a Kubernetes pool's pods get the agent binary: `auto` probes the cluster once for image volumes. */
+export const AGENT_DELIVERY_CHOICES = ['auto', 'image-volume', 'init-container'] as const;
+export type AgentDeliveryChoice = (typeof AGENT_DELIVERY_CHOICES)[number];

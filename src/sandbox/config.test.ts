@@ -145,6 +145,23 @@ describe('config', () => {
     );
   });
 
+  test('a Kubernetes pool: agentDelivery from the file and SBX_POOL_<NAME>_AGENT_DELIVERY, into the pool runtime and its info; another value is refused', () => {
+    const p = file('kube-delivery.yaml', "pools:\n  - name: kube\n    addr: 'k8s://?namespace=sbx'\n    agentDelivery: init-container\n");
+    assert.equal(resolveConfig(loadConfig({ file: p, env: {} }), {}).pools[0]!.agentDelivery, 'init-container');
+    const env = resolveConfig(loadConfig({ file: p, env: { SBX_POOL_KUBE_AGENT_DELIVERY: 'image-volume' } }), {});
+    assert.equal(env.pools[0]!.agentDelivery, 'image-volume');
+    assert.equal(resolveConfig({}, {}).pools[0]!.agentDelivery, undefined);
+    assert.throws(
+      () => resolveConfig({ pools: [{ name: 'kube', addr: 'k8s://', agentDelivery: 'hostpath' as 'auto' }] }, {}),
+      (e) => isSbxError(e, 'invalid_argument') && /agentDelivery/.test(e.message),
+    );
+  });
+
+  test('SBX_POOL_<NAME>_IDLE_PAUSE and _IDLE_ARCHIVE set the embedded pool, together (both were once lost: one ignored, one dropping the other)', () => {
+    const c = resolveConfig(loadConfig({ env: { SBX_POOL_LOCAL_IDLE_PAUSE: '5m', SBX_POOL_LOCAL_IDLE_ARCHIVE: '10m' } }), {});
+    assert.deepEqual([c.pools[0]!.idlePauseMs, c.pools[0]!.idleArchiveMs], [300_000, 600_000]);
+  });
+
   test('networks a pool lets boxes name: default none, from the file and SBX_POOL_<NAME>_NETWORKS; a warm template is held to them', () => {
     assert.deepEqual(resolveConfig({}, {}).pools[0]!.networks, []);
     const p = file(

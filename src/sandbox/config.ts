@@ -6,7 +6,8 @@ import { LineCounter, parseDocument } from 'yaml';
 import { z } from 'zod';
 import { SbxError, invalidArgument } from '../errors.js';
 import type { Runtime } from '../runtime/types.js';
-import type { RuntimeOptions } from '../runtime/types.js';
+import type { AgentDeliveryChoice, RuntimeOptions } from '../runtime/types.js';
+import { AGENT_DELIVERY_CHOICES } from '../runtime/types.js';
 import { MAX_PIDS, MIN_CPUS, MIN_MEMORY_BYTES, durationMs } from '../runtime/bounds.js';
 import { parseDuration } from '../util/duration.js';
 import { parseOrThrow } from '../util/validation.js';
@@ -84,6 +85,7 @@ export const PoolConfigSchema = z
     maxCpus: z.number().min(MIN_CPUS).max(1024).optional(),
     agent: z.boolean().default(true),
     agentImage: imageRef.optional(),
+    agentDelivery: z.enum(AGENT_DELIVERY_CHOICES).optional(),
     readyTimeoutMs: ms.refine((v) => v > 0, 'must be more than 0').optional(),
     storageClass: z
       .string()
@@ -207,6 +209,12 @@ export interface PoolConfig {
    * pool's boxes have no agent, whatever `agent` says. Docker pools mount the binary instead.
    */
   agentImage?: string;
+  /**
+   * Kubernetes: how the agent binary gets into a pod: `auto` (default; a probe pod at the first agent
+   * box picks an image volume where the cluster can mount one), `image-volume`, or `init-container`
+   * (clusters whose nodes differ, some without image volumes). docs/kubernetes.md.
+   */
+  agentDelivery?: AgentDeliveryChoice;
   /** Kubernetes: how long a create waits for the pod to be ready (scheduled, pulled, running). Default 120 s. */
   readyTimeoutMs?: number;
   /** Kubernetes: the StorageClass of workspace volumes (PVCs); default the cluster's default class. */
@@ -298,6 +306,7 @@ export interface ResolvedPool {
   maxCpus: number | undefined;
   agent: boolean;
   agentImage: string | undefined;
+  agentDelivery: AgentDeliveryChoice | undefined;
   readyTimeoutMs: number | undefined;
   storageClass: string | undefined;
   networks: string[];
@@ -357,6 +366,7 @@ export function resolvePool(p: PoolConfig, field?: string): ResolvedPool {
     maxCpus: v.maxCpus,
     agent: v.agent,
     agentImage: v.agentImage,
+    agentDelivery: v.agentDelivery,
     readyTimeoutMs: v.readyTimeoutMs,
     storageClass: v.storageClass,
     networks: [...v.networks],
@@ -432,10 +442,14 @@ const POOL_ENV_KEYS: Record<string, string> = {
   MAX_CPUS: 'maxCpus',
   AGENT: 'agent',
   AGENT_IMAGE: 'agentImage',
+  AGENT_DELIVERY: 'agentDelivery',
   READY_TIMEOUT: 'readyTimeout',
   STORAGE_CLASS: 'storageClass',
   NETWORKS: 'networks',
 };
+
+/** SBX_POOL_<NAME>_<KEY> for every key above (a hand-kept list here once missed IDLE_PAUSE and IDLE_ARCHIVE). */
+const POOL_ENV_PATTERN = new RegExp(`^SBX_POOL_(.+?)_(${Object.keys(POOL_ENV_KEYS).join('|')})$`);
 
 const NUMERIC_POOL_KEYS = new Set(['maxPerUser', 'maxTotal', 'pidsLimit', 'cpus', 'maxCpus']);
 const BYTE_POOL_KEYS = ['memory', 'maxMemory'];
@@ -501,15 +515,13 @@ export function loadConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}
     locate = read.locate;
   }
   for (const [envKey, key] of Object.entries(ENV_KEYS)) if (env[envKey] !== undefined) config[key] = env[envKey];
-  const pools = Array.isArray(config['pools']) ? (config['pools'] as Record<string, unknown>[]) : undefined;
+  // Without a file's pools, the embedded default pool: made once, so that every SBX_POOL_LOCAL_* variable lands on it.
+  let pools = Array.isArray(config['pools']) ? (config['pools'] as Record<string, unknown>[]) : undefined;
   for (const [envKey, value] of Object.entries(env)) {
-    const m =
-      /^SBX_POOL_(.+?)_(ADDR|MAX_PER_USER|MAX_TOTAL|IDLE_TIMEOUT|MAX_LIFETIME|STOP_TIMEOUT|SECURITY|OCI_RUNTIME|PIDS_LIMIT|MEMORY|CPUS|MAX_MEMORY|MAX_CPUS|AGENT_IMAGE|AGENT|READY_TIMEOUT|STORAGE_CLASS|NETWORKS)$/.exec(
-        envKey,
-      );
+    const m = POOL_ENV_PATTERN.exec(envKey);
     if (!m || value === undefined) continue;
     const wanted = m[1]!.toLowerCase().replace(/_/g, '-');
-    const list = pools ?? [{ ...EMBEDDED_DEFAULT_POOL }];
+    const list = (pools ??= [{ ...EMBEDDED_DEFAULT_POOL }]);
     const pool = list.find((p) => String(p['name']).replace(/_/g, '-') === wanted);
     if (!pool) throw new SbxError('invalid_argument', `${envKey}: no pool named '${wanted}'`, { details: { field: envKey } });
     const key = POOL_ENV_KEYS[m[2]!]!;

@@ -1,5 +1,5 @@
 import type { WarmTemplate } from './config.js';
-import type { PortSpec } from '../runtime/types.js';
+import type { AgentDeliveryChoice, PortSpec } from '../runtime/types.js';
 import type { NetworkPolicy } from './egress-policy.js';
 
 /** What the cleanup loop does with a box; see policy.ts for the table. */
@@ -223,6 +223,8 @@ export interface PoolInfo {
   maxCpus?: number;
   /** Kubernetes: the agent's image (PoolConfig.agentImage). */
   agentImage?: string;
+  /** Kubernetes: how the agent binary gets into a pod, as configured (PoolConfig.agentDelivery). */
+  agentDelivery?: AgentDeliveryChoice;
   readyTimeoutMs?: number;
   storageClass?: string;
 }

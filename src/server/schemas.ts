@@ -7,6 +7,7 @@ import { ERROR_CODES, invalidArgument } from '../errors.js';
 import { MAX_DURATION_MS, commandLine, portNumber } from '../runtime/bounds.js';
 import { ExecOptionsSchema, ExecStreamOptionsSchema } from '../runtime/spec.js';
 import type { ExecResult } from '../runtime/types.js';
+import { AGENT_DELIVERY_CHOICES } from '../runtime/types.js';
 import { BOX_STATUSES } from '../sandbox/types.js';
 import type { BoxInfo, PoolInfo, SnapshotInfo } from '../sandbox/index.js';
 import type { DirEntry, FileStat, ImportResult, Workspace, WorkspaceUsage } from '../workspace/index.js';
@@ -241,6 +242,7 @@ export const PoolInfoSchema = z
     maxMemory: z.number().int().optional(),
     maxCpus: z.number().optional(),
     agentImage: z.string().optional(),
+    agentDelivery: z.enum(AGENT_DELIVERY_CHOICES).optional(),
     readyTimeoutMs: z.number().int().optional(),
     storageClass: z.string().optional(),
   })

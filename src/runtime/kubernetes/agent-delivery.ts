@@ -15,6 +15,8 @@
 import { randomBytes } from 'node:crypto';
 import type { V1Pod } from '@kubernetes/client-node';
 import { invalidArgument, isSbxError } from '../../errors.js';
+import { AGENT_DELIVERY_CHOICES } from '../types.js';
+import type { AgentDeliveryChoice } from '../types.js';
 import type { KubeConnection } from './connection.js';
 import { AGENT_BIN, AGENT_DIR, LABELS_ANNOTATION, MAIN_CONTAINER } from './manifest.js';
 import { toSbxError } from './errors.js';
@@ -22,8 +24,6 @@ import { isReady } from './pod-state.js';
 import { untilReady } from './ready.js';
 
 export type AgentDelivery = 'image-volume' | 'init-container';
-export const AGENT_DELIVERY_CHOICES = ['auto', 'image-volume', 'init-container'] as const;
-export type AgentDeliveryChoice = (typeof AGENT_DELIVERY_CHOICES)[number];
 
 /** The label of the probe pod (its record says the same), so it is never taken for a box. */
 export const PROBE_LABEL = 'sbx.probe';

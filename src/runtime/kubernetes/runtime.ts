@@ -15,6 +15,7 @@ import type {
   EgressSpec,
   EgressTarget,
   ExecOptions,
+  AgentDeliveryChoice,
   ExecResult,
   ExecStream,
   ExecStreamOptions,
@@ -34,7 +35,7 @@ import type {
 import { AgentUnreachable, agentExec, agentExecStream, configureAgent, probeAgent } from '../agent-client.js';
 import { parseKubeAddress } from './address.js';
 import { agentDeliveryChoice, probeAgentDelivery } from './agent-delivery.js';
-import type { AgentDeliveryChoice, DeliveryVerdict } from './agent-delivery.js';
+import type { DeliveryVerdict } from './agent-delivery.js';
 import { podAgentOf, podAgentTarget } from './agent.js';
 import type { PodAgent } from './agent.js';
 import { deletePvc, ensurePvc } from './pvcs.js';
@@ -72,7 +73,7 @@ import { deferredRuntime } from '../deferred-runtime.js';
  * (execs starting at once), `egressImage`, `egressDns` and `egressDenyNetworks` (egress rules, egress.ts).
  * A box's RuntimeClass is its spec's `ociRuntime` (the pool's `ociRuntime`).
  */
-export type KubernetesRuntimeOptions = RuntimeOptions & { agentDelivery?: AgentDeliveryChoice };
+export type KubernetesRuntimeOptions = RuntimeOptions;
 
 /** The egress sidecar's image unless `egressImage` names another. */
 export const DEFAULT_EGRESS_IMAGE = 'sbx-egress:latest';
