@@ -56,7 +56,9 @@ function measureOf(row: FlatRow): { subject: string; measure: 'p50' | 'rss'; val
     const m = /^(.+)_(p50_ms|rss_mib)$/.exec(key);
     if (!m || m[1] === 'baseline') continue;
     const value = finite(v);
-    return value === null || value <= 0 ? null : { subject: m[1]!, measure: m[2] === 'p50_ms' ? 'p50' : 'rss', value };
+    // A memory row carries its sides' p50 keys too, as null: its measure is the RSS after them.
+    if (value === null || value <= 0) continue;
+    return { subject: m[1]!, measure: m[2] === 'p50_ms' ? 'p50' : 'rss', value };
   }
   return null;
 }

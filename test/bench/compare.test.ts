@@ -60,7 +60,17 @@ test('the threshold is the noise: a ratio moving by less than it is within noise
 
 test('a row without a ratio is judged on its p50, a memory row on its RSS', () => {
   const oneSide = (name: string, p50: number): FlatRow => ({ name, group: 'latency', status: 'ok', sbx_p50_ms: p50, raw_p50_ms: null, ratio: null });
-  const mem = (rss: number): FlatRow => ({ name: 'Memory0Boxes', group: 'memory', status: 'ok', baseline_rss_mib: 50, sbx_rss_mib: rss });
+  // As flatRow writes a memory row: its sides' latency keys are there, as null, before its RSS.
+  const mem = (rss: number): FlatRow => ({
+    name: 'Memory0Boxes',
+    group: 'memory',
+    status: 'ok',
+    sbx_p50_ms: null,
+    raw_p50_ms: null,
+    ratio: null,
+    baseline_rss_mib: 50,
+    sbx_rss_mib: rss,
+  });
   const old = results([oneSide('Alone', 10), oneSide('Steady', 10), mem(112)]);
   const now = results([oneSide('Alone', 10 * (1 + P50_NOISE * 1.5)), oneSide('Steady', 10 * (1 + P50_NOISE * 0.5)), mem(217)]);
   const c = compareResults(old, now);
