@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { DEFAULT_WORKDIR, GRACEFUL_CMD } from '../../src/sandbox/box-spec.js';
 import { DEFAULT_BOX_CPUS, DEFAULT_BOX_MEMORY } from '../../src/sandbox/config.js';
 import { BOX_NETWORK } from '../../src/runtime/docker/box-network.js';
+import { EGRESS_ALL } from '../../src/runtime/docker/egress.js';
 import { DEFAULT_PIDS_LIMIT, securityFor } from '../../src/sandbox/security.js';
 import { BASE_IMAGE, BENCH_CONTAINER_LABEL } from '../core/identity.js';
 
@@ -13,15 +14,28 @@ import { BASE_IMAGE, BENCH_CONTAINER_LABEL } from '../core/identity.js';
  */
 export interface RawCreateTemplate {
   hostConfig: Record<string, unknown>;
+  /** What sbx keeps of the spec as a label (`sbx.spec`, for a restore), of the same shape and size. */
+  specLabel: string;
   manager: string;
   runId: string;
 }
 
 export function rawCreateTemplate(manager: string, runId: string): RawCreateTemplate {
   const { security } = securityFor('standard');
+  const specLabel = JSON.stringify({
+    image: BASE_IMAGE,
+    cmd: GRACEFUL_CMD,
+    workDir: DEFAULT_WORKDIR,
+    memory: DEFAULT_BOX_MEMORY,
+    cpus: DEFAULT_BOX_CPUS,
+    pidsLimit: DEFAULT_PIDS_LIMIT,
+    network: BOX_NETWORK,
+    security,
+  });
   return {
     manager,
     runId,
+    specLabel,
     hostConfig: {
       Memory: DEFAULT_BOX_MEMORY,
       MemorySwap: DEFAULT_BOX_MEMORY,
@@ -61,12 +75,18 @@ export function rawCreateBody(t: RawCreateTemplate): { name: string; id: string;
         'sbx.mount-mode': 'rw',
         'sbx.mount-path': DEFAULT_WORKDIR,
         'sbx.idle-timeout-ms': '1800000',
+        'sbx.idle-pause-ms': '0',
+        'sbx.idle-archive-ms': '0',
         'sbx.stop-timeout-ms': '2000',
         'sbx.max-lifetime-ms': '0',
+        'sbx.max-lifetime-action': 'remove',
         'sbx.created-at': new Date().toISOString(),
         'sbx.vnc': 'false',
         'sbx.image': BASE_IMAGE,
         'sbx.token-nonce': nonce,
+        'sbx.spec': t.specLabel,
+        // The rules of egress 'all' (sbx's default policy), as the runtime labels every box.
+        'sbx.egress': JSON.stringify(EGRESS_ALL),
         [BENCH_CONTAINER_LABEL]: t.runId,
       },
       HostConfig: t.hostConfig,

@@ -68,7 +68,9 @@ function parseInput(body: Buffer, binary: boolean): StartRequest {
   if (body.length < ENVELOPE_HEADER_BYTES) throw new ConnectError('protocol error: missing input message for server-streaming method', Code.InvalidArgument);
   const flags = body[0]!;
   const length = body.readUInt32BE(1);
-  if (body.length !== ENVELOPE_HEADER_BYTES + length)
+  // The same words as @connectrpc's for each fault: a body cut inside its envelope, or more than one message.
+  if (body.length < ENVELOPE_HEADER_BYTES + length) throw new ConnectError('protocol error: incomplete envelope', Code.InvalidArgument);
+  if (body.length > ENVELOPE_HEADER_BYTES + length)
     throw new ConnectError('protocol error: expected one input message for server-streaming method', Code.InvalidArgument);
   if (flags & COMPRESSED_FLAG) throw new ConnectError('protocol error: received compressed envelope, but no connect-content-encoding', Code.Internal);
   if (flags & endStreamFlag) throw new ConnectError('protocol error: received end-stream envelope as the input message', Code.InvalidArgument);
