@@ -139,7 +139,10 @@ alive() {
   local pid
   pid=$(cat "$(pidfile "$1")" 2>/dev/null) || return 1
   [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
-  { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -qF -- "$2"
+  # Read whole, then matched: `tr | grep -q` under pipefail can fail on SIGPIPE after a match.
+  local cmdline
+  cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ $cmdline == *"$2"* ]]
 }
 
 # start NAME MARKER CMD...: detached (own session, no inherited fds), output to $LOGS/NAME.log,
@@ -258,7 +261,9 @@ ensure_network() {
     ip link add "$BRIDGE" type bridge
     note "created bridge $BRIDGE"
   fi
-  ip addr show dev "$BRIDGE" | grep -qF "inet $NODE_IP/24" || ip addr add "$NODE_IP/24" dev "$BRIDGE"
+  # `replace` adds the address or leaves it as it is: a `show | grep -q || add` under pipefail lost a
+  # SIGPIPE race in CI (grep quit first, the pipe failed, and `add` met "Address already assigned").
+  ip addr replace "$NODE_IP/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   local r
   for r in "${FWD_RULES[@]}"; do
@@ -446,7 +451,7 @@ import_images() {
     want=$(docker image inspect -f '{{.Id}}' "$img") || die "no Docker image $img"
     marker=$STATE/imported/${img//[:\/]/_}
     have_id=$(cat "$marker" 2>/dev/null || true)
-    if [ "$have_id" = "$want" ] && ctr_ images ls -q "name==docker.io/library/$img" | grep -q .; then
+    if [ "$have_id" = "$want" ] && [ -n "$(ctr_ images ls -q "name==docker.io/library/$img")" ]; then
       continue
     fi
     docker save "$img" | ctr_ images import - >>"$LOGS/images.log" 2>&1 ||
@@ -790,9 +795,10 @@ mounts_under() {
 
 # PIDs of containerd shims serving our containerd (their command line names our socket).
 our_shims() {
-  local f
+  local f cmdline
   for f in /proc/[0-9]*/cmdline; do
-    { tr '\0' ' ' <"$f"; } 2>/dev/null | grep -q -- "containerd-shim.* -address $CTR_SOCK " && { f=${f#/proc/}; printf '%s\n' "${f%/cmdline}"; }
+    cmdline=$(tr '\0' ' ' <"$f" 2>/dev/null) || continue
+    [[ $cmdline == *containerd-shim*" -address $CTR_SOCK "* ]] && { f=${f#/proc/}; printf '%s\n' "${f%/cmdline}"; }
   done
   return 0
 }
