@@ -15,6 +15,7 @@ t0=$(now_ms)
 run_started=$(date -u -d @"$(($(date +%s) - 1))" +%Y%m%d%H%M%S)
 
 bash scripts/engine.sh || die "no Docker Engine (scripts/engine.sh failed): the tests need a real one"
+bash scripts/gvisor.sh || die "registering gVisor (runsc) with the engine failed (scripts/gvisor.sh)"
 bash scripts/images.sh || die "building the test images failed (scripts/images.sh)"
 bash scripts/agent.sh || die "building the in-box agent failed (scripts/agent.sh)"
 npx tsx scripts/console-build.ts || die "building the web console failed (scripts/console-build.ts)"

@@ -29,6 +29,8 @@ export interface RuntimeConformanceFixture {
    * (Kubernetes with the in-box agent: the agent runs the command, and no image config is read).
    */
   cmd?: string[];
+  /** Fields every box of the suite gets, e.g. `{ ociRuntime: 'runsc' }` for a gVisor pool. */
+  spec?: Partial<ContainerSpec>;
 }
 
 const MiB = 1024 * 1024;
@@ -56,6 +58,7 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
     const spec = (extra: Partial<ContainerSpec> = {}): ContainerSpec => ({
       image: fx.baseImage,
       ...(fx.cmd ? { cmd: fx.cmd } : {}),
+      ...fx.spec,
       ...extra,
       labels: { [TEST_LABEL]: fx.runId, ...(extra.labels ?? {}) },
     });

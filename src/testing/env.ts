@@ -17,6 +17,8 @@ export const testEnv = {
   registryPass: process.env['SBX_TEST_REGISTRY_PASS'] ?? 'sbx-test-pass',
   pullImage: process.env['SBX_TEST_PULL_IMAGE'] ?? '127.0.0.1:5000/sbx/pulltest:latest',
   engineAddr: process.env['SBX_TEST_ENGINE'] ?? 'local',
+  /** The engine's gVisor runtime (scripts/gvisor.sh registers `runsc`). */
+  gvisorRuntime: process.env['SBX_TEST_GVISOR_RUNTIME'] ?? 'runsc',
 };
 
 /** Label every container a test creates carries; scripts/test.sh fails the run if any remain. */
