@@ -41,6 +41,7 @@ import { EGRESS_ROW_NAMES, runEgressRows } from './rows/egress.js';
 import { CONSOLE_ROW_NAMES, runConsoleRows } from './rows/console.js';
 import { concurrencyRows, latencyRows } from './rows/boxes.js';
 import { DENSITY_ROW_NAMES, runDensityRows } from './rows/density.js';
+import { GVISOR_ROW_NAMES, runGvisorRows } from './rows/gvisor.js';
 import { WORKSPACE_ROW_NAME, fileRows } from './rows/files.js';
 import { RawSubject } from './subjects/raw.js';
 import { PoolSubject } from './subjects/pool.js';
@@ -147,6 +148,7 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     ...EGRESS_ROW_NAMES,
     ...CONSOLE_ROW_NAMES,
     ...DENSITY_ROW_NAMES,
+    ...GVISOR_ROW_NAMES,
   ];
   const picked = selectNames(all, run.args.only);
   if (picked.size === 0) throw new UsageError(`--only ${run.args.only}: no row matches; rows are ${all.join(', ')}`);
@@ -215,6 +217,10 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     results.push(
       ...(await runLifecycleRows(run.ctx, { managerName: `${run.managerName}-lc`, dataDir: join(run.tmp, 'lifecycle'), runId: run.runId, only: picked })),
     );
+  }
+  // The same box work on gVisor (runsc) beside runc (skipped, saying why, without runsc registered).
+  if (GVISOR_ROW_NAMES.some((n) => picked.has(n))) {
+    results.push(...(await runGvisorRows(run.ctx, { managerName: `${run.managerName}-gv`, dataDir: join(run.tmp, 'gvisor'), runId: run.runId, only: picked })));
   }
   if (DENSITY_ROW_NAMES.some((n) => picked.has(n))) {
     const opts = {

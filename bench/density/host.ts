@@ -65,3 +65,69 @@ export function rssOfCommands(names: readonly string[]): number {
   }
   return total;
 }
+
+/** One process as the host's process table has it. */
+export interface HostProcess {
+  pid: number;
+  ppid: number;
+  /** The command name (/proc/<pid>/comm). */
+  comm: string;
+  /** The command line, its arguments joined by spaces. */
+  cmdline: string;
+}
+
+/** Every process of the host now (those that end while read are left out). */
+export function processTable(): HostProcess[] {
+  const table: HostProcess[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const pid = Number(entry);
+    try {
+      const ppid = parentOf(pid);
+      if (ppid === undefined) continue;
+      const comm = readFileSync(`/proc/${entry}/comm`, 'utf8').trim();
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').join(' ').trim();
+      table.push({ pid, ppid, comm, cmdline });
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return table;
+}
+
+/**
+ * The host processes of each container: those whose command line names its id (the engine's
+ * shim, and for gVisor runsc's sandbox and gofer) and all their descendants (runc's box
+ * processes; gVisor's platform stubs). Ids are matched whole, so a prefix of another id does not match.
+ */
+export function containerProcesses(table: readonly HostProcess[], containerIds: readonly string[]): Map<string, HostProcess[]> {
+  const children = new Map<number, HostProcess[]>();
+  for (const p of table) children.set(p.ppid, [...(children.get(p.ppid) ?? []), p]);
+  const out = new Map<string, HostProcess[]>();
+  for (const id of containerIds) {
+    const named = new RegExp(`(^|[^0-9a-f])${id.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}($|[^0-9a-f])`);
+    const found = new Map<number, HostProcess>();
+    const todo = table.filter((p) => named.test(p.cmdline));
+    while (todo.length > 0) {
+      const p = todo.pop()!;
+      if (found.has(p.pid)) continue;
+      found.set(p.pid, p);
+      todo.push(...(children.get(p.pid) ?? []));
+    }
+    out.set(
+      id,
+      [...found.values()].sort((a, b) => a.pid - b.pid),
+    );
+  }
+  return out;
+}
+
+/**
+ * What a process is, for a breakdown by kind: its program's file name (runsc re-executes itself, so
+ * its sandbox and gofer are all `exe` by command name but `runsc-sandbox`/`runsc-gofer` by argv[0]);
+ * `stub` for one with no command line (gVisor's systrap stubs, forked from the sandbox).
+ */
+export function processLabel(p: Pick<HostProcess, 'comm' | 'cmdline'>): string {
+  const argv0 = p.cmdline.split(' ')[0] ?? '';
+  return argv0 ? argv0.slice(argv0.lastIndexOf('/') + 1) : 'stub';
+}

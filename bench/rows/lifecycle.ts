@@ -223,7 +223,7 @@ export const LIFECYCLE_ROW_NAMES: readonly string[] = [
 ];
 
 /** Appends the goal and whether the row met it to the note of a measured row. */
-function judge(r: RowResult, says: string, met: (a: number, b: number) => boolean): RowResult {
+export function judge(r: RowResult, says: string, met: (a: number, b: number) => boolean): RowResult {
   if (r.sides.length === 2) r.note = `${r.note ?? ''}; goal ${says}: ${met(r.sides[0].stats.p50, r.sides[1].stats.p50) ? 'met' : 'MISSED'}`;
   return r;
 }

@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import type { Box } from '../../src/sandbox/box.js';
 import type { PoolConfig } from '../../src/sandbox/config.js';
 import { Manager } from '../../src/sandbox/manager.js';
-import type { WarmInfo } from '../../src/sandbox/types.js';
+import type { CreateOptions, WarmInfo } from '../../src/sandbox/types.js';
 import { BASE_IMAGE, BENCH_LABEL } from '../core/identity.js';
 import type { BoxRef, ExecOutcome, Subject } from './subject.js';
 
@@ -42,8 +42,9 @@ export class PoolSubject implements Subject<PoolRef> {
     return new PoolSubject(name, manager, { [BENCH_LABEL]: opts.runId }, opts.image ?? BASE_IMAGE);
   }
 
-  async create(): Promise<PoolRef> {
-    const box = await this.manager.create({ image: this.image, labels: this.labels, ...(this.on.pool ? { pool: this.on.pool } : {}) });
+  /** `extra`: more of the box's options (an owner and a workspace to mount), beside the subject's own. */
+  async create(extra: Omit<CreateOptions, 'image' | 'labels' | 'pool'> = {}): Promise<PoolRef> {
+    const box = await this.manager.create({ ...extra, image: this.image, labels: this.labels, ...(this.on.pool ? { pool: this.on.pool } : {}) });
     return { id: box.id, box };
   }
   async exec(ref: PoolRef, cmd: string[]): Promise<ExecOutcome> {
