@@ -223,7 +223,7 @@ async function runIdleMemory(gvisor: PoolSubject, runc: PoolSubject, ctx: RunCon
     figures[`${side}_processes_per_box`] = f.processes;
   }
   const say = (what: string, f: IdleFigures) =>
-    `${what}: host ${f1(f.hostMiB)} MiB/box (MemAvailable), cgroup ${f1(f.cgroupMiB)} MiB, processes' PSS ${f1(f.pssMiB)} MiB (RSS ${f1(f.rssMiB)}, ${f1(f.processes)} processes: ${commands(f)})`;
+    `${what}: processes' PSS ${f1(f.pssMiB)} MiB/box (${f1(f.processes)} processes: ${commands(f)}; RSS ${f1(f.rssMiB)}), cgroup ${f1(f.cgroupMiB)} MiB, MemAvailable drop ${f1(f.hostMiB)} MiB (the whole machine's: others move it)`;
   const note = `${say('runc', r)}; ${say('gVisor', g)}; ${n} idle boxes each, after one exec; gVisor/runc: PSS ${f1(g.pssMiB / r.pssMiB)}×, cgroup ${f1(g.cgroupMiB / r.cgroupMiB)}×`;
   ctx.log(`${MEMORY_ROW}: ${note}`);
   return { name: MEMORY_ROW, group: 'host', note, status: 'ok', sides: [], ratio: null, wallMs: performance.now() - started, figures };
