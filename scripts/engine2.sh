@@ -19,7 +19,8 @@
 # SBX_ENGINE2_IPTABLES=0 (start it with --iptables=false --bridge=none: no networking at all),
 # SBX_ENGINE2_DOCKERD_ARGS (more dockerd arguments, split on spaces: e.g. --userns-remap=default for
 # an engine whose boxes run in a user namespace; `up` restarts an engine of this
-# name that runs with other arguments), SBX_ENGINE2_START_TIMEOUT / SBX_ENGINE2_STOP_TIMEOUT (seconds, default 60 / 40).
+# name that runs with other arguments), SBX_ENGINE2_CONFIG (its daemon.json, default {}: e.g. runtimes;
+# `up` restarts an engine of this name that runs with another), SBX_ENGINE2_START_TIMEOUT / SBX_ENGINE2_STOP_TIMEOUT (seconds, default 60 / 40).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -33,6 +34,7 @@ SOCK=$RUN_DIR/docker.sock
 PIDFILE=$RUN_DIR/docker.pid
 EXEC_ROOT=$RUN_DIR/exec
 CONFIG=$RUN_DIR/daemon.json
+WANT_CONFIG=${SBX_ENGINE2_CONFIG:-{\}}
 CONTAINERD_PIDFILE=$EXEC_ROOT/containerd/containerd.pid
 DATA_ROOT=/var/lib/$NAME
 LOG=/var/log/$NAME.log
@@ -107,11 +109,11 @@ dockerd_pid() {
   our_pids dockerd | head -n 1
 }
 
-# True when dockerd $1 runs with exactly the arguments this call would start it with.
-same_args() {
+# True when dockerd $1 runs with exactly the arguments and config this call would start it with.
+same_settings() {
   local args
   args=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 1
-  [ "$args" = "${DOCKERD_ARGS[*]} " ]
+  [ "$args" = "${DOCKERD_ARGS[*]} " ] && [ "$(cat "$CONFIG" 2>/dev/null)" = "$(printf '%s\n' "$WANT_CONFIG")" ]
 }
 
 alive() {
@@ -164,7 +166,7 @@ start_daemon() {
     ensure_netns
     clear_stale
     mkdir -p "$RUN_DIR" "$EXEC_ROOT" "$DATA_ROOT"
-    [ -s "$CONFIG" ] || printf '{}\n' >"$CONFIG"
+    printf '%s\n' "$WANT_CONFIG" >"$CONFIG"
     log_start=0
     [ -f "$LOG" ] && log_start=$(stat -c %s "$LOG")
     printf '\n=== %s: engine2.sh starts %s\n' "$(date -u +%FT%TZ)" "${DOCKERD_ARGS[*]}" >>"$LOG"
@@ -238,9 +240,9 @@ cmd_up() {
   hold_lock "$NAME"
   pid=$(dockerd_pid)
   # Another test's settings (a remap, no iptables) must not pass for this one's.
-  if [ -n "$pid" ] && ! same_args "$pid"; then
+  if [ -n "$pid" ] && ! same_settings "$pid"; then
     stop_dockerd TERM "$pid"
-    did+=("it ran with other arguments")
+    did+=("it ran with other arguments or config")
   fi
   ping2 || start_daemon
   load_images

@@ -4,7 +4,10 @@
  * engine is a second, disposable dockerd (scripts/engine2.sh) in a network namespace of its own:
  * the host cannot dial its boxes, so their exec is the engine's (agent off). Root in such a box is
  * not root on the host: the files it writes in a workspace, and its processes in the host's /proc,
- * belong to subordinate ids (dockremap's, from 100000). Needs root, like the rest of the harness.
+ * belong to subordinate ids (dockremap's, from 100000). The same on gVisor (the main engine's
+ * runsc, registered with the remapped engine too): there the box's own /proc shows gVisor's kernel,
+ * and the host's /proc shows who the sandbox (the Sentry) is: the host's root without the remap,
+ * the remap's root with it. Needs root, like the rest of the harness.
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -28,8 +31,9 @@ const BOX_UID = 1000;
 const runId = testRunId('userns');
 const name = `userns-${process.pid}`;
 const dataDir = mkdtempSync(join(tmpdir(), 'sbx-userns-'));
-const engine2 = new Engine2({ name: 'sbx-userns', images: [IMAGE], dockerdArgs: ['--userns-remap=default'] });
 const run = promisify(execFile);
+const GVISOR = testEnv.gvisorRuntime;
+let engine2: Engine2 | undefined;
 let remappedAddr = '';
 let remapped: DockerRuntime;
 const main = new DockerRuntime(testEnv.engineAddr);
@@ -37,9 +41,23 @@ let manager: Manager;
 /** dockremap's subordinate ids, as dockerd wrote them into /etc/subuid and /etc/subgid. */
 let dockremap: UserNamespaceMap;
 
-/** The pools of this file: one on each engine; the remapped one's exec is the engine's. */
-const POOLS = { remapped: 'remapped', plain: 'plain' } as const;
+/** The pools of this file: runc and gVisor on each engine. */
+const POOLS = {
+  remapped: { remap: true, ociRuntime: undefined },
+  plain: { remap: false, ociRuntime: undefined },
+  'remapped-gvisor': { remap: true, ociRuntime: GVISOR },
+  'plain-gvisor': { remap: false, ociRuntime: GVISOR },
+} as const;
 type PoolName = keyof typeof POOLS;
+const IDENTITY_MAP = '0 0 4294967295';
+
+/** The main engine's registration of the gVisor runtime (path, args), for the remapped engine's daemon.json. */
+async function gvisorConfig(): Promise<string> {
+  const { stdout } = await run('docker', ['info', '--format', '{{json .Runtimes}}']);
+  const runtime = (JSON.parse(stdout) as Record<string, unknown>)[GVISOR];
+  assert.ok(runtime, `the main engine has no runtime ${GVISOR} (scripts/gvisor.sh registers it): ${stdout}`);
+  return JSON.stringify({ runtimes: { [GVISOR]: runtime } });
+}
 
 function subidRange(file: string): { start: number; count: number } {
   const line = readFileSync(file, 'utf8')
@@ -52,7 +70,7 @@ function subidRange(file: string): { start: number; count: number } {
 
 /** What box id `id` is on the host, on a pool: shifted on the remapped engine, itself on the main one. */
 function hostId(pool: PoolName, id: number, of: 'uid' | 'gid' = 'uid'): number {
-  if (pool === 'plain') return id;
+  if (!POOLS[pool].remap) return id;
   return (of === 'uid' ? dockremap.hostUid : dockremap.hostGid) + id;
 }
 
@@ -63,7 +81,7 @@ function owner(path: string): string {
 
 /** The host pid of a box's main process, from its engine. */
 async function hostPid(pool: PoolName, box: Box): Promise<number> {
-  const host = pool === 'plain' ? [] : ['-H', remappedAddr];
+  const host = POOLS[pool].remap ? ['-H', remappedAddr] : [];
   const { stdout } = await run('docker', [...host, 'inspect', '--format', '{{.State.Pid}}', box.containerId]);
   const pid = Number(stdout.trim());
   assert.ok(pid > 0, `no host pid for ${box.id}: ${stdout}`);
@@ -84,6 +102,7 @@ async function sh(box: Box, script: string, user?: string): Promise<string> {
 }
 
 before(async () => {
+  engine2 = new Engine2({ name: 'sbx-userns', images: [IMAGE], dockerdArgs: ['--userns-remap=default'], config: await gvisorConfig() });
   const up = await engine2.up();
   console.log(`# ${up.out} | engine2.sh up took ${up.ms} ms`);
   remappedAddr = up.addr;
@@ -98,12 +117,16 @@ before(async () => {
   manager = new Manager({
     name,
     dataDir,
-    pools: [
-      // Its bridges are in its own network namespace, not this machine's to firewall, and the host
-      // cannot dial a box there: the engine's exec serves.
-      { name: POOLS.remapped, addr: remappedAddr, agent: false, runtimeOptions: { hostFirewall: false } },
-      { name: POOLS.plain, addr: testEnv.engineAddr },
-    ],
+    // The remapped engine's bridges are in its own network namespace, not this machine's to
+    // firewall, and the host cannot dial a box there: the engine's exec serves. On the main engine
+    // the agent serves runc boxes; gVisor boxes keep the engine's exec (the agent on gVisor is the
+    // conformance suite's to prove).
+    pools: Object.entries(POOLS).map(([pool, p]) => ({
+      name: pool,
+      addr: p.remap ? remappedAddr : testEnv.engineAddr,
+      ...(p.remap ? { agent: false, runtimeOptions: { hostFirewall: false } } : {}),
+      ...(p.ociRuntime ? { ociRuntime: p.ociRuntime, agent: false } : {}),
+    })),
     cleanupIntervalMs: 0,
     logger: pino({ level: 'silent' }),
   });
@@ -122,7 +145,7 @@ after(async () => {
   await main.close();
   await remapped?.close();
   // Down, not left for the next run: a dockerd, its containerd and a netns cost memory the machine's other tests want.
-  await engine2.down();
+  await engine2?.down();
   rmSync(dataDir, { recursive: true, force: true });
   assert.deepEqual(left, [], 'boxes left behind by the userns tests');
 });
@@ -134,9 +157,10 @@ describe(`boxes in a user namespace (userns-remap) beside boxes without one (${r
     assert.equal((await main.resources()).userns, undefined);
   });
 
-  for (const pool of ['remapped', 'plain'] as const) {
-    test(`${pool}: what the box's user, root in the box and the workspace API write is owned on the host by the box's ids ${pool === 'remapped' ? 'shifted into the remap' : 'as they are'}`, async () => {
-      const ws = await manager.workspaces.create({ name: `own-${pool}`, owner: 'alice', node: POOLS[pool] });
+  for (const pool of Object.keys(POOLS) as PoolName[]) {
+    const { remap, ociRuntime } = POOLS[pool];
+    test(`${pool}: what the box's user, root in the box and the workspace API write is owned on the host by the box's ids ${remap ? 'shifted into the remap' : 'as they are'}`, async () => {
+      const ws = await manager.workspaces.create({ name: `own-${pool}`, owner: 'alice', node: pool });
       const root = await manager.workspaces.mountPath(ws.id);
       const user = `${hostId(pool, BOX_UID)}:${hostId(pool, BOX_UID, 'gid')}`;
       assert.equal(owner(root), user, "the workspace's root belongs to the box user's host ids");
@@ -157,7 +181,7 @@ describe(`boxes in a user namespace (userns-remap) beside boxes without one (${r
       assert.equal(owner(join(root, 'by-user')), user, "a file the box's user wrote");
       const rootOnHost = `${hostId(pool, 0)}:${hostId(pool, 0, 'gid')}`;
       assert.equal(owner(join(root, 'by-root')), rootOnHost, 'a file root in the box wrote');
-      if (pool === 'remapped') {
+      if (remap) {
         // The point: neither root's nor the box user's files are the host's root's or uid 1000's.
         for (const f of ['by-root', 'by-user', 'from-api.txt']) {
           const { uid, gid } = statSync(join(root, f));
@@ -170,25 +194,27 @@ describe(`boxes in a user namespace (userns-remap) beside boxes without one (${r
     });
 
     test(`${pool}: /proc says who root in the box is on the host`, async () => {
-      await using box = await manager.create({ image: IMAGE, owner: 'alice', pool: POOLS[pool], user: '0', labels: { run: runId } });
+      await using box = await manager.create({ image: IMAGE, owner: 'alice', pool, user: '0', labels: { run: runId } });
       const inBox = await sh(box, 'cat /proc/self/uid_map; cat /proc/self/gid_map; grep ^Uid: /proc/1/status');
       const [uidMap, gidMap, status] = inBox
         .trim()
         .split('\n')
         .map((l) => l.trim().split(/\s+/).join(' '));
-      if (pool === 'remapped') {
-        assert.equal(uidMap, `0 ${dockremap.hostUid} ${dockremap.size}`);
-        assert.equal(gidMap, `0 ${dockremap.hostGid} ${dockremap.size}`);
-      } else {
-        // The identity map: the box's ids are the host's.
-        assert.equal(uidMap, '0 0 4294967295');
-        assert.equal(gidMap, '0 0 4294967295');
-      }
+      const hostMap = remap
+        ? { uid: `0 ${dockremap.hostUid} ${dockremap.size}`, gid: `0 ${dockremap.hostGid} ${dockremap.size}` }
+        : { uid: IDENTITY_MAP, gid: IDENTITY_MAP };
+      // runc: the box's namespace has the host's map (without the remap, the identity: the box's
+      // ids are the host's). gVisor: the box sees its own kernel's root namespace, whatever the host gave the sandbox.
+      const boxMap = ociRuntime ? { uid: IDENTITY_MAP, gid: IDENTITY_MAP } : hostMap;
+      assert.deepEqual({ uid: uidMap, gid: gidMap }, boxMap, "the box's /proc/self/{uid,gid}_map");
       assert.equal(status, 'Uid: 0 0 0 0', "the box's main process is root, as the box sees it");
-      // The same process, as the host sees it.
+      // Its host process (runc: the box's main process; gVisor: the sandbox, the Sentry), as the host sees it.
       const pid = await hostPid(pool, box);
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0];
+      if (ociRuntime) assert.equal(cmd, 'runsc-sandbox', `host pid ${pid} is gVisor's sandbox`);
+      else assert.notEqual(cmd, 'runsc-sandbox');
       assert.deepEqual(uidsOf(readFileSync(`/proc/${pid}/status`, 'utf8')), Array(4).fill(hostId(pool, 0)), `host /proc/${pid}/status`);
-      assert.equal(readFileSync(`/proc/${pid}/uid_map`, 'utf8').trim().split(/\s+/).join(' '), uidMap, "the host's /proc shows the box's map");
+      assert.equal(readFileSync(`/proc/${pid}/uid_map`, 'utf8').trim().split(/\s+/).join(' '), hostMap.uid, `host /proc/${pid}/uid_map`);
     });
   }
 });

@@ -18,6 +18,8 @@ export interface Engine2Options {
   images: string[];
   /** More dockerd arguments (SBX_ENGINE2_DOCKERD_ARGS), e.g. `['--userns-remap=default']`. */
   dockerdArgs?: string[];
+  /** Its daemon.json (SBX_ENGINE2_CONFIG; default `{}`), e.g. runtimes. */
+  config?: string;
 }
 
 export class Engine2 {
@@ -31,6 +33,7 @@ export class Engine2 {
       SBX_ENGINE2_NAME: this.o.name,
       SBX_ENGINE2_IMAGES: this.o.images.join(' '),
       SBX_ENGINE2_DOCKERD_ARGS: (this.o.dockerdArgs ?? []).join(' '),
+      SBX_ENGINE2_CONFIG: this.o.config ?? '{}',
     };
     try {
       const { stdout } = await run('bash', [SCRIPT, ...args], { timeout: 180_000, env });
@@ -41,7 +44,7 @@ export class Engine2 {
     }
   }
 
-  /** Starts it (or finds it running with these arguments); its address, `unix://…`. */
+  /** Starts it (or finds it running with these arguments and config); its address, `unix://…`. */
   async up(): Promise<{ addr: string; out: string; ms: number }> {
     const up = await this.run('up');
     const addr = /unix:\/\/\S+/.exec((await this.run('env')).out)?.[0];
