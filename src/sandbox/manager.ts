@@ -267,7 +267,17 @@ export class Manager {
   private async usernsOf(node: string): Promise<UserNamespaceMap | undefined> {
     const pool = this.poolsByName.get(node);
     if (!pool?.runtime().capabilities.hostMounts) return undefined;
-    pool.resources ??= await pool.runtime().resources();
+    pool.resources ??= await pool
+      .runtime()
+      .resources()
+      .catch((err: unknown) => {
+        if (!isSbxError(err)) throw err;
+        // Who owns the workspace's files depends on the answer: no guess.
+        throw new SbxError(err.code, `${err.message} (a workspace of pool '${node}' is owned by the ids its engine gives boxes, which only it can say)`, {
+          cause: err,
+          details: { ...err.details, pool: node },
+        });
+      });
     return pool.resources.userns;
   }
 

@@ -17,6 +17,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
+import { isSbxError } from '../errors.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import type { UserNamespaceMap } from '../runtime/types.js';
 import { Engine2 } from '../testing/engine2.js';
@@ -155,6 +156,27 @@ describe(`boxes in a user namespace (userns-remap) beside boxes without one (${r
     assert.ok(dockremap.hostUid >= 100000, `dockremap's range starts at ${dockremap.hostUid}`);
     assert.deepEqual((await remapped.resources()).userns, dockremap);
     assert.equal((await main.resources()).userns, undefined);
+  });
+
+  test('a workspace on a pool whose engine sbx never reached is refused (runtime_unavailable): its owner would be a guess', async () => {
+    const gone = new Manager({
+      name: `${name}-gone`,
+      dataDir: join(dataDir, 'gone'),
+      pools: [{ name: 'gone', addr: `unix://${join(dataDir, 'no-engine.sock')}` }],
+      cleanupIntervalMs: 0,
+      logger: pino({ level: 'silent' }),
+    });
+    try {
+      await assert.rejects(gone.workspaces.create({ name: 'w', owner: 'alice', node: 'gone' }), (err: unknown) => {
+        assert.ok(isSbxError(err, 'runtime_unavailable'), String(err));
+        assert.match(err.message, /a workspace of pool 'gone' is owned by the ids its engine gives boxes/);
+        assert.equal(err.details?.['pool'], 'gone');
+        return true;
+      });
+      assert.deepEqual(await gone.workspaces.list({}), []);
+    } finally {
+      await gone.close();
+    }
   });
 
   for (const pool of Object.keys(POOLS) as PoolName[]) {
