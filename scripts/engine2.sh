@@ -17,7 +17,10 @@
 # Environment: SBX_ENGINE2_NAME (default sbx-engine2: names the netns, /run/NAME, /var/lib/NAME,
 # /var/log/NAME.log), SBX_ENGINE2_IMAGES (default sbx-base:latest, copied from the main engine),
 # SBX_ENGINE2_IPTABLES=0 (start it with --iptables=false --bridge=none: no networking at all),
-# SBX_ENGINE2_START_TIMEOUT / SBX_ENGINE2_STOP_TIMEOUT (seconds, default 60 / 40).
+# SBX_ENGINE2_DOCKERD_ARGS (more dockerd arguments, split on spaces: e.g. --userns-remap=default for
+# an engine whose boxes run in a user namespace; `up` restarts an engine of this
+# name that runs with other arguments), SBX_ENGINE2_CONFIG (its daemon.json, default {}: e.g. runtimes;
+# `up` restarts an engine of this name that runs with another), SBX_ENGINE2_START_TIMEOUT / SBX_ENGINE2_STOP_TIMEOUT (seconds, default 60 / 40).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -31,6 +34,7 @@ SOCK=$RUN_DIR/docker.sock
 PIDFILE=$RUN_DIR/docker.pid
 EXEC_ROOT=$RUN_DIR/exec
 CONFIG=$RUN_DIR/daemon.json
+WANT_CONFIG=${SBX_ENGINE2_CONFIG:-{\}}
 CONTAINERD_PIDFILE=$EXEC_ROOT/containerd/containerd.pid
 DATA_ROOT=/var/lib/$NAME
 LOG=/var/log/$NAME.log
@@ -55,6 +59,8 @@ DOCKERD_ARGS=(
   --containerd-plugins-namespace "$NAME-plugins"
 )
 [ "${SBX_ENGINE2_IPTABLES:-1}" != 0 ] || DOCKERD_ARGS+=(--iptables=false --bridge=none)
+read -r -a EXTRA_ARGS <<<"${SBX_ENGINE2_DOCKERD_ARGS:-}"
+DOCKERD_ARGS+=("${EXTRA_ARGS[@]}")
 
 did=()
 
@@ -101,6 +107,13 @@ dockerd_pid() {
     return
   fi
   our_pids dockerd | head -n 1
+}
+
+# True when dockerd $1 runs with exactly the arguments and config this call would start it with.
+same_settings() {
+  local args
+  args=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 1
+  [ "$args" = "${DOCKERD_ARGS[*]} " ] && [ "$(cat "$CONFIG" 2>/dev/null)" = "$(printf '%s\n' "$WANT_CONFIG")" ]
 }
 
 alive() {
@@ -153,7 +166,7 @@ start_daemon() {
     ensure_netns
     clear_stale
     mkdir -p "$RUN_DIR" "$EXEC_ROOT" "$DATA_ROOT"
-    [ -s "$CONFIG" ] || printf '{}\n' >"$CONFIG"
+    printf '%s\n' "$WANT_CONFIG" >"$CONFIG"
     log_start=0
     [ -f "$LOG" ] && log_start=$(stat -c %s "$LOG")
     printf '\n=== %s: engine2.sh starts %s\n' "$(date -u +%FT%TZ)" "${DOCKERD_ARGS[*]}" >>"$LOG"
@@ -219,12 +232,18 @@ report() {
 }
 
 cmd_up() {
-  local t had_docker0=0
+  local t pid had_docker0=0
   t=$(now_ms)
   need_root
   [ "$MAIN_SOCK" != "$SOCK" ] || die "DOCKER_HOST points at $NAME itself; unset it (the main engine is where the images come from)"
   ip link show docker0 >/dev/null 2>&1 && had_docker0=1
   hold_lock "$NAME"
+  pid=$(dockerd_pid)
+  # Another test's settings (a remap, no iptables) must not pass for this one's.
+  if [ -n "$pid" ] && ! same_settings "$pid"; then
+    stop_dockerd TERM "$pid"
+    did+=("it ran with other arguments or config")
+  fi
   ping2 || start_daemon
   load_images
   check_main "$had_docker0"

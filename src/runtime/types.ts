@@ -435,6 +435,21 @@ export interface ContainerEvent {
 export interface RuntimeResources {
   cpus: number;
   memoryBytes: number;
+  /** The user namespace the engine runs every box in (Docker's userns-remap); absent: a box's ids are the machine's. */
+  userns?: UserNamespaceMap;
+}
+
+/**
+ * How a box's user and group ids map to the engine machine's: id n in the box is `hostUid + n`
+ * (`hostGid + n`) there, for n below `size`; ids above it have no host id (they read as nobody).
+ *
+ * @example
+ * const remap: UserNamespaceMap = { hostUid: 100000, hostGid: 100000, size: 65536 }; // box uid 1000 = host uid 101000
+ */
+export interface UserNamespaceMap {
+  hostUid: number;
+  hostGid: number;
+  size: number;
 }
 
 /** What a runtime can do, so the layers above never ask which engine it is. */

@@ -4,7 +4,7 @@ import pino from 'pino';
 import type { Logger } from 'pino';
 import { SbxError, isSbxError, withOptionHint } from '../errors.js';
 import { parseImageRef } from '../runtime/image-ref.js';
-import type { EgressSpec, HostEndpoint, ImageInfo, NodeRuntimes, PullProgress, RegistryAuth, BoxHeartbeat } from '../runtime/types.js';
+import type { EgressSpec, HostEndpoint, ImageInfo, NodeRuntimes, PullProgress, RegistryAuth, BoxHeartbeat, UserNamespaceMap } from '../runtime/types.js';
 import { isNodeAddress } from '../runtime/remote/address.js';
 import { IMAGE_NODE_LABEL } from '../runtime/remote/node-set.js';
 import type { NodeHub, NodeInfo } from '../runtime/remote/hub.js';
@@ -243,6 +243,7 @@ export class Manager {
       nodes: () => this.workspaceNodes(),
       isMounted: (workspaceId) => this.registry.all().some((b) => b.workspaceId === workspaceId),
       maxPerOwner: this.config.maxWorkspacesPerOwner,
+      userns: (node) => this.usernsOf(node),
     });
   }
 
@@ -257,6 +258,27 @@ export class Manager {
       const storage = this.volumesOf(p);
       return { name: p.name, addr: p.def.addr, online: storage !== undefined, ...(storage ? { storage } : {}) };
     });
+  }
+
+  /**
+   * The user namespace the boxes of a pool whose runtime mounts this machine's directories run
+   * in: the engine's answer, asked once per pool (recovery asks first, when it reaches the engine).
+   */
+  private async usernsOf(node: string): Promise<UserNamespaceMap | undefined> {
+    const pool = this.poolsByName.get(node);
+    if (!pool?.runtime().capabilities.hostMounts) return undefined;
+    pool.resources ??= await pool
+      .runtime()
+      .resources()
+      .catch((err: unknown) => {
+        if (!isSbxError(err)) throw err;
+        // Who owns the workspace's files depends on the answer: no guess.
+        throw new SbxError(err.code, `${err.message} (a workspace of pool '${node}' is owned by the ids its engine gives boxes, which only it can say)`, {
+          cause: err,
+          details: { ...err.details, pool: node },
+        });
+      });
+    return pool.resources.userns;
   }
 
   /** The pool's workspace storage in its cluster (one per pool, made at first use); undefined when its runtime has none. */

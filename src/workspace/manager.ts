@@ -18,6 +18,7 @@ import { readMetadata, writeMetadata } from './metadata.js';
 import { removeIfOrphan, sweepRoot, sweepTempEntries } from './sweep.js';
 import { WriterCheck, tempName } from './temp-names.js';
 import { removeTree } from './tree-walk.js';
+import type { UserNamespaceMap } from '../runtime/types.js';
 import type {
   CreateWorkspaceOptions,
   DeleteWorkspaceOptions,
@@ -64,6 +65,7 @@ export class WorkspaceManager {
   private readonly layout: WorkspaceLayout;
   private readonly listNodes: () => WorkspaceNode[];
   private readonly fileOwner: FileOwner;
+  private readonly userns: (node: string) => Promise<UserNamespaceMap | undefined>;
   private readonly defaultQuotaBytes: number | undefined;
   private mountChecker: MountChecker;
   private index: Map<string, Workspace> | undefined;
@@ -80,6 +82,7 @@ export class WorkspaceManager {
     this.listNodes = options.nodes ?? (() => DEFAULT_NODES);
     this.mountChecker = options.isMounted ?? (() => false);
     this.fileOwner = options.fileOwner ?? SANDBOX_USER;
+    this.userns = options.userns ?? (() => Promise.resolve(undefined));
     this.defaultQuotaBytes = options.defaultQuotaBytes === undefined ? undefined : checkQuota(options.defaultQuotaBytes, 'defaultQuotaBytes');
     const max = options.maxPerOwner ?? DEFAULT_MAX_WORKSPACES_PER_OWNER;
     if (!Number.isInteger(max) || max < 0) throw invalidArgument('maxPerOwner', 'must be a whole number, 0 for no limit');
@@ -141,7 +144,8 @@ export class WorkspaceManager {
     try {
       const fields = { name, owner, labels, quotaBytes };
       // A node with storage of its own keeps only the metadata here (no root/ or staging/).
-      const workspace = await this.createOnDisk(id, nodeName, fields, !node.storage).catch((err: unknown) => {
+      const rootOwner = node.storage ? undefined : await this.hostOwner(nodeName);
+      const workspace = await this.createOnDisk(id, nodeName, fields, rootOwner).catch((err: unknown) => {
         throw storageError(err, this.layout.node(nodeName), 'create a workspace');
       });
       if (node.storage) {
@@ -324,7 +328,7 @@ export class WorkspaceManager {
       id: workspace.id,
       rootPath: this.layout.root(workspace.node, workspace.id),
       stagingPath,
-      fileOwner: this.fileOwner,
+      fileOwner: await this.hostOwner(workspace.node),
       quotaBytes: workspace.quotaBytes,
     });
   }
@@ -337,6 +341,28 @@ export class WorkspaceManager {
    */
   async usage(id: string): Promise<WorkspaceUsage> {
     return (await this.fs(id)).usage();
+  }
+
+  /**
+   * Who owns, on this machine, what the API makes in a workspace of `node`: `fileOwner`, or the
+   * host ids it has in the user namespace the node's boxes run in (so that the box's user owns it
+   * there too). An engine that cannot be asked fails the call: a guess would hand the box files it
+   * cannot write.
+   */
+  private async hostOwner(node: string): Promise<FileOwner> {
+    const map = await this.userns(node);
+    if (!map) return this.fileOwner;
+    const { uid, gid } = this.fileOwner;
+    if (uid >= map.size || gid >= map.size) {
+      throw new SbxError(
+        'not_available',
+        `node ${node} runs boxes in a user namespace of ${map.size} ids, which has no ${uid}:${gid} (the workspaces' file owner)`,
+        {
+          details: { node, fileOwner: { uid, gid }, size: map.size },
+        },
+      );
+    }
+    return { uid: map.hostUid + uid, gid: map.hostGid + gid };
   }
 
   private async find(id: string): Promise<Workspace> {
@@ -370,7 +396,8 @@ export class WorkspaceManager {
     id: string,
     node: string,
     fields: { name: string; owner: string; labels: Record<string, string>; quotaBytes: number | undefined },
-    withRoot: boolean,
+    /** The owner of its root/ (made only with one). */
+    rootOwner: FileOwner | undefined,
   ): Promise<Workspace> {
     const nodeDir = this.layout.node(node);
     await this.makeBase();
@@ -387,10 +414,10 @@ export class WorkspaceManager {
     if (fields.quotaBytes !== undefined) workspace.quotaBytes = fields.quotaBytes;
     await mkdir(dir, { mode: 0o700 });
     try {
-      if (withRoot) {
+      if (rootOwner) {
         const root = join(dir, 'root');
         await mkdir(root, { mode: 0o755 });
-        if (process.getuid?.() === 0) await chown(root, this.fileOwner.uid, this.fileOwner.gid);
+        if (process.getuid?.() === 0) await chown(root, rootOwner.uid, rootOwner.gid);
         await chmod(root, 0o755);
         await mkdir(join(dir, 'staging'), { mode: 0o700 });
       }

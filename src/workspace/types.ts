@@ -4,6 +4,7 @@
  * No behaviour here.
  */
 import type { Readable } from 'node:stream';
+import type { UserNamespaceMap } from '../runtime/types.js';
 
 /**
  * A machine that can hold workspace storage (the seed's Tai node).
@@ -94,6 +95,12 @@ export interface WorkspaceManagerOptions {
   isMounted?: MountChecker;
   /** Owner of workspace roots and of files the API writes, applied only when sbx runs as root. Default 1000:1000. */
   fileOwner?: FileOwner;
+  /**
+   * The user namespace a node's boxes run in (an engine with userns-remap), asked when a
+   * workspace's root on this machine is made or its file API opened: what the API makes is then
+   * owned by `fileOwner`'s host ids in it. Absent, or undefined for a node: box ids are this machine's.
+   */
+  userns?: (node: string) => Promise<UserNamespaceMap | undefined>;
   /** Quota for workspaces created without `quotaBytes`; 0 or absent = none. */
   defaultQuotaBytes?: number;
   /** Workspaces one owner may hold (`limit_exceeded` beyond); 0 = no limit. Default 100. */

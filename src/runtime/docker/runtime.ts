@@ -47,6 +47,7 @@ import type { AgentBox, ImageConfig } from './agent-inject.js';
 import { DockerImages } from './images.js';
 import { BoxIsolation, hostFirewallDefault } from './box-network.js';
 import { jsonLines } from './json-lines.js';
+import { HOST_SUBID_FILES, usernsOf, type EngineInfo } from './userns.js';
 import {
   DEFAULT_EGRESS_IMAGE,
   DockerEgress,
@@ -787,13 +788,16 @@ export class DockerRuntime implements Runtime {
     if (!opts.signal.aborted) throw new SbxError('runtime_unavailable', `events from ${this.address} ended: the engine went away`);
   }
 
+  /** The machine's size, and the user namespace boxes run in when the engine remaps them (userns.ts). */
   async resources(): Promise<RuntimeResources> {
+    let info: { NCPU?: number; MemTotal?: number } & EngineInfo;
     try {
-      const info = (await this.docker.info()) as { NCPU?: number; MemTotal?: number };
-      return { cpus: info.NCPU ?? 0, memoryBytes: info.MemTotal ?? 0 };
+      info = (await this.docker.info()) as typeof info;
     } catch (err) {
       this.fail(err, 'info');
     }
+    const userns = await usernsOf(info, this.parsedAddress.transport === 'unix' ? HOST_SUBID_FILES : undefined);
+    return { cpus: info.NCPU ?? 0, memoryBytes: info.MemTotal ?? 0, ...(userns ? { userns } : {}) };
   }
 
   /**
