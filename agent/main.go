@@ -32,7 +32,7 @@ type initConfig struct {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: sbx-agent init [--user U] [--home] [--drop-caps N,...] [--listen ADDR] [-- CMD...] | install DEST | version")
+		fmt.Fprintln(os.Stderr, "usage: sbx-agent init [--user U] [--home] [--drop-caps N,...] [--listen ADDR] [-- CMD...] | install DEST | ps | version")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -48,6 +48,9 @@ func main() {
 		os.Exit(runSpawnBench(os.Args[2:]))
 	case "fs":
 		os.Exit(runFs(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	case "ps":
+		// sbx-agent ps: the box's processes as JSON (ps.go), where the engine cannot list them.
+		os.Exit(runPs(os.Stdout))
 	case "install":
 		if len(os.Args) != 3 {
 			fmt.Fprintln(os.Stderr, "usage: sbx-agent install DEST")

@@ -49,6 +49,13 @@ test('calls wait for ready(), then go straight through; properties and optional 
   assert.equal(seam.setEgress, undefined);
   const withEgress = deferredRuntime(Object.assign(new MemoryRuntime({ address: 'with-egress' }), { setEgress: async () => {} }), g.ready, g.isReady);
   assert.equal(typeof withEgress.setEgress, 'function');
+  // capabilitiesFor answers at once, as capabilities does.
+  const perRuntime = deferredRuntime(
+    Object.assign(new MemoryRuntime({ address: 'per-runtime' }), { capabilitiesFor: (o: string | undefined) => ({ hostMounts: o === 'x' }) }),
+    g.ready,
+    g.isReady,
+  );
+  assert.deepEqual(perRuntime.capabilitiesFor?.('x'), { hostMounts: true });
   assert.equal(g.calls, 0, 'reading properties loads nothing');
 
   const creating = rt.create({ image: 'sbx-base:latest' });

@@ -6,7 +6,7 @@
  * through.
  *
  * Properties (`address`, `capabilities`) and which optional methods exist are the runtime's own,
- * read without waiting. `close` never waits: a runtime never used has nothing to load to close.
+ * read without waiting, as is `capabilitiesFor`. `close` never waits: a runtime never used has nothing to load to close.
  * A `ready()` that fails fails the call; the next call tries again.
  *
  * A Proxy, as timed-runtime.ts, so that a method added to the Runtime seam is deferred without
@@ -19,7 +19,8 @@ import type { Images, Runtime } from './types.js';
 
 /** Members that return an AsyncIterable synchronously (the rest return promises): deferred to the first `next()`. */
 const ITERABLES = new Set<PropertyKey>(['events', 'heartbeats', 'pull', 'build'] satisfies (keyof Runtime | keyof Images)[]);
-const IMMEDIATE = new Set<PropertyKey>(['close'] satisfies (keyof Runtime)[]);
+/** Members called at once: `close`, and `capabilitiesFor`, which answers synchronously as `capabilities` does. */
+const IMMEDIATE = new Set<PropertyKey>(['close', 'capabilitiesFor'] satisfies (keyof Runtime)[]);
 
 async function* afterReady<T>(ready: () => Promise<void>, open: () => AsyncIterable<T>): AsyncGenerator<T> {
   await ready();

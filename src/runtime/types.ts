@@ -463,7 +463,12 @@ export interface RuntimeCapabilities {
   stopStart?: boolean;
   /** `ports` are published on a host address and listed by `inspect` (absent means true). Kubernetes: false, `dialPort` reaches them. */
   publishedPorts?: boolean;
-  /** `pidsLimit` is enforced per box (absent means true). Kubernetes: false, it is the kubelet's `podPidsLimit`, one for every pod of a node. */
+  /**
+   * `pidsLimit` is enforced per box (absent means true). Kubernetes: false, it is the kubelet's
+   * `podPidsLimit`, one for every pod of a node. gVisor boxes (Docker, `capabilitiesFor`): false,
+   * it bounds the sandbox's host tasks (its own and about two per box process; going over ends the
+   * box), not the box's processes one by one.
+   */
   pidsLimit?: boolean;
   /** An exec may run as another user than the box's (absent means true). Kubernetes: false until the in-box agent serves exec there. */
   execUser?: boolean;
@@ -505,6 +510,12 @@ export interface Runtime {
   readonly address: string;
   readonly images: Images;
   readonly capabilities: RuntimeCapabilities;
+  /**
+   * What boxes of one OCI runtime (`ContainerSpec.ociRuntime`; undefined: the engine's default)
+   * get, where that differs from `capabilities` (Docker: a gVisor box). Absent: `capabilities`
+   * for every box; callers go through capabilitiesOf.
+   */
+  capabilitiesFor?(ociRuntime: string | undefined): RuntimeCapabilities;
   ping(): Promise<void>;
   version(): Promise<RuntimeVersion>;
   create(spec: ContainerSpec): Promise<string>;
@@ -641,3 +652,8 @@ export const KILLED_EXIT_CODE = 137;
 /** How a Kubernetes pool's pods get the agent binary: `auto` probes the cluster once for image volumes. */
 export const AGENT_DELIVERY_CHOICES = ['auto', 'image-volume', 'init-container'] as const;
 export type AgentDeliveryChoice = (typeof AGENT_DELIVERY_CHOICES)[number];
+
+/** What a box of `ociRuntime` gets on a runtime (its capabilitiesFor, else its capabilities). */
+export function capabilitiesOf(rt: Pick<Runtime, 'capabilities' | 'capabilitiesFor'>, ociRuntime: string | undefined): RuntimeCapabilities {
+  return rt.capabilitiesFor?.(ociRuntime) ?? rt.capabilities;
+}

@@ -61,7 +61,7 @@ describe('CountingRuntime', () => {
     const imageMethods = RUNTIME_OPS.filter((op) => op.startsWith('images.')).map((op) => op.slice('images.'.length));
     for (const m of runtimeMethods) assert.equal(typeof (rt as unknown as Record<string, unknown>)[m], 'function', m);
     assert.deepEqual(Object.keys(rt.images).sort(), [...imageMethods].sort());
-    const countingApi = ['count', 'counts', 'total', 'reset', 'address', 'capabilities'];
+    const countingApi = ['count', 'counts', 'total', 'reset', 'address', 'capabilities', 'capabilitiesFor'];
     assert.deepEqual(
       methods(rt)
         .filter((k) => !countingApi.includes(k))

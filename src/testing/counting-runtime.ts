@@ -21,6 +21,7 @@ import type {
   Runtime,
   RuntimeCapabilities,
 } from '../runtime/types.js';
+import { capabilitiesOf } from '../runtime/types.js';
 
 type MethodsOf<T> = { [K in keyof T]-?: T[K] extends (...args: never[]) => unknown ? K : never }[keyof T] & string;
 
@@ -96,6 +97,10 @@ export class CountingRuntime implements Runtime {
 
   get capabilities(): RuntimeCapabilities {
     return this.inner.capabilities;
+  }
+
+  capabilitiesFor(ociRuntime: string | undefined): RuntimeCapabilities {
+    return capabilitiesOf(this.inner, ociRuntime);
   }
 
   /** Calls of one operation so far. */

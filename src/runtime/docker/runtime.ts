@@ -61,6 +61,7 @@ import {
   parseEgressDns,
 } from './egress.js';
 import { checkPort } from '../ports.js';
+import { checkGvisorSpec, isGvisorRuntime, keepTmpInRootfs, parseBoxPs } from './gvisor.js';
 
 /**
  * The Runtime for a Docker Engine (local socket, tcp with optional TLS, or ssh).
@@ -98,6 +99,12 @@ export class DockerRuntime implements Runtime {
   private readonly freshEgress = new Map<string, EgressSpec>();
   /** Each container's last CPU reading, by the id the caller uses: what a one-shot read's rate is measured from (see stats). */
   private readonly cpuSamples = new Map<string, CpuSample>();
+  /** The engine's runtimes that are gVisor, and its default runtime (gvisor.ts), read from its info when a name is new. */
+  private engineRuntimes?: Promise<EngineRuntimes>;
+  /** The last engine runtimes read, for capabilitiesFor (which cannot wait for a read). */
+  private knownRuntimes?: EngineRuntimes;
+  /** Whether each box runs on gVisor, by the id the caller uses (learned at create or from one inspect). */
+  private readonly onGvisor = new Map<string, boolean>();
 
   /** @param options with, for tests only, `boxesPerNetwork`: how many boxes a create puts on one box network (box-network.ts). */
   constructor(addr: string | RuntimeAddress, options: RuntimeOptions & { boxesPerNetwork?: number } = {}) {
@@ -147,6 +154,8 @@ export class DockerRuntime implements Runtime {
 
   async create(spec: ContainerSpec): Promise<string> {
     const valid = await this.withEgress(validateSpec(spec));
+    const gvisor = await this.isGvisor(valid.ociRuntime);
+    if (gvisor) checkGvisorSpec(valid);
     let id: string;
     if (!this.agentEnabled) {
       this.checkImageOwner(valid, await this.imageConfig(valid.image));
@@ -156,7 +165,55 @@ export class DockerRuntime implements Runtime {
     }
     if (this.freshEgress.size > 10_000) this.freshEgress.clear();
     this.freshEgress.set(id, valid.egress ?? EGRESS_ALL);
+    if (this.onGvisor.size > 10_000) this.onGvisor.clear();
+    this.onGvisor.set(id, gvisor);
     return id;
+  }
+
+  /**
+   * What boxes of an engine runtime get: a gVisor box no per-box pids limit (gvisor.ts). The
+   * engine's runtimes as last read (every create reads them once); before any read, by name.
+   */
+  capabilitiesFor(ociRuntime: string | undefined): RuntimeCapabilities {
+    const known = this.knownRuntimes;
+    const gvisor = known ? known.gvisor.has(ociRuntime ?? known.default) : ociRuntime !== undefined && isGvisorRuntime(ociRuntime, undefined);
+    return gvisor ? { ...this.capabilities, pidsLimit: false } : this.capabilities;
+  }
+
+  /**
+   * Whether an engine runtime (the engine's default when none is named) is gVisor. The engine's
+   * runtimes are read once, and again when a name is not among them (one registered since).
+   */
+  private async isGvisor(name: string | undefined): Promise<boolean> {
+    let known = this.engineRuntimes ? await this.engineRuntimes.catch(() => undefined) : undefined;
+    if (!known || (name !== undefined && !known.all.has(name))) {
+      this.engineRuntimes = this.docker.info().then((info: { Runtimes?: Record<string, { path?: string; runtimeType?: string }>; DefaultRuntime?: string }) => {
+        const runtimes = Object.entries(info.Runtimes ?? {});
+        return (this.knownRuntimes = {
+          gvisor: new Set(runtimes.filter(([n, r]) => isGvisorRuntime(n, r)).map(([n]) => n)),
+          all: new Set(runtimes.map(([n]) => n)),
+          default: info.DefaultRuntime ?? 'runc',
+        });
+      });
+      try {
+        known = await this.engineRuntimes;
+      } catch (err) {
+        this.fail(err, 'info');
+      }
+    }
+    return known.gvisor.has(name ?? known.default);
+  }
+
+  /** Whether a box runs on gVisor (its inspect's runtime, once). */
+  private async boxOnGvisor(id: string): Promise<boolean> {
+    let gvisor = this.onGvisor.get(id);
+    if (gvisor === undefined) {
+      const c = await this.rawInspect(id);
+      gvisor = await this.isGvisor(c.HostConfig?.Runtime || undefined);
+      if (this.onGvisor.size > 10_000) this.onGvisor.clear();
+      this.onGvisor.set(id, gvisor);
+    }
+    return gvisor;
   }
 
   /**
@@ -268,6 +325,13 @@ export class DockerRuntime implements Runtime {
   private async createContainer(valid: ContainerSpec): Promise<string> {
     try {
       const container = await this.isolation.create(valid, (spec) => this.docker.createContainer(toCreateOptions(spec)));
+      // A read-only root filesystem takes no marker (and has no /tmp to write to on runc either).
+      if (!valid.security?.readOnlyRootfs && (await this.isGvisor(valid.ociRuntime))) {
+        await keepTmpInRootfs(container).catch(async (err: unknown) => {
+          await container.remove({ force: true }).catch(() => undefined);
+          throw err;
+        });
+      }
       return container.id;
     } catch (err) {
       const e = toSbxError(err, this.address, `create from image ${valid.image}`);
@@ -732,6 +796,7 @@ export class DockerRuntime implements Runtime {
   }
 
   async processes(id: string): Promise<ProcessInfo[]> {
+    if (await this.boxOnGvisor(id)) return this.boxProcesses(id);
     let top: { Titles: string[]; Processes: string[][] };
     try {
       top = (await this.docker.getContainer(id).top({ ps_args: '-o pid,user,args' })) as typeof top;
@@ -749,6 +814,22 @@ export class DockerRuntime implements Runtime {
     const user = col(['USER', 'UID']);
     const cmd = col(['COMMAND', 'CMD', 'ARGS']);
     return (top.Processes ?? []).map((p) => ({ pid: p[pid] ?? '', user: user >= 0 ? (p[user] ?? '') : '', command: cmd >= 0 ? (p[cmd] ?? '') : '' }));
+  }
+
+  /** The processes of a box as its own /proc has them (gVisor: the engine's top lists the host's; gvisor.ts). */
+  private async boxProcesses(id: string): Promise<ProcessInfo[]> {
+    const tool = await this.boxTool(id);
+    if (!tool)
+      throw new SbxError('not_available', `the processes of gVisor container ${id} cannot be listed: it has no file tool (a read-only root filesystem)`, {
+        details: { id },
+      });
+    const r = await this.exec(id, [tool, 'ps'], { user: '0' });
+    try {
+      if (r.exitCode !== 0) throw new Error(r.stderr.trim() || `exit ${r.exitCode}`);
+      return parseBoxPs(r.stdout);
+    } catch (err) {
+      throw new SbxError('not_available', `the processes of gVisor container ${id} cannot be listed: ${(err as Error).message}`, { details: { id } });
+    }
   }
 
   async *events(opts: { labels?: Record<string, string>; signal: AbortSignal }): AsyncGenerator<ContainerEvent> {
@@ -1032,6 +1113,13 @@ interface CpuSample {
   system: number;
   atMs: number;
   cpuPercent: number | null;
+}
+
+/** The engine's OCI runtimes: those that are gVisor, all of them, and the default. */
+interface EngineRuntimes {
+  gvisor: Set<string>;
+  all: Set<string>;
+  default: string;
 }
 
 /** How old an earlier reading a one-shot stats read may measure its CPU rate from; older: the engine's two-sample read. */

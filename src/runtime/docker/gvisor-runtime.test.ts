@@ -1,0 +1,59 @@
+/**
+ * What the Docker runtime does for gVisor boxes beyond the conformance suite (gvisor.ts): their
+ * capabilities, the limits their sandbox cannot start under, and /tmp kept in the root filesystem.
+ */
+import assert from 'node:assert/strict';
+import { after, test } from 'node:test';
+import { isSbxError } from '../../errors.js';
+import { assertNoContainersLeft } from '../../testing/cleanup.js';
+import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
+import type { ContainerSpec } from '../types.js';
+import { capabilitiesOf } from '../types.js';
+import { GVISOR_TMP_MARKER } from './gvisor.js';
+import { DockerRuntime } from './runtime.js';
+
+const runId = testRunId('gvisor-runtime');
+const rt = new DockerRuntime(testEnv.engineAddr);
+const MiB = 1024 * 1024;
+
+after(async () => {
+  await assertNoContainersLeft(rt, runId);
+  await rt.close();
+});
+
+const spec = (extra: Partial<ContainerSpec> = {}): ContainerSpec => ({
+  image: testEnv.baseImage,
+  ociRuntime: testEnv.gvisorRuntime,
+  ...extra,
+  labels: { [TEST_LABEL]: runId },
+});
+
+test('gVisor boxes get no per-box pids limit; boxes of the default runtime keep theirs', async () => {
+  // A create reads the engine's runtimes (before it, capabilitiesFor goes by the name).
+  await assert.rejects(rt.create(spec({ memory: 16 * MiB })), (e) => isSbxError(e, 'invalid_argument'));
+  assert.equal(capabilitiesOf(rt, testEnv.gvisorRuntime).pidsLimit, false);
+  assert.notEqual(capabilitiesOf(rt, undefined).pidsLimit, false);
+  assert.notEqual(capabilitiesOf(rt, 'runc').pidsLimit, false);
+  assert.equal(capabilitiesOf(rt, testEnv.gvisorRuntime).hostMounts, rt.capabilities.hostMounts, 'the rest as the runtime has them');
+});
+
+test('a gVisor box with too little memory or too few pids for its sandbox is refused naming the field', async () => {
+  await assert.rejects(rt.create(spec({ memory: 16 * MiB })), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'memory');
+  await assert.rejects(rt.create(spec({ pidsLimit: 12 })), (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'pidsLimit');
+  // The same limits on runc are the box's own.
+  const id = await rt.create({ ...spec({ memory: 16 * MiB, pidsLimit: 12 }), ociRuntime: undefined });
+  await rt.remove(id, { force: true });
+});
+
+test('what a gVisor box writes in /tmp is in its root filesystem: it outlives a restart, as on runc', async () => {
+  const id = await rt.create(spec());
+  try {
+    await rt.start(id);
+    assert.equal((await rt.exec(id, ['sh', '-c', `echo kept > /tmp/kept.txt; test -e ${GVISOR_TMP_MARKER}`])).exitCode, 0);
+    await rt.stop(id, { timeoutMs: 5000 });
+    await rt.start(id);
+    assert.equal((await rt.exec(id, ['cat', '/tmp/kept.txt'])).stdout, 'kept\n');
+  } finally {
+    await rt.remove(id, { force: true });
+  }
+});
