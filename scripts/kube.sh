@@ -12,10 +12,12 @@
 #   scripts/kube.sh build  only build (or find) the binaries; prints the Kubernetes one's directory
 #
 # gVisor (docs/isolation.md): when scripts/gvisor.sh has built runsc (in SBX_GVISOR_BIN, default
-# /usr/local/lib/sbx-gvisor), containerd gets the runtime handler `runsc` and
-# the cluster the RuntimeClass `gvisor` (a pool's `ociRuntime: gvisor` runs its boxes there). Without
-# it up goes on without gVisor, says so, and removes a RuntimeClass an earlier up made; run
-# scripts/gvisor.sh, then up again. SBX_KUBE_GVISOR=0 leaves gVisor out on purpose.
+# /usr/local/lib/sbx-gvisor), containerd gets the runtime handler `runsc` (gVisor's shim, built here
+# with one line patched: ensure_gvisor_shim) and the cluster the RuntimeClass `gvisor` (a pool's
+# `ociRuntime: gvisor` runs its boxes there), and up's smoke test runs a pod of it on gVisor. Without
+# runsc, or when that pod does not run on gVisor, up goes on without gVisor, says so, and removes a
+# RuntimeClass an earlier up made; run scripts/gvisor.sh, then up again. SBX_KUBE_GVISOR=0 leaves
+# gVisor out on purpose.
 #
 # SBX_KUBE_CONTAINERD_VERSION picks the containerd (default below; empty: the system's, Debian's 1.6,
 # which cannot mount image volumes, so boxes get the agent from an init container). Changing it
@@ -46,6 +48,9 @@ NODE=sbx-kube
 GVISOR_BIN=${SBX_GVISOR_BIN:-/usr/local/lib/sbx-gvisor}
 GVISOR_HANDLER=runsc
 GVISOR_CLASS=gvisor
+# What a gVisor pod needs beyond its containers' limits: the Sentry and the gofers live in the pod's
+# cgroup, and a box's memory is the Sentry's. Without it a box of 16 MiB cannot even start.
+GVISOR_OVERHEAD_MEMORY=128Mi
 NAMESPACE=sbx-test
 # Pods on a bridge of their own; none of these overlap Docker's 172.17.0.0/16.
 BRIDGE=sbxkube0
@@ -807,6 +812,7 @@ apiVersion: node.k8s.io/v1
 kind: RuntimeClass
 metadata: { name: $GVISOR_CLASS }
 handler: $GVISOR_HANDLER
+overhead: { podFixed: { memory: $GVISOR_OVERHEAD_MEMORY } }
 EOF
   note "RuntimeClass $GVISOR_CLASS (handler $GVISOR_HANDLER)"
 }
@@ -819,25 +825,24 @@ runtime_class_current() {
   if [ -n "$GVISOR_MISSING" ]; then
     [[ $body == *'"reason": "NotFound"'* ]]
   else
-    [[ $body == *'"handler": "'"$GVISOR_HANDLER"'"'* ]]
+    [[ $body == *'"handler": "'"$GVISOR_HANDLER"'"'* && $body == *'"memory": "'"$GVISOR_OVERHEAD_MEMORY"'"'* ]]
   fi
 }
 
-# A pod of sbx-base, created, exec'd into and deleted as the least-privilege identity.
-smoke_test() {
-  local pod=sbx-kube-smoke out t
-  t=$(now_ms)
-  kubectl_sbx delete pod "$pod" --ignore-not-found --grace-period=0 --force >/dev/null 2>&1 || true
-  local manifest
-  manifest=$(
-    cat <<EOF
+# A pod of sbx-base (sbx-kube-smoke), created, exec'd into and deleted as the least-privilege
+# identity; with gVisor a second one of its RuntimeClass beside it, whose kernel must be gVisor's.
+smoke_manifest() {
+  local pod=$1 class=${2:-}
+  cat <<EOF
+---
 apiVersion: v1
 kind: Pod
 metadata: { name: $pod, namespace: $NAMESPACE, labels: { sbx.test: kube-smoke } }
 spec:
   automountServiceAccountToken: false
   restartPolicy: Never
-  terminationGracePeriodSeconds: 0
+  terminationGracePeriodSeconds: 0${class:+
+  runtimeClassName: $class}
   containers:
   - name: main
     image: sbx-base:latest
@@ -847,7 +852,15 @@ spec:
       allowPrivilegeEscalation: false
       capabilities: { drop: [ALL] }
 EOF
-  )
+}
+
+smoke_test() {
+  local pod=sbx-kube-smoke gpod= out t manifest
+  t=$(now_ms)
+  [ -n "$GVISOR_MISSING" ] || gpod=sbx-kube-smoke-gvisor
+  kubectl_sbx delete pod "$pod" ${gpod:+"$gpod"} --ignore-not-found --grace-period=0 --force >/dev/null 2>&1 || true
+  manifest=$(smoke_manifest "$pod")
+  [ -z "$gpod" ] || manifest+=$'\n'$(smoke_manifest "$gpod" "$GVISOR_CLASS")
   # The namespace's default ServiceAccount (which admission wants) appears shortly after the namespace.
   create_pod() { printf '%s\n' "$manifest" | kubectl_sbx create -f - >/dev/null; }
   wait_for "creating pod $NAMESPACE/$pod" 30 "" create_pod
@@ -858,11 +871,28 @@ EOF
   fi
   out=$(kubectl_sbx exec "$pod" -- sh -c 'echo "exec ok as uid $(id -u)"') || die "exec into $NAMESPACE/$pod failed"
   [ "${out#exec ok}" != "$out" ] || die "exec into $NAMESPACE/$pod printed '$out'"
-  kubectl_sbx delete pod "$pod" --grace-period=0 --wait=true >/dev/null
+  [ -z "$gpod" ] || gvisor_smoke "$gpod"
+  kubectl_sbx delete pod "$pod" ${gpod:+"$gpod"} --grace-period=0 --wait=true >/dev/null
   # Least privilege: what the Role does not grant is refused.
   [ "$(kubectl_sbx auth can-i get secrets -n "$NAMESPACE" 2>/dev/null)" = no ] || die "sbx can read secrets"
   [ "$(kubectl_sbx auth can-i list pods -n default 2>/dev/null)" = no ] || die "sbx can list pods outside $NAMESPACE"
   note "smoke pod ran, exec'd (${out#exec ok }) and was deleted in $(elapsed "$t")"
+}
+
+# The gVisor smoke pod: Ready, and its kernel gVisor's. A gVisor that does not work here is said
+# plainly, and its RuntimeClass removed (its pods would only fail), without failing the cluster.
+gvisor_smoke() {
+  local pod=$1 kernel=
+  if kubectl_sbx wait --for=condition=Ready "pod/$pod" --timeout=60s >/dev/null 2>&1; then
+    kernel=$(kubectl_sbx exec "$pod" -- uname -r 2>&1) || true
+  fi
+  if [[ $kernel == *gvisor* ]]; then
+    note "gVisor smoke pod ran on kernel $kernel"
+    return 0
+  fi
+  kubectl_admin -n "$NAMESPACE" describe pod "$pod" | tail -n 8 >&2 || true
+  GVISOR_MISSING="a pod of RuntimeClass $GVISOR_CLASS did not run on gVisor (uname -r: '${kernel:-no answer}'; logs: $LOGS/containerd.log)"
+  ensure_runtime_class
 }
 
 # --- commands -------------------------------------------------------------------------------------
