@@ -49,8 +49,9 @@ GVISOR_BIN=${SBX_GVISOR_BIN:-/usr/local/lib/sbx-gvisor}
 GVISOR_HANDLER=runsc
 GVISOR_CLASS=gvisor
 # What a gVisor pod needs beyond its containers' limits: the Sentry and the gofers live in the pod's
-# cgroup, and a box's memory is the Sentry's. Without it a box of 16 MiB cannot even start.
-GVISOR_OVERHEAD_MEMORY=128Mi
+# cgroup, and a box's memory is the Sentry's: an idle gVisor pod holds about 24 MB. Without it a box
+# of 16 MiB cannot even start.
+GVISOR_OVERHEAD_MEMORY=64Mi
 NAMESPACE=sbx-test
 # Pods on a bridge of their own; none of these overlap Docker's 172.17.0.0/16.
 BRIDGE=sbxkube0
