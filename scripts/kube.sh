@@ -11,6 +11,14 @@
 #   scripts/kube.sh env    the variables (NAME=value lines; KUBECONFIG last)
 #   scripts/kube.sh build  only build (or find) the binaries; prints the Kubernetes one's directory
 #
+# gVisor (docs/isolation.md): when scripts/gvisor.sh has built runsc (in SBX_GVISOR_BIN, default
+# /usr/local/lib/sbx-gvisor), containerd gets the runtime handler `runsc` (gVisor's shim, built here
+# with one line patched: ensure_gvisor_shim) and the cluster the RuntimeClass `gvisor` (a pool's
+# `ociRuntime: gvisor` runs its boxes there), and up's smoke test runs a pod of it on gVisor. Without
+# runsc, or when that pod does not run on gVisor, up goes on without gVisor, says so, and removes a
+# RuntimeClass an earlier up made; run scripts/gvisor.sh, then up again. SBX_KUBE_GVISOR=0 leaves
+# gVisor out on purpose.
+#
 # SBX_KUBE_CONTAINERD_VERSION picks the containerd (default below; empty: the system's, Debian's 1.6,
 # which cannot mount image volumes, so boxes get the agent from an init container). Changing it
 # takes `down` then `up` (up does that itself when the running containerd is another binary).
@@ -36,6 +44,14 @@ UP_TIMEOUT_S=${SBX_KUBE_TIMEOUT:-180}
 # Image volumes (the agent's binary in a box) need containerd >= 2.1.
 CONTAINERD_VERSION=${SBX_KUBE_CONTAINERD_VERSION-v2.2.9}
 NODE=sbx-kube
+# gVisor's runtime handler in containerd and the RuntimeClass that names it.
+GVISOR_BIN=${SBX_GVISOR_BIN:-/usr/local/lib/sbx-gvisor}
+GVISOR_HANDLER=runsc
+GVISOR_CLASS=gvisor
+# What a gVisor pod needs beyond its containers' limits: the Sentry and the gofers live in the pod's
+# cgroup, and a box's memory is the Sentry's: an idle gVisor pod holds about 24 MB. Without it a box
+# of 16 MiB cannot even start.
+GVISOR_OVERHEAD_MEMORY=64Mi
 NAMESPACE=sbx-test
 # Pods on a bridge of their own; none of these overlap Docker's 172.17.0.0/16.
 BRIDGE=sbxkube0
@@ -367,10 +383,100 @@ api_ready() {
   curl -sf --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$API/readyz" >/dev/null
 }
 
-start_containerd() {
-  mkdir -p "$CTR_ROOT" "$CTR_STATE"
+# Whether gVisor can be offered: runsc built (scripts/gvisor.sh) and not turned off. GVISOR_MISSING
+# says why not, for the message up prints.
+GVISOR_MISSING=
+gvisor_check() {
+  if [ "${SBX_KUBE_GVISOR:-1}" = 0 ]; then
+    GVISOR_MISSING="SBX_KUBE_GVISOR=0"
+  elif [ ! -x "$GVISOR_BIN/runsc" ]; then
+    GVISOR_MISSING="no $GVISOR_BIN/runsc (scripts/gvisor.sh builds it; then kube.sh up again)"
+  elif [ ! -x "$GVISOR_SHIM" ] && ! have go; then
+    GVISOR_MISSING="go is not installed; it is needed once to build $GVISOR_SHIM"
+  fi
+}
+
+# gVisor's containerd shim, patched in one line. At each sandbox's start it lowers its own
+# oom_score_adj to -999, which needs CAP_SYS_RESOURCE, and fails the sandbox when that is refused:
+# root on these machines lacks the capability ("failed to set OOM Score on shim: permission denied"
+# for every pod). Patched, a refused write leaves the shim at containerd's score, as runc's shims
+# are here (restrict_oom_score_adj). containerd's runc shim driving runsc (as dockerd does) is no
+# way round it: it neither sees a pod's second container exit nor gets its output (runsc hands
+# that container the stdio of `runsc start`). Built from the version harness/gvisor pins (the
+# same module scripts/gvisor.sh builds), cached by that and the patch.
+SHIM_OOM_OLD='if err := sys.SetOOMScore(cmd.Process.Pid, oomScoreMax); err != nil {'
+SHIM_OOM_NEW='if err := sys.SetOOMScore(cmd.Process.Pid, oomScoreMax); err != nil && !os.IsPermission(err) {'
+gvisor_shim_path() {
+  local h
+  h=$({ cat "$SBX_ROOT/harness/gvisor/go.mod" "$SBX_ROOT/harness/gvisor/go.sum" 2>/dev/null; printf '%s\n' "$SHIM_OOM_OLD" "$SHIM_OOM_NEW"; } | sha256sum | cut -c1-12)
+  printf '%s/gvisor-shim-%s/containerd-shim-runsc-v1' "$CACHE" "$h"
+}
+GVISOR_SHIM=$(gvisor_shim_path)
+gvisor_check
+
+# Builds the patched shim once (seconds when scripts/gvisor.sh has warmed Go's caches). A build
+# that fails turns gVisor off for this up, with the reason, rather than failing the cluster.
+ensure_gvisor_shim() {
+  [ -z "$GVISOR_MISSING" ] && [ ! -x "$GVISOR_SHIM" ] || return 0
+  local dir=${GVISOR_SHIM%/*} log=$LOGS/build-gvisor-shim.log t src tmp file content
+  t=$(now_ms)
+  mkdir -p "$LOGS" "$dir"
+  tmp=$(mktemp -d "$dir/.build.XXXXXX")
+  if ! src=$(cd "$SBX_ROOT/harness/gvisor" && go mod download -json gvisor.dev/gvisor 2>>"$log" | awk -F'"' '$2 == "Dir" { print $4 }') || [ -z "$src" ]; then
+    rm -rf "$tmp"
+    GVISOR_MISSING="the gVisor module of harness/gvisor could not be downloaded (log: $log)"
+    return 0
+  fi
+  cp -r "$src" "$tmp/gvisor" && chmod -R u+w "$tmp/gvisor"
+  file=$tmp/gvisor/pkg/shim/v1/manager.go
+  content=$(<"$file")
+  if [[ $content != *"$SHIM_OOM_OLD"* ]]; then
+    rm -rf "$tmp"
+    GVISOR_MISSING="the runsc shim of harness/gvisor's version no longer has the line kube.sh patches (${SHIM_OOM_OLD}): update the patch"
+    return 0
+  fi
+  printf '%s\n' "${content/"$SHIM_OOM_OLD"/"$SHIM_OOM_NEW"}" >"$file"
+  cp "$SBX_ROOT/harness/gvisor/go.mod" "$SBX_ROOT/harness/gvisor/go.sum" "$tmp/"
+  printf '\nreplace gvisor.dev/gvisor => %s/gvisor\n' "$tmp" >>"$tmp/go.mod"
+  if (cd "$SBX_ROOT/harness/gvisor" && CGO_ENABLED=0 nice -n 15 go build -modfile="$tmp/go.mod" -trimpath -ldflags='-s -w' -o "$tmp/shim" gvisor.dev/gvisor/shim) >>"$log" 2>&1; then
+    mv -f "$tmp/shim" "$GVISOR_SHIM"
+    note "built the runsc shim in $(elapsed "$t")"
+  else
+    GVISOR_MISSING="building the runsc shim failed (log: $log)"
+  fi
+  rm -rf "$tmp"
+}
+
+# The shim's options (its runtime options' ConfigPath): which runsc, its state directory, and
+# runsc's flags: overlay2=none as on Docker (scripts/gvisor.sh), the root filesystem's writes go
+# to containerd's snapshot, not to sandbox memory.
+runsc_toml() {
+  cat <<EOF
+# Generated by scripts/kube.sh: the runsc shim's options for the test cluster's containerd.
+binary_name = "$GVISOR_BIN/runsc"
+root = "$RUN/runsc"
+[runsc_config]
+  overlay2 = "none"
+EOF
+}
+
+# The runtime handler, in containerd's CRI section (empty without gVisor). runtime_path names the
+# shim, so neither containerd's PATH nor a system directory has to hold it.
+gvisor_handler() {
+  [ -z "$GVISOR_MISSING" ] || return 0
+  cat <<EOF
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.$GVISOR_HANDLER]
+      runtime_type = "io.containerd.runsc.v1"
+      runtime_path = "$GVISOR_SHIM"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.$GVISOR_HANDLER.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = "$STATE/runsc.toml"
+EOF
+}
+
+containerd_toml() {
   # Version 2 of the configuration: containerd 2.x migrates it as it loads it, 1.6 reads it as it is.
-  write_config containerd "$STATE/containerd.toml" "$STATE/containerd.toml" <<EOF
+  cat <<EOF
 # Generated by scripts/kube.sh: the test cluster's containerd, apart from the one dockerd runs.
 # Binary: $CTRD
 version = 2
@@ -411,11 +517,30 @@ oom_score = 0
         BinaryName = "$(command -v runc)"
         Root = "$RUN/runc"
         SystemdCgroup = false
+$(gvisor_handler)
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$CNI_BIN"
     conf_dir = "$CNI_CONF_DIR"
     max_conf_num = 1
 EOF
+}
+
+# Whether the files containerd reads are as this up would write them (the fast path's check).
+containerd_config_current() {
+  [ "$(containerd_toml)" = "$(cat "$STATE/containerd.toml" 2>/dev/null)" ] || return 1
+  [ -n "$GVISOR_MISSING" ] || { [ -x "$GVISOR_SHIM" ] && [ "$(runsc_toml)" = "$(cat "$STATE/runsc.toml" 2>/dev/null)" ]; }
+}
+
+start_containerd() {
+  mkdir -p "$CTR_ROOT" "$CTR_STATE"
+  # The shim reads runsc.toml at each sandbox's start: a change to it needs no containerd restart.
+  if [ -z "$GVISOR_MISSING" ]; then
+    runsc_toml >"$STATE/runsc.toml.new"
+    if cmp -s "$STATE/runsc.toml.new" "$STATE/runsc.toml"; then rm -f "$STATE/runsc.toml.new"; else mv -f "$STATE/runsc.toml.new" "$STATE/runsc.toml"; fi
+  fi
+  # write_config restarts a running containerd only when its file changed; the pods' shims (runc's
+  # and runsc's) outlive it and it finds them again at its start.
+  write_config containerd "$STATE/containerd.toml" "$STATE/containerd.toml" < <(containerd_toml)
   # Our directory first on its PATH: containerd runs the first containerd-shim-runc-v2 it finds.
   start containerd "$STATE/containerd.toml" env PATH="${CTRD_DIR:+$CTRD_DIR:}$PATH" "$CTRD" --config "$STATE/containerd.toml"
   wait_for "containerd on $CTR_SOCK" 30 containerd "$CTR" --address "$CTR_SOCK" version
@@ -671,21 +796,54 @@ EOF
   mv -f "$tmp" "$SBX_KCFG"
 }
 
-# A pod of sbx-base, created, exec'd into and deleted as the least-privilege identity.
-smoke_test() {
-  local pod=sbx-kube-smoke out t
-  t=$(now_ms)
-  kubectl_sbx delete pod "$pod" --ignore-not-found --grace-period=0 --force >/dev/null 2>&1 || true
-  local manifest
-  manifest=$(
-    cat <<EOF
+# The RuntimeClass of gVisor when containerd has its handler; else none (a pod that names it is
+# refused at once, "RuntimeClass not found", rather than failing at its sandbox's start).
+ensure_runtime_class() {
+  if [ -n "$GVISOR_MISSING" ]; then
+    warn "gVisor: not offered on this cluster: $GVISOR_MISSING"
+    local out
+    out=$(kubectl_admin delete runtimeclass "$GVISOR_CLASS" --ignore-not-found)
+    [ -z "$out" ] || note "removed RuntimeClass $GVISOR_CLASS"
+    return 0
+  fi
+  runtime_class_current && return 0
+  kubectl_admin apply -f - >/dev/null <<EOF
+# Pods with runtimeClassName: $GVISOR_CLASS run in containerd's handler $GVISOR_HANDLER (runsc, scripts/kube.sh).
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: { name: $GVISOR_CLASS }
+handler: $GVISOR_HANDLER
+overhead: { podFixed: { memory: $GVISOR_OVERHEAD_MEMORY } }
+EOF
+  note "RuntimeClass $GVISOR_CLASS (handler $GVISOR_HANDLER)"
+}
+
+# Whether the RuntimeClass is as up makes it (or absent, without gVisor): one request, no kubectl.
+runtime_class_current() {
+  local body
+  body=$(curl -s --max-time 5 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+    "$API/apis/node.k8s.io/v1/runtimeclasses/$GVISOR_CLASS") || return 1
+  if [ -n "$GVISOR_MISSING" ]; then
+    [[ $body == *'"reason": "NotFound"'* ]]
+  else
+    [[ $body == *'"handler": "'"$GVISOR_HANDLER"'"'* && $body == *'"memory": "'"$GVISOR_OVERHEAD_MEMORY"'"'* ]]
+  fi
+}
+
+# A pod of sbx-base (sbx-kube-smoke), created, exec'd into and deleted as the least-privilege
+# identity; with gVisor a second one of its RuntimeClass beside it, whose kernel must be gVisor's.
+smoke_manifest() {
+  local pod=$1 class=${2:-}
+  cat <<EOF
+---
 apiVersion: v1
 kind: Pod
 metadata: { name: $pod, namespace: $NAMESPACE, labels: { sbx.test: kube-smoke } }
 spec:
   automountServiceAccountToken: false
   restartPolicy: Never
-  terminationGracePeriodSeconds: 0
+  terminationGracePeriodSeconds: 0${class:+
+  runtimeClassName: $class}
   containers:
   - name: main
     image: sbx-base:latest
@@ -695,7 +853,15 @@ spec:
       allowPrivilegeEscalation: false
       capabilities: { drop: [ALL] }
 EOF
-  )
+}
+
+smoke_test() {
+  local pod=sbx-kube-smoke gpod= out t manifest
+  t=$(now_ms)
+  [ -n "$GVISOR_MISSING" ] || gpod=sbx-kube-smoke-gvisor
+  kubectl_sbx delete pod "$pod" ${gpod:+"$gpod"} --ignore-not-found --grace-period=0 --force >/dev/null 2>&1 || true
+  manifest=$(smoke_manifest "$pod")
+  [ -z "$gpod" ] || manifest+=$'\n'$(smoke_manifest "$gpod" "$GVISOR_CLASS")
   # The namespace's default ServiceAccount (which admission wants) appears shortly after the namespace.
   create_pod() { printf '%s\n' "$manifest" | kubectl_sbx create -f - >/dev/null; }
   wait_for "creating pod $NAMESPACE/$pod" 30 "" create_pod
@@ -706,11 +872,28 @@ EOF
   fi
   out=$(kubectl_sbx exec "$pod" -- sh -c 'echo "exec ok as uid $(id -u)"') || die "exec into $NAMESPACE/$pod failed"
   [ "${out#exec ok}" != "$out" ] || die "exec into $NAMESPACE/$pod printed '$out'"
-  kubectl_sbx delete pod "$pod" --grace-period=0 --wait=true >/dev/null
+  [ -z "$gpod" ] || gvisor_smoke "$gpod"
+  kubectl_sbx delete pod "$pod" ${gpod:+"$gpod"} --grace-period=0 --wait=true >/dev/null
   # Least privilege: what the Role does not grant is refused.
   [ "$(kubectl_sbx auth can-i get secrets -n "$NAMESPACE" 2>/dev/null)" = no ] || die "sbx can read secrets"
   [ "$(kubectl_sbx auth can-i list pods -n default 2>/dev/null)" = no ] || die "sbx can list pods outside $NAMESPACE"
   note "smoke pod ran, exec'd (${out#exec ok }) and was deleted in $(elapsed "$t")"
+}
+
+# The gVisor smoke pod: Ready, and its kernel gVisor's. A gVisor that does not work here is said
+# plainly, and its RuntimeClass removed (its pods would only fail), without failing the cluster.
+gvisor_smoke() {
+  local pod=$1 kernel=
+  if kubectl_sbx wait --for=condition=Ready "pod/$pod" --timeout=60s >/dev/null 2>&1; then
+    kernel=$(kubectl_sbx exec "$pod" -- uname -r 2>&1) || true
+  fi
+  if [[ $kernel == *gvisor* ]]; then
+    note "gVisor smoke pod ran on kernel $kernel"
+    return 0
+  fi
+  kubectl_admin -n "$NAMESPACE" describe pod "$pod" | tail -n 8 >&2 || true
+  GVISOR_MISSING="a pod of RuntimeClass $GVISOR_CLASS did not run on gVisor (uname -r: '${kernel:-no answer}'; logs: $LOGS/containerd.log)"
+  ensure_runtime_class
 }
 
 # --- commands -------------------------------------------------------------------------------------
@@ -725,6 +908,7 @@ SBX_KUBE_STORAGE_CLASS=sbx-local
 SBX_KUBE_CONTAINERD=$CTR_SOCK
 SBX_KUBE_CONTAINERD_BIN=$CTRD
 SBX_KUBE_LOGS=$LOGS
+SBX_KUBE_GVISOR_RUNTIME_CLASS=$([ -n "$GVISOR_MISSING" ] || echo "$GVISOR_CLASS")
 KUBECONFIG=$SBX_KCFG
 EOF
 }
@@ -751,10 +935,13 @@ cmd_up() {
     cmd_down
   fi
   # Fast path: everything runs, the node is Ready and the kubeconfig is there.
-  if [ -s "$SBX_KCFG" ] && all_alive && api_ready && node_ready; then
+  # A containerd configuration that changed (gVisor's handler came or went) takes the full path:
+  # its start below restarts containerd.
+  if [ -s "$SBX_KCFG" ] && all_alive && api_ready && node_ready && containerd_config_current && runtime_class_current; then
     # An image rebuilt since (the agent's, after a change to agent/) must reach the node too.
     hold_lock kube
     import_images
+    [ -z "$GVISOR_MISSING" ] || warn "gVisor: not offered on this cluster: $GVISOR_MISSING"
     echo "kube: up, Kubernetes $KUBE_VERSION at $API ($(elapsed "$t0"))"
     print_env
     return 0
@@ -764,6 +951,7 @@ cmd_up() {
   ensure_packages
   ensure_binary
   ensure_containerd
+  ensure_gvisor_shim
   ensure_pki
   ensure_network
   local t
@@ -777,6 +965,7 @@ cmd_up() {
   wait_for "node $NODE Ready" "$UP_TIMEOUT_S" kubelet node_ready
   note "node Ready $(elapsed "$t") after the first start"
   ensure_rbac
+  ensure_runtime_class
   smoke_test
   echo "kube: up, Kubernetes $KUBE_VERSION at $API: $(printf '%s; ' "${did[@]}" | sed 's/; $//') ($(elapsed "$t0"))"
   print_env
@@ -848,7 +1037,7 @@ cmd_down() {
     n=$((n + 1))
   done < <(mounts_under "$KUBELET_DIR" "$CTR_STATE" "$CTR_ROOT" "$RUN")
   [ "$n" = 0 ] || note "unmounted $n"
-  rm -rf "$CNI_IPAM_DIR" "$RUN/runc"
+  rm -rf "$CNI_IPAM_DIR" "$RUN/runc" "$RUN/runsc"
   # containerd's state directory is ephemeral (it lives in /run); nothing is mounted there any more.
   [ -n "$(mounts_under "$CTR_STATE")" ] || rm -rf "$CTR_STATE"
   # Paths the kubelet and libcni hard-code: the device-plugin socket, the CNI result cache.

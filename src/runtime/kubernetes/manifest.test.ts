@@ -11,6 +11,7 @@ import {
   AGENT_BIN,
   AGENT_PORT,
   AGENT_TOKEN_ENV,
+  DIAL_POD_IP_ANNOTATION,
   EGRESS_ALL,
   EGRESS_CONTAINER,
   LABELS_ANNOTATION,
@@ -132,6 +133,21 @@ test('the in-box agent: an init container copies it into an emptyDir, the box co
     () => podManifest({ ...base, cmd, ports: [{ containerPort: AGENT_PORT }] }, { ...opts, agent }),
     (e) => isSbxError(e, 'invalid_argument') && e.details?.['field'] === 'ports',
   );
+});
+
+test('a pod of a RuntimeClass is reached at its IP: the agent listens on every address, the pod says so', () => {
+  const cmd = ['sleep', '1'];
+  const agent = { image: 'sbx-agent:1', token: 'k'.repeat(64), delivery: 'image-volume' as const };
+  const { pod, c } = main({ ...base, cmd, ociRuntime: 'gvisor' }, { ...opts, agent });
+  assert.deepEqual(c.command, [AGENT_BIN, 'init', '--socket', '', '--listen', `0.0.0.0:${AGENT_PORT}`, '--home', '--', ...cmd]);
+  assert.equal(pod.metadata!.annotations![DIAL_POD_IP_ANNOTATION], 'true');
+  assert.equal(pod.spec!.runtimeClassName, 'gvisor');
+  // Without a RuntimeClass: the loopback and the port-forward, as before.
+  const plain = main({ ...base, cmd }, { ...opts, agent });
+  assert.equal(plain.pod.metadata!.annotations![DIAL_POD_IP_ANNOTATION], undefined);
+  assert.equal(plain.c.command![5], `127.0.0.1:${AGENT_PORT}`);
+  // Without the agent the box's ports are reached at the IP too.
+  assert.equal(main({ ...base, ociRuntime: 'gvisor' }).pod.metadata!.annotations![DIAL_POD_IP_ANNOTATION], 'true');
 });
 
 test('the in-box agent from an image volume: the agent image mounted read-only at /.sbx, no init container', () => {

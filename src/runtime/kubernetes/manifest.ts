@@ -25,6 +25,20 @@ export const PORTS_ANNOTATION = 'sbx.dev/ports';
 export const DIAL_ANY_PORT_ANNOTATION = 'sbx.dev/dial-any-port';
 /** Marks a pod that runs the in-box agent as its entrypoint; the value is the port it listens on. */
 export const AGENT_ANNOTATION = 'sbx.dev/agent';
+/**
+ * Set on a pod of a RuntimeClass (the spec's `ociRuntime`): its ports, the agent's among them, are
+ * reached at the pod's IP, not through the API server's port-forward. A RuntimeClass may give the
+ * pod a network stack of its own (gVisor's netstack, a Kata VM) where the port-forward, which
+ * containerd dials in the pod's network namespace on the node, finds nothing listening (gVisor
+ * issue 3811). So the agent listens on every address of the pod, and sbx needs a route to pod IPs
+ * (it runs in the cluster, or on a node).
+ */
+export const DIAL_POD_IP_ANNOTATION = 'sbx.dev/dial-pod-ip';
+
+/** Whether a box of this spec is reached at its pod's IP (DIAL_POD_IP_ANNOTATION). */
+export function dialsPodIp(spec: Pick<ContainerSpec, 'ociRuntime'>): boolean {
+  return !!spec.ociRuntime;
+}
 
 /** The volume holding the agent's binary (at AGENT_BIN in the box). */
 const AGENT_VOLUME = 'sbx-agent';
@@ -261,6 +275,7 @@ export function podManifest(spec: ContainerSpec, opts: ManifestOptions): V1Pod {
   if (spec.ports?.length) annotations[PORTS_ANNOTATION] = JSON.stringify(spec.ports);
   if (spec.dialAnyPort) annotations[DIAL_ANY_PORT_ANNOTATION] = 'true';
   if (opts.agent) annotations[AGENT_ANNOTATION] = String(AGENT_PORT);
+  if (dialsPodIp(spec)) annotations[DIAL_POD_IP_ANNOTATION] = 'true';
 
   const runtimeClassName = spec.ociRuntime;
   return {
@@ -351,7 +366,8 @@ function command(spec: ContainerSpec, agent: AgentOptions | undefined): Pick<V1C
   const child = [...(spec.entrypoint ?? []), ...(spec.cmd ?? [])];
   if (child.length === 0)
     throw invalidArgument('cmd', 'a box with the in-box agent on Kubernetes needs its command in the spec (the image config is not read)');
-  // No unix socket (nothing outside the pod could reach it): the TCP listener on loopback only.
+  // No unix socket (nothing outside the pod could reach it): the TCP listener on loopback only,
+  // where the port-forward connects, or on every address of a pod reached at its IP.
   // --home unless the spec sets HOME: containerd sets the root's, each process gets its user's.
   return {
     command: [
@@ -360,7 +376,7 @@ function command(spec: ContainerSpec, agent: AgentOptions | undefined): Pick<V1C
       '--socket',
       '',
       '--listen',
-      `127.0.0.1:${AGENT_PORT}`,
+      `${dialsPodIp(spec) ? '0.0.0.0' : '127.0.0.1'}:${AGENT_PORT}`,
       ...(spec.user ? ['--user', spec.user] : []),
       ...(spec.env?.['HOME'] === undefined ? ['--home'] : []),
       '--',

@@ -66,6 +66,16 @@ test('an OOM kill and an exit code are read from the terminated state', () => {
   );
   assert.equal(done.exitCode, 0);
   assert.equal(done.oomKilled, false);
+  // gVisor: the host kernel killed the whole sandbox, and its shim says 128; the box exits 137 as anywhere else.
+  const sandboxOom = (exitCode: number, reason: string) =>
+    infoOf(
+      pod({
+        phase: 'Failed',
+        containerStatuses: [{ name: 'main', ready: false, restartCount: 0, image: '', imageID: '', state: { terminated: { exitCode, reason } } }],
+      }),
+    ).exitCode;
+  assert.equal(sandboxOom(128, 'OOMKilled'), 137);
+  assert.equal(sandboxOom(128, 'Error'), 128, 'only an OOM kill is read as SIGKILL');
 });
 
 test('labels and name come from the annotations', () => {

@@ -84,7 +84,7 @@ export function infoOf(pod: V1Pod): ContainerInfo {
   const terminated = s?.terminated ?? (s?.waiting ? main?.lastState?.terminated : undefined);
   return {
     ...summaryOf(pod),
-    exitCode: terminated ? terminated.exitCode : null,
+    exitCode: terminated ? exitCodeOf(terminated) : null,
     oomKilled: terminated?.reason === 'OOMKilled',
     // Nothing is published on a host: ports are reached by port-forward (dialPort).
     ports: [],
@@ -112,4 +112,13 @@ export function lastEvent(events: CoreV1Event[]): { reason: string; message: str
   const at = (e: CoreV1Event) => new Date(e.lastTimestamp ?? e.eventTime ?? e.metadata?.creationTimestamp ?? 0).getTime();
   const e = [...events].sort((a, b) => at(a) - at(b)).pop();
   return e ? { reason: e.reason ?? '', message: e.message ?? '' } : undefined;
+}
+
+/**
+ * A container's exit code as on Docker. gVisor's OOM is the host kernel killing the pod's whole
+ * sandbox (the Sentry holds the box's memory), and its shim reports 128 for a container whose
+ * process never got an exit status: an OOM-killed box exits 137 (SIGKILL) on every runtime.
+ */
+function exitCodeOf(t: { exitCode: number; reason?: string }): number {
+  return t.reason === 'OOMKilled' && t.exitCode === 128 ? 137 : t.exitCode;
 }

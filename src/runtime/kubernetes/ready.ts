@@ -27,6 +27,16 @@ function sidecarFailed(pod: V1Pod): { reason: string; message: string } | undefi
   const s = pod.status?.initContainerStatuses?.find((c) => c.name === EGRESS_CONTAINER);
   const ended = s?.state?.terminated ?? s?.lastState?.terminated;
   if (!ended || ended.exitCode === 0) return undefined;
+  // nft cannot open its netlink socket: the pod's runtime has no nftables (gVisor's netstack).
+  if (/Netlink socket: Protocol not supported/.test(ended.message ?? '')) {
+    const runtimeClass = pod.spec?.runtimeClassName;
+    return {
+      reason: 'EgressUnsupported',
+      message:
+        `the egress sidecar cannot put the box's rules in place: the pod's runtime${runtimeClass ? ` (RuntimeClass ${runtimeClass})` : ''} has no nftables ` +
+        `(gVisor has none); boxes there run without the sidecar (the runtime option egressImage: ''), and their egress is then not filtered`,
+    };
+  }
   return {
     reason: 'EgressSidecarFailed',
     message: `the egress sidecar exited with ${ended.exitCode}${ended.reason ? ` (${ended.reason})` : ''}, so the box's rules are not in place${ended.message ? `: ${ended.message.trim()}` : ''}`,
@@ -43,6 +53,10 @@ export function notReadyError(pod: V1Pod, why: { reason: string; message: string
     const image = imageOf(pod, reason);
     return new SbxError('not_found', `image ${image} is not available to pod ${name} on ${address} (${text})`, { details: { ...details, image } });
   }
+  if (reason === 'EgressUnsupported')
+    return new SbxError('not_available', `pod ${name} cannot start on ${address}: ${why?.message ?? reason}`, {
+      details: { ...details, reason: 'egress_unsupported' },
+    });
   if (timedOutMs !== undefined) return new SbxError('timeout', `pod ${name} was not ready within ${timedOutMs} ms on ${address} (${text})`, { details });
   if (statusOf(pod) === 'exited') return new SbxError('conflict', `pod ${name} has ended and cannot start again (${text})`, { details });
   return new SbxError('internal', `pod ${name} cannot start on ${address} (${text})`, { details });

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { createConnection } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
 import { SbxError, isSbxError } from '../../errors.js';
@@ -50,12 +51,14 @@ import {
   AGENT_BIN,
   AGENT_PORT,
   DIAL_ANY_PORT_ANNOTATION,
+  DIAL_POD_IP_ANNOTATION,
   EGRESS_ALL,
   EGRESS_CONTAINER,
   MAIN_CONTAINER,
   PORTS_ANNOTATION,
   isKubeLabel,
   isPodName,
+  dialsPodIp,
   podManifest,
 } from './manifest.js';
 import { infoOf, isRunning, labelsOf, statusOf, summaryOf } from './pod-state.js';
@@ -264,16 +267,16 @@ export class KubernetesRuntime implements Runtime {
     }
     if (this.unstarted.size > 10_000) this.unstarted.clear();
     this.unstarted.add(name);
-    this.rememberAgent(name, agent ?? null);
+    this.rememberAgent(name, agent ? { ...agent, ...(dialsPodIp(valid) ? { dialPodIp: true } : {}) } : null);
     this.rememberSidecar(name, !!this.egressImage);
     return name;
   }
 
   /** Waits until the pod is ready (a pod starts by itself once created). */
   async start(id: string): Promise<void> {
-    await untilReady(this.conn, id, this.options.readyTimeoutMs ?? DEFAULT_READY_TIMEOUT_MS);
+    const pod = await untilReady(this.conn, id, this.options.readyTimeoutMs ?? DEFAULT_READY_TIMEOUT_MS);
     this.unstarted.delete(id);
-    const agent = await this.agentOf(id);
+    const agent = await this.agentOf(id, pod);
     if (agent) await this.untilAgentListens(id, agent);
   }
 
@@ -309,11 +312,14 @@ export class KubernetesRuntime implements Runtime {
     this.agents.set(id, agent);
   }
 
-  /** The pod's agent: known since its create, else read from the pod once. */
-  private async agentOf(id: string): Promise<PodAgent | undefined> {
+  /**
+   * The pod's agent: known since its create, else read from the pod once (`pod`: a read just
+   * made). One reached at the pod's IP is read again until the pod has one.
+   */
+  private async agentOf(id: string, pod?: V1Pod): Promise<PodAgent | undefined> {
     let agent = this.agents.get(id);
-    if (agent === undefined) {
-      agent = podAgentOf(await this.readPod(id)) ?? null;
+    if (agent === undefined || (agent?.dialPodIp && !agent.podIp)) {
+      agent = podAgentOf(pod ?? (await this.readPod(id))) ?? null;
       this.rememberAgent(id, agent);
     }
     return agent ?? undefined;
@@ -570,17 +576,22 @@ export class KubernetesRuntime implements Runtime {
     }
   }
 
-  /** Memory and pids from the box's own cgroup (no metrics-server is assumed); CPU is not sampled (null). */
+  /**
+   * Memory and pids from the box's own cgroup (no metrics-server is assumed); CPU is not sampled
+   * (null). The memory limit is the pod spec's: under gVisor the box's cgroup files show its
+   * sandbox's, which holds the RuntimeClass's overhead too.
+   */
   async stats(id: string): Promise<ContainerStats> {
     const script =
       'for f in /sys/fs/cgroup/memory.current /sys/fs/cgroup/memory/memory.usage_in_bytes; do [ -r $f ] && { cat $f; break; }; done; echo;' +
       'for f in /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes; do [ -r $f ] && { cat $f; break; }; done; echo;' +
       'for f in /sys/fs/cgroup/pids.current /sys/fs/cgroup/pids/pids.current; do [ -r $f ] && { cat $f; break; }; done; echo';
-    const r = await this.exec(id, ['/bin/sh', '-c', script]);
+    const [r, pod] = await Promise.all([this.exec(id, ['/bin/sh', '-c', script]), this.readPod(id)]);
     const [mem, limit, pids] = r.stdout.split('\n').filter((l) => l.trim() !== '');
     const num = (s: string | undefined) => (s && /^\d+$/.test(s.trim()) ? Number(s.trim()) : 0);
+    const specLimit = pod.spec?.containers.find((c) => c.name === MAIN_CONTAINER)?.resources?.limits?.['memory'];
     // No limit reads `max` (cgroup v2) or a huge number (v1): none to report.
-    const cap = num(limit);
+    const cap = specLimit ? quantity(specLimit) : num(limit);
     return { cpuPercent: null, memoryBytes: num(mem), memoryLimitBytes: cap > 0 && cap < 2 ** 62 ? cap : null, pids: num(pids) };
   }
 
@@ -706,6 +717,8 @@ export class KubernetesRuntime implements Runtime {
         details: { id, port: containerPort, reason: 'port_not_exposed' },
       });
     }
+    const podIp = annotations[DIAL_POD_IP_ANNOTATION] === 'true' ? pod.status?.podIP : undefined;
+    if (podIp) return dialPodIp(id, podIp, containerPort, opts.signal);
     return portForward(this.conn, id, containerPort, opts.signal);
   }
 
@@ -737,6 +750,23 @@ export class KubernetesRuntime implements Runtime {
   async close(): Promise<void> {
     // Connections are per request (HTTP keep-alive, one WebSocket per exec): nothing is held.
   }
+}
+
+/** A TCP connection to a pod's IP (a pod its port-forward cannot reach), once open; a refusal is `not_available` port_not_listening. */
+function dialPodIp(id: string, host: string, port: number, signal?: AbortSignal): Promise<Duplex> {
+  return new Promise((resolve, reject) => {
+    const socket = createConnection({ host, port, ...(signal ? { signal } : {}) });
+    const failed = (err: NodeJS.ErrnoException) => {
+      const details = { id, port, reason: err.name === 'AbortError' ? 'cancelled' : 'port_not_listening' };
+      if (err.name === 'AbortError') return reject(new SbxError('cancelled', 'dial cancelled', { details, cause: err }));
+      reject(new SbxError('not_available', `port ${port} of pod ${id} (${host}) is not listening (${err.code ?? err.message})`, { details, cause: err }));
+    };
+    socket.once('error', failed);
+    socket.once('connect', () => {
+      socket.off('error', failed);
+      resolve(socket);
+    });
+  });
 }
 
 /** A Kubernetes quantity (`2`, `1500m`, `8Gi`, `16318892Ki`, `1e3`) as a number. */
