@@ -280,11 +280,15 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
       // the least a gVisor box may have, its own kernel counts in it).
       const oom = async () => {
         const id = await started({ memory: 32 * MiB, cmd: ['tail', '/dev/zero'] });
-        let info = await rt.inspect(id);
-        for (let i = 0; i < 100 && info.running; i++) {
-          await sleep(100);
-          info = await rt.inspect(id);
-        }
+        // An OOM kill can take many seconds on a loaded machine (gVisor on Kubernetes: the pod's
+        // overhead fills first): wait for the exit, bounded only by a hang.
+        let info = await waitFor(
+          async () => {
+            const i = await rt.inspect(id);
+            return !i.running && i;
+          },
+          { what: 'the box to be OOM-killed' },
+        );
         // The engine may handle the OOM event after the exit: give the flag a moment to arrive.
         for (let i = 0; i < 20 && !info.running && !info.oomKilled; i++) {
           await sleep(100);
