@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# The gVisor isolation tier (docs/isolation.md): builds runsc and containerd-shim-runsc-v1 from the
-# version harness/gvisor pins (Go module proxy; cached by input hash in $SBX_GVISOR_CACHE), links
-# them at stable paths, and registers runsc with the Docker Engine as the OCI runtime `runsc`,
+# The gVisor isolation tier (docs/isolation.md): builds runsc from the version harness/gvisor pins
+# (Go module proxy; cached by input hash in $SBX_GVISOR_CACHE), links it at a stable path, and registers runsc with the Docker Engine as the OCI runtime `runsc`,
 # with the engine's checkpoint API (experimental in Engine 20.10) on, which a memory-releasing
 # pause drives. Idempotent: tens of ms when all is in place. A runtime change is a reload
 # (SIGHUP); turning the checkpoint API on needs one dockerd restart, done here when needed.
@@ -38,25 +37,20 @@ hash=$(
 hash=${hash:0:16}
 out=$CACHE/$hash
 did=()
-if [ "$rebuild" = 1 ] || [ ! -x "$out/runsc" ] || [ ! -x "$out/containerd-shim-runsc-v1" ]; then
+# (The Kubernetes test cluster's containerd-shim-runsc-v1 is scripts/kube.sh's: it patches one line.)
+if [ "$rebuild" = 1 ] || [ ! -x "$out/runsc" ]; then
   mkdir -p "$out"
-  for pkg in runsc shim; do
-    name=$pkg
-    [ "$pkg" = shim ] && name=containerd-shim-runsc-v1
-    tmp=$out/.$name.$$
-    (cd "$SBX_ROOT/harness/gvisor" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp" "gvisor.dev/gvisor/$pkg") ||
-      { rm -f "$tmp"; die "go build of gvisor.dev/gvisor/$pkg failed"; }
-    mv -f "$tmp" "$out/$name"
-  done
-  did+=("built runsc and containerd-shim-runsc-v1 $hash")
+  tmp=$out/.runsc.$$
+  (cd "$SBX_ROOT/harness/gvisor" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp" gvisor.dev/gvisor/runsc) ||
+    { rm -f "$tmp"; die "go build of gvisor.dev/gvisor/runsc failed"; }
+  mv -f "$tmp" "$out/runsc"
+  did+=("built runsc $hash")
 fi
 mkdir -p "$BIN_DIR"
-for name in runsc containerd-shim-runsc-v1; do
-  if [ "$(readlink "$BIN_DIR/$name" 2>/dev/null || true)" != "$out/$name" ]; then
-    ln -sfn "$out/$name" "$BIN_DIR/$name"
-    did+=("linked $BIN_DIR/$name")
-  fi
-done
+if [ "$(readlink "$BIN_DIR/runsc" 2>/dev/null || true)" != "$out/runsc" ]; then
+  ln -sfn "$out/runsc" "$BIN_DIR/runsc"
+  did+=("linked $BIN_DIR/runsc")
+fi
 
 # The engine's configuration, merged: keys of the operator's own are kept.
 mkdir -p "$(dirname "$DAEMON_JSON")"
