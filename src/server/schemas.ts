@@ -152,6 +152,10 @@ export const BoxInfoSchema = z
     execPath: z.enum(['agent', 'engine']),
     exitCode: z.number().int().nullable(),
     oomKilled: z.boolean(),
+    pausedMemory: z
+      .enum(['held', 'released'])
+      .nullable()
+      .describe("a paused box's memory: held (frozen in place) or released (checkpointed to disk, none on the host); null unless paused"),
     networkPolicy: NetworkPolicyWireSchema,
   })
   .meta({ id: 'BoxInfo' });

@@ -36,7 +36,7 @@ import { DockerConnection } from './connection.js';
 import { DIAL_ANY_PORT_LABEL, toCreateOptions } from './container-config.js';
 import { toSbxError } from './errors.js';
 import { runBuffered, runStreaming } from './exec.js';
-import { AgentUnreachable, agentExec, agentExecStream, configureAgent, hasOomLine, probeAgent, tcpTarget } from '../agent-client.js';
+import { AgentUnreachable, agentExec, agentExecStream, configureAgent, dropKeptConnections, hasOomLine, probeAgent, tcpTarget } from '../agent-client.js';
 import type { AgentTarget } from '../agent-client.js';
 import { canCopyTool, copyTool, mountedTool } from './box-tool.js';
 import { AGENT_PORT, AGENT_TOKEN_ENV } from '../agent-protocol.js';
@@ -44,6 +44,7 @@ import { IMAGE_OWNER_LABEL } from '../types.js';
 import { formatImageRef, parseImageRef } from '../image-ref.js';
 import { AGENT_BIN, AGENT_LABEL, agentBoxOf, bridgeAddressOf, defaultAgentDir, imageConfigOf, injectAgent } from './agent-inject.js';
 import type { AgentBox, ImageConfig } from './agent-inject.js';
+import { DockerCheckpoints, checkpointRefused } from './checkpoint.js';
 import { DockerImages } from './images.js';
 import { BoxIsolation, hostFirewallDefault } from './box-network.js';
 import { jsonLines } from './json-lines.js';
@@ -97,6 +98,8 @@ export class DockerRuntime implements Runtime {
   private readonly freshEgress = new Map<string, EgressSpec>();
   /** Each container's last CPU reading, by the id the caller uses: what a one-shot read's rate is measured from (see stats). */
   private readonly cpuSamples = new Map<string, CpuSample>();
+  /** The engine's checkpoint calls (checkpoint.ts): gVisor boxes only. */
+  private readonly checkpointer = new DockerCheckpoints(() => this.docker);
 
   /** @param options with, for tests only, `boxesPerNetwork`: how many boxes a create puts on one box network (box-network.ts). */
   constructor(addr: string | RuntimeAddress, options: RuntimeOptions & { boxesPerNetwork?: number } = {}) {
@@ -104,7 +107,7 @@ export class DockerRuntime implements Runtime {
     this.address = parsed.raw;
     this.parsedAddress = parsed;
     // Bind mounts name paths on the engine's machine: only a local socket means this machine.
-    this.capabilities = { hostMounts: parsed.transport === 'unix', egress: true };
+    this.capabilities = { hostMounts: parsed.transport === 'unix', egress: true, checkpoint: true };
     this.conn = new DockerConnection(parsed, options);
     this.egress = new DockerEgress(this.conn, {
       local: parsed.transport === 'unix',
@@ -465,6 +468,55 @@ export class DockerRuntime implements Runtime {
     } catch (err) {
       if (/is not paused/i.test(String((err as Error).message))) return;
       this.fail(err, `container ${id}`);
+    }
+  }
+
+  async checkpoint(id: string, name: string): Promise<void> {
+    const c = await this.rawInspect(id);
+    const why = await this.checkpointer.refusal(c).catch((err: unknown) => this.fail(err, 'the engine'));
+    if (why) throw checkpointRefused(id, why);
+    if (!c.State.Running || c.State.Paused) {
+      throw new SbxError('conflict', `container ${id} is ${c.State.Status}: only a running container can be checkpointed`, {
+        details: { id, status: c.State.Status },
+      });
+    }
+    const box = this.agentBoxes.get(id);
+    if (box?.token && box.address) dropKeptConnections(tcpTarget(id, box.address, AGENT_PORT, box.token));
+    try {
+      await this.checkpointer.create(id, name);
+    } catch (err) {
+      this.fail(err, `container ${id}`);
+    }
+    // As at a stop: its address is free for the engine's next box, which must not get this box's rules.
+    await this.egress.release(id).catch(() => undefined);
+  }
+
+  async restoreCheckpoint(id: string, name: string): Promise<void> {
+    try {
+      await this.isolation.start(id, () => this.checkpointer.restore(id, name));
+    } catch (err) {
+      this.fail(err, `container ${id} from its checkpoint ${name}`);
+    }
+    // As after any start: the address is this start's, the egress rules follow it, and the agent
+    // (restored with the box, its listener in gVisor's netstack) answers before the first exec.
+    const started = await this.registerEgress(id);
+    const box = await this.agentBoxFor(id);
+    if (this.agentEnabled && box.token && !box.refused) await this.untilAgentListens(id, box, started);
+  }
+
+  async checkpoints(id: string): Promise<string[]> {
+    try {
+      return await this.checkpointer.list(id);
+    } catch (err) {
+      this.fail(err, `container ${id}`);
+    }
+  }
+
+  async removeCheckpoint(id: string, name: string): Promise<void> {
+    try {
+      await this.checkpointer.remove(id, name);
+    } catch (err) {
+      this.fail(err, `checkpoint ${name} of container ${id}`);
     }
   }
 
