@@ -38,7 +38,7 @@ interface EngineCheckpointInfo {
   experimental: boolean;
 }
 
-/** Starts asked again when the engine trips over its own content store (moby/moby#42900): 50 ms … 1.6 s apart. */
+/** Starts asked again when the engine trips over its own content store (retryRestore). */
 const RESTORE_RETRIES = 6;
 
 const COMMON = { 404: 'no such container', 409: 'conflict', 500: 'server error' } as const;
@@ -93,21 +93,9 @@ export class DockerCheckpoints {
     });
   }
 
-  /**
-   * Starts the container from checkpoint `name`: its processes go on where they were. The engine
-   * (20.10) copies the checkpoint into containerd's content store first and sometimes finds a blob
-   * of it there already ("commit failed: content sha256:…: already exists", moby/moby#42900,
-   * fixed only in later engines): nothing started, so the start is asked again, a few times.
-   */
-  async restore(id: string, name: string): Promise<void> {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await this.restoreOnce(id, name);
-      } catch (err) {
-        if (attempt >= RESTORE_RETRIES || !/upload checkpoint to containerd.*already exists/i.test(String((err as Error).message))) throw err;
-        await new Promise((r) => setTimeout(r, 50 * 2 ** attempt));
-      }
-    }
+  /** Starts the container from checkpoint `name`: its processes go on where they were (see retryRestore). */
+  restore(id: string, name: string): Promise<void> {
+    return retryRestore(() => this.restoreOnce(id, name));
   }
 
   private async restoreOnce(id: string, name: string): Promise<void> {
@@ -144,6 +132,24 @@ export class DockerCheckpoints {
     } catch (err) {
       if ((err as { statusCode?: number }).statusCode === 404 && /checkpoint/i.test(String((err as Error).message))) return;
       throw err;
+    }
+  }
+}
+
+/**
+ * A start from a checkpoint, asked again when the engine (20.10) trips over its own content store:
+ * it copies the checkpoint into containerd's first and sometimes finds a blob of it there already,
+ * left by an earlier restore and not yet collected ("commit failed: content sha256:…: already
+ * exists", moby/moby#42900, fixed only in later engines). Nothing started then, so the start is
+ * safe to ask again, a few times, 50 ms … 1.6 s apart.
+ */
+export async function retryRestore<T>(start: () => Promise<T>): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await start();
+    } catch (err) {
+      if (attempt >= RESTORE_RETRIES || !/upload checkpoint to containerd.*already exists/i.test(String((err as Error).message))) throw err;
+      await new Promise((r) => setTimeout(r, 50 * 2 ** attempt));
     }
   }
 }

@@ -487,6 +487,9 @@ export class DockerRuntime implements Runtime {
     } catch (err) {
       this.fail(err, `container ${id}`);
     }
+    // The engine answers as the checkpoint is written and learns of the sandbox's exit a moment
+    // later: until then the container reads running and a start from the checkpoint is refused.
+    await this.untilNotRunning(id);
     // As at a stop: its address is free for the engine's next box, which must not get this box's rules.
     await this.egress.release(id).catch(() => undefined);
   }
