@@ -1,7 +1,8 @@
+import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import { connectService } from '../attach/connect.js';
 import type { AttachOptions, ServiceConn, SseAttachOptions, SseServiceConn, WsAttachOptions, WsServiceConn } from '../attach/types.js';
-import { SbxError, invalidArgument } from '../errors.js';
+import { SbxError, invalidArgument, isSbxError } from '../errors.js';
 import { MAX_DURATION_MS } from '../runtime/bounds.js';
 import { validateExec, validateExecStream, validateLogs } from '../runtime/spec.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, LogChunk, LogOptions, Runtime } from '../runtime/types.js';
@@ -296,6 +297,8 @@ export interface BoxHost {
   archivable(box: ManagedBox): boolean;
   /** Where memory-release checkpoints stand, on disk (src/sandbox/checkpoints.ts). Absent: none are taken. */
   checkpoints?: CheckpointStore;
+  /** What the Manager's own pauses of the box (idle ladder, end of max lifetime) do with its memory: its pool's `pauseMemory`. */
+  pauseMemory?(box: ManagedBox): 'hold' | 'release';
   /** Saves the box's filesystem as a snapshot of its owner (src/sandbox/snapshots.ts). */
   snapshot(box: ManagedBox, opts?: SnapshotOptions): Promise<SnapshotInfo>;
   /** Puts a (normalized) egress policy in force on the box: checked, then given to its runtime; called inside its step. */
@@ -575,7 +578,8 @@ export class ManagedBox implements LocalBox {
         details: { id: this.id, status: this.status },
       });
     }
-    const name = `sbx-${this.host.now().toString(36)}`;
+    // A name of its own: a checkpoint whose files a failed removal left behind is never met again.
+    const name = `sbx-${randomBytes(6).toString('hex')}`;
     await store.set(this.containerId, { name, state: 'checkpointing' });
     try {
       await this.runtime.checkpoint!(this.containerId, name);
@@ -663,8 +667,7 @@ export class ManagedBox implements LocalBox {
   async pauseIfIdle(plannedAt: number): Promise<boolean> {
     return this.step(async () => {
       if (this.status !== 'running' || this.activity.inFlight > 0 || this.activity.lastActive(this.host.now()) >= plannedAt) return false;
-      await this.runtime.pause(this.containerId);
-      this.status = 'paused';
+      await this.autoPause();
       return true;
     });
   }
@@ -677,11 +680,25 @@ export class ManagedBox implements LocalBox {
     await this.step(async () => {
       await this.host.saveLifetime(this, 0);
       this.record.maxLifetimeMs = 0;
-      if (this.status === 'running') {
-        await this.runtime.pause(this.containerId);
-        this.status = 'paused';
-      }
+      if (this.status === 'running') await this.autoPause();
     });
+  }
+
+  /**
+   * A pause the Manager takes by itself, of a running box: as its pool says (`pauseMemory`), with
+   * the memory released where the box can be checkpointed, else (a runc box: not_available)
+   * frozen, so an idle box is always paused.
+   */
+  private async autoPause(): Promise<void> {
+    if (this.host.pauseMemory?.(this) === 'release' && this.runtime.capabilities.checkpoint === true && this.host.checkpoints) {
+      try {
+        return await this.releaseMemory();
+      } catch (err) {
+        if (!isSbxError(err, 'not_available') || this.status !== 'running') throw err;
+      }
+    }
+    await this.runtime.pause(this.containerId);
+    this.status = 'paused';
   }
 
   /** The idle ladder's archive: as pauseIfIdle, only for a box nothing used since the pass decided. Whether it archived. */

@@ -16,6 +16,7 @@ import pino from 'pino';
 import { isSbxError } from '../errors.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import type { Runtime } from '../runtime/types.js';
+import { ManualClock } from '../testing/clock.js';
 import { testEnv } from '../testing/env.js';
 import type { LocalBox, ManagedBox } from './box.js';
 import type { PoolConfig } from './config.js';
@@ -27,14 +28,21 @@ const engine = new DockerRuntime(testEnv.engineAddr);
 const managers: Manager[] = [];
 let seq = 0;
 
-function newManager(opts: { name?: string; runtime?: Runtime } = {}): Manager {
+function newManager(opts: { name?: string; runtime?: Runtime; pools?: Partial<PoolConfig>; clock?: ManualClock } = {}): Manager {
   const pools: PoolConfig[] = [
     opts.runtime
-      ? { name: 'gvisor', runtime: opts.runtime, ociRuntime: testEnv.gvisorRuntime }
-      : { name: 'gvisor', addr: testEnv.engineAddr, ociRuntime: testEnv.gvisorRuntime },
-    { name: 'runc', addr: testEnv.engineAddr },
+      ? { name: 'gvisor', runtime: opts.runtime, ociRuntime: testEnv.gvisorRuntime, ...opts.pools }
+      : { name: 'gvisor', addr: testEnv.engineAddr, ociRuntime: testEnv.gvisorRuntime, ...opts.pools },
+    { name: 'runc', addr: testEnv.engineAddr, ...opts.pools },
   ];
-  const m = new Manager({ name: opts.name ?? `ckpt${++seq}-${process.pid}`, pools, dataDir, cleanupIntervalMs: 0, logger: pino({ level: 'silent' }) });
+  const m = new Manager({
+    name: opts.name ?? `ckpt${++seq}-${process.pid}`,
+    pools,
+    dataDir,
+    cleanupIntervalMs: 0,
+    logger: pino({ level: 'silent' }),
+    ...(opts.clock ? { clock: opts.clock.now } : {}),
+  });
   managers.push(m);
   return m;
 }
@@ -249,6 +257,30 @@ describe('pause with memory released (gVisor)', () => {
       } finally {
         await engine.remove(box.containerId, { force: true }).catch(() => undefined);
       }
+    }
+  });
+
+  test("a pool with pauseMemory: 'release' releases the memory of an idle pause on gVisor and freezes a runc box instead", async () => {
+    const clock = new ManualClock(Date.now());
+    const m = newManager({ pools: { pauseMemory: 'release', idlePauseMs: 60_000 }, clock });
+    await m.start();
+    assert.equal((await m.pools()).find((p) => p.name === 'gvisor')?.pauseMemory, 'release');
+    const gvisor = await counterBox(m);
+    const runc = (await m.create({ image: IMAGE, pool: 'runc' })) as LocalBox;
+    try {
+      const before = await report(gvisor);
+      assert.equal((await runc.exec(['true'])).exitCode, 0);
+      clock.advance(61_000);
+      await m.cleanup();
+      assert.equal((await gvisor.info()).pausedMemory, 'released', 'the idle pause released the gVisor box');
+      assert.equal((await engine.inspect(gvisor.containerId)).status, 'exited');
+      const r = await runc.info();
+      assert.equal(r.status, 'paused');
+      assert.equal(r.pausedMemory, 'held', 'a runc box cannot be checkpointed: frozen');
+      assert.equal((await report(gvisor)).nonce, before.nonce);
+    } finally {
+      await gvisor.remove();
+      await runc.remove();
     }
   });
 

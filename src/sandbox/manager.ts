@@ -197,6 +197,7 @@ export class Manager {
       restoreBox: (box) => this.archiver.restore(box),
       archivable: (box) => this.archiver.archivable(box),
       checkpoints: this.checkpoints,
+      pauseMemory: (box) => this.pool(box.pool).def.pauseMemory,
       snapshot: async (box, opts) => {
         // A removed box (or another box under its id since) is gone to a snapshot as to every lookup.
         if (this.known(box.id) !== box) throw new SbxError('not_found', `box '${box.id}' not found`, { details: { id: box.id } });

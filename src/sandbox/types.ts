@@ -238,6 +238,8 @@ export interface PoolInfo {
   /** Warm-pool templates (docs/warm-pools.md). */
   warm: WarmTemplate[];
   ociRuntime?: string;
+  /** What the Manager's own pauses (idle ladder, end of max lifetime) do with memory: present when `release` (PoolConfig.pauseMemory). */
+  pauseMemory?: 'hold' | 'release';
   pidsLimit?: number;
   maxMemory?: number;
   maxCpus?: number;

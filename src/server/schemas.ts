@@ -255,6 +255,7 @@ export const PoolInfoSchema = z
     networkPolicy: NetworkPolicyWireSchema,
     warm: z.array(warmTemplateSchema),
     ociRuntime: z.string().optional(),
+    pauseMemory: z.enum(['hold', 'release']).optional(),
     pidsLimit: z.number().int().optional(),
     maxMemory: z.number().int().optional(),
     maxCpus: z.number().optional(),
