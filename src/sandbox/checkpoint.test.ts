@@ -17,7 +17,7 @@ import { isSbxError } from '../errors.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import type { Runtime } from '../runtime/types.js';
 import { ManualClock } from '../testing/clock.js';
-import { testEnv } from '../testing/env.js';
+import { TEST_LABEL, testEnv } from '../testing/env.js';
 import type { LocalBox, ManagedBox } from './box.js';
 import type { PoolConfig } from './config.js';
 import { Manager } from './manager.js';
@@ -147,6 +147,37 @@ describe('pause with memory released (gVisor)', () => {
       assert.equal(await (await m.workspaces.fs(ws.id)).readFile('after.txt', 'utf8'), 'after\n', 'the workspace mount works after the restore');
       assert.deepEqual(await engine.checkpoints!(box.containerId), [], 'the checkpoint is deleted once the box runs again');
     } finally {
+      await box.remove();
+    }
+  });
+
+  test('a box whose address another container took meanwhile is restored at a new one: its processes, and its agent there', async () => {
+    const m = newManager();
+    await m.start();
+    const box = await counterBox(m);
+    let squatter = '';
+    try {
+      const before = await report(box);
+      const docker = (args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();
+      const [network, address] = docker([
+        'inspect',
+        '-f',
+        '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{$v.IPAddress}}{{end}}',
+        box.containerId,
+      ]).split(' ');
+      await box.pause({ memory: 'release' });
+      squatter = docker(['run', '-d', '--rm', '--label', `${TEST_LABEL}=checkpoint`, '--network', network!, '--ip', address!, IMAGE, 'sleep', '300']);
+      assert.equal((await report(box)).nonce, before.nonce);
+      const now = docker(['inspect', '-f', '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}', box.containerId]);
+      assert.notEqual(now, address, 'the engine gave the restored box another address');
+      assert.match(
+        (await box.exec(['sh', '-c', 'ip addr'])).stdout,
+        new RegExp(`inet ${now.replace(/\./g, '\\.')}/`),
+        "gVisor's netstack took the new address",
+      );
+      assert.equal((await box.info()).execPath, 'agent');
+    } finally {
+      if (squatter) execFileSync('docker', ['rm', '-f', squatter]);
       await box.remove();
     }
   });
