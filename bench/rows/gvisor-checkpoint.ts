@@ -6,7 +6,7 @@
  *   with `ociRuntime: runsc`, the box a user gets) against `POST /containers/{id}/checkpoints
  *   {Exit: true}` on a raw runsc container of sbx's create body. Its figures: one box's host
  *   memory running and checkpointed (the RSS of every host process that carries its container id:
- *   gVisor's sandbox and gofer; the shim apart, which containerd keeps per container either way),
+ *   gVisor's sandbox and gofer, containerd's shim),
  *   its cgroup, and its checkpoint's size on disk. Goal: a checkpointed box holds ≤ 1 MiB.
  * - `gVisor Restore`: restore → first exec result: an exec on a released box (sbx restores it
  *   first, its agent answers) against `POST /containers/{id}/start?checkpoint=` and the engine's
@@ -155,8 +155,8 @@ async function hostProcesses(containerId: string): Promise<{ count: number; rssB
   let count = 0;
   let rssBytes = 0;
   for (const line of stdout.split('\n')) {
-    // The shim is containerd's, one per container whatever its state; gVisor's own processes are the box.
-    if (!line.includes(containerId) || line.includes('containerd-shim')) continue;
+    // gVisor's sandbox and gofer, and containerd's shim of the container (which ends with it).
+    if (!line.includes(containerId)) continue;
     count++;
     rssBytes += (Number(line.trim().split(/\s+/)[0]) || 0) * 1024;
   }
