@@ -4,13 +4,16 @@
  * use restores it, and a process that holds a random nonce only in its memory reports the same
  * nonce and goes on counting from where it stopped; its files and workspace are there; the agent
  * serves the first exec; a restarted Manager finds the box paused, not stopped; a failed or
- * interrupted checkpoint leaves the box running or paused, never lost; a runc pool refuses.
+ * interrupted checkpoint (an engine error, a Manager SIGKILLed around the engine's call) leaves the
+ * box running or paused, never lost; a pool's pauseMemory: release applies to idle pauses; a runc
+ * pool refuses.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { after, describe, test } from 'node:test';
 import pino from 'pino';
 import { isSbxError } from '../errors.js';
@@ -18,7 +21,7 @@ import { DockerRuntime } from '../runtime/docker/runtime.js';
 import type { Runtime } from '../runtime/types.js';
 import { ManualClock } from '../testing/clock.js';
 import { TEST_LABEL, testEnv } from '../testing/env.js';
-import type { LocalBox, ManagedBox } from './box.js';
+import type { LocalBox } from './box.js';
 import type { PoolConfig } from './config.js';
 import { Manager } from './manager.js';
 
@@ -271,39 +274,44 @@ describe('pause with memory released (gVisor)', () => {
     }
   });
 
-  test('a Manager that dies during the checkpoint: its successor finds the box paused (the engine finished) or running (it never began)', async () => {
-    for (const when of ['engine-done', 'never-asked'] as const) {
-      const name = `ckpt-crash-${when}-${process.pid}`;
-      // The first Manager's checkpoint never returns, as if its process had been killed there.
-      const hung = withCheckpoint(async (id, n) => {
-        if (when === 'engine-done') await engine.checkpoint!(id, n);
-        await new Promise(() => undefined);
-      });
-      const first = newManager({ name, runtime: hung });
-      await first.start();
-      const box = (await counterBox(first)) as ManagedBox;
-      try {
-        const before = await report(box);
-        void box.pause({ memory: 'release' });
-        // The record is on disk before the engine is asked; wait until the engine has done its part.
-        if (when === 'engine-done') {
-          while ((await engine.inspect(box.containerId)).status !== 'exited') await new Promise((r) => setTimeout(r, 20));
-        } else {
-          while (!box.stepping) await new Promise((r) => setTimeout(r, 5));
-          await new Promise((r) => setTimeout(r, 50));
+  describe('a Manager SIGKILLed around the engine call leaves the box paused (released) or running, its processes kept', () => {
+    const child = fileURLToPath(new URL('../testing/crash-checkpoint-child.ts', import.meta.url));
+    const expected: Record<string, 'released' | 'running'> = {
+      'checkpoint:before': 'running',
+      'checkpoint:after': 'released',
+      'restore:before': 'released',
+      'restore:after': 'running',
+    };
+    for (const [step, outcome] of Object.entries(expected)) {
+      test(`killed ${step.split(':')[1]} the engine's ${step.split(':')[0]}: ${outcome}`, async () => {
+        const name = `ckk-${step.replace(':', '-')}-${process.pid}`;
+        const first = newManager({ name });
+        await first.start();
+        const box = await counterBox(first);
+        try {
+          const before = await report(box);
+          if (step.startsWith('restore')) await box.pause({ memory: 'release' });
+          await first.close();
+
+          const r = spawnSync(process.execPath, ['--import', 'tsx', child, name, dataDir, box.id, step], { encoding: 'utf8', timeout: 120_000 });
+          assert.equal(r.signal, 'SIGKILL', `the child should have died ${step}: ${r.stderr}`);
+
+          const second = newManager({ name });
+          await second.start();
+          const found = (await second.get(box.id)) as LocalBox;
+          const info = await found.info();
+          if (outcome === 'released') {
+            assert.deepEqual([info.status, info.pausedMemory], ['paused', 'released']);
+            assert.equal((await engine.inspect(box.containerId)).status, 'exited');
+          } else {
+            assert.equal(info.status, 'running');
+            if (step.startsWith('restore')) assert.deepEqual(await engine.checkpoints!(box.containerId), [], "the restored box's checkpoint is deleted");
+          }
+          assert.equal((await report(found)).nonce, before.nonce, 'the same processes');
+        } finally {
+          await engine.remove(box.containerId, { force: true }).catch(() => undefined);
         }
-        const second = newManager({ name });
-        await second.start();
-        const found = (await second.get(box.id)) as LocalBox;
-        const info = await found.info();
-        if (when === 'engine-done') {
-          assert.equal(info.status, 'paused');
-          assert.equal(info.pausedMemory, 'released');
-        } else assert.equal(info.status, 'running');
-        assert.equal((await report(found)).nonce, before.nonce, `${when}: the box and its processes are there`);
-      } finally {
-        await engine.remove(box.containerId, { force: true }).catch(() => undefined);
-      }
+      });
     }
   });
 
