@@ -32,6 +32,7 @@ import { EXEC_MEMORY_ROW, IDLE_BOXES, MEMORY_ROWS, memoryFailed, memoryRows } fr
 import { agentRowNames, runAgentRows } from './rows/agent.js';
 import { runWarmRows, warmRowNames } from './rows/warm.js';
 import { LIFECYCLE_ROW_NAMES, runLifecycleRows } from './rows/lifecycle.js';
+import { GVISOR_CHECKPOINT_ROW_NAMES, runGvisorCheckpointRows } from './rows/gvisor-checkpoint.js';
 import { TRANSPORT_ROW_NAMES, runTransportRows } from './rows/transport.js';
 import { E2B_ROW_NAMES, runE2bRows } from './rows/e2b.js';
 import { K8S_ROW_NAMES, runKubernetesRows } from './rows/kubernetes.js';
@@ -140,6 +141,7 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     ...agentRowNames(),
     ...warmRowNames(),
     ...LIFECYCLE_ROW_NAMES,
+    ...GVISOR_CHECKPOINT_ROW_NAMES,
     ...TRANSPORT_ROW_NAMES,
     ...E2B_ROW_NAMES,
     ...K8S_ROW_NAMES,
@@ -221,6 +223,16 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
   // The same box work on gVisor (runsc) beside runc (skipped, saying why, without runsc registered).
   if (GVISOR_ROW_NAMES.some((n) => picked.has(n))) {
     results.push(...(await runGvisorRows(run.ctx, { managerName: `${run.managerName}-gv`, dataDir: join(run.tmp, 'gvisor'), runId: run.runId, only: picked })));
+  }
+  if (GVISOR_CHECKPOINT_ROW_NAMES.some((n) => picked.has(n))) {
+    results.push(
+      ...(await runGvisorCheckpointRows(run.ctx, {
+        managerName: `${run.managerName}-gck`,
+        dataDir: join(run.tmp, 'gvisor-checkpoint'),
+        runId: run.runId,
+        only: picked,
+      })),
+    );
   }
   if (DENSITY_ROW_NAMES.some((n) => picked.has(n))) {
     const opts = {

@@ -131,6 +131,12 @@ Examples:
     .option('--cpus <n>', 'default cores of a box; 0 = no limit', Number)
     .addOption(new Option('--security <profile>', 'security profile').choices(['standard', 'strict']))
     .option('--oci-runtime <name>', 'OCI runtime for its boxes, e.g. runsc (Kubernetes: the RuntimeClass)')
+    .addOption(
+      new Option(
+        '--pause-memory <what>',
+        'what its idle pauses (and a max lifetime ending in pause) do with memory: hold (freeze) or release (checkpoint to disk; runsc boxes)',
+      ).choices(['hold', 'release']),
+    )
     .option('--agent-image <ref>', 'Kubernetes: the in-box agent image, e.g. sbx-agent:latest')
     .addOption(new Option('--agent-delivery <how>', 'Kubernetes: how the agent gets into a pod (default auto: probed)').choices(AGENT_DELIVERIES))
     .option('--ready-timeout <duration>', 'Kubernetes: how long a create waits for its pod: 2m', duration)
@@ -159,6 +165,7 @@ Examples:
             cpus?: number;
             security?: 'standard' | 'strict';
             ociRuntime?: string;
+            pauseMemory?: 'hold' | 'release';
             agentImage?: string;
             agentDelivery?: PoolConfig['agentDelivery'];
             readyTimeout?: number;
@@ -181,6 +188,7 @@ Examples:
             ...(f.cpus !== undefined ? { cpus: f.cpus } : {}),
             ...(f.security ? { security: f.security } : {}),
             ...(f.ociRuntime ? { ociRuntime: f.ociRuntime } : {}),
+            ...(f.pauseMemory ? { pauseMemory: f.pauseMemory } : {}),
             ...(f.agentImage ? { agentImage: f.agentImage } : {}),
             ...(f.agentDelivery ? { agentDelivery: f.agentDelivery } : {}),
             ...(f.readyTimeout !== undefined ? { readyTimeoutMs: f.readyTimeout } : {}),

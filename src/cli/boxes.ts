@@ -52,7 +52,17 @@ export function boxFields(b: BoxInfo): string {
   const labels = Object.entries(b.labels).map(([k, v]) => `${k}=${v}`);
   return fields([
     ['ID', b.id],
-    ['Status', statusText(b.status) + (b.oomKilled ? ' (OOM-killed)' : b.exitCode !== null ? ` (exit ${b.exitCode})` : '')],
+    [
+      'Status',
+      statusText(b.status) +
+        (b.oomKilled
+          ? ' (OOM-killed)'
+          : b.exitCode !== null
+            ? ` (exit ${b.exitCode})`
+            : b.pausedMemory === 'released'
+              ? ' (memory released: checkpointed to disk)'
+              : ''),
+    ],
     ['Image', b.image],
     ['Pool', b.pool],
     ['Owner', b.owner],
@@ -552,7 +562,11 @@ Examples:
   for (const [name, verb, call] of [
     ['start', 'Start stopped boxes', (b: Box) => b.start()],
     ['stop', 'Stop boxes (they stay registered; `sbx start` brings them back)', (b: Box) => b.stop()],
-    ['pause', 'Pause boxes: freeze their processes in place (memory and files kept, no CPU); any use resumes them', (b: Box) => b.pause()],
+    [
+      'pause',
+      'Pause boxes: freeze their processes in place (memory and files kept, no CPU), or with --release-memory checkpoint them to disk (gVisor pools); any use resumes them',
+      (b: Box, f: LifecycleFlags) => b.pause(f.releaseMemory ? { memory: 'release' } : undefined),
+    ],
     ['resume', 'Resume boxes: thaw paused ones, restore archived ones, start stopped ones', (b: Box) => b.resume()],
     [
       'archive',
@@ -563,19 +577,31 @@ Examples:
   ] as const) {
     const c = withConnection(program.command(name).description(verb).argument('<ids...>', 'box ids'));
     if (name === 'rm') c.alias('remove');
+    if (name === 'pause') {
+      c.option(
+        '--release-memory',
+        'checkpoint the box to disk with its processes and memory and free its memory on the host (pools with ociRuntime: runsc); a use restores it where it was, in about a second',
+      );
+    }
     c.option('--json', 'print the result per id as JSON')
       .addHelpText('after', `${CONNECTION_HELP}\n\nExamples:\n  sbx ${name} sb-1a2b3c\n  sbx ls -q | xargs sbx ${name}`)
       .action(
-        remoteAction(async ({ sbx, conn }, ids: string[], f: { json?: boolean }) => {
+        remoteAction(async ({ sbx, conn }, ids: string[], f: LifecycleFlags) => {
           await forEachId(ids, conn, f.json, async (id) => {
             if (call === null) return sbx.remove(id);
             const box = await sbx.get(id);
-            await call(box);
+            await call(box, f);
             return { status: box.status };
           });
         }),
       );
   }
+}
+
+/** The flags of the lifecycle commands (`--release-memory` is pause's only). */
+interface LifecycleFlags {
+  json?: boolean;
+  releaseMemory?: boolean;
 }
 
 function readAll(stream: NodeJS.ReadableStream): Promise<string> {

@@ -5,7 +5,7 @@ import { SbxError, invalidArgument } from '../errors.js';
 import { EXEC_FRAMES_TYPE, ExecFramesReader } from './exec-frames.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, LogChunk, LogOptions } from '../runtime/types.js';
 import type { Box as LibraryBox, ProxyUrlOptions, VncUrlOptions } from '../sandbox/box.js';
-import type { BoxInfo, BoxStats, BoxStatus, LifecyclePolicy } from '../sandbox/types.js';
+import type { BoxInfo, BoxStats, BoxStatus, LifecyclePolicy, PauseOptions } from '../sandbox/types.js';
 import type { SnapshotInfo, SnapshotOptions } from '../sandbox/snapshots.js';
 import type { NetworkPolicy } from '../sandbox/egress-policy.js';
 import { abortError, fromWire } from './http.js';
@@ -243,8 +243,9 @@ export class RemoteBox implements Box {
     this.fields = await this.transport.json<BoxInfo>('POST', `${this.path}/stop`);
   }
 
-  async pause(): Promise<void> {
-    this.fields = await this.transport.json<BoxInfo>('POST', `${this.path}/pause`);
+  async pause(opts?: PauseOptions): Promise<void> {
+    // A plain pause sends no body, as before; the server checks the options (invalid_argument).
+    this.fields = await this.transport.json<BoxInfo>('POST', `${this.path}/pause`, opts === undefined ? {} : { json: opts });
   }
 
   async resume(): Promise<void> {

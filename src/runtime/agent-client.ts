@@ -166,6 +166,16 @@ function takeIdle(target: AgentTarget): Duplex | undefined {
   return conn.socket;
 }
 
+/**
+ * Closes the kept connections to the target: its box is about to go away under them without a
+ * FIN (a checkpoint ends the sandbox, whose restore knows nothing of the host's half), and a
+ * silent kept connection would cost the next exec KEPT_ANSWER_MS.
+ */
+export function dropKeptConnections(target: AgentTarget): void {
+  const key = target.keepKey;
+  for (const conn of (key ? idleConnections.get(key) : undefined)?.slice() ?? []) conn.gone();
+}
+
 /** Keeps a connection whose exec ended cleanly for the target's next exec; it holds no event loop open. */
 function keepIdle(target: AgentTarget, socket: Duplex): void {
   const key = target.keepKey!;

@@ -488,6 +488,13 @@ export interface RuntimeCapabilities {
   cpuStats?: boolean;
   /** `ContainerSpec.egress` and `setEgress` are enforced (absent means false). */
   egress?: boolean;
+  /**
+   * `checkpoint` and `restoreCheckpoint` exist (absent means false): a box's memory and processes
+   * can be written to disk and its container ended, then restored. Whether one container can is
+   * its OCI runtime's matter (gVisor's runsc can, runc cannot here): `checkpoint` refuses the
+   * others with not_available.
+   */
+  checkpoint?: boolean;
 }
 
 /** One heartbeat a box sent (agent/heartbeat.go), as a node relays it. */
@@ -642,6 +649,24 @@ export interface Runtime {
   setEgress?(id: string, egress: EgressSpec): Promise<void>;
   /** The egress rules in force for a box (the last `setEgress`, else its spec's); undefined: none recorded. */
   getEgress?(id: string): Promise<EgressSpec | undefined>;
+  /**
+   * Writes a running container's whole state (memory, processes, open files) to its checkpoint
+   * `name` and ends the container: it reads `exited`, holds no process and no memory on the host,
+   * and keeps its filesystem. A container whose OCI runtime cannot (runc), or an engine whose
+   * checkpoint API is off: not_available (`details.reason` `checkpoint_unsupported`). Present
+   * exactly when `capabilities.checkpoint` is true, with the three below.
+   */
+  checkpoint?(id: string, name: string): Promise<void>;
+  /**
+   * Starts a container from its checkpoint `name`: its processes go on where they were, its
+   * network is set up as at any start (address, egress rules) and its agent answers before this
+   * resolves. The checkpoint stays until `removeCheckpoint`.
+   */
+  restoreCheckpoint?(id: string, name: string): Promise<void>;
+  /** The names of a container's checkpoints (a crash mid-way is settled by what is there). */
+  checkpoints?(id: string): Promise<string[]>;
+  /** Deletes a container's checkpoint (its files); a missing one is not an error. */
+  removeCheckpoint?(id: string, name: string): Promise<void>;
   /** Releases connections (and what `allowHostEndpoints` declared); containers are not touched. */
   close(): Promise<void>;
 }

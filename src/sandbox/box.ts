@@ -1,7 +1,8 @@
+import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import { connectService } from '../attach/connect.js';
 import type { AttachOptions, ServiceConn, SseAttachOptions, SseServiceConn, WsAttachOptions, WsServiceConn } from '../attach/types.js';
-import { SbxError, invalidArgument } from '../errors.js';
+import { SbxError, invalidArgument, isSbxError } from '../errors.js';
 import { MAX_DURATION_MS } from '../runtime/bounds.js';
 import { validateExec, validateExecStream, validateLogs } from '../runtime/spec.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions, LogChunk, LogOptions, Runtime } from '../runtime/types.js';
@@ -15,7 +16,9 @@ import { DEFAULT_NETWORK_POLICY, describeEgress, normalizeNetworkPolicy } from '
 import type { NetworkPolicy } from './egress-policy.js';
 import type { SnapshotInfo, SnapshotOptions } from './snapshots.js';
 import type { PortGrant } from './port-tokens.js';
-import type { BoxInfo, BoxStats, BoxStatus, LifecyclePolicy } from './types.js';
+import type { BoxInfo, BoxStats, BoxStatus, LifecyclePolicy, PauseOptions } from './types.js';
+import { checkpointOutcome } from './checkpoints.js';
+import type { CheckpointStore } from './checkpoints.js';
 import { checkPort } from '../runtime/ports.js';
 import { statusOf } from './reconcile.js';
 
@@ -91,8 +94,18 @@ export interface Box extends AsyncDisposable {
    * workspace through the box, attach, dial, the proxy, VNC) resumes it first; reads (info, logs,
    * list) do not. Pausing a paused box does nothing; a stopped box is conflict; a pool whose
    * runtime has no freezer (Kubernetes) not_available.
+   *
+   * With `memory: 'release'` the box is checkpointed to disk instead (gVisor pools, `ociRuntime:
+   * runsc`): its processes, memory and open files are saved and its container ends, so it holds
+   * no memory on the host (`info().pausedMemory` is `released`); a use or `resume()` restores
+   * it and its processes go on where they were. A frozen box is released too; a released one
+   * stays so under a plain pause(). Other pools: not_available (reason `checkpoint_unsupported`).
+   *
+   * @example
+   * await box.pause({ memory: 'release' });   // a counter in the box stops counting, its RAM is freed
+   * await box.exec(['cat', '/tmp/count']);     // restored first: the counter goes on from where it was
    */
-  pause(): Promise<void>;
+  pause(opts?: PauseOptions): Promise<void>;
   /**
    * Brings the box back to running: a paused box is thawed (its processes go on where they were),
    * a stopped one started (its processes start anew, its filesystem kept). A running box: nothing.
@@ -242,6 +255,17 @@ export function validateProxyArgs(portArg: unknown, path: unknown, opts: unknown
   return { port, path: p.startsWith('/') ? p : `/${p}`, signed, ttlMs: (ttl as number | undefined) ?? PROXY_TTL_DEFAULT_MS };
 }
 
+/** Checks pause()'s options (the library and the HTTP route share it); the memory asked for. */
+export function validatePauseOptions(opts: unknown): 'hold' | 'release' {
+  if (opts === undefined || opts === null) return 'hold';
+  if (typeof opts !== 'object' || Array.isArray(opts)) throw invalidArgument('opts', 'must be an object');
+  for (const k of Object.keys(opts)) if (k !== 'memory') throw invalidArgument(k, 'unknown option');
+  const memory = (opts as { memory?: unknown }).memory;
+  if (memory === undefined) return 'hold';
+  if (memory !== 'hold' && memory !== 'release') throw invalidArgument('memory', "must be 'hold' or 'release'");
+  return memory;
+}
+
 /** Where box.proxy() points: the server's public URL and its proxy domain, when there is one. */
 export interface ProxyBase {
   publicUrl: string | undefined;
@@ -271,6 +295,10 @@ export interface BoxHost {
   restoreBox(box: ManagedBox): Promise<void>;
   /** Whether the box's pool can archive it. */
   archivable(box: ManagedBox): boolean;
+  /** Where memory-release checkpoints stand, on disk (src/sandbox/checkpoints.ts). Absent: none are taken. */
+  checkpoints?: CheckpointStore;
+  /** What the Manager's own pauses of the box (idle ladder, end of max lifetime) do with its memory: its pool's `pauseMemory`. */
+  pauseMemory?(box: ManagedBox): 'hold' | 'release';
   /** Saves the box's filesystem as a snapshot of its owner (src/sandbox/snapshots.ts). */
   snapshot(box: ManagedBox, opts?: SnapshotOptions): Promise<SnapshotInfo>;
   /** Puts a (normalized) egress policy in force on the box: checked, then given to its runtime; called inside its step. */
@@ -314,6 +342,11 @@ export class ManagedBox implements LocalBox {
   private retired = false;
   private epoch = 0;
   private pendingSteps = 0;
+  /**
+   * Paused with its memory released: the container was checkpointed and ended (the engine reads
+   * it exited, which for this box means paused). Set by recovery for a box found so.
+   */
+  memoryReleased = false;
 
   constructor(
     readonly record: BoxRecord,
@@ -442,6 +475,11 @@ export class ManagedBox implements LocalBox {
     return run;
   }
 
+  /** A lifecycle step runs or waits. */
+  get stepping(): boolean {
+    return this.pendingSteps > 0;
+  }
+
   /** Moves with every lifecycle step: a status read before a step is stale after it. */
   get statusEpoch(): number {
     return this.epoch;
@@ -452,7 +490,15 @@ export class ManagedBox implements LocalBox {
    * event): taken only when no step ran or waits since, so a read never undoes a pause or an archive.
    */
   observe(status: BoxStatus, epochBefore: number): void {
-    if (this.pendingSteps === 0 && this.epoch === epochBefore) this.status = status;
+    if (this.pendingSteps !== 0 || this.epoch !== epochBefore) return;
+    // A checkpointed container reads exited: the box is paused, its memory on disk.
+    if (this.memoryReleased && status === 'stopped') status = 'paused';
+    else if (this.memoryReleased && status !== 'paused') {
+      // Started behind sbx (not from its checkpoint): the checkpoint is of a past the box left.
+      this.memoryReleased = false;
+      void this.host.checkpoints?.set(this.containerId, undefined).catch(() => undefined);
+    }
+    this.status = status;
   }
 
   /**
@@ -494,14 +540,99 @@ export class ManagedBox implements LocalBox {
       });
     }
     await this.step(async () => {
+      if (this.memoryReleased) await this.forgetMemory();
       if (this.status !== 'archived') await this.host.archiveBox(this);
     });
   }
 
   private async thaw(): Promise<void> {
     if (this.status !== 'paused') return;
+    if (this.memoryReleased) return this.restoreMemory();
     await this.runtime.unpause(this.containerId);
     this.status = 'running';
+  }
+
+  /** Whether pause({ memory: 'release' }) can be asked of this box's runtime (`capabilities.checkpoint`). */
+  private checkCheckpointable(): void {
+    if (this.runtime.capabilities.checkpoint !== true || !this.runtime.checkpoint || !this.host.checkpoints) {
+      throw new SbxError(
+        'not_available',
+        `box '${this.id}' runs on pool '${this.pool}', whose runtime cannot checkpoint a box to release its memory (gVisor pools, ociRuntime: runsc, can); pause it without releasing memory instead`,
+        { details: { id: this.id, pool: this.pool, reason: 'checkpoint_unsupported' } },
+      );
+    }
+  }
+
+  /**
+   * The memory-release pause: the container checkpointed to disk and ended. The checkpoint's name
+   * is on disk before the engine is asked, so a Manager killed during it finds the box paused
+   * (the engine finished it) or running (it did not), never a box it would start afresh. An
+   * engine error settles the same way, by what the engine then holds.
+   */
+  private async releaseMemory(): Promise<void> {
+    const store = this.host.checkpoints!;
+    // The checkpoint needs running processes: a frozen box is thawed for it (its CPU for a moment).
+    if (this.status === 'paused') await this.thaw();
+    if (this.status !== 'running') {
+      throw new SbxError('conflict', `box '${this.id}' is ${this.status}: only a running or paused box can be paused with its memory released`, {
+        details: { id: this.id, status: this.status },
+      });
+    }
+    // A name of its own: a checkpoint whose files a failed removal left behind is never met again.
+    const name = `sbx-${randomBytes(6).toString('hex')}`;
+    await store.set(this.containerId, { name, state: 'checkpointing' });
+    try {
+      await this.runtime.checkpoint!(this.containerId, name);
+    } catch (err) {
+      const outcome = await checkpointOutcome(this.runtime, this.containerId, name).catch(() => undefined);
+      if (outcome !== 'released') {
+        await store.set(this.containerId, undefined).catch(() => undefined);
+        if (outcome === 'running') this.status = 'running';
+        else if (outcome === 'stopped') this.status = 'stopped';
+        throw err;
+      }
+      // The engine said no, but the checkpoint is whole and the container ended: the box is paused.
+    }
+    await store.set(this.containerId, { name, state: 'checkpointed' });
+    this.memoryReleased = true;
+    this.status = 'paused';
+  }
+
+  /**
+   * A released box restored from its checkpoint: its processes go on. The record stays until the
+   * container runs, so a Manager killed during the restore finds the box paused (the start did
+   * not happen) or running (it did), and forgets the checkpoint then.
+   */
+  private async restoreMemory(): Promise<void> {
+    const store = this.host.checkpoints!;
+    const entry = store.get(this.containerId);
+    if (!entry)
+      throw new SbxError('internal', `box '${this.id}' is paused with its memory released but its checkpoint is not recorded`, { details: { id: this.id } });
+    try {
+      await this.runtime.restoreCheckpoint!(this.containerId, entry.name);
+    } catch (err) {
+      if ((await checkpointOutcome(this.runtime, this.containerId, entry.name).catch(() => undefined)) !== 'running') throw err;
+    }
+    this.memoryReleased = false;
+    this.status = 'running';
+    await this.dropCheckpoint(entry.name);
+  }
+
+  /**
+   * A released box stopped (stop, archive): its container has ended already, so its checkpoint
+   * goes, and with it the processes a stop ends anyway. The box reads stopped.
+   */
+  private async forgetMemory(): Promise<void> {
+    const entry = this.host.checkpoints?.get(this.containerId);
+    this.memoryReleased = false;
+    if (entry) await this.dropCheckpoint(entry.name);
+    this.status = 'stopped';
+  }
+
+  /** Forgets the box's checkpoint: the record, then its files (best effort: the container's removal takes them too). */
+  private async dropCheckpoint(name: string): Promise<void> {
+    await this.host.checkpoints?.set(this.containerId, undefined);
+    await this.runtime.removeCheckpoint?.(this.containerId, name).catch(() => undefined);
   }
 
   private checkPausable(): void {
@@ -512,12 +643,18 @@ export class ManagedBox implements LocalBox {
     }
   }
 
-  async pause(): Promise<void> {
-    this.checkPausable();
+  async pause(opts?: PauseOptions): Promise<void> {
+    const memory = validatePauseOptions(opts);
+    if (memory === 'release') this.checkCheckpointable();
+    else this.checkPausable();
     await this.step(async () => {
-      if (this.status === 'paused') return;
       if (this.status === 'archived')
         throw new SbxError('conflict', `box '${this.id}' is archived: resume it first`, { details: { id: this.id, status: this.status } });
+      if (memory === 'release') {
+        if (!this.memoryReleased) await this.releaseMemory();
+        return;
+      }
+      if (this.status === 'paused') return;
       await this.runtime.pause(this.containerId);
       this.status = 'paused';
     });
@@ -530,8 +667,7 @@ export class ManagedBox implements LocalBox {
   async pauseIfIdle(plannedAt: number): Promise<boolean> {
     return this.step(async () => {
       if (this.status !== 'running' || this.activity.inFlight > 0 || this.activity.lastActive(this.host.now()) >= plannedAt) return false;
-      await this.runtime.pause(this.containerId);
-      this.status = 'paused';
+      await this.autoPause();
       return true;
     });
   }
@@ -544,17 +680,32 @@ export class ManagedBox implements LocalBox {
     await this.step(async () => {
       await this.host.saveLifetime(this, 0);
       this.record.maxLifetimeMs = 0;
-      if (this.status === 'running') {
-        await this.runtime.pause(this.containerId);
-        this.status = 'paused';
-      }
+      if (this.status === 'running') await this.autoPause();
     });
+  }
+
+  /**
+   * A pause the Manager takes by itself, of a running box: as its pool says (`pauseMemory`), with
+   * the memory released where the box can be checkpointed, else (a runc box: not_available)
+   * frozen, so an idle box is always paused.
+   */
+  private async autoPause(): Promise<void> {
+    if (this.host.pauseMemory?.(this) === 'release' && this.runtime.capabilities.checkpoint === true && this.host.checkpoints) {
+      try {
+        return await this.releaseMemory();
+      } catch (err) {
+        if (!isSbxError(err, 'not_available') || this.status !== 'running') throw err;
+      }
+    }
+    await this.runtime.pause(this.containerId);
+    this.status = 'paused';
   }
 
   /** The idle ladder's archive: as pauseIfIdle, only for a box nothing used since the pass decided. Whether it archived. */
   async archiveIfIdle(plannedAt: number): Promise<boolean> {
     return this.step(async () => {
       if (this.status === 'archived' || this.activity.inFlight > 0 || this.activity.lastActive(this.host.now()) >= plannedAt) return false;
+      if (this.memoryReleased) await this.forgetMemory();
       await this.host.archiveBox(this);
       return true;
     });
@@ -846,6 +997,7 @@ export class ManagedBox implements LocalBox {
       execPath: c.execPath ?? 'engine',
       exitCode: this.status === 'stopped' || this.status === 'restarting' ? c.exitCode : null,
       oomKilled: (this.status === 'stopped' || this.status === 'restarting') && c.oomKilled,
+      pausedMemory: this.status === 'paused' ? (this.memoryReleased ? 'released' : 'held') : null,
       networkPolicy: await this.networkPolicy(),
     };
   }
@@ -868,6 +1020,19 @@ export class ManagedBox implements LocalBox {
   async stats(): Promise<BoxStats> {
     // A read, as info() is: no touch, no thaw, no restore.
     const measured = (status: BoxStatus) => status === 'running' || status === 'paused';
+    if (this.memoryReleased && this.status === 'paused') {
+      // Checkpointed: no process and no memory on the host, which is the point.
+      return {
+        status: this.status,
+        cpuPercent: 0,
+        memoryBytes: 0,
+        memoryLimitBytes: null,
+        pids: 0,
+        memoryCacheBytes: 0,
+        diskUsedBytes: null,
+        sampledAt: new Date(this.host.now()).toISOString(),
+      };
+    }
     if (measured(this.status)) {
       const s = await this.runtime.stats(this.containerId);
       // Stopped while the engine measured it: what it said is of no process.
@@ -948,6 +1113,7 @@ export class ManagedBox implements LocalBox {
       // end in the SIGKILL after the timeout.
       // An archived box has no processes to stop.
       if (this.status === 'archived') return;
+      if (this.memoryReleased) return this.forgetMemory();
       if (this.status === 'paused') await this.thaw();
       await this.runtime.stop(this.containerId, { timeoutMs: this.record.stopTimeoutMs });
       this.status = 'stopped';

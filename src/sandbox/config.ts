@@ -67,6 +67,7 @@ export const PoolConfigSchema = z
     maxLifetimeMs: ms.default(0),
     stopTimeoutMs: ms.default(2000),
     security: z.enum(['standard', 'strict']).default('standard'),
+    pauseMemory: z.enum(['hold', 'release']).default('hold'),
     ociRuntime: z
       .string()
       .regex(/^[a-zA-Z0-9_.-]+$/)
@@ -186,6 +187,12 @@ export interface PoolConfig {
   /** SIGTERM grace before SIGKILL. Default 2 s. */
   stopTimeoutMs?: number;
   security?: 'standard' | 'strict';
+  /**
+   * What the pauses the Manager takes by itself (the idle ladder's `idlePauseMs`, `maxLifetimeAction:
+   * 'pause'`) do with a box's memory: `hold` (default: the freezer) or `release` (checkpointed to
+   * disk, gVisor pools; a box that cannot be is frozen instead). A caller's `pause()` says its own.
+   */
+  pauseMemory?: 'hold' | 'release';
   /** OCI runtime for this pool's boxes, e.g. `runsc` (gVisor). */
   ociRuntime?: string;
   /** Default pids limit of a box (512). */
@@ -298,6 +305,7 @@ export interface ResolvedPool {
   maxLifetimeMs: number;
   stopTimeoutMs: number;
   security: 'standard' | 'strict';
+  pauseMemory: 'hold' | 'release';
   ociRuntime: string | undefined;
   pidsLimit: number | undefined;
   memory: number;
@@ -358,6 +366,7 @@ export function resolvePool(p: PoolConfig, field?: string): ResolvedPool {
     maxLifetimeMs: v.maxLifetimeMs,
     stopTimeoutMs: v.stopTimeoutMs,
     security: v.security,
+    pauseMemory: v.pauseMemory,
     ociRuntime: v.ociRuntime,
     pidsLimit: v.pidsLimit,
     memory: v.memory,
@@ -435,6 +444,7 @@ const POOL_ENV_KEYS: Record<string, string> = {
   STOP_TIMEOUT: 'stopTimeout',
   SECURITY: 'security',
   OCI_RUNTIME: 'ociRuntime',
+  PAUSE_MEMORY: 'pauseMemory',
   PIDS_LIMIT: 'pidsLimit',
   MEMORY: 'memory',
   CPUS: 'cpus',

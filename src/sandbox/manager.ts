@@ -39,6 +39,7 @@ import { BoxSecrets } from './secrets.js';
 import { BoxTokenService } from './tokens.js';
 import { StopIntents } from './stop-intents.js';
 import { LifetimeStore } from './lifetimes.js';
+import { CheckpointStore } from './checkpoints.js';
 import { ClaimStore } from './claims.js';
 import { WarmPool } from './warm-pool.js';
 import { templateOptions } from './warm.js';
@@ -131,6 +132,8 @@ export class Manager {
   private readonly claims: ClaimStore;
   /** Max lifetimes renewed after create (box.renewLifetime), which labels cannot hold. */
   private readonly lifetimes: LifetimeStore;
+  /** Boxes paused with their memory released: their checkpoints (box.pause({ memory: 'release' })). */
+  private readonly checkpoints: CheckpointStore;
   /** The workspace storage of each pool whose runtime keeps workspaces in its cluster (Kubernetes). */
   private readonly workspaceVolumes = new Map<Pool, WorkspaceVolumes>();
   /**
@@ -159,6 +162,7 @@ export class Manager {
     this.claims = new ClaimStore(join(this.config.dataDir, 'claims', this.config.name));
     this.stopIntents = new StopIntents(join(this.config.dataDir, 'stopped', `${this.config.name}.json`));
     this.lifetimes = new LifetimeStore(join(this.config.dataDir, 'lifetimes', `${this.config.name}.json`));
+    this.checkpoints = new CheckpointStore(join(this.config.dataDir, 'checkpoints', `${this.config.name}.json`));
     this.snapshots = new Snapshots({
       file: join(this.config.dataDir, 'snapshots', `${this.config.name}.json`),
       manager: this.config.name,
@@ -192,6 +196,8 @@ export class Manager {
       archiveBox: (box) => this.archiver.archive(box),
       restoreBox: (box) => this.archiver.restore(box),
       archivable: (box) => this.archiver.archivable(box),
+      checkpoints: this.checkpoints,
+      pauseMemory: (box) => this.pool(box.pool).def.pauseMemory,
       snapshot: async (box, opts) => {
         // A removed box (or another box under its id since) is gone to a snapshot as to every lookup.
         if (this.known(box.id) !== box) throw new SbxError('not_found', `box '${box.id}' not found`, { details: { id: box.id } });
@@ -228,6 +234,7 @@ export class Manager {
       registry: this.registry,
       claims: this.claims,
       lifetimes: this.lifetimes,
+      checkpoints: this.checkpoints,
       stopIntents: this.stopIntents,
       stats: this.cleanupStats,
       boxHost: this.boxHost,
@@ -360,6 +367,9 @@ export class Manager {
     await this.lifetimes
       .load()
       .catch((err: unknown) => this.log.error({ err }, 'could not read renewed lifetimes; boxes keep the lifetime they were created with'));
+    await this.checkpoints
+      .load()
+      .catch((err: unknown) => this.log.error({ err }, 'could not read the checkpoints of boxes paused with their memory released; they read stopped'));
     // Before the pools are reconciled: an archive cut short settles to the box reconcile then finds.
     await this.archiver.recover().catch((err: unknown) => this.log.error({ err }, 'could not read the archived boxes; they come back at the next start'));
     const unreadable = await this.claims.load().catch((err: unknown) => {
@@ -865,6 +875,8 @@ export class Manager {
     await this.claims.delete(box.containerId).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a claim'));
     await this.stopIntents.set(box.id, false).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a stopped box'));
     await this.forgetLifetime(box);
+    // Its checkpoint's files went with the container.
+    await this.checkpoints.set(box.containerId, undefined).catch((err: unknown) => this.log.warn({ box: box.id, err }, 'could not forget a checkpoint'));
     this.log.info({ box: box.id, pool: box.pool }, 'box removed');
   }
 

@@ -81,6 +81,7 @@ export class Pool {
       ...(d.readyTimeoutMs !== undefined ? { readyTimeoutMs: d.readyTimeoutMs } : {}),
       ...(d.storageClass ? { storageClass: d.storageClass } : {}),
       ...(d.ociRuntime ? { ociRuntime: d.ociRuntime } : {}),
+      ...(d.pauseMemory === 'release' ? { pauseMemory: d.pauseMemory } : {}),
       ...(d.pidsLimit !== undefined ? { pidsLimit: d.pidsLimit } : {}),
       ...(d.maxMemory !== undefined ? { maxMemory: d.maxMemory } : {}),
       ...(d.maxCpus !== undefined ? { maxCpus: d.maxCpus } : {}),

@@ -14,6 +14,8 @@ import type { BoxHost } from './box.js';
 import type { ClaimStore } from './claims.js';
 import { managerSelector } from './labels.js';
 import type { LifetimeStore } from './lifetimes.js';
+import { checkpointOutcome } from './checkpoints.js';
+import type { CheckpointStore } from './checkpoints.js';
 import type { Pool } from './pool.js';
 import { PoolWatch } from './pool-watch.js';
 import { planReconcile, statusOf } from './reconcile.js';
@@ -34,6 +36,8 @@ export interface RecoveryDeps {
   registry: BoxRegistry;
   claims: ClaimStore;
   lifetimes: LifetimeStore;
+  /** Boxes paused with their memory released (their containers read exited). */
+  checkpoints: CheckpointStore;
   stopIntents: StopIntents;
   stats: CleanupStats;
   boxHost: BoxHost;
@@ -150,9 +154,40 @@ export class Recovery {
       } else this.d.log.error({ container: plan.sweep[i]!.id, err: r.reason }, 'could not sweep a half-made box');
     }
     pool.recovered = true;
-    if (opts.revive) await this.reviveStopped(pool);
+    if (opts.revive) {
+      await this.settleCheckpoints(pool);
+      await this.reviveStopped(pool);
+    }
     await pool.warm?.sync(spares);
     return this.d.registry.ofPool(pool.name);
+  }
+
+  /**
+   * Boxes whose container reads exited and that have a checkpoint on record are paused with their
+   * memory released, not stopped (never started afresh by reviveStopped): what a checkpoint or a
+   * restore cut short by a crash came to is read from the engine. Known released boxes are left
+   * as they are (observe keeps them paused).
+   */
+  private async settleCheckpoints(pool: Pool): Promise<void> {
+    const runtime = pool.runtime();
+    const boxes = this.d.registry
+      .ofPool(pool.name)
+      .filter((b) => !b.memoryReleased && !b.stepping && b.status !== 'archived' && this.d.checkpoints.get(b.containerId));
+    await mapSettled(boxes, CLEANUP_PARALLELISM, async (b) => {
+      const entry = this.d.checkpoints.get(b.containerId)!;
+      const outcome = await checkpointOutcome(runtime, b.containerId, entry.name);
+      if (outcome === 'released') {
+        await this.d.checkpoints.set(b.containerId, { name: entry.name, state: 'checkpointed' });
+        b.memoryReleased = true;
+        b.status = 'paused';
+        this.d.log.info({ box: b.id, pool: pool.name }, 'recovered a box paused with its memory released');
+        return;
+      }
+      // Running: the checkpoint never happened, or its restore did. Stopped without it: its files are kept, its processes are not.
+      await this.d.checkpoints.set(b.containerId, undefined);
+      if (outcome === 'running') await runtime.removeCheckpoint?.(b.containerId, entry.name).catch(() => undefined);
+      this.d.log.warn({ box: b.id, pool: pool.name, outcome }, 'a checkpoint cut short settled');
+    });
   }
 
   /** An unreachable pool is logged where it is found and adopted later; anything else is logged here. */

@@ -112,6 +112,20 @@ export interface ListOptions {
  * - `archived`: no container, its filesystem and record kept in an archive (`archive()`, the idle
  *   ladder); any use restores it. docs/lifecycle.md.
  */
+/** What a paused box keeps in the host's memory (BoxInfo.pausedMemory). */
+export type PausedMemory = 'held' | 'released';
+
+/** `box.pause()`'s options. */
+export interface PauseOptions {
+  /**
+   * `hold` (default): the engine's freezer, memory kept, back in milliseconds. `release`: the box
+   * is checkpointed to disk with its processes, memory and open files, and its memory freed; it
+   * comes back where it was on any use (about a second). Pools on gVisor (`ociRuntime: runsc`)
+   * only; others are not_available.
+   */
+  memory?: 'hold' | 'release';
+}
+
 export type BoxStatus = 'creating' | 'running' | 'paused' | 'restarting' | 'stopped' | 'archived';
 export const BOX_STATUSES: readonly BoxStatus[] = ['creating', 'running', 'paused', 'restarting', 'stopped', 'archived'];
 
@@ -186,6 +200,12 @@ export interface BoxInfo {
    */
   exitCode: number | null;
   oomKilled: boolean;
+  /**
+   * What a paused box holds: `held` (frozen in place, its memory kept on the host) or `released`
+   * (`pause({ memory: 'release' })`: checkpointed to disk, no process and no memory on the host);
+   * null when the box is not paused.
+   */
+  pausedMemory: PausedMemory | null;
   /** Where the box may connect to now (its create's policy, or the last `setNetwork`'s), in canonical form. */
   networkPolicy: NetworkPolicy;
 }
@@ -218,6 +238,8 @@ export interface PoolInfo {
   /** Warm-pool templates (docs/warm-pools.md). */
   warm: WarmTemplate[];
   ociRuntime?: string;
+  /** What the Manager's own pauses (idle ladder, end of max lifetime) do with memory: present when `release` (PoolConfig.pauseMemory). */
+  pauseMemory?: 'hold' | 'release';
   pidsLimit?: number;
   maxMemory?: number;
   maxCpus?: number;

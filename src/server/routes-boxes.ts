@@ -32,6 +32,7 @@ import {
   replies,
   HeartbeatBodySchema,
   ProxyUrlBodySchema,
+  PauseBodySchema,
   RenewLifetimeBodySchema,
   VncUrlBodySchema,
   ListBoxesQuery,
@@ -166,10 +167,31 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
     },
   );
 
+  r.post(
+    '/v1/boxes/:id/pause',
+    {
+      schema: {
+        summary:
+          'Pause a box: freeze its processes in place (memory and files kept, no CPU), or with memory: release checkpoint it to disk; any use resumes it',
+        description:
+          "The answer's pausedMemory says which: held or released. A released box holds no memory on the host and comes back with its processes where they were (docs/lifecycle.md).",
+        tags: ['boxes'],
+        params: boxIdParam,
+        // A POST without a body (fastify reads it as null) is a plain pause.
+        body: PauseBodySchema.nullish(),
+        response: replies({ 200: BoxInfoSchema }, BOX_ERRORS),
+      },
+    },
+    async (req) => {
+      const box = await boxFor(ctx, req.caller, req.params.id);
+      await box.pause(req.body ?? {});
+      return box.info();
+    },
+  );
+
   // The lifecycle steps that answer the box as it is after them.
   for (const [verb, summary] of [
     ['start', 'Start a stopped box (a paused one is resumed)'],
-    ['pause', 'Pause a box: freeze its processes in place (memory and files kept, no CPU); any use resumes it'],
     ['resume', 'Resume a box: thaw a paused one, restore an archived one, start a stopped one; a running box is left as it is'],
     ['archive', 'Archive a box: save its filesystem and record, remove its container (processes end); any use or resume restores it'],
   ] as const) {

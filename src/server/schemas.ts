@@ -9,7 +9,7 @@ import { ExecOptionsSchema, ExecStreamOptionsSchema } from '../runtime/spec.js';
 import type { ExecResult } from '../runtime/types.js';
 import { AGENT_DELIVERY_CHOICES } from '../runtime/types.js';
 import { BOX_STATUSES } from '../sandbox/types.js';
-import type { BoxInfo, PoolInfo, SnapshotInfo } from '../sandbox/index.js';
+import type { BoxInfo, PauseOptions, PoolInfo, SnapshotInfo } from '../sandbox/index.js';
 import type { DirEntry, FileStat, ImportResult, Workspace, WorkspaceUsage } from '../workspace/index.js';
 import type { ErrorBody } from './errors.js';
 import type { ApiKeyInfo, CreatedKey } from './keys.js';
@@ -95,6 +95,19 @@ export const ProxyUrlBodySchema = z
 /** POST /v1/boxes/:id/renew-lifetime — box.renewLifetime()'s argument (the library checks it again). */
 export const RenewLifetimeBodySchema = z.object({ lifetimeMs: z.number().int().min(1).max(MAX_DURATION_MS) }).strict();
 
+/** POST /v1/boxes/:id/pause — box.pause()'s options (no body: hold). */
+export const PauseBodySchema = z
+  .object({
+    memory: z
+      .enum(['hold', 'release'])
+      .optional()
+      .describe(
+        'hold (default): frozen in place, memory kept. release: checkpointed to disk with its processes and memory, none left on the host; a use restores it (gVisor pools only, else 503 not_available, reason checkpoint_unsupported)',
+      ),
+  })
+  .strict();
+exact<Exact<z.infer<typeof PauseBodySchema>, PauseOptions>>(true);
+
 /** POST /v1/boxes/:id/vnc-url — box.vnc()'s options. */
 export const VncUrlBodySchema = z.object({ ttlMs: TokenTtlMsSchema }).strict();
 
@@ -152,6 +165,10 @@ export const BoxInfoSchema = z
     execPath: z.enum(['agent', 'engine']),
     exitCode: z.number().int().nullable(),
     oomKilled: z.boolean(),
+    pausedMemory: z
+      .enum(['held', 'released'])
+      .nullable()
+      .describe("a paused box's memory: held (frozen in place) or released (checkpointed to disk, none on the host); null unless paused"),
     networkPolicy: NetworkPolicyWireSchema,
   })
   .meta({ id: 'BoxInfo' });
@@ -238,6 +255,7 @@ export const PoolInfoSchema = z
     networkPolicy: NetworkPolicyWireSchema,
     warm: z.array(warmTemplateSchema),
     ociRuntime: z.string().optional(),
+    pauseMemory: z.enum(['hold', 'release']).optional(),
     pidsLimit: z.number().int().optional(),
     maxMemory: z.number().int().optional(),
     maxCpus: z.number().optional(),

@@ -36,7 +36,7 @@ import { DockerConnection } from './connection.js';
 import { DIAL_ANY_PORT_LABEL, toCreateOptions } from './container-config.js';
 import { toSbxError } from './errors.js';
 import { runBuffered, runStreaming } from './exec.js';
-import { AgentUnreachable, agentExec, agentExecStream, configureAgent, hasOomLine, probeAgent, tcpTarget } from '../agent-client.js';
+import { AgentUnreachable, agentExec, agentExecStream, configureAgent, dropKeptConnections, hasOomLine, probeAgent, tcpTarget } from '../agent-client.js';
 import type { AgentTarget } from '../agent-client.js';
 import { canCopyTool, copyTool, mountedTool } from './box-tool.js';
 import { AGENT_PORT, AGENT_TOKEN_ENV } from '../agent-protocol.js';
@@ -44,6 +44,7 @@ import { IMAGE_OWNER_LABEL } from '../types.js';
 import { formatImageRef, parseImageRef } from '../image-ref.js';
 import { AGENT_BIN, AGENT_LABEL, agentBoxOf, bridgeAddressOf, defaultAgentDir, imageConfigOf, injectAgent } from './agent-inject.js';
 import type { AgentBox, ImageConfig } from './agent-inject.js';
+import { DockerCheckpoints, checkpointRefusal, checkpointRefused } from './checkpoint.js';
 import { DockerImages } from './images.js';
 import { BoxIsolation, hostFirewallDefault } from './box-network.js';
 import { jsonLines } from './json-lines.js';
@@ -105,6 +106,8 @@ export class DockerRuntime implements Runtime {
   private knownRuntimes?: EngineRuntimes;
   /** Whether each box runs on gVisor, by the id the caller uses (learned at create or from one inspect). */
   private readonly onGvisor = new Map<string, boolean>();
+  /** The engine's checkpoint calls (checkpoint.ts): gVisor boxes only. */
+  private readonly checkpointer = new DockerCheckpoints(() => this.docker);
 
   /** @param options with, for tests only, `boxesPerNetwork`: how many boxes a create puts on one box network (box-network.ts). */
   constructor(addr: string | RuntimeAddress, options: RuntimeOptions & { boxesPerNetwork?: number } = {}) {
@@ -112,7 +115,7 @@ export class DockerRuntime implements Runtime {
     this.address = parsed.raw;
     this.parsedAddress = parsed;
     // Bind mounts name paths on the engine's machine: only a local socket means this machine.
-    this.capabilities = { hostMounts: parsed.transport === 'unix', egress: true };
+    this.capabilities = { hostMounts: parsed.transport === 'unix', egress: true, checkpoint: true };
     this.conn = new DockerConnection(parsed, options);
     this.egress = new DockerEgress(this.conn, {
       local: parsed.transport === 'unix',
@@ -187,14 +190,17 @@ export class DockerRuntime implements Runtime {
   private async isGvisor(name: string | undefined): Promise<boolean> {
     let known = this.engineRuntimes ? await this.engineRuntimes.catch(() => undefined) : undefined;
     if (!known || (name !== undefined && !known.all.has(name))) {
-      this.engineRuntimes = this.docker.info().then((info: { Runtimes?: Record<string, { path?: string; runtimeType?: string }>; DefaultRuntime?: string }) => {
-        const runtimes = Object.entries(info.Runtimes ?? {});
-        return (this.knownRuntimes = {
-          gvisor: new Set(runtimes.filter(([n, r]) => isGvisorRuntime(n, r)).map(([n]) => n)),
-          all: new Set(runtimes.map(([n]) => n)),
-          default: info.DefaultRuntime ?? 'runc',
+      this.engineRuntimes = this.docker
+        .info()
+        .then((info: { Runtimes?: Record<string, { path?: string; runtimeType?: string }>; DefaultRuntime?: string; ExperimentalBuild?: boolean }) => {
+          const runtimes = Object.entries(info.Runtimes ?? {});
+          return (this.knownRuntimes = {
+            gvisor: new Set(runtimes.filter(([n, r]) => isGvisorRuntime(n, r)).map(([n]) => n)),
+            all: new Set(runtimes.map(([n]) => n)),
+            default: info.DefaultRuntime ?? 'runc',
+            experimental: info.ExperimentalBuild === true,
+          });
         });
-      });
       try {
         known = await this.engineRuntimes;
       } catch (err) {
@@ -530,6 +536,60 @@ export class DockerRuntime implements Runtime {
     } catch (err) {
       if (/is not paused/i.test(String((err as Error).message))) return;
       this.fail(err, `container ${id}`);
+    }
+  }
+
+  async checkpoint(id: string, name: string): Promise<void> {
+    const c = await this.rawInspect(id);
+    const named = c.HostConfig?.Runtime || undefined;
+    const gvisor = await this.isGvisor(named);
+    const why = checkpointRefusal(named ?? this.knownRuntimes?.default ?? 'runc', gvisor, this.knownRuntimes?.experimental === true);
+    if (why) throw checkpointRefused(id, why);
+    if (!c.State.Running || c.State.Paused) {
+      throw new SbxError('conflict', `container ${id} is ${c.State.Status}: only a running container can be checkpointed`, {
+        details: { id, status: c.State.Status },
+      });
+    }
+    const box = this.agentBoxes.get(id);
+    if (box?.token && box.address) dropKeptConnections(tcpTarget(id, box.address, AGENT_PORT, box.token));
+    try {
+      await this.checkpointer.create(id, name);
+    } catch (err) {
+      this.fail(err, `container ${id}`);
+    }
+    // The engine answers as the checkpoint is written and learns of the sandbox's exit a moment
+    // later: until then the container reads running and a start from the checkpoint is refused.
+    await this.untilNotRunning(id);
+    // As at a stop: its address is free for the engine's next box, which must not get this box's rules.
+    await this.egress.release(id).catch(() => undefined);
+  }
+
+  async restoreCheckpoint(id: string, name: string): Promise<void> {
+    try {
+      await this.isolation.start(id, () => this.checkpointer.restore(id, name));
+    } catch (err) {
+      this.fail(err, `container ${id} from its checkpoint ${name}`);
+    }
+    // As after any start: the address is this start's, the egress rules follow it, and the agent
+    // (restored with the box, its listener in gVisor's netstack) answers before the first exec.
+    const started = await this.registerEgress(id);
+    const box = await this.agentBoxFor(id);
+    if (this.agentEnabled && box.token && !box.refused) await this.untilAgentListens(id, box, started);
+  }
+
+  async checkpoints(id: string): Promise<string[]> {
+    try {
+      return await this.checkpointer.list(id);
+    } catch (err) {
+      this.fail(err, `container ${id}`);
+    }
+  }
+
+  async removeCheckpoint(id: string, name: string): Promise<void> {
+    try {
+      await this.checkpointer.remove(id, name);
+    } catch (err) {
+      this.fail(err, `checkpoint ${name} of container ${id}`);
     }
   }
 
@@ -1115,11 +1175,12 @@ interface CpuSample {
   cpuPercent: number | null;
 }
 
-/** The engine's OCI runtimes: those that are gVisor, all of them, and the default. */
+/** The engine's OCI runtimes: those that are gVisor, all of them, the default; and whether its checkpoint API is on. */
 interface EngineRuntimes {
   gvisor: Set<string>;
   all: Set<string>;
   default: string;
+  experimental: boolean;
 }
 
 /** How old an earlier reading a one-shot stats read may measure its CPU rate from; older: the engine's two-sample read. */
