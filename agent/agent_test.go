@@ -74,6 +74,63 @@ func TestLookupUser(t *testing.T) {
 	}
 }
 
+// The passwd and group files are kept between execs only while their stamp is unchanged and
+// settled: every rewrite, in place or renamed in, of the same size or not, is seen.
+func TestColonFilesSeeEveryRewrite(t *testing.T) {
+	dir := t.TempDir()
+	passwdFile, groupFile = filepath.Join(dir, "passwd"), filepath.Join(dir, "group")
+	defer func() { passwdFile, groupFile = "/etc/passwd", "/etc/group"; colonSettle = 2 * time.Second }()
+	os.WriteFile(groupFile, []byte("root:x:0:\n"), 0o644)
+	uidOf := func() uint32 {
+		t.Helper()
+		cred, err := lookupUser("sandbox")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cred.uid
+	}
+	cached := func() bool {
+		colonFiles.mu.Lock()
+		defer colonFiles.mu.Unlock()
+		_, ok := colonFiles.m[passwdFile]
+		return ok
+	}
+	write := func(uid string) {
+		os.WriteFile(passwdFile, []byte("sandbox:x:"+uid+":1000::/home/sandbox:/bin/sh\n"), 0o644)
+	}
+
+	// A fresh file (ctime within colonSettle) is read at every lookup and never kept: a rewrite of
+	// the same size in the same clock tick leaves the same stamp.
+	write("1000")
+	if uidOf() != 1000 || cached() {
+		t.Fatal("a fresh passwd file was kept")
+	}
+	write("1001")
+	if uidOf() != 1001 {
+		t.Fatal("an in-place rewrite of the same size was missed")
+	}
+
+	// Settled files are kept, and each change of stamp reads them again.
+	colonSettle = 0
+	if uidOf() != 1001 || !cached() {
+		t.Fatal("a settled passwd file was not kept")
+	}
+	tmp := passwdFile + ".new"
+	os.WriteFile(tmp, []byte("sandbox:x:1002:1000::/home/sandbox:/bin/sh\n"), 0o644)
+	os.Rename(tmp, passwdFile) // a new inode, as useradd leaves it
+	if uidOf() != 1002 {
+		t.Fatal("a renamed-in passwd file was missed")
+	}
+	write("20000") // in place, another size
+	if uidOf() != 20000 {
+		t.Fatal("an in-place rewrite of another size was missed")
+	}
+	os.Remove(passwdFile)
+	if _, err := lookupUser("sandbox"); err == nil || cached() {
+		t.Fatalf("a removed passwd file still resolves: %v", err)
+	}
+}
+
 func TestParseInit(t *testing.T) {
 	cfg, err := parseInit([]string{"--user", "1000:1000", "--home", "--drop-caps", "5,7", "--", "sh", "-c", "x"})
 	if err != nil || cfg.user != "1000:1000" || !cfg.home || len(cfg.dropCaps) != 2 || strings.Join(cfg.cmd, " ") != "sh -c x" {

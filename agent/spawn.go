@@ -8,6 +8,14 @@ import (
 	"unsafe"
 )
 
+// The agent's own ids, which it never changes: read once, not at every exec (each os.Getpid,
+// os.Getuid and os.Getgid is a system call, tens of µs under gVisor).
+var (
+	selfPid = os.Getpid()
+	selfUid = os.Getuid()
+	selfGid = os.Getgid()
+)
+
 // spawnSpec is one process to start: already resolved (path, credentials, environment).
 type spawnSpec struct {
 	path  string
@@ -60,7 +68,7 @@ func (a *agent) start(spec spawnSpec, onExit func(syscall.WaitStatus)) (int, err
 	}
 	// The agent's own uid and gid need no setuid, and setgroups only when groups are asked for:
 	// a non-root agent (the image's user on Kubernetes) can start processes as itself.
-	same := spec.cred.uid == uint32(os.Getuid()) && spec.cred.gid == uint32(os.Getgid())
+	same := spec.cred.uid == uint32(selfUid) && spec.cred.gid == uint32(selfGid)
 	if !same || (!spec.cred.self && len(spec.cred.groups) > 0) {
 		sys.Credential = &syscall.Credential{Uid: spec.cred.uid, Gid: spec.cred.gid, Groups: spec.cred.groups}
 	}
