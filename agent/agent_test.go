@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -427,5 +428,59 @@ func TestKeptConnectionRunsExecsOneAfterAnother(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if f, err := readFrame(c, hdr); err == nil {
 		t.Fatalf("want the connection closed after an exec without keep, got frame %#x", f.typ)
+	}
+}
+
+// An exec started by vforkStart: no signal blocked, none caught, the ignored ones the agent's
+// (execve's reset, after the trampoline unblocked what the child kept blocked), the exec's
+// credentials and groups; a failure before the trampoline runs comes back as its errno.
+func TestVforkStartsCleanProcesses(t *testing.T) {
+	a := testAgent(t)
+	if !a.spawner.vfork {
+		t.Skip("execs start with syscall.ForkExec here")
+	}
+	cred := credential{uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), self: true}
+	want := map[string]string{"SigBlk": "0000000000000000", "SigCgt": "0000000000000000"}
+	if os.Getuid() == 0 {
+		cred = credential{uid: 1000, gid: 1001, groups: []uint32{2000, 2001}}
+		want["Uid"], want["Gid"], want["Groups"] = "1000\t1000\t1000\t1000", "1001\t1001\t1001\t1001", "2000 2001"
+	}
+	self, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(self), "\n") {
+		if k, v, _ := strings.Cut(line, ":"); k == "SigIgn" {
+			want["SigIgn"] = strings.TrimSpace(v)
+		}
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	done := make(chan syscall.WaitStatus, 1)
+	_, err = a.start(spawnSpec{path: "/bin/cat", argv: []string{"cat", "/proc/self/status"}, dir: "/", cred: cred, files: [3]uintptr{0, w.Fd(), 2}}, func(ws syscall.WaitStatus) { done <- ws })
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(r)
+	<-done
+	got := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			got[k] = strings.TrimSpace(v)
+		}
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: got %q, want %q", k, got[k], v)
+		}
+	}
+
+	_, err = a.start(spawnSpec{path: "/bin/cat", argv: []string{"cat"}, dir: "/no/such/dir", cred: cred, files: [3]uintptr{0, 1, 2}}, func(ws syscall.WaitStatus) { done <- ws })
+	if !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("chdir to a missing directory: want ENOENT, got %v", err)
+	}
+	if ws := <-done; ws.ExitStatus() != 253 {
+		t.Fatalf("the child that could not chdir: exit %v, want 253", ws)
 	}
 }

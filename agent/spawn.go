@@ -34,10 +34,16 @@ type spawnSpec struct {
 // has no memfd, losing only the subreaper).
 type spawner struct {
 	memfd int
+	// vfork: the trampoline starts with vforkStart (no signal reset in the child), unless the
+	// architecture has no rawVfork or the Go runtime raised the agent's RLIMIT_NOFILE (to its
+	// hard limit less one): then ForkExec, which puts the box's own soft limit back in the child.
+	vfork bool
 }
 
 func newSpawner() *spawner {
 	s := &spawner{memfd: -1}
+	var lim syscall.Rlimit
+	s.vfork = vforkArch && syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil && lim.Cur != lim.Max-1
 	name := []byte("sbx-exec\x00")
 	fd, _, e := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(&name[0])), 1 /* MFD_CLOEXEC */, 0)
 	if e != 0 {
@@ -74,14 +80,20 @@ func (a *agent) start(spec spawnSpec, onExit func(syscall.WaitStatus)) (int, err
 	}
 	path, argv := spec.path, spec.argv
 	files := []uintptr{spec.files[0], spec.files[1], spec.files[2]}
-	if a.spawner.memfd >= 0 && !spec.direct {
+	trampoline := a.spawner.memfd >= 0 && !spec.direct
+	if trampoline {
 		path = "/proc/self/fd/3"
 		argv = append([]string{spec.path}, spec.argv...)
 		files = append(files, uintptr(a.spawner.memfd), uintptr(w))
 	}
-	attr := &syscall.ProcAttr{Dir: spec.dir, Env: spec.env, Files: files, Sys: sys}
 	a.procMu.Lock()
-	pid, err := syscall.ForkExec(path, argv, attr)
+	var pid int
+	var err error
+	if trampoline && a.spawner.vfork {
+		pid, err = vforkStart(path, argv, spec.env, spec.dir, sys.Credential, spec.tty, [5]int{int(files[0]), int(files[1]), int(files[2]), int(files[3]), int(files[4])})
+	} else {
+		pid, err = syscall.ForkExec(path, argv, &syscall.ProcAttr{Dir: spec.dir, Env: spec.env, Files: files, Sys: sys})
+	}
 	if err == nil {
 		a.waiters[pid] = onExit
 	}
@@ -91,7 +103,7 @@ func (a *agent) start(spec spawnSpec, onExit func(syscall.WaitStatus)) (int, err
 		syscall.Close(r)
 		return 0, err
 	}
-	if a.spawner.memfd < 0 || spec.direct {
+	if !trampoline {
 		syscall.Close(r)
 		return pid, nil
 	}
