@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -30,14 +31,18 @@ type spawnSpec struct {
 	direct bool
 }
 
-// spawner starts processes through the trampoline in a memfd (or directly when the kernel
-// has no memfd, losing only the subreaper).
+// spawner starts an exec's process as a child subreaper, best way first (fork below): a vfork
+// child that executes the target itself (clone3, spawn_vfork.go), else through the trampoline
+// in a memfd (trampoline.go), else directly (no memfd: losing only the subreaper).
 type spawner struct {
 	memfd int
-	// vfork: the trampoline starts with vforkStart (no signal reset in the child), unless the
-	// architecture has no rawVfork or the Go runtime raised the agent's RLIMIT_NOFILE (to its
-	// hard limit less one): then ForkExec, which puts the box's own soft limit back in the child.
+	// vfork: execs start with vforkStart (no signal reset in the child), unless the architecture
+	// has no rawVforkSyscall or the Go runtime raised the agent's RLIMIT_NOFILE (to its hard limit less
+	// one): then ForkExec, which puts the box's own soft limit back in the child.
 	vfork bool
+	// noClone3: clone3 with CLONE_CLEAR_SIGHAND was refused once (an old kernel, Docker's
+	// default seccomp profile): vforkStart's trampoline way from then on.
+	noClone3 atomic.Bool
 }
 
 func newSpawner() *spawner {
@@ -78,22 +83,8 @@ func (a *agent) start(spec spawnSpec, onExit func(syscall.WaitStatus)) (int, err
 	if !same || (!spec.cred.self && len(spec.cred.groups) > 0) {
 		sys.Credential = &syscall.Credential{Uid: spec.cred.uid, Gid: spec.cred.gid, Groups: spec.cred.groups}
 	}
-	path, argv := spec.path, spec.argv
-	files := []uintptr{spec.files[0], spec.files[1], spec.files[2]}
-	trampoline := a.spawner.memfd >= 0 && !spec.direct
-	if trampoline {
-		path = "/proc/self/fd/3"
-		argv = append([]string{spec.path}, spec.argv...)
-		files = append(files, uintptr(a.spawner.memfd), uintptr(w))
-	}
 	a.procMu.Lock()
-	var pid int
-	var err error
-	if trampoline && a.spawner.vfork {
-		pid, err = vforkStart(path, argv, spec.env, spec.dir, sys.Credential, spec.tty, [5]int{int(files[0]), int(files[1]), int(files[2]), int(files[3]), int(files[4])})
-	} else {
-		pid, err = syscall.ForkExec(path, argv, &syscall.ProcAttr{Dir: spec.dir, Env: spec.env, Files: files, Sys: sys})
-	}
+	pid, piped, err := a.fork(spec, sys, w)
 	if err == nil {
 		a.waiters[pid] = onExit
 	}
@@ -103,7 +94,7 @@ func (a *agent) start(spec spawnSpec, onExit func(syscall.WaitStatus)) (int, err
 		syscall.Close(r)
 		return 0, err
 	}
-	if !trampoline {
+	if !piped {
 		syscall.Close(r)
 		return pid, nil
 	}
@@ -114,6 +105,34 @@ func (a *agent) start(spec spawnSpec, onExit func(syscall.WaitStatus)) (int, err
 		return pid, syscall.Errno(binary.LittleEndian.Uint32(b[:]))
 	}
 	return pid, nil
+}
+
+// fork starts spec with one of the ways below, best first; piped: the child reports a failure
+// to start the target on w (4 bytes, the errno), and a successful execve closes it.
+func (a *agent) fork(spec spawnSpec, sys *syscall.SysProcAttr, w int) (pid int, piped bool, err error) {
+	s := a.spawner
+	fds := []int{int(spec.files[0]), int(spec.files[1]), int(spec.files[2])}
+	trampoline := append([]string{spec.path}, spec.argv...)
+	if !spec.direct && s.vfork {
+		if !s.noClone3.Load() {
+			pid, err := vforkStart(spec.path, spec.argv, spec.env, spec.dir, sys.Credential, spec.tty, fds, w, true)
+			if err != errNoClone3 {
+				return pid, true, err
+			}
+			s.noClone3.Store(true)
+		}
+		if s.memfd >= 0 {
+			pid, err := vforkStart("/proc/self/fd/3", trampoline, spec.env, spec.dir, sys.Credential, spec.tty, append(fds, s.memfd, w), w, false)
+			return pid, true, err
+		}
+	}
+	files := []uintptr{spec.files[0], spec.files[1], spec.files[2]}
+	if s.memfd >= 0 && !spec.direct {
+		pid, err := syscall.ForkExec("/proc/self/fd/3", trampoline, &syscall.ProcAttr{Dir: spec.dir, Env: spec.env, Files: append(files, uintptr(s.memfd), uintptr(w)), Sys: sys})
+		return pid, true, err
+	}
+	pid, err = syscall.ForkExec(spec.path, spec.argv, &syscall.ProcAttr{Dir: spec.dir, Env: spec.env, Files: files, Sys: sys})
+	return pid, false, err
 }
 
 func readFull(fd int, b []byte) (int, error) {

@@ -1,38 +1,58 @@
 package main
 
 import (
+	"errors"
 	"runtime"
 	"syscall"
 	"unsafe"
 )
 
-// Starting the trampoline without Go's ForkExec. Go's child resets every signal handler the
-// runtime installed (56 rt_sigaction, ~1.6 ms under gVisor at ~29 µs a system call) because it
-// unblocks signals before execve, and a handler must not run in a child that shares the parent's
-// memory. Here the child keeps every signal blocked up to execve, which puts every handled
-// signal back to its default itself, and the trampoline (trampoline_amd64.go) unblocks them as
-// its first step: no handler can run in between, and a signal sent meanwhile stays pending and
-// is delivered to the target as it would have been. The rest is Go's child as the agent uses it:
-// setsid, the credentials, chdir, the five descriptors, the controlling terminal, execve.
+// Starting execs without Go's ForkExec child (amd64). Go's child resets every signal handler
+// the runtime installed (56 rt_sigaction, ~1.6 ms under gVisor at ~29 µs a system call) because
+// it unblocks signals before execve, and a handler must not run in a child that shares the
+// parent's memory. Two ways around it, both vfork children that call nothing but system calls:
+//
+//   - clear (clone3 with CLONE_CLEAR_SIGHAND: Linux 5.5, gVisor): the child starts with the
+//     default handlers, so it unblocks signals at once, makes itself a child subreaper (what the
+//     trampoline does) and executes the target itself: one execve per exec instead of two.
+//   - trampoline (vfork; where clone3 is refused, as Docker's default seccomp profile does):
+//     the child keeps every signal blocked through execve, which resets every handled signal to
+//     its default itself, and the trampoline (trampoline_amd64.go) unblocks them first.
+//
+// Either way no handler can run in the child, and a signal sent meanwhile stays pending and is
+// delivered to the target as it would have been. The rest is Go's child as the agent uses it:
+// setsid, the credentials, chdir, the descriptors, the controlling terminal, execve; a failure
+// is written to the error pipe (4 bytes, the errno) as the trampoline writes its own, and the
+// child exits 127.
+
+// errNoClone3 says that this kernel (or its seccomp filter) refuses clone3 with
+// CLONE_CLEAR_SIGHAND: no child was made; the trampoline's way is left.
+var errNoClone3 = errors.New("clone3 with CLONE_CLEAR_SIGHAND refused")
 
 // vforkPlan is everything the child needs, prepared by the parent: the child calls nothing
 // but system calls (no allocation, no stack growth, no runtime).
 type vforkPlan struct {
 	path, dir  *byte
 	argv, envv []*byte
-	fds        [5]int // the exec's stdin, stdout, stderr, the trampoline's memfd, the error pipe
+	fds        [5]int // the exec's stdin, stdout, stderr (and the trampoline's memfd and error pipe)
+	nfds       int
+	pipe       int  // the error pipe (close-on-exec)
+	clear      bool // clone3 with CLONE_CLEAR_SIGHAND, the target executed directly
 	cred       bool
 	uid, gid   uintptr
 	groups     []uint32
 	ctty       bool
 	all, old   uint64 // signal masks
+	none       uint64
 	errno      uint32
+	clone      [8]uint64 // struct clone_args (CLONE_ARGS_SIZE_VER0)
 }
 
-// vforkStart starts the trampoline with fds (see vforkPlan.fds); errors of the child before the
-// trampoline runs are written to the error pipe as the trampoline writes its own.
-func vforkStart(path string, argv, env []string, dir string, c *syscall.Credential, ctty bool, fds [5]int) (int, error) {
-	p := &vforkPlan{fds: fds, ctty: ctty, all: ^uint64(0)}
+// vforkStart starts path (the target itself when clear, else the trampoline) with fds on
+// 0..len(fds)-1 and pipe as its error pipe.
+func vforkStart(path string, argv, env []string, dir string, c *syscall.Credential, ctty bool, fds []int, pipe int, clear bool) (int, error) {
+	p := &vforkPlan{pipe: pipe, clear: clear, ctty: ctty, all: ^uint64(0)}
+	p.nfds = copy(p.fds[:], fds)
 	var err error
 	if p.path, err = syscall.BytePtrFromString(path); err != nil {
 		return 0, err
@@ -49,6 +69,10 @@ func vforkStart(path string, argv, env []string, dir string, c *syscall.Credenti
 	if c != nil {
 		p.cred, p.uid, p.gid, p.groups = true, uintptr(c.Uid), uintptr(c.Gid), c.Groups
 	}
+	if clear {
+		p.clone[0] = 0x100 | 0x4000 | 0x100000000 // CLONE_VM|CLONE_VFORK|CLONE_CLEAR_SIGHAND
+		p.clone[4] = uint64(syscall.SIGCHLD)      // exit_signal
+	}
 	// The signal mask is the thread's: block, fork and restore on one thread, with no descriptor
 	// opened meanwhile without close-on-exec (ForkLock, as ForkExec takes it).
 	runtime.LockOSThread()
@@ -64,13 +88,16 @@ func vforkStart(path string, argv, env []string, dir string, c *syscall.Credenti
 	syscall.ForkLock.Unlock()
 	runtime.KeepAlive(p)
 	if errno != 0 {
+		if clear && (errno == syscall.ENOSYS || errno == syscall.EINVAL || errno == syscall.EPERM || errno == syscall.E2BIG) {
+			return 0, errNoClone3
+		}
 		return 0, errno
 	}
 	return int(pid), nil
 }
 
 // vforkExec forks; in the child it sets up and executes p, or writes the errno to p's error
-// pipe and exits 253. In the parent it returns once the child has executed or exited.
+// pipe and exits 127. In the parent it returns once the child has executed or exited.
 // nosplit and norace, as syscall's own child: the child shares the parent's memory and stack,
 // so it must not grow the stack, allocate or enter the runtime.
 //
@@ -81,17 +108,31 @@ func vforkExec(p *vforkPlan) (pid uintptr, errno syscall.Errno) {
 		err1   syscall.Errno
 		i      int
 		nextfd int
-		pipe   int
 		ngrp   uintptr
 		grp    uintptr
+		r1, e  uintptr
 	)
-	r1, e := rawVfork()
+	if p.clear {
+		r1, e = rawVforkSyscall(435 /* SYS_clone3 */, uintptr(unsafe.Pointer(&p.clone)), unsafe.Sizeof(p.clone))
+	} else {
+		r1, e = rawVforkSyscall(syscall.SYS_CLONE, 0x100|0x4000|uintptr(syscall.SIGCHLD) /* CLONE_VM|CLONE_VFORK */, 0)
+	}
 	if e != 0 || r1 != 0 {
 		return r1, syscall.Errno(e)
 	}
 
-	// The child. Every signal is blocked until the trampoline unblocks them.
-	pipe = p.fds[4]
+	// The child.
+	if p.clear {
+		// Its handlers are the defaults already: signals can come.
+		if _, _, err1 = syscall.RawSyscall6(syscall.SYS_RT_SIGPROCMASK, 2, uintptr(unsafe.Pointer(&p.none)), 0, 8, 0, 0); err1 != 0 {
+			goto childerror
+		}
+		// A child subreaper (kept across execve): every orphan of the exec's tree stays its
+		// descendant, where the agent's kill finds it.
+		if _, _, err1 = syscall.RawSyscall(syscall.SYS_PRCTL, 36 /* PR_SET_CHILD_SUBREAPER */, 1, 0); err1 != 0 {
+			goto childerror
+		}
+	}
 	if _, _, err1 = syscall.RawSyscall(syscall.SYS_SETSID, 0, 0, 0); err1 != 0 {
 		goto childerror
 	}
@@ -113,15 +154,26 @@ func vforkExec(p *vforkPlan) (pid uintptr, errno syscall.Errno) {
 	if _, _, err1 = syscall.RawSyscall(syscall.SYS_CHDIR, uintptr(unsafe.Pointer(p.dir)), 0, 0); err1 != 0 {
 		goto childerror
 	}
-	// The descriptors onto 0..4, as ForkExec does: first move up any that a lower slot would
-	// overwrite, then dup each onto its slot (not close-on-exec).
-	nextfd = len(p.fds)
-	for i = 0; i < len(p.fds); i++ {
+	// The descriptors onto 0..nfds-1, as ForkExec does: first move the error pipe and any
+	// descriptor a lower slot would overwrite above them all, then dup each onto its slot (not
+	// close-on-exec).
+	nextfd = p.nfds
+	for i = 0; i < p.nfds; i++ {
 		if p.fds[i] >= nextfd {
 			nextfd = p.fds[i] + 1
 		}
 	}
-	for i = 0; i < len(p.fds); i++ {
+	if p.pipe >= nextfd {
+		nextfd = p.pipe + 1
+	}
+	if p.pipe < p.nfds {
+		if _, _, err1 = syscall.RawSyscall(syscall.SYS_DUP3, uintptr(p.pipe), uintptr(nextfd), syscall.O_CLOEXEC); err1 != 0 {
+			goto childerror
+		}
+		p.pipe = nextfd
+		nextfd++
+	}
+	for i = 0; i < p.nfds; i++ {
 		if p.fds[i] < i {
 			if _, _, err1 = syscall.RawSyscall(syscall.SYS_DUP3, uintptr(p.fds[i]), uintptr(nextfd), syscall.O_CLOEXEC); err1 != 0 {
 				goto childerror
@@ -130,8 +182,7 @@ func vforkExec(p *vforkPlan) (pid uintptr, errno syscall.Errno) {
 			nextfd++
 		}
 	}
-	pipe = p.fds[4] // moved or not, slot 4's source is dup'ed last and stays open
-	for i = 0; i < len(p.fds); i++ {
+	for i = 0; i < p.nfds; i++ {
 		if p.fds[i] == i {
 			_, _, err1 = syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(i), syscall.F_SETFD, 0)
 		} else {
@@ -150,8 +201,8 @@ func vforkExec(p *vforkPlan) (pid uintptr, errno syscall.Errno) {
 
 childerror:
 	p.errno = uint32(err1)
-	syscall.RawSyscall(syscall.SYS_WRITE, uintptr(pipe), uintptr(unsafe.Pointer(&p.errno)), 4)
+	syscall.RawSyscall(syscall.SYS_WRITE, uintptr(p.pipe), uintptr(unsafe.Pointer(&p.errno)), 4)
 	for {
-		syscall.RawSyscall(syscall.SYS_EXIT, 253, 0, 0)
+		syscall.RawSyscall(syscall.SYS_EXIT, 127, 0, 0)
 	}
 }

@@ -2,7 +2,9 @@
 
 package main
 
-// rawVfork is not written for this architecture: execs start with syscall.ForkExec.
-func rawVfork() (pid uintptr, errno uintptr) { return ^uintptr(0), uintptr(38) /* ENOSYS */ }
+// rawVforkSyscall is not written for this architecture: execs start with syscall.ForkExec.
+func rawVforkSyscall(trap, a1, a2 uintptr) (r1, errno uintptr) {
+	return ^uintptr(0), uintptr(38) /* ENOSYS */
+}
 
 const vforkArch = false
