@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -74,6 +75,63 @@ func TestLookupUser(t *testing.T) {
 	}
 }
 
+// The passwd and group files are kept between execs only while their stamp is unchanged and
+// settled: every rewrite, in place or renamed in, of the same size or not, is seen.
+func TestColonFilesSeeEveryRewrite(t *testing.T) {
+	dir := t.TempDir()
+	passwdFile, groupFile = filepath.Join(dir, "passwd"), filepath.Join(dir, "group")
+	defer func() { passwdFile, groupFile = "/etc/passwd", "/etc/group"; colonSettle = 2 * time.Second }()
+	os.WriteFile(groupFile, []byte("root:x:0:\n"), 0o644)
+	uidOf := func() uint32 {
+		t.Helper()
+		cred, err := lookupUser("sandbox")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cred.uid
+	}
+	cached := func() bool {
+		colonFiles.mu.Lock()
+		defer colonFiles.mu.Unlock()
+		_, ok := colonFiles.m[passwdFile]
+		return ok
+	}
+	write := func(uid string) {
+		os.WriteFile(passwdFile, []byte("sandbox:x:"+uid+":1000::/home/sandbox:/bin/sh\n"), 0o644)
+	}
+
+	// A fresh file (ctime within colonSettle) is read at every lookup and never kept: a rewrite of
+	// the same size in the same clock tick leaves the same stamp.
+	write("1000")
+	if uidOf() != 1000 || cached() {
+		t.Fatal("a fresh passwd file was kept")
+	}
+	write("1001")
+	if uidOf() != 1001 {
+		t.Fatal("an in-place rewrite of the same size was missed")
+	}
+
+	// Settled files are kept, and each change of stamp reads them again.
+	colonSettle = 0
+	if uidOf() != 1001 || !cached() {
+		t.Fatal("a settled passwd file was not kept")
+	}
+	tmp := passwdFile + ".new"
+	os.WriteFile(tmp, []byte("sandbox:x:1002:1000::/home/sandbox:/bin/sh\n"), 0o644)
+	os.Rename(tmp, passwdFile) // a new inode, as useradd leaves it
+	if uidOf() != 1002 {
+		t.Fatal("a renamed-in passwd file was missed")
+	}
+	write("20000") // in place, another size
+	if uidOf() != 20000 {
+		t.Fatal("an in-place rewrite of another size was missed")
+	}
+	os.Remove(passwdFile)
+	if _, err := lookupUser("sandbox"); err == nil || cached() {
+		t.Fatalf("a removed passwd file still resolves: %v", err)
+	}
+}
+
 func TestParseInit(t *testing.T) {
 	cfg, err := parseInit([]string{"--user", "1000:1000", "--home", "--drop-caps", "5,7", "--", "sh", "-c", "x"})
 	if err != nil || cfg.user != "1000:1000" || !cfg.home || len(cfg.dropCaps) != 2 || strings.Join(cfg.cmd, " ") != "sh -c x" {
@@ -117,8 +175,29 @@ func testAgent(t *testing.T) *agent {
 	return a
 }
 
-func TestTrampolineMakesTheExecASubreaper(t *testing.T) {
-	a := testAgent(t)
+// eachWay runs a test of the exec's spawn once for each way vforkStart has: clone3 (the target
+// executed by the child itself) and the trampoline (where clone3 is refused).
+func eachWay(t *testing.T, test func(t *testing.T, a *agent)) {
+	t.Run("clone3", func(t *testing.T) {
+		a := testAgent(t)
+		if !a.spawner.vfork {
+			t.Skip("execs start with syscall.ForkExec here")
+		}
+		test(t, a)
+		if a.spawner.noClone3.Load() {
+			t.Skip("clone3 with CLONE_CLEAR_SIGHAND is refused here: the trampoline's way ran")
+		}
+	})
+	t.Run("trampoline", func(t *testing.T) {
+		a := testAgent(t)
+		a.spawner.noClone3.Store(true)
+		test(t, a)
+	})
+}
+
+func TestTrampolineMakesTheExecASubreaper(t *testing.T) { eachWay(t, testExecIsASubreaper) }
+
+func testExecIsASubreaper(t *testing.T, a *agent) {
 	done := make(chan syscall.WaitStatus, 1)
 	cred := credential{uid: uint32(os.Getuid()), gid: uint32(os.Getgid())}
 	// A double fork: the subshell exits at once, orphaning the sleep.
@@ -170,8 +249,9 @@ func TestTrampolineMakesTheExecASubreaper(t *testing.T) {
 	}
 }
 
-func TestTrampolineReportsExecErrors(t *testing.T) {
-	a := testAgent(t)
+func TestTrampolineReportsExecErrors(t *testing.T) { eachWay(t, testExecErrors) }
+
+func testExecErrors(t *testing.T, a *agent) {
 	done := make(chan syscall.WaitStatus, 1)
 	cred := credential{uid: uint32(os.Getuid()), gid: uint32(os.Getgid())}
 	dir := t.TempDir()
@@ -370,5 +450,61 @@ func TestKeptConnectionRunsExecsOneAfterAnother(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if f, err := readFrame(c, hdr); err == nil {
 		t.Fatalf("want the connection closed after an exec without keep, got frame %#x", f.typ)
+	}
+}
+
+// An exec started by vforkStart: no signal blocked, none caught, the ignored ones the agent's
+// (clone3's CLONE_CLEAR_SIGHAND, or execve's reset after which the trampoline unblocks what the
+// child kept blocked), the exec's credentials and groups; a failure before the target runs
+// comes back as its errno.
+func TestVforkStartsCleanProcesses(t *testing.T) { eachWay(t, testCleanProcesses) }
+
+func testCleanProcesses(t *testing.T, a *agent) {
+	if !a.spawner.vfork {
+		t.Skip("execs start with syscall.ForkExec here")
+	}
+	cred := credential{uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), self: true}
+	want := map[string]string{"SigBlk": "0000000000000000", "SigCgt": "0000000000000000"}
+	if os.Getuid() == 0 {
+		cred = credential{uid: 1000, gid: 1001, groups: []uint32{2000, 2001}}
+		want["Uid"], want["Gid"], want["Groups"] = "1000\t1000\t1000\t1000", "1001\t1001\t1001\t1001", "2000 2001"
+	}
+	self, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(self), "\n") {
+		if k, v, _ := strings.Cut(line, ":"); k == "SigIgn" {
+			want["SigIgn"] = strings.TrimSpace(v)
+		}
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	done := make(chan syscall.WaitStatus, 1)
+	_, err = a.start(spawnSpec{path: "/bin/cat", argv: []string{"cat", "/proc/self/status"}, dir: "/", cred: cred, files: [3]uintptr{0, w.Fd(), 2}}, func(ws syscall.WaitStatus) { done <- ws })
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(r)
+	<-done
+	got := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			got[k] = strings.TrimSpace(v)
+		}
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: got %q, want %q", k, got[k], v)
+		}
+	}
+
+	_, err = a.start(spawnSpec{path: "/bin/cat", argv: []string{"cat"}, dir: "/no/such/dir", cred: cred, files: [3]uintptr{0, 1, 2}}, func(ws syscall.WaitStatus) { done <- ws })
+	if !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("chdir to a missing directory: want ENOENT, got %v", err)
+	}
+	if ws := <-done; ws.ExitStatus() != 127 {
+		t.Fatalf("the child that could not chdir: exit %v, want 127", ws)
 	}
 }

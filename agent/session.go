@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -9,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -28,6 +30,8 @@ const (
 	helloWait = 10 * time.Second
 	// How long a kept connection may wait for its next START (the host drops idle ones sooner).
 	keepIdle = 60 * time.Second
+	// frameBuf: the read buffer of a host connection, enough for a HELLO and a START together.
+	frameBuf = 4096
 )
 
 // hostConn is a connection from the host: TCP, straight from the host to the box's address
@@ -76,8 +80,11 @@ func (a *agent) handle(c hostConn, token string) {
 		return
 	}
 	hdr := make([]byte, 5)
+	// Frames are read through a buffer: a HELLO and the START sent with it (a kept connection's
+	// next exec), headers and payloads, come in one read instead of one each.
+	in := bufio.NewReaderSize(c, frameBuf)
 	_ = c.SetReadDeadline(time.Now().Add(helloWait))
-	f, err := readFrame(c, hdr)
+	f, err := readFrame(in, hdr)
 	if err != nil {
 		return
 	}
@@ -104,10 +111,10 @@ func (a *agent) handle(c hostConn, token string) {
 		fail("version", "", fmt.Sprintf("sbx-agent %s speaks protocol %d; the host offered %v", AgentVersion, ProtocolVersion, hello.Versions))
 		return
 	}
-	if err := fw.writeJSON(fHelloOK, helloResp{Version: ProtocolVersion, Versions: []int{ProtocolVersion}, Agent: AgentVersion, Pid: os.Getpid()}); err != nil {
+	if err := fw.writeJSON(fHelloOK, helloResp{Version: ProtocolVersion, Versions: []int{ProtocolVersion}, Agent: AgentVersion, Pid: selfPid}); err != nil {
 		return
 	}
-	f, err = readFrame(c, hdr)
+	f, err = readFrame(in, hdr)
 	if err != nil {
 		return // a probe: HELLO only
 	}
@@ -148,7 +155,7 @@ func (a *agent) handle(c hostConn, token string) {
 			_ = fw.writeJSON(fError, e)
 			return
 		}
-		next, ok := ex.serve(c, hdr)
+		next, ok := ex.serve(c, in, hdr)
 		if !ok {
 			return
 		}
@@ -159,9 +166,9 @@ func (a *agent) handle(c hostConn, token string) {
 // serve reads the host's frames for a running exec. It returns the next START when the exec
 // was kept (its START said keep) and the host sent one after its EXIT; false when the
 // connection is done.
-func (ex *execProc) serve(c hostConn, hdr []byte) (frame, bool) {
+func (ex *execProc) serve(c hostConn, in io.Reader, hdr []byte) (frame, bool) {
 	for {
-		f, err := readFrame(c, hdr)
+		f, err := readFrame(in, hdr)
 		if err != nil {
 			break
 		}
@@ -171,7 +178,7 @@ func (ex *execProc) serve(c hostConn, hdr []byte) (frame, bool) {
 			// the START is read: the host learns the agent is still there (or gives up on a
 			// silent connection before anything ran).
 			if ex.keep && ex.exited.Load() {
-				_ = ex.fw.writeJSON(fHelloOK, helloResp{Version: ProtocolVersion, Versions: []int{ProtocolVersion}, Agent: AgentVersion, Pid: os.Getpid()})
+				_ = ex.fw.writeJSON(fHelloOK, helloResp{Version: ProtocolVersion, Versions: []int{ProtocolVersion}, Agent: AgentVersion, Pid: selfPid})
 			}
 		case fStart:
 			if !ex.keep {
@@ -253,7 +260,7 @@ func (a *agent) startExec(req startReq, fw *frameWriter, conn hostConn) (*execPr
 	if err != nil {
 		return nil, &errorResp{Code: "invalid_argument", Field: "user", Message: err.Error()}
 	}
-	if uid := os.Getuid(); uid != 0 && (cred.uid != uint32(uid) || cred.gid != uint32(os.Getgid())) {
+	if uid := selfUid; uid != 0 && (cred.uid != uint32(uid) || cred.gid != uint32(selfGid)) {
 		// Kubernetes without a box user: the agent is the image's user and cannot switch.
 		return nil, &errorResp{Code: "not_available", Field: "user", Message: fmt.Sprintf(
 			"user %q: the box runs as uid %d, not root, so its processes cannot switch users; create the box with a user to run execs as others", userSpec, uid)}
@@ -263,20 +270,17 @@ func (a *agent) startExec(req startReq, fw *frameWriter, conn hostConn) (*execPr
 	if dir == "" {
 		dir = a.defaultDir
 	}
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		why := "not a directory"
-		if err != nil {
-			why = err.Error()
-		}
-		return nil, &errorResp{Code: "invalid_argument", Field: "workDir", Message: fmt.Sprintf("chdir to %s: %s", dir, why)}
-	}
 	path, err := lookPath(req.Argv[0], envValue(env, "PATH"), dir)
 	if err != nil {
+		if e := badWorkDir(dir); e != nil {
+			return nil, e
+		}
 		return nil, &errorResp{Code: "not_found", Field: "cmd", Message: err.Error()}
 	}
 
 	ex := &execProc{a: a, fw: fw, conn: conn, keep: req.Keep, status: make(chan syscall.WaitStatus, 1), done: make(chan struct{}), qready: make(chan struct{}, 1)}
-	var child []*os.File
+	var childFile *os.File // the terminal's slave
+	var childFds []int     // the pipes' ends for the process
 	var files [3]uintptr
 	if req.Tty {
 		m, s, err := openPty(req.Cols, req.Rows, cred.uid, cred.gid)
@@ -284,45 +288,50 @@ func (a *agent) startExec(req startReq, fw *frameWriter, conn hostConn) (*execPr
 			return nil, &errorResp{Code: "internal", Message: err.Error()}
 		}
 		ex.master, ex.stdin, ex.outs = m, m, []*os.File{m}
-		child = []*os.File{s}
+		childFile = s
 		files = [3]uintptr{s.Fd(), s.Fd(), s.Fd()}
 	} else {
-		var closeAll = func(fs ...*os.File) {
+		closeAll := func(fs ...*os.File) {
 			for _, f := range fs {
 				if f != nil {
 					f.Close()
 				}
 			}
+			for _, fd := range childFds {
+				syscall.Close(fd)
+			}
 		}
 		inFd := a.devNull.Fd()
-		var inR *os.File
 		if req.Stdin {
-			r, w, err := os.Pipe()
+			w, r, err := childPipe(false)
 			if err != nil {
 				return nil, &errorResp{Code: "internal", Message: err.Error()}
 			}
-			ex.stdin, inR = w, r
-			inFd = r.Fd()
-			child = append(child, r)
+			ex.stdin = w
+			inFd = uintptr(r)
+			childFds = append(childFds, r)
 		}
-		outR, outW, err := os.Pipe()
+		outR, outW, err := childPipe(true)
 		if err != nil {
-			closeAll(inR, ex.stdin)
+			closeAll(ex.stdin)
 			return nil, &errorResp{Code: "internal", Message: err.Error()}
 		}
-		errR, errW, err := os.Pipe()
+		childFds = append(childFds, outW)
+		errR, errW, err := childPipe(true)
 		if err != nil {
-			closeAll(inR, ex.stdin, outR, outW)
+			closeAll(ex.stdin, outR)
 			return nil, &errorResp{Code: "internal", Message: err.Error()}
 		}
+		childFds = append(childFds, errW)
 		ex.outs = []*os.File{outR, errR}
-		child = append(child, outW, errW)
-		// Fd() puts the child's ends back into blocking mode, as programs expect.
-		files = [3]uintptr{inFd, outW.Fd(), errW.Fd()}
+		files = [3]uintptr{inFd, uintptr(outW), uintptr(errW)}
 	}
 	closeChild := func() {
-		for _, f := range child {
-			f.Close()
+		if childFile != nil {
+			childFile.Close()
+		}
+		for _, fd := range childFds {
+			syscall.Close(fd)
 		}
 	}
 	pid, err := a.start(spawnSpec{path: path, argv: req.Argv, env: env, dir: dir, cred: cred, files: files, tty: req.Tty}, func(ws syscall.WaitStatus) {
@@ -335,6 +344,11 @@ func (a *agent) startExec(req startReq, fw *frameWriter, conn hostConn) (*execPr
 		}
 		for _, f := range ex.outs {
 			f.Close()
+		}
+		// The working directory is looked at only now: the process's chdir is the check that
+		// costs nothing when it succeeds.
+		if e := badWorkDir(dir); e != nil {
+			return nil, e
 		}
 		code, field := "internal", ""
 		if errors.Is(err, syscall.ENOENT) {
@@ -356,6 +370,43 @@ func (a *agent) startExec(req startReq, fw *frameWriter, conn hostConn) (*execPr
 	}
 	go ex.wait()
 	return ex, nil
+}
+
+// badWorkDir is the error of an exec whose working directory is missing or not a directory;
+// nil when it is one.
+func badWorkDir(dir string) *errorResp {
+	st, err := os.Stat(dir)
+	if err == nil && st.IsDir() {
+		return nil
+	}
+	why := "not a directory"
+	if err != nil {
+		why = err.Error()
+	}
+	return &errorResp{Code: "invalid_argument", Field: "workDir", Message: fmt.Sprintf("chdir to %s: %s", dir, why)}
+}
+
+// childPipe is a pipe between the agent and a process it starts: the agent's end an *os.File
+// in Go's poller (non-blocking, so reads take deadlines), the process's end a blocking
+// descriptor, as programs expect, that the agent closes once the process has it; both
+// close-on-exec. One pipe2 and three fcntl and an epoll_ctl, where os.Pipe and Fd() on the
+// child's end take six fcntl and three epoll_ctl (two more at close).
+func childPipe(agentReads bool) (agentEnd *os.File, childEnd int, err error) {
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+		return nil, -1, os.NewSyscallError("pipe2", err)
+	}
+	mine, theirs := p[1], p[0]
+	if agentReads {
+		mine, theirs = p[0], p[1]
+	}
+	if _, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(theirs), syscall.F_SETFL, 0); e != 0 {
+		syscall.Close(p[0])
+		syscall.Close(p[1])
+		return nil, -1, os.NewSyscallError("fcntl", e)
+	}
+	// NewFile sees O_NONBLOCK and puts the descriptor in the poller.
+	return os.NewFile(uintptr(mine), "|0"), theirs, nil
 }
 
 func (ex *execProc) pump(f *os.File, typ byte) {

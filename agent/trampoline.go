@@ -1,7 +1,9 @@
 package main
 
 // The exec trampoline: a tiny static ELF the agent writes into a memfd at start and executes
-// for every exec, with the exec's credentials already set. It
+// for every exec where the spawn's child cannot do it all itself (clone3 refused, as Docker's
+// default seccomp profile does; see spawn_vfork.go), with the exec's credentials already set. It
+//   - (amd64) unblocks every signal: vforkStart's child starts it with all of them blocked,
 //   - marks fd 4 (a pipe to the agent) close-on-exec,
 //   - closes fd 3 (its own memfd),
 //   - makes itself a child subreaper (prctl PR_SET_CHILD_SUBREAPER, kept across execve), so

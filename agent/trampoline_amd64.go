@@ -6,6 +6,16 @@ const sysMemfdCreate = 319
 
 func trampolineCode() []byte {
 	return []byte{
+		// rt_sigprocmask(SIG_SETMASK, &empty, NULL, 8): vforkStart's child keeps every signal
+		// blocked through its execve (spawn_vfork.go)
+		0x6a, 0x00, // push 0                 the empty set, on the stack
+		0x48, 0x89, 0xe6, // mov rsi, rsp
+		0xbf, 0x02, 0x00, 0x00, 0x00, // mov edi, 2
+		0x31, 0xd2, // xor edx, edx
+		0x41, 0xba, 0x08, 0x00, 0x00, 0x00, // mov r10d, 8
+		0xb8, 0x0e, 0x00, 0x00, 0x00, // mov eax, 14
+		0x0f, 0x05, // syscall
+		0x58, // pop rax                          rsp back at argc
 		// fcntl(4, F_SETFD, FD_CLOEXEC)
 		0xbf, 0x04, 0x00, 0x00, 0x00, // mov edi, 4
 		0xbe, 0x02, 0x00, 0x00, 0x00, // mov esi, 2

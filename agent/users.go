@@ -1,11 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
+	"time"
 )
 
 // credential is who an exec runs as, resolved the way the engine (runc) resolves a user spec
@@ -36,24 +38,89 @@ var (
 	groupFile  = "/etc/group"
 )
 
+// readColonFile calls each with the fields of every line of path that has at least fields of
+// them, from colonFiles' copy of it while the file is unchanged.
 func readColonFile(path string, fields int, each func([]string)) {
-	f, err := os.Open(path)
-	if err != nil {
-		return
+	for _, parts := range colonFiles.lines(path) {
+		if len(parts) >= fields {
+			each(parts)
+		}
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
+}
+
+// colonFiles keeps /etc/passwd and /etc/group as last read: an exec checks them with one stat
+// instead of reading them again (an open, a read to EOF and a close each, and Go's os.File
+// adds four fcntl and an epoll_ctl: under gVisor every system call costs tens of µs).
+var colonFiles = &colonFileCache{m: map[string]colonFile{}}
+
+type colonFileCache struct {
+	mu sync.Mutex
+	m  map[string]colonFile
+}
+
+type colonFile struct {
+	stamp fileStamp
+	lines [][]string
+}
+
+// fileStamp is what a rewrite of a file changes: a new file (useradd renames one in) has
+// another inode, an edit in place another size, mtime or ctime.
+type fileStamp struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime syscall.Timespec
+}
+
+// colonSettle: a file whose ctime is this recent is read again at every exec, never kept. File
+// times come from a coarse clock (a jiffy or more): two edits of the same size within one tick
+// leave the same stamp, and only a stamp older than any tick tells the content apart.
+var colonSettle = 2 * time.Second
+
+func (c *colonFileCache) lines(path string) [][]string {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		c.forget(path)
+		return nil
+	}
+	stamp := fileStamp{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+	c.mu.Lock()
+	cached, ok := c.m[path]
+	c.mu.Unlock()
+	if ok && cached.stamp == stamp {
+		return cached.lines
+	}
+	lines := parseColonFile(path)
+	if time.Since(time.Unix(st.Ctim.Unix())) > colonSettle {
+		c.mu.Lock()
+		c.m[path] = colonFile{stamp: stamp, lines: lines}
+		c.mu.Unlock()
+	} else {
+		c.forget(path)
+	}
+	return lines
+}
+
+func (c *colonFileCache) forget(path string) {
+	c.mu.Lock()
+	delete(c.m, path)
+	c.mu.Unlock()
+}
+
+// parseColonFile reads path's lines, each split at ':' (blank lines and comments left out).
+func parseColonFile(path string) [][]string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out [][]string
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		parts := strings.Split(line, ":")
-		if len(parts) < fields {
-			continue
-		}
-		each(parts)
+		out = append(out, strings.Split(line, ":"))
 	}
+	return out
 }
 
 func readPasswd() []passwdEntry {
@@ -105,7 +172,7 @@ func lookupUser(spec string) (credential, error) {
 	userPart, groupPart, hasGroup := strings.Cut(spec, ":")
 	self := userPart == ""
 	if self {
-		userPart = strconv.Itoa(os.Getuid())
+		userPart = strconv.Itoa(selfUid)
 	}
 	users := readPasswd()
 	numeric := isNumeric(userPart)
@@ -136,7 +203,7 @@ func lookupUser(spec string) (credential, error) {
 	}
 	if self && !hasGroup {
 		// The process's own group, and its supplementary groups as they are.
-		cred.gid, cred.self = uint32(os.Getgid()), true
+		cred.gid, cred.self = uint32(selfGid), true
 		return cred, nil
 	}
 	groups := readGroups()
