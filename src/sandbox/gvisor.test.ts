@@ -12,6 +12,7 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { testEnv } from '../testing/env.js';
 import { testManager } from '../testing/manager.js';
 import { HANG_MS, waitFor, within } from '../testing/wait.js';
@@ -28,9 +29,13 @@ const pools: PoolConfig[] = [
   { name: 'gvisor-warm', ...gvisor, warm: [{ image: IMAGE, size: 1 }] },
 ];
 const { manager, dispose } = testManager('gvisor', pools);
+const engine = new DockerRuntime(testEnv.engineAddr, { agent: false });
 
 before(() => manager.start());
-after(dispose);
+after(async () => {
+  await engine.close();
+  await dispose();
+});
 
 /** Fails unless the box runs on gVisor's kernel (runsc reports a 4.4/4.19 `-gvisor` release, never the host's). */
 async function assertOnGvisor(box: Box): Promise<void> {
@@ -107,6 +112,19 @@ for (const [pool, execPath, parent] of [
     });
   });
 }
+
+describe('a gVisor box stopped under an exec', () => {
+  test('killed from outside (not by the Manager): the exec ends with 137 at once, as on runc, not by the Manager’s box_stopped', async () => {
+    await using box = await manager.create({ image: IMAGE, pool: 'gvisor' });
+    const ran = box.exec(['sleep', '1000']).then(
+      (r) => `exit ${r.exitCode}`,
+      (e: SbxError) => `error ${e.code} ${String(e.details?.['reason'])}`,
+    );
+    await waitFor(async () => (await inBox(box, 'sleep 1000')).length === 1, { what: 'the exec to run' });
+    await engine.stop(box.containerId, { timeoutMs: 0 });
+    assert.equal(await within(ran, 'the exec to end'), 'exit 137');
+  });
+});
 
 describe('workspaces on gVisor', () => {
   test('written by the host, the box and a second box at once; each sees the others', async () => {
