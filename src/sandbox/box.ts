@@ -328,6 +328,9 @@ export class BoxActivityState {
   }
 }
 
+/** How long an exec may outlive its box's stop before it is ended (ManagedBox.containerStopped). */
+const STOPPED_EXEC_GRACE_MS = 2000;
+
 /** The Manager's Box: the record recovery rebuilds, the activity the cleanup loop reads. */
 export class ManagedBox implements LocalBox {
   readonly activity: BoxActivityState;
@@ -347,6 +350,8 @@ export class ManagedBox implements LocalBox {
    * it exited, which for this box means paused). Set by recovery for a box found so.
    */
   memoryReleased = false;
+  /** Aborted (after a grace) once the engine says the box's container stopped: the execs in flight then end (containerStopped). */
+  private stopped = new AbortController();
 
   constructor(
     readonly record: BoxRecord,
@@ -730,10 +735,35 @@ export class ManagedBox implements LocalBox {
     const finish = this.begin();
     try {
       await this.awake();
-      return await this.runtime.exec(this.containerId, cmd, this.withEnv(valid));
+      const lost = this.stopped.signal;
+      try {
+        return await this.runtime.exec(this.containerId, cmd, this.withEnv(this.endedWithBox(valid, lost)));
+      } catch (err) {
+        if (lost.aborted && !valid.signal?.aborted) throw lost.reason as SbxError;
+        throw err;
+      }
     } finally {
       finish();
     }
+  }
+
+  /**
+   * The engine said the box's container stopped (it exited, was killed, or the OOM killer took
+   * it). An exec's connection normally ends with its box; on gVisor a sandbox the host's OOM
+   * killer took never closes it (the box's network stack died inside the sandbox: no FIN, no
+   * RST) and runsc's engine exec never returns. After a grace in which a live connection
+   * would have closed by itself, the execs still in flight are ended.
+   */
+  containerStopped(): void {
+    const ctl = this.stopped;
+    this.stopped = new AbortController();
+    const reason = new SbxError('conflict', `box ${this.id} stopped while the exec ran`, { details: { id: this.id, reason: 'box_stopped' } });
+    setTimeout(() => ctl.abort(reason), STOPPED_EXEC_GRACE_MS).unref();
+  }
+
+  /** The exec's options with its abort also firing when the box stops under it. */
+  private endedWithBox<T extends { signal?: AbortSignal }>(opts: T, lost: AbortSignal): T {
+    return { ...opts, signal: opts.signal ? AbortSignal.any([opts.signal, lost]) : lost };
   }
 
   async stream(cmd: string[], opts?: ExecStreamOptions): Promise<ExecStream> {
@@ -742,7 +772,7 @@ export class ManagedBox implements LocalBox {
     let stream: ExecStream;
     try {
       await this.awake();
-      stream = await this.runtime.execStream(this.containerId, cmd, this.withEnv(valid));
+      stream = await this.runtime.execStream(this.containerId, cmd, this.withEnv(this.endedWithBox(valid, this.stopped.signal)));
     } catch (err) {
       finish();
       throw err;

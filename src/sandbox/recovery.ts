@@ -80,8 +80,10 @@ export class Recovery {
     const box = this.d.registry.ofPool(pool.name).find((b) => b.containerId === e.id);
     if (!box) return;
     if (e.action === 'started') box.observe('running', box.statusEpoch);
-    else if (e.action === 'stopped') box.observe('stopped', box.statusEpoch);
-    else if (e.action === 'removed' && !this.d.removing(box.id)) {
+    else if (e.action === 'stopped') {
+      box.observe('stopped', box.statusEpoch);
+      box.containerStopped();
+    } else if (e.action === 'removed' && !this.d.removing(box.id)) {
       this.d.registry.delete(box);
       this.d.stats.vanished++;
       this.d.log.warn({ box: box.id, pool: pool.name }, 'box removed behind sbx; forgotten');

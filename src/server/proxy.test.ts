@@ -35,6 +35,8 @@ const SERVICE = `require('http').createServer((req, res) => {
 let ts: TestServer;
 let alice: string;
 let aliceBox: string;
+/** Alice's box on the gVisor pool (`ociRuntime: runsc`): the streaming tests run on it too. */
+let aliceGvisorBox: string;
 let bobBox: string;
 
 async function startService(id: string): Promise<void> {
@@ -65,13 +67,13 @@ async function call(base: string, method: string, path: string, body: unknown): 
 }
 
 /**
- * GET /gated`query` on alice's box through the proxy: reads until the first part arrived, then
+ * GET /gated`query` on alice's box `id` through the proxy: reads until the first part arrived, then
  * asks the service (/open) for the last one and reads to the end. Hangs (and fails) if the proxy
  * holds back what the box already sent.
  */
-async function gated(query: string): Promise<{ first: string; rest: string; type: string }> {
+async function gated(id: string, query: string): Promise<{ first: string; rest: string; type: string }> {
   const auth = { headers: { authorization: `Bearer ${alice}` } };
-  const res = await fetch(ts.url + portPath(aliceBox, 3002, `/gated${query}`), auth);
+  const res = await fetch(ts.url + portPath(id, 3002, `/gated${query}`), auth);
   assert.equal(res.status, 200);
   const reader = res.body!.getReader();
   const decoder = new TextDecoder();
@@ -81,7 +83,7 @@ async function gated(query: string): Promise<{ first: string; rest: string; type
     assert.ok(!done, `the response ended after ${JSON.stringify(first)}`);
     first += decoder.decode(value, { stream: true });
   }
-  assert.equal(await (await fetch(ts.url + portPath(aliceBox, 3002, '/open'), auth)).text(), 'opened');
+  assert.equal(await (await fetch(ts.url + portPath(id, 3002, '/open'), auth)).text(), 'opened');
   let rest = '';
   for (;;) {
     const { done, value } = await reader.read();
@@ -111,7 +113,15 @@ async function upgradeStatus(url: string, headers: Record<string, string>): Prom
 
 before(async () => {
   // Refusals here must stay 401/403: the failure limiter has its own tests (server.test.ts).
-  ts = await startTestServer('proxy', { serve: { proxyDomain: DOMAIN, authFailures: { max: 1000, windowMs: 60_000 } } });
+  ts = await startTestServer('proxy', {
+    serve: { proxyDomain: DOMAIN, authFailures: { max: 1000, windowMs: 60_000 } },
+    config: {
+      pools: [
+        { name: 'local', addr: testEnv.engineAddr },
+        { name: 'gvisor', addr: testEnv.engineAddr, ociRuntime: testEnv.gvisorRuntime },
+      ],
+    },
+  });
   alice = (await ts.server.keys.create({ name: 'alice', role: 'user', owner: 'alice' })).key;
   const ports = [{ containerPort: 3000 }, { containerPort: 3001 }, { containerPort: 3002 }];
   const suffix = `${process.pid}`;
@@ -121,108 +131,117 @@ before(async () => {
   const b = await ts.call('POST', '/v1/boxes', { body: { id: `pb-${suffix}`, owner: 'bob', image: testEnv.testImage, ports } });
   assert.equal(b.status, 201, b.text);
   bobBox = b.json.id;
-  await Promise.all([startService(aliceBox), startService(bobBox)]);
+  const g = await ts.call('POST', '/v1/boxes', { key: alice, body: { id: `pg-${suffix}`, image: testEnv.testImage, ports, pool: 'gvisor' } });
+  assert.equal(g.status, 201, g.text);
+  aliceGvisorBox = g.json.id;
+  await Promise.all([startService(aliceBox), startService(bobBox), startService(aliceGvisorBox)]);
 });
 
 after(async () => {
   await ts?.dispose();
 });
 
-describe('streaming through the proxy', () => {
-  test('a chunked HTTP response streams: the first chunk arrives before the last is sent', async () => {
-    // The service sends its last chunk only when asked, once the first arrived here: a proxy that
-    // held the response back would never deliver the first.
-    const { first, rest } = await gated('');
-    assert.equal(first, 'first\n');
-    assert.equal(rest, 'last\n');
-  });
-
-  test('a POST body streams in: the echo of the first part comes back before the body ends', async () => {
-    const u = new URL(ts.url);
-    const got = await new Promise<string>((resolve, reject) => {
-      const req = httpRequest(
-        {
-          host: u.hostname,
-          port: u.port,
-          method: 'POST',
-          path: portPath(aliceBox, 3002, '/echo'),
-          headers: { authorization: `Bearer ${alice}`, 'content-type': 'application/octet-stream', 'transfer-encoding': 'chunked' },
-        },
-        (res) => {
-          assert.equal(res.statusCode, 200);
-          let body = '';
-          res.on('data', (c: Buffer) => {
-            body += c.toString();
-            // The second part is sent only once the first came back through the box.
-            if (body === 'first|') req.end('second');
-          });
-          res.on('end', () => resolve(body));
-          res.on('error', reject);
-        },
-      );
-      req.on('error', reject);
-      req.write('first|');
+for (const runtime of ['runc', 'gVisor'] as const)
+  describe(`streaming through the proxy, to a box on ${runtime}`, () => {
+    let target = '';
+    before(() => {
+      target = runtime === 'runc' ? aliceBox : aliceGvisorBox;
     });
-    assert.equal(got, 'first|second');
-  });
 
-  test('SSE through the proxy arrives per event: the first before the next is sent', async () => {
-    const { first, rest, type } = await gated('?sse');
-    assert.match(type, /text\/event-stream/);
-    assert.equal(first, 'data: first\n\n');
-    assert.equal(rest, 'data: last\n\n');
-  });
-
-  test('a WebSocket through the proxy echoes text and binary frames unchanged', async () => {
-    const ws = new WebSocket(ts.url.replace('http', 'ws') + portPath(aliceBox, 3000, '/'), { headers: { authorization: `Bearer ${alice}` } });
-    await new Promise<void>((resolve, reject) => {
-      ws.once('open', () => resolve());
-      ws.once('error', reject);
+    test('a chunked HTTP response streams: the first chunk arrives before the last is sent', async () => {
+      // The service sends its last chunk only when asked, once the first arrived here: a proxy that
+      // held the response back would never deliver the first.
+      const { first, rest } = await gated(target, '');
+      assert.equal(first, 'first\n');
+      assert.equal(rest, 'last\n');
     });
-    const next = () =>
-      new Promise<{ data: Buffer; binary: boolean }>((resolve) => ws.once('message', (data: Buffer, binary: boolean) => resolve({ data, binary })));
-    let m = next();
-    ws.send('hello');
-    assert.deepEqual(await m, { data: Buffer.from('hello'), binary: false });
-    const bytes = Buffer.from([0, 1, 2, 255, 254]);
-    m = next();
-    ws.send(bytes);
-    assert.deepEqual(await m, { data: bytes, binary: true });
-    ws.close();
-    await new Promise((r) => ws.once('close', r));
-  });
 
-  test('an open proxied connection holds the box in use; a client that goes away releases it', async () => {
-    const box = (await ts.manager.get(aliceBox)) as ManagedBox;
-    const baseline = box.activity.inFlight; // the in-box service's exec stream
-    const settled = () => waitFor(() => box.activity.inFlight === baseline, { what: 'the box to be released' });
-    const ws = new WebSocket(ts.url.replace('http', 'ws') + portPath(aliceBox, 3000, '/'), { headers: { authorization: `Bearer ${alice}` } });
-    await new Promise((r) => ws.once('open', r));
-    assert.equal(box.activity.inFlight, baseline + 1, 'the WebSocket holds the box');
-    ws.close();
-    await settled(); // released when the WebSocket closes
-    const controller = new AbortController();
-    // Gated: the response stays open however slowly this test reads.
-    const res = await fetch(ts.url + portPath(aliceBox, 3002, '/gated'), { headers: { authorization: `Bearer ${alice}` }, signal: controller.signal });
-    const reader = res.body!.getReader();
-    await reader.read();
-    assert.equal(box.activity.inFlight, baseline + 1, 'the open response holds the box');
-    controller.abort();
-    await reader.read().catch(() => undefined);
-    await settled(); // released when the client aborts mid-response
-  });
-
-  test('a WebSocket without credentials is refused with 401 before any upgrade', async () => {
-    const ws = new WebSocket(ts.url.replace('http', 'ws') + portPath(aliceBox, 3000, '/'));
-    const status = await new Promise<number>((resolve) => {
-      ws.once('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
-      ws.once('open', () => resolve(101));
-      ws.once('error', () => resolve(-1));
+    test('a POST body streams in: the echo of the first part comes back before the body ends', async () => {
+      const u = new URL(ts.url);
+      const got = await new Promise<string>((resolve, reject) => {
+        const req = httpRequest(
+          {
+            host: u.hostname,
+            port: u.port,
+            method: 'POST',
+            path: portPath(target, 3002, '/echo'),
+            headers: { authorization: `Bearer ${alice}`, 'content-type': 'application/octet-stream', 'transfer-encoding': 'chunked' },
+          },
+          (res) => {
+            assert.equal(res.statusCode, 200);
+            let body = '';
+            res.on('data', (c: Buffer) => {
+              body += c.toString();
+              // The second part is sent only once the first came back through the box.
+              if (body === 'first|') req.end('second');
+            });
+            res.on('end', () => resolve(body));
+            res.on('error', reject);
+          },
+        );
+        req.on('error', reject);
+        req.write('first|');
+      });
+      assert.equal(got, 'first|second');
     });
-    ws.terminate();
-    assert.equal(status, 401);
+
+    test('SSE through the proxy arrives per event: the first before the next is sent', async () => {
+      const { first, rest, type } = await gated(target, '?sse');
+      assert.match(type, /text\/event-stream/);
+      assert.equal(first, 'data: first\n\n');
+      assert.equal(rest, 'data: last\n\n');
+    });
+
+    test('a WebSocket through the proxy echoes text and binary frames unchanged', async () => {
+      const ws = new WebSocket(ts.url.replace('http', 'ws') + portPath(target, 3000, '/'), { headers: { authorization: `Bearer ${alice}` } });
+      await new Promise<void>((resolve, reject) => {
+        ws.once('open', () => resolve());
+        ws.once('error', reject);
+      });
+      const next = () =>
+        new Promise<{ data: Buffer; binary: boolean }>((resolve) => ws.once('message', (data: Buffer, binary: boolean) => resolve({ data, binary })));
+      let m = next();
+      ws.send('hello');
+      assert.deepEqual(await m, { data: Buffer.from('hello'), binary: false });
+      const bytes = Buffer.from([0, 1, 2, 255, 254]);
+      m = next();
+      ws.send(bytes);
+      assert.deepEqual(await m, { data: bytes, binary: true });
+      ws.close();
+      await new Promise((r) => ws.once('close', r));
+    });
+
+    test('an open proxied connection holds the box in use; a client that goes away releases it', async () => {
+      const box = (await ts.manager.get(target)) as ManagedBox;
+      const baseline = box.activity.inFlight; // the in-box service's exec stream
+      const settled = () => waitFor(() => box.activity.inFlight === baseline, { what: 'the box to be released' });
+      const ws = new WebSocket(ts.url.replace('http', 'ws') + portPath(target, 3000, '/'), { headers: { authorization: `Bearer ${alice}` } });
+      await new Promise((r) => ws.once('open', r));
+      assert.equal(box.activity.inFlight, baseline + 1, 'the WebSocket holds the box');
+      ws.close();
+      await settled(); // released when the WebSocket closes
+      const controller = new AbortController();
+      // Gated: the response stays open however slowly this test reads.
+      const res = await fetch(ts.url + portPath(target, 3002, '/gated'), { headers: { authorization: `Bearer ${alice}` }, signal: controller.signal });
+      const reader = res.body!.getReader();
+      await reader.read();
+      assert.equal(box.activity.inFlight, baseline + 1, 'the open response holds the box');
+      controller.abort();
+      await reader.read().catch(() => undefined);
+      await settled(); // released when the client aborts mid-response
+    });
+
+    test('a WebSocket without credentials is refused with 401 before any upgrade', async () => {
+      const ws = new WebSocket(ts.url.replace('http', 'ws') + portPath(target, 3000, '/'));
+      const status = await new Promise<number>((resolve) => {
+        ws.once('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+        ws.once('open', () => resolve(101));
+        ws.once('error', () => resolve(-1));
+      });
+      ws.terminate();
+      assert.equal(status, 401);
+    });
   });
-});
 
 describe('what reaches the box service', () => {
   test('the sbx credentials are stripped and X-Forwarded-* added; path and query are kept', async () => {

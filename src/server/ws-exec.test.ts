@@ -1,7 +1,8 @@
 /**
  * WebSocket exec against a real server and engine, with the `ws` client: channel framing,
  * stdin half-close, stderr, exit codes, TTY resize, the exec frame, backpressure with a slow
- * reader on 50 MB, and graceful shutdown telling open streams why they close.
+ * reader on 50 MB, and graceful shutdown telling open streams why they close. The exec cases run
+ * on a runc box and on a gVisor box (`ociRuntime: runsc`).
  */
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
@@ -10,6 +11,7 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 import pino from 'pino';
 import WebSocket from 'ws';
+import { testEnv } from '../testing/env.js';
 import { waitFor } from '../testing/wait.js';
 import { CHANNEL } from './ws-exec.js';
 import { IMAGE, startTestServer } from '../testing/server.js';
@@ -17,12 +19,24 @@ import type { TestServer } from '../testing/server.js';
 
 let t: TestServer;
 let box: string;
+/** A box on the gVisor pool (`ociRuntime: runsc`): the WebSocket exec cases run on it too. */
+let gvisorBox: string;
 
 before(async () => {
-  t = await startTestServer('ws');
+  t = await startTestServer('ws', {
+    config: {
+      pools: [
+        { name: 'local', addr: testEnv.engineAddr },
+        { name: 'gvisor', addr: testEnv.engineAddr, ociRuntime: testEnv.gvisorRuntime },
+      ],
+    },
+  });
   const r = await t.call('POST', '/v1/boxes', { body: { image: IMAGE } });
   assert.equal(r.status, 201, r.text);
   box = r.json.id;
+  const g = await t.call('POST', '/v1/boxes', { body: { image: IMAGE, pool: 'gvisor' } });
+  assert.equal(g.status, 201, g.text);
+  gvisorBox = g.json.id;
 });
 after(async () => {
   await t.dispose();
@@ -69,136 +83,142 @@ function open(server: TestServer, id: string, query: string, opts: { onMessage?:
 
 const q = (cmd: string[], extra = '') => '?' + cmd.map((c) => `cmd=${encodeURIComponent(c)}`).join('&') + extra;
 
-describe('WebSocket exec', () => {
-  test('stdin with half-close: cat sees EOF, its output still arrives, exit 0', async () => {
-    const s = await open(t, box, q(['sh', '-c', 'cat; echo done']));
-    s.send(CHANNEL.stdin, 'hello ');
-    s.send(CHANNEL.stdin, 'world\n');
-    s.send(CHANNEL.stdinEof);
-    const { code } = await s.closed;
-    assert.equal(code, 1000);
-    assert.equal(s.text('stdout'), 'hello world\ndone\n');
-    assert.deepEqual(s.controls, [{ exit: 0 }]);
-  });
-
-  test('stderr on its own channel; the exit code in a control frame', async () => {
-    const s = await open(t, box, q(['sh', '-c', 'echo out; echo err >&2; exit 5']));
-    await s.closed;
-    assert.equal(s.text('stdout'), 'out\n');
-    assert.equal(s.text('stderr'), 'err\n');
-    assert.deepEqual(s.controls, [{ exit: 5 }]);
-  });
-
-  test('the command in a first control frame, with env and workDir', async () => {
-    const s = await open(t, box, '');
-    s.send(CHANNEL.control, JSON.stringify({ exec: { cmd: ['sh', '-c', 'echo $A $(pwd)'], env: { A: 'b' }, workDir: '/tmp' } }));
-    await s.closed;
-    assert.equal(s.text('stdout'), 'b /tmp\n');
-    assert.deepEqual(s.controls, [{ exit: 0 }]);
-  });
-
-  test('TTY: a terminal of the asked size, resized by a control frame', async () => {
-    // Each line typed prints the size again, until q: the resize is asked for until it shows.
-    const script = 'stty size; while read x && [ "$x" != q ]; do stty size; done';
-    const s = await open(t, box, q(['sh', '-c', script], '&tty=true&cols=80&rows=24'));
-    await waitFor(() => s.text('stdout').includes('24 80'), { what: 'the first size' });
-    s.send(CHANNEL.control, JSON.stringify({ resize: { cols: 100, rows: 40 } }));
-    await waitFor(
-      () => {
-        if (s.text('stdout').includes('40 100')) return true;
-        s.send(CHANNEL.stdin, 'go\r');
-        return false;
-      },
-      { what: 'the new size', intervalMs: 100 },
-    );
-    s.send(CHANNEL.stdin, 'q\r');
-    await s.closed;
-    assert.deepEqual(s.controls.at(-1), { exit: 0 });
-  });
-
-  test('bad requests: HTTP errors before the upgrade, bad frames answered with an error control frame', async () => {
-    await assert.rejects(open(t, 'sb-nope', q(['true'])), /HTTP 404/);
-    await assert.rejects(open(t, box, q(['true'], '&timeoutMs=-1')), /HTTP 400/);
-    const ws = new WebSocket(t.url.replace(/^http/, 'ws') + `/v1/boxes/${box}/exec/ws${q(['true'])}`);
-    await assert.rejects(
-      new Promise((resolve, reject) => (ws.once('open', resolve), ws.once('unexpected-response', (_r, res) => reject(new Error(`HTTP ${res.statusCode}`))))),
-      /HTTP 401/,
-    );
-    const s = await open(t, box, '');
-    s.send(CHANNEL.control, JSON.stringify({ exec: { cmd: [] } }));
-    const { code } = await s.closed;
-    assert.equal(code, 1008);
-    assert.equal((s.controls[0] as { error: { code: string } }).error.code, 'invalid_argument');
-  });
-
-  test('backpressure: 50 MB through a slow reader; the process is slowed, memory stays flat', async () => {
-    const total = 50 * 1024 * 1024;
-    const rate = 8 * 1024 * 1024; // bytes per second the reader accepts
-    let received = 0;
-    let peak = 0;
-    let midway: Promise<string> | undefined;
-    let resumeTimer: NodeJS.Timeout | undefined;
-    // Live memory, not garbage: a full GC before each sample (exposed at run time).
-    v8.setFlagsFromString('--expose-gc');
-    const gc = vm.runInNewContext('gc') as () => void;
-    gc();
-    const base = process.memoryUsage();
-    const baseline = base.heapUsed + base.arrayBuffers;
-    const sampler = setInterval(() => {
-      gc();
-      const m = process.memoryUsage();
-      peak = Math.max(peak, m.heapUsed + m.arrayBuffers - baseline);
-    }, 100);
-    const started = performance.now();
-    const s = await open(t, box, q(['sh', '-c', `rm -f /tmp/bp-done; head -c ${total} /dev/zero; touch /tmp/bp-done`]), {
-      onMessage: (data, ws) => {
-        if (data[0] !== CHANNEL.stdout) return;
-        received += data.length - 1;
-        if (midway === undefined && received >= total / 2) {
-          midway = t
-            .call('POST', `/v1/boxes/${box}/exec`, { body: { cmd: ['sh', '-c', 'test -e /tmp/bp-done && echo done || echo running'] } })
-            .then((r) => r.json.stdout.trim());
-        }
-        const ahead = received / rate - (performance.now() - started) / 1000;
-        if (ahead > 0) {
-          ws.pause();
-          // One timer, for the latest message: an older, shorter one would resume the socket
-          // early, and the reader would run ahead of its rate (the test then took ~2 s, not 6).
-          clearTimeout(resumeTimer);
-          resumeTimer = setTimeout(() => ws.resume(), ahead * 1000);
-        }
-      },
+for (const runtime of ['runc', 'gVisor'] as const)
+  describe(`WebSocket exec, on ${runtime}`, () => {
+    let target = '';
+    before(() => {
+      target = runtime === 'runc' ? box : gvisorBox;
     });
-    s.stdout.length = 0; // do not keep the bytes
-    const origPush = s.stdout.push.bind(s.stdout);
-    s.stdout.push = () => 0;
-    void origPush;
-    await s.closed;
-    clearInterval(sampler);
-    const elapsed = (performance.now() - started) / 1000;
-    assert.equal(received, total);
-    assert.deepEqual(s.controls, [{ exit: 0 }]);
-    assert.equal(await midway, 'running', 'halfway through the reading, the process is still writing: the reader slowed it');
-    assert.ok(elapsed > (0.8 * total) / rate, `the reader set the pace (${elapsed.toFixed(1)} s for ${total / rate} s at its rate)`);
-    assert.ok(peak < 24 * 1024 * 1024, `memory stayed flat: peak live growth ${(peak / 1048576).toFixed(1)} MiB for 50 MiB`);
-    console.log(
-      `# ws backpressure: 50 MiB in ${elapsed.toFixed(1)} s, peak live heap+buffers growth (server and client in this process) ${(peak / 1048576).toFixed(1)} MiB`,
-    );
-  });
 
-  test('a client that goes away kills the process inside the box', async () => {
-    const s = await open(t, box, q(['sh', '-c', 'echo up; exec sleep 301']));
-    await waitFor(() => s.text('stdout').includes('up'), { what: 'the command to start' });
-    s.ws.terminate();
-    await waitFor(
-      async () => {
-        const ps = await t.call('POST', `/v1/boxes/${box}/exec`, { body: { cmd: ['sh', '-c', 'ps | grep -c "[s]leep 301" || true'] } });
-        return ps.json.stdout.trim() === '0';
-      },
-      { what: 'the process to be killed', intervalMs: 100 },
-    );
+    test('stdin with half-close: cat sees EOF, its output still arrives, exit 0', async () => {
+      const s = await open(t, target, q(['sh', '-c', 'cat; echo done']));
+      s.send(CHANNEL.stdin, 'hello ');
+      s.send(CHANNEL.stdin, 'world\n');
+      s.send(CHANNEL.stdinEof);
+      const { code } = await s.closed;
+      assert.equal(code, 1000);
+      assert.equal(s.text('stdout'), 'hello world\ndone\n');
+      assert.deepEqual(s.controls, [{ exit: 0 }]);
+    });
+
+    test('stderr on its own channel; the exit code in a control frame', async () => {
+      const s = await open(t, target, q(['sh', '-c', 'echo out; echo err >&2; exit 5']));
+      await s.closed;
+      assert.equal(s.text('stdout'), 'out\n');
+      assert.equal(s.text('stderr'), 'err\n');
+      assert.deepEqual(s.controls, [{ exit: 5 }]);
+    });
+
+    test('the command in a first control frame, with env and workDir', async () => {
+      const s = await open(t, target, '');
+      s.send(CHANNEL.control, JSON.stringify({ exec: { cmd: ['sh', '-c', 'echo $A $(pwd)'], env: { A: 'b' }, workDir: '/tmp' } }));
+      await s.closed;
+      assert.equal(s.text('stdout'), 'b /tmp\n');
+      assert.deepEqual(s.controls, [{ exit: 0 }]);
+    });
+
+    test('TTY: a terminal of the asked size, resized by a control frame', async () => {
+      // Each line typed prints the size again, until q: the resize is asked for until it shows.
+      const script = 'stty size; while read x && [ "$x" != q ]; do stty size; done';
+      const s = await open(t, target, q(['sh', '-c', script], '&tty=true&cols=80&rows=24'));
+      await waitFor(() => s.text('stdout').includes('24 80'), { what: 'the first size' });
+      s.send(CHANNEL.control, JSON.stringify({ resize: { cols: 100, rows: 40 } }));
+      await waitFor(
+        () => {
+          if (s.text('stdout').includes('40 100')) return true;
+          s.send(CHANNEL.stdin, 'go\r');
+          return false;
+        },
+        { what: 'the new size', intervalMs: 100 },
+      );
+      s.send(CHANNEL.stdin, 'q\r');
+      await s.closed;
+      assert.deepEqual(s.controls.at(-1), { exit: 0 });
+    });
+
+    test('bad requests: HTTP errors before the upgrade, bad frames answered with an error control frame', async () => {
+      await assert.rejects(open(t, 'sb-nope', q(['true'])), /HTTP 404/);
+      await assert.rejects(open(t, target, q(['true'], '&timeoutMs=-1')), /HTTP 400/);
+      const ws = new WebSocket(t.url.replace(/^http/, 'ws') + `/v1/boxes/${target}/exec/ws${q(['true'])}`);
+      await assert.rejects(
+        new Promise((resolve, reject) => (ws.once('open', resolve), ws.once('unexpected-response', (_r, res) => reject(new Error(`HTTP ${res.statusCode}`))))),
+        /HTTP 401/,
+      );
+      const s = await open(t, target, '');
+      s.send(CHANNEL.control, JSON.stringify({ exec: { cmd: [] } }));
+      const { code } = await s.closed;
+      assert.equal(code, 1008);
+      assert.equal((s.controls[0] as { error: { code: string } }).error.code, 'invalid_argument');
+    });
+
+    test('backpressure: 50 MB through a slow reader; the process is slowed, memory stays flat', async () => {
+      const total = 50 * 1024 * 1024;
+      const rate = 8 * 1024 * 1024; // bytes per second the reader accepts
+      let received = 0;
+      let peak = 0;
+      let midway: Promise<string> | undefined;
+      let resumeTimer: NodeJS.Timeout | undefined;
+      // Live memory, not garbage: a full GC before each sample (exposed at run time).
+      v8.setFlagsFromString('--expose-gc');
+      const gc = vm.runInNewContext('gc') as () => void;
+      gc();
+      const base = process.memoryUsage();
+      const baseline = base.heapUsed + base.arrayBuffers;
+      const sampler = setInterval(() => {
+        gc();
+        const m = process.memoryUsage();
+        peak = Math.max(peak, m.heapUsed + m.arrayBuffers - baseline);
+      }, 100);
+      const started = performance.now();
+      const s = await open(t, target, q(['sh', '-c', `rm -f /tmp/bp-done; head -c ${total} /dev/zero; touch /tmp/bp-done`]), {
+        onMessage: (data, ws) => {
+          if (data[0] !== CHANNEL.stdout) return;
+          received += data.length - 1;
+          if (midway === undefined && received >= total / 2) {
+            midway = t
+              .call('POST', `/v1/boxes/${target}/exec`, { body: { cmd: ['sh', '-c', 'test -e /tmp/bp-done && echo done || echo running'] } })
+              .then((r) => r.json.stdout.trim());
+          }
+          const ahead = received / rate - (performance.now() - started) / 1000;
+          if (ahead > 0) {
+            ws.pause();
+            // One timer, for the latest message: an older, shorter one would resume the socket
+            // early, and the reader would run ahead of its rate (the test then took ~2 s, not 6).
+            clearTimeout(resumeTimer);
+            resumeTimer = setTimeout(() => ws.resume(), ahead * 1000);
+          }
+        },
+      });
+      s.stdout.length = 0; // do not keep the bytes
+      const origPush = s.stdout.push.bind(s.stdout);
+      s.stdout.push = () => 0;
+      void origPush;
+      await s.closed;
+      clearInterval(sampler);
+      const elapsed = (performance.now() - started) / 1000;
+      assert.equal(received, total);
+      assert.deepEqual(s.controls, [{ exit: 0 }]);
+      assert.equal(await midway, 'running', 'halfway through the reading, the process is still writing: the reader slowed it');
+      assert.ok(elapsed > (0.8 * total) / rate, `the reader set the pace (${elapsed.toFixed(1)} s for ${total / rate} s at its rate)`);
+      assert.ok(peak < 24 * 1024 * 1024, `memory stayed flat: peak live growth ${(peak / 1048576).toFixed(1)} MiB for 50 MiB`);
+      console.log(
+        `# ws backpressure: 50 MiB in ${elapsed.toFixed(1)} s, peak live heap+buffers growth (server and client in this process) ${(peak / 1048576).toFixed(1)} MiB`,
+      );
+    });
+
+    test('a client that goes away kills the process inside the box', async () => {
+      const s = await open(t, target, q(['sh', '-c', 'echo up; exec sleep 301']));
+      await waitFor(() => s.text('stdout').includes('up'), { what: 'the command to start' });
+      s.ws.terminate();
+      await waitFor(
+        async () => {
+          const ps = await t.call('POST', `/v1/boxes/${target}/exec`, { body: { cmd: ['sh', '-c', 'ps | grep -c "[s]leep 301" || true'] } });
+          return ps.json.stdout.trim() === '0';
+        },
+        { what: 'the process to be killed', intervalMs: 100 },
+      );
+    });
   });
-});
 
 describe('graceful shutdown', () => {
   test('in-flight streams get the grace period, then a control frame saying why; boxes keep running', async () => {
