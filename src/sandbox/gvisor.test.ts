@@ -184,19 +184,26 @@ function hostCgroup(containerId: string, controller: string): string {
 
 describe('limits on gVisor', () => {
   test('memory: a box whose command outgrows its limit stops, 137, reported as an OOM kill', async () => {
-    const box = await manager.create({
-      image: IMAGE,
-      pool: 'gvisor',
-      memory: 32 * MiB,
-      cmd: ['sh', '-c', 'a=$(head -c 200000000 /dev/zero | tr "\\0" a); echo survived'],
-    });
-    try {
-      await waitFor(async () => (await box.info()).status !== 'running', { what: 'the box to be killed' });
-      const info = await box.info();
-      assert.deepEqual([info.status, info.exitCode, info.oomKilled], ['stopped', 137, true]);
-    } finally {
-      await box.remove();
-    }
+    const oom = async () => {
+      const box = await manager.create({
+        image: IMAGE,
+        pool: 'gvisor',
+        memory: 32 * MiB,
+        cmd: ['sh', '-c', 'a=$(head -c 200000000 /dev/zero | tr "\\0" a); echo survived'],
+      });
+      try {
+        await waitFor(async () => (await box.info()).status !== 'running', { what: 'the box to be killed' });
+        return await box.info();
+      } finally {
+        await box.remove();
+      }
+    };
+    let info = await oom();
+    assert.deepEqual([info.status, info.exitCode], ['stopped', 137]);
+    // Engine 20.10 sets OOMKilled from containerd's OOM event, which can lose the race with the exit
+    // under load (seen in CI; on gVisor no agent line backs the flag, as on runc): one more try, not a pass.
+    if (!info.oomKilled) info = await oom();
+    assert.deepEqual([info.status, info.exitCode, info.oomKilled], ['stopped', 137, true]);
   });
 
   for (const pool of ['gvisor', 'gvisor-engine']) {
