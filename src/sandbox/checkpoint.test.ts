@@ -21,6 +21,7 @@ import { DockerRuntime } from '../runtime/docker/runtime.js';
 import type { Runtime } from '../runtime/types.js';
 import { ManualClock } from '../testing/clock.js';
 import { TEST_LABEL, testEnv } from '../testing/env.js';
+import { waitFor } from '../testing/wait.js';
 import type { LocalBox } from './box.js';
 import type { PoolConfig } from './config.js';
 import { Manager } from './manager.js';
@@ -170,14 +171,17 @@ describe('pause with memory released (gVisor)', () => {
       ]).split(' ');
       await box.pause({ memory: 'release' });
       // The engine frees the address a moment after the container ended: asked until it has.
-      for (let tries = 0; !squatter; tries++) {
-        try {
-          squatter = docker(['run', '-d', '--rm', '--label', `${TEST_LABEL}=checkpoint`, '--network', network!, '--ip', address!, IMAGE, 'sleep', '300']);
-        } catch (err) {
-          if (tries >= 100 || !/already in use|address.*(allocated|in use)/i.test(String(err))) throw err;
-          await new Promise((r) => setTimeout(r, 50));
-        }
-      }
+      squatter = await waitFor(
+        () => {
+          try {
+            return docker(['run', '-d', '--rm', '--label', `${TEST_LABEL}=checkpoint`, '--network', network!, '--ip', address!, IMAGE, 'sleep', '300']);
+          } catch (err) {
+            if (!/already in use|address.*(allocated|in use)/i.test(String(err))) throw err;
+            return undefined;
+          }
+        },
+        { what: "the engine to free the released box's address", intervalMs: 50 },
+      );
       assert.equal((await report(box)).nonce, before.nonce);
       const now = docker(['inspect', '-f', '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}', box.containerId]);
       assert.notEqual(now, address, 'the engine gave the restored box another address');
