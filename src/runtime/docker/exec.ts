@@ -210,7 +210,7 @@ async function runKiller(conn: DockerConnection, containerId: string, marker: st
   killer.destroy();
 }
 
-/** Output that is only collected (a buffered exec): never behind, nothing to end. */
+/** Output that is only collected (a buffered exec, the killer): never behind, nothing to end. */
 function bufferedOutput(stdout: { write(bytes: Buffer): void }, stderr?: { write(bytes: Buffer): void }): ExecOutput {
   return {
     stdout: (bytes) => stdout.write(bytes),
