@@ -27,63 +27,84 @@ export interface CollectedOutput {
   drop?(): void;
 }
 
+/** A collector of output that is handed bytes valid only during the call (it copies what it keeps). */
+export interface OutputCollector extends CollectedOutput {
+  write(bytes: Buffer): void;
+}
+
 /** A stream's output collected for a buffered exec: as text, or as bytes drawn from `opts.outputBudget`. */
 export function collectOutput(stream: Readable, opts: Pick<ExecOptions, 'maxOutputBytes' | 'outputBudget'>): CollectedOutput {
+  const collector = outputCollector(opts);
+  stream.on('data', (chunk: Buffer) => collector.write(chunk));
+  return collector;
+}
+
+/** A buffered exec's collector of one stream's output, for a reader that hands it bytes itself. */
+export function outputCollector(opts: Pick<ExecOptions, 'maxOutputBytes' | 'outputBudget'>): OutputCollector {
   const limit = opts.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
-  return opts.outputBudget ? collectBytes(stream, limit, opts.outputBudget) : collectText(stream, limit);
+  return opts.outputBudget ? collectBytes(limit, opts.outputBudget) : collectText(limit);
 }
 
 /**
- * Decodes a stream to text as it arrives and keeps at most `limit` bytes of it; past that it
- * keeps reading (the process must not block on a full pipe) and drops what it reads. Chunks
- * are decoded in batches of about DECODE_BATCH: each batch becomes one string large enough
- * for V8 to place it straight in large-object space (no copying between heap generations),
- * its chunks are freed, and the text is a rope of those strings, never copied whole. `head`
- * keeps the first bytes whatever the limit, for a start failure's message.
+ * Decodes output to text as it arrives and keeps at most `limit` bytes of it; past that it
+ * keeps taking (the process must not block on a full pipe) and drops what it takes. Bytes are
+ * copied into one staging buffer (growing from FIRST_SLAB to DECODE_BATCH, then reused) and
+ * decoded each time it is full: a full batch becomes one string large enough for V8 to place it
+ * straight in large-object space (no copying between heap generations), and the text is a rope
+ * of those strings, never copied whole. No chunk given is held, so a reader may reuse its
+ * buffer. `head` keeps the first bytes whatever the limit, for a start failure's message.
  */
-export function collectText(stream: Readable, limit: number): CollectedOutput {
+export function collectText(limit: number): OutputCollector {
   const decoder = new StringDecoder('utf8');
-  const state = { text: '', size: 0, truncated: false, head: undefined as Buffer | undefined, batch: [] as Buffer[], batchSize: 0 };
+  let text = '';
+  let size = 0;
+  let truncated = false;
+  let head: Buffer | undefined;
+  let staging = Buffer.alloc(0);
+  let fill = 0;
   const flush = () => {
-    if (state.batchSize === 0) return;
-    state.text += decoder.write(state.batch.length === 1 ? state.batch[0]! : Buffer.concat(state.batch, state.batchSize));
-    state.batch = [];
-    state.batchSize = 0;
+    if (fill > 0) text += decoder.write(staging.subarray(0, fill));
+    fill = 0;
   };
-  stream.on('data', (chunk: Buffer) => {
-    state.head ??= Buffer.from(chunk.subarray(0, HEAD_BYTES));
-    if (state.size >= limit) {
-      state.truncated = true;
-      return;
-    }
-    const room = limit - state.size;
-    if (chunk.length > room) {
-      state.truncated = true;
-      chunk = chunk.subarray(0, room);
-    }
-    state.size += chunk.length;
-    state.batch.push(chunk);
-    state.batchSize += chunk.length;
-    if (state.batchSize >= DECODE_BATCH) flush();
-  });
   return {
+    write(bytes) {
+      head ??= Buffer.from(bytes.subarray(0, HEAD_BYTES));
+      if (size >= limit) {
+        truncated = true;
+        return;
+      }
+      if (bytes.length > limit - size) {
+        truncated = true;
+        bytes = bytes.subarray(0, limit - size);
+      }
+      size += bytes.length;
+      while (bytes.length > 0) {
+        if (fill === staging.length) {
+          flush();
+          if (staging.length < DECODE_BATCH) staging = Buffer.allocUnsafeSlow(Math.min(DECODE_BATCH, Math.max(FIRST_SLAB, staging.length * 2)));
+        }
+        const n = bytes.copy(staging, fill);
+        fill += n;
+        bytes = bytes.subarray(n);
+      }
+    },
     get truncated() {
-      return state.truncated;
+      return truncated;
     },
     get head() {
-      return state.head?.toString('utf8') ?? '';
+      return head?.toString('utf8') ?? '';
     },
     /** The text; a character the cut split in two is dropped, one the process left unfinished is U+FFFD. */
     text: () => {
       flush();
-      return state.truncated ? state.text : state.text + decoder.end();
+      return truncated ? text : text + decoder.end();
     },
   };
 }
 
 /**
  * Keeps at most `limit` bytes of a stream as bytes whose memory is taken from `budget` as it is
- * used, a slab at a time (no chunk of the socket is held). When the limit is reached or the
+ * used, a slab at a time (no chunk given is held). When the limit is reached or the
  * budget grants nothing more, the rest is read and dropped and the output is truncated. The
  * holder of the budget gives the memory back once it let go of the output (sbx serve: after
  * the answer is written).
@@ -94,7 +115,7 @@ export function collectText(stream: Readable, limit: number): CollectedOutput {
  * to the largest block freed): measured, 200 MB kept in Buffers left +190 MiB resident after the
  * answer and a full GC.
  */
-export function collectBytes(stream: Readable, limit: number, budget: OutputBudget): CollectedOutput {
+export function collectBytes(limit: number, budget: OutputBudget): OutputCollector {
   const slabs: string[] = [];
   let staging: Buffer | undefined;
   let fill = 0;
@@ -102,7 +123,7 @@ export function collectBytes(stream: Readable, limit: number, budget: OutputBudg
   let truncated = false;
   let head: Buffer | undefined;
   let decoded: string | undefined;
-  stream.on('data', (chunk: Buffer) => {
+  const write = (chunk: Buffer) => {
     head ??= Buffer.from(chunk.subarray(0, HEAD_BYTES));
     while (chunk.length > 0 && !truncated) {
       if (!staging || fill === staging.length) {
@@ -121,13 +142,14 @@ export function collectBytes(stream: Readable, limit: number, budget: OutputBudg
       fill += n;
       chunk = chunk.subarray(n);
     }
-  });
+  };
   /** The kept bytes in order, at most PIECE at a time. */
   function* pieces(): Generator<Buffer> {
     for (const slab of slabs) for (let i = 0; i < slab.length; i += PIECE) yield Buffer.from(slab.slice(i, i + PIECE), 'latin1');
     if (staging) for (let i = 0; i < fill; i += PIECE) yield staging.subarray(i, Math.min(fill, i + PIECE));
   }
   return {
+    write,
     get truncated() {
       return truncated;
     },

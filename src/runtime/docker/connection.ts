@@ -1,21 +1,24 @@
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
+import net from 'node:net';
+import type { OnReadOpts } from 'node:net';
 import { join } from 'node:path';
+import type { Duplex } from 'node:stream';
+import tls from 'node:tls';
 import { inspect } from 'node:util';
 import Docker from 'dockerode';
 import type { RuntimeOptions, TlsOptions } from '../types.js';
 import type { RuntimeAddress } from './address.js';
 
 /**
- * One engine endpoint: a dockerode client for plain calls and raw `node:http` requests for the
- * hijacked exec streams, both aimed at the same address.
+ * One engine endpoint: a dockerode client for plain calls and raw connections for the hijacked
+ * exec streams, both aimed at the same address.
  */
 export class DockerConnection {
   readonly docker: Docker;
   private readonly agent: http.Agent;
-  private readonly base: http.RequestOptions;
-  private readonly secure: boolean;
+  private readonly tls: TlsOptions | undefined;
 
   constructor(
     readonly address: RuntimeAddress,
@@ -23,29 +26,26 @@ export class DockerConnection {
   ) {
     const maxSockets = options.maxConnections ?? 10;
     const tls = address.transport === 'tcp' && address.tls ? resolveTls(options.tls) : undefined;
-    this.secure = tls !== undefined;
-    this.agent = this.secure ? new https.Agent({ keepAlive: true, maxSockets, ...tls }) : new http.Agent({ keepAlive: true, maxSockets });
+    this.tls = tls;
+    this.agent = tls ? new https.Agent({ keepAlive: true, maxSockets, ...tls }) : new http.Agent({ keepAlive: true, maxSockets });
     // docker-modem util.inspect()s every request's options (the agent and all its sockets
     // included) even with debug off: 13x raw's client CPU on 50 parallel execs (bench).
     Object.defineProperty(this.agent, inspect.custom, { value: () => `[docker agent ${address.raw}]` });
     switch (address.transport) {
       case 'unix':
-        this.base = { socketPath: address.socketPath };
         this.docker = new Docker({ socketPath: address.socketPath, agent: this.agent } as Docker.DockerOptions);
         break;
       case 'tcp':
-        this.base = { host: address.host, port: address.port, ...(tls ?? {}) };
         this.docker = new Docker({
           host: address.host,
           port: address.port,
-          protocol: this.secure ? 'https' : 'http',
+          protocol: tls ? 'https' : 'http',
           agent: this.agent,
           ...(tls ?? {}),
         } as Docker.DockerOptions);
         break;
       case 'ssh':
         // docker-modem tunnels every request through `docker system dial-stdio` over ssh2.
-        this.base = {};
         this.docker = new Docker({
           protocol: 'ssh',
           host: address.host,
@@ -58,16 +58,37 @@ export class DockerConnection {
   }
 
   /**
-   * A request on a connection of its own (never pooled): hijacked streams take over the socket.
-   * ssh engines go through docker-modem's own tunnelling agent.
+   * A connection of its own to the engine (never pooled: a hijacked stream takes it over). Every
+   * read lands in `reads.buffer`, the same buffer for the whole connection, and is handed to
+   * `reads.callback`; its false pauses reading until `resume()`. An ssh engine's tunnel (docker-
+   * modem's `docker system dial-stdio` over ssh2) is no socket: its chunks go to the same callback.
    */
-  rawRequest(options: http.RequestOptions): http.ClientRequest {
-    const modemAgent = (this.docker.modem as unknown as { agent?: http.Agent }).agent;
-    if (this.address.transport === 'ssh') {
-      return http.request({ ...options, agent: modemAgent, host: this.address.host });
+  connect(reads: OnReadOpts): Promise<Duplex> {
+    const address = this.address;
+    switch (address.transport) {
+      case 'unix':
+        return Promise.resolve(net.connect({ path: address.socketPath, onread: reads }));
+      case 'tcp': {
+        const { host, port } = address;
+        if (!this.tls) return Promise.resolve(net.connect({ host, port, noDelay: true, onread: reads }));
+        // tls.connect takes onread as net.connect does (its types leave it out).
+        return Promise.resolve(
+          tls.connect({ host, port, noDelay: true, ...(net.isIP(host) ? {} : { servername: host }), ...this.tls, onread: reads } as tls.ConnectionOptions),
+        );
+      }
+      case 'ssh': {
+        const modemAgent = (this.docker.modem as unknown as { agent: { createConnection(o: object, cb: (err: Error | null, s: Duplex) => void): void } }).agent;
+        return new Promise((resolve, reject) =>
+          modemAgent.createConnection({}, (err, stream) => {
+            if (err) return reject(err);
+            stream.on('data', (chunk: Buffer) => {
+              if (reads.callback(chunk.length, chunk) === false) stream.pause();
+            });
+            resolve(stream);
+          }),
+        );
+      }
     }
-    const opts = { ...this.base, ...options, agent: false as const };
-    return this.secure ? https.request(opts) : http.request(opts);
   }
 
   close(): void {

@@ -5,6 +5,8 @@
  * agent) stays out. Each kill case checks with ps inside the box.
  */
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { finished } from 'node:stream/promises';
 import { after, before, describe, test } from 'node:test';
 import type { TestContext } from 'node:test';
 import { isSbxError } from '../../errors.js';
@@ -297,5 +299,39 @@ describe('docker exec', () => {
       assert.equal(cut.truncated, true);
       assert.equal(cut.stdout, 'éé');
     });
+
+    test('many megabytes of stdout and stderr interleaved are exact, whole and at an odd cap', async () => {
+      // Each line on stdout, every 97th also on stderr: frames of both sides alternate at every offset of the reads.
+      const script = 'awk \'BEGIN { for (i = 0; i < 600000; i++) { print "line " i; if (i % 97 == 0) print "err " i > "/dev/stderr" } }\'';
+      let out = '';
+      let err = '';
+      for (let i = 0; i < 600000; i++) {
+        out += `line ${i}\n`;
+        if (i % 97 === 0) err += `err ${i}\n`;
+      }
+      const whole = await rt.exec(box, ['sh', '-c', script], { maxOutputBytes: 16 * 1024 * 1024 });
+      assert.equal(whole.truncated, false);
+      assert.ok(whole.stdout === out, `stdout: ${whole.stdout.length} of ${out.length} characters, exact`);
+      assert.ok(whole.stderr === err, `stderr: ${whole.stderr.length} of ${err.length} characters, exact`);
+      const cap = 3_333_333;
+      const cut = await rt.exec(box, ['sh', '-c', script], { maxOutputBytes: cap });
+      assert.equal(cut.truncated, true);
+      assert.equal(cut.exitCode, 0);
+      assert.ok(cut.stdout === out.slice(0, cap), `stdout cut at ${cut.stdout.length}, exact`);
+      assert.ok(cut.stderr === err, 'stderr whole');
+    });
+  });
+
+  test('a stream of random bytes is byte-exact', async () => {
+    const s = await rt.execStream(box, ['sh', '-c', 'head -c 12000000 /dev/urandom > /tmp/rand && cat /tmp/rand && sha256sum /tmp/rand >&2']);
+    const out: Buffer[] = [];
+    let err = '';
+    s.stdout.on('data', (c: Buffer) => out.push(c));
+    s.stderr.on('data', (c: Buffer) => (err += c.toString()));
+    assert.equal(await s.wait(), 0);
+    await Promise.all([finished(s.stdout), finished(s.stderr)]);
+    const bytes = Buffer.concat(out);
+    assert.equal(bytes.length, 12_000_000);
+    assert.equal(createHash('sha256').update(bytes).digest('hex'), err.split(' ')[0]);
   });
 });

@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import type { Socket } from 'node:net';
 import { PassThrough, Writable } from 'node:stream';
 import { finished } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -7,12 +6,14 @@ import { SbxError } from '../../errors.js';
 import { KILLED_EXIT_CODE } from '../types.js';
 import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from '../types.js';
 import type { DockerConnection } from './connection.js';
-import { StdStreamDemuxer } from './demux.js';
+import { StdStreamDemuxer, StreamOutput } from './demux.js';
+import type { ExecOutput } from './demux.js';
 import { toSbxError } from './errors.js';
+import { hijack } from './hijack.js';
 import { EXEC_MARKER_ENV, KILLER_DONE, KILL_SCRIPT } from '../exec-killer.js';
 import { AGENT_TOKEN_ENV } from '../agent-protocol.js';
 import { abortError, watchForKill } from '../kill-watch.js';
-import { collectOutput, execResult } from '../collect-text.js';
+import { execResult, outputCollector } from '../collect-text.js';
 import type { KillWatch } from '../kill-watch.js';
 
 /**
@@ -40,8 +41,6 @@ interface ExecState {
 }
 
 interface ExecSession {
-  stdout: PassThrough;
-  stderr: PassThrough;
   stdin: Writable;
   /** Resolves when the output closed: the engine ended it, or sbx cut it. */
   drained: Promise<void>;
@@ -64,7 +63,8 @@ interface StartOptions {
   attachStdin: boolean;
 }
 
-async function startExec(conn: DockerConnection, containerId: string, cmd: string[], opts: StartOptions): Promise<ExecSession> {
+/** Starts `cmd` and hands its output to `output` as it is read. */
+async function startExec(conn: DockerConnection, containerId: string, cmd: string[], opts: StartOptions, output: ExecOutput): Promise<ExecSession> {
   if (!Array.isArray(cmd) || cmd.length === 0 || cmd.some((c) => typeof c !== 'string')) {
     throw new SbxError('invalid_argument', 'cmd: must be a non-empty array of strings', { details: { field: 'cmd' } });
   }
@@ -92,34 +92,34 @@ async function startExec(conn: DockerConnection, containerId: string, cmd: strin
   } catch (err) {
     throw toSbxError(err, conn.address.raw, what);
   }
-  const socket = await hijack(conn, `/exec/${execId}/start`, { Detach: false, Tty: opts.tty ?? false }, what);
+  const demux = new StdStreamDemuxer(output, opts.tty ?? false);
+  const watchers = new Set<() => void>();
+  // The output as it is read, from the socket's reused read buffer; a reader that is behind
+  // pauses the socket until it caught up.
+  const take = (bytes: Buffer) => {
+    demux.write(bytes);
+    for (const fn of watchers) fn();
+    if (output.ready()) return true;
+    output.whenReady(() => socket.resume());
+    return false;
+  };
+  const socket = await hijack(conn, `/exec/${execId}/start`, { Detach: false, Tty: opts.tty ?? false }, what, take);
 
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  const sink: Writable = opts.tty ? stdout : new StdStreamDemuxer(stdout, stderr);
   let ended = false;
   let cut = false;
+  // Ended by the engine, or closed without an end (cancel, kill, engine gone): either way all
+  // that was read was handed on, so the sides end and the session is over.
   const drained = new Promise<void>((resolve) => {
-    let settled = false;
-    const finish = () => {
-      if (settled) return;
-      settled = true;
-      if (opts.tty) stderr.end();
+    const over = () => {
+      output.end();
       resolve();
     };
-    sink.once('finish', finish);
-    socket.once('end', () => (ended = true));
-    socket.once('close', () => {
-      // Ended normally: pipe() ends the sink, and 'finish' follows once all output is handed on.
-      if (ended) return;
-      // Destroyed (cancel, kill grace, engine gone): a reader that never reads must not keep
-      // the session open, so give the sink a moment to flush and call it over.
-      if (!sink.writableEnded) sink.end();
-      setTimeout(finish, 100).unref();
+    socket.once('end', () => {
+      ended = true;
+      over();
     });
+    socket.once('close', over);
   });
-  socket.on('error', () => undefined);
-  socket.pipe(sink);
 
   const stdin = new Writable({
     write(chunk: Buffer, _enc, cb) {
@@ -143,8 +143,6 @@ async function startExec(conn: DockerConnection, containerId: string, cmd: strin
   const exec = conn.docker.getExec(execId);
   const user = opts.user;
   return {
-    stdout,
-    stderr,
     stdin,
     drained,
     get cut() {
@@ -159,10 +157,10 @@ async function startExec(conn: DockerConnection, containerId: string, cmd: strin
       }
     },
     watchOutput(fn) {
-      socket.on('data', fn);
+      watchers.add(fn);
       socket.on('close', fn);
       return () => {
-        socket.off('data', fn);
+        watchers.delete(fn);
         socket.off('close', fn);
       };
     },
@@ -192,24 +190,35 @@ async function startExec(conn: DockerConnection, containerId: string, cmd: strin
  * keeps that exec's output open, so the killer's own exit may be reported seconds late.
  */
 async function runKiller(conn: DockerConnection, containerId: string, marker: string, user: string | undefined): Promise<void> {
+  let done!: () => void;
+  const said = new Promise<void>((resolve) => (done = resolve));
+  let text = '';
+  const output = bufferedOutput({
+    write(bytes) {
+      text += bytes.toString('latin1');
+      if (text.includes(KILLER_DONE)) done();
+    },
+  });
   let killer: ExecSession;
   try {
-    killer = await startExec(conn, containerId, ['/bin/sh', '-c', KILL_SCRIPT, 'sbx-kill', marker], { ...(user ? { user } : {}), attachStdin: false });
+    killer = await startExec(conn, containerId, ['/bin/sh', '-c', KILL_SCRIPT, 'sbx-kill', marker], { ...(user ? { user } : {}), attachStdin: false }, output);
   } catch {
     return;
   }
-  const done = new Promise<void>((resolve) => {
-    let said = '';
-    killer.stdout.on('data', (c: Buffer) => {
-      said += c.toString('latin1');
-      if (said.includes(KILLER_DONE)) resolve();
-    });
-    // No /bin/sh: the engine's start-failure text, then the end.
-    killer.stdout.once('end', resolve);
-  });
-  killer.stderr.resume();
-  await within(done, KILLER_MAX_MS);
+  // No /bin/sh: the engine's start-failure text, then the end.
+  await within(Promise.race([said, killer.drained]), KILLER_MAX_MS);
   killer.destroy();
+}
+
+/** Output that is only collected (a buffered exec, the killer): never behind, nothing to end. */
+function bufferedOutput(stdout: { write(bytes: Buffer): void }, stderr?: { write(bytes: Buffer): void }): ExecOutput {
+  return {
+    stdout: (bytes) => stdout.write(bytes),
+    stderr: (bytes) => stderr?.write(bytes),
+    ready: () => true,
+    whenReady: (ready) => ready(),
+    end: () => undefined,
+  };
 }
 
 /** Whether `p` settled within `ms` (it is left running either way; its rejection is ignored). */
@@ -227,43 +236,6 @@ async function within(p: Promise<unknown>, ms: number): Promise<boolean> {
   } finally {
     clearTimeout(timer);
   }
-}
-
-/** POSTs `path` asking for a protocol upgrade and returns the raw duplex socket. */
-function hijack(conn: DockerConnection, path: string, body: unknown, what: string): Promise<Socket> {
-  return new Promise((resolve, reject) => {
-    const payload = JSON.stringify(body);
-    const req = conn.rawRequest({
-      method: 'POST',
-      path,
-      headers: {
-        'Content-Type': 'application/json',
-        'Content-Length': Buffer.byteLength(payload),
-        Connection: 'Upgrade',
-        Upgrade: 'tcp',
-      },
-    });
-    req.once('upgrade', (_res, socket, head) => {
-      socket.setNoDelay(true);
-      if (head.length > 0) socket.unshift(head);
-      resolve(socket);
-    });
-    req.once('response', (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        let message = Buffer.concat(chunks).toString('utf8');
-        try {
-          message = (JSON.parse(message) as { message?: string }).message ?? message;
-        } catch {
-          /* plain text body */
-        }
-        reject(toSbxError({ statusCode: res.statusCode, json: { message } }, conn.address.raw, what));
-      });
-    });
-    req.once('error', (err) => reject(toSbxError(err, conn.address.raw, what)));
-    req.end(payload);
-  });
 }
 
 /**
@@ -305,7 +277,7 @@ export function startError(engineText: string, cmd: string[], opts: { workDir?: 
 }
 
 /** The engine's start-failure text: the first bytes of the output, read until it closes. */
-async function failureText(session: ExecSession): Promise<string> {
+async function failureText(session: ExecSession, stdout: PassThrough, stderr: PassThrough): Promise<string> {
   const chunks: Buffer[] = [];
   let size = 0;
   const take = (c: Buffer) => {
@@ -313,7 +285,7 @@ async function failureText(session: ExecSession): Promise<string> {
     size += c.length;
   };
   // Read to the end of both sides: the text may still sit in their buffers after the socket closed.
-  const ends = [session.stdout, session.stderr].map((side) => {
+  const ends = [stdout, stderr].map((side) => {
     side.on('data', take);
     return finished(side);
   });
@@ -325,12 +297,9 @@ async function failureText(session: ExecSession): Promise<string> {
 /** Runs `cmd` to completion and collects its output (the Runtime's `exec`). */
 export async function runBuffered(conn: DockerConnection, containerId: string, cmd: string[], opts: ExecOptions = {}): Promise<ExecResult> {
   const started = performance.now();
-  const session = await startExec(conn, containerId, cmd, {
-    ...pick(opts),
-    attachStdin: opts.stdin !== undefined,
-  });
-  const stdout = collectOutput(session.stdout, opts);
-  const stderr = collectOutput(session.stderr, opts);
+  const stdout = outputCollector(opts);
+  const stderr = outputCollector(opts);
+  const session = await startExec(conn, containerId, cmd, { ...pick(opts), attachStdin: opts.stdin !== undefined }, bufferedOutput(stdout, stderr));
   if (opts.stdin !== undefined) session.stdin.end(Buffer.from(opts.stdin));
 
   const killed = watchForKill(session, opts);
@@ -355,7 +324,15 @@ export async function runBuffered(conn: DockerConnection, containerId: string, c
  * here, like `exec` does, instead of handing back the engine's text as output.
  */
 export async function runStreaming(conn: DockerConnection, containerId: string, cmd: string[], opts: ExecStreamOptions = {}): Promise<ExecStream> {
-  const session = await startExec(conn, containerId, cmd, { ...pick(opts), ...(opts.tty ? { tty: true } : {}), attachStdin: true });
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  const session = await startExec(
+    conn,
+    containerId,
+    cmd,
+    { ...pick(opts), ...(opts.tty ? { tty: true } : {}), attachStdin: true },
+    new StreamOutput(stdout, stderr),
+  );
   let state: ExecState;
   try {
     state = await untilStarted(session);
@@ -363,13 +340,13 @@ export async function runStreaming(conn: DockerConnection, containerId: string, 
     session.destroy();
     throw err;
   }
-  if (failedToStart(state)) throw startError(await failureText(session), cmd, opts, containerId);
+  if (failedToStart(state)) throw startError(await failureText(session, stdout, stderr), cmd, opts, containerId);
   if (opts.tty && opts.size) await session.resize(opts.size).catch(() => undefined);
   const killed = watchForKill(session, opts);
   let exit: Promise<number> | undefined;
   return {
-    stdout: session.stdout,
-    stderr: session.stderr,
+    stdout,
+    stderr,
     stdin: session.stdin,
     wait() {
       exit ??= session.drained.then(async () => {
