@@ -409,29 +409,111 @@ func childPipe(agentReads bool) (agentEnd *os.File, childEnd int, err error) {
 	return os.NewFile(uintptr(mine), "|0"), theirs, nil
 }
 
+// pump copies one output of the process to the host. What the process wrote before it exited is
+// in the pipe when it exits (at most the pipe's capacity): that much is read whatever the clock
+// says, however long the host takes to accept it. The deadlines after that bound only output of
+// processes that outlived it (a background job still holding the pipe): read while it keeps
+// coming within drainIdle, for at most drainMax after the exit.
 func (ex *execProc) pump(f *os.File, typ byte) {
 	defer ex.readers.Done()
 	bp := outBufs.Get().(*[]byte)
 	defer outBufs.Put(bp)
 	buf := *bp
 	broken := false
+	owed := -1 // after the exit: what is still read without a deadline; -1 before the exit
 	for {
-		if at := ex.exitedAt.Load(); at != 0 {
-			d := time.Now().Add(drainIdle)
-			if max := time.Unix(0, at).Add(drainMax); d.After(max) {
-				d = max
-			}
-			_ = f.SetReadDeadline(d)
+		at := ex.exitedAt.Load()
+		if at != 0 && owed < 0 {
+			owed = bufferedMax(f)
 		}
-		n, err := f.Read(buf)
+		var n int
+		var err error
+		if owed > 0 {
+			n, err = readNow(f, buf[:min(len(buf), owed)])
+			owed -= n
+			if err == errPipeEmpty {
+				owed = 0
+				continue
+			}
+		} else {
+			if at != 0 {
+				d := time.Now().Add(drainIdle)
+				if max := time.Unix(0, at).Add(drainMax); d.After(max) {
+					d = max
+				}
+				_ = f.SetReadDeadline(d)
+			}
+			n, err = f.Read(buf)
+		}
 		if n > 0 && !broken {
 			if ex.fw.write(typ, buf[:n]) != nil {
 				broken = true // keep reading: the process must not block on a full pipe
 			}
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && owed < 0 {
+			continue // wait() woke a read that had nothing yet: the exit, read what it left
+		}
 		if err != nil {
 			return // EOF, EIO (a terminal whose last holder closed it), or the drain deadline
 		}
+	}
+}
+
+// errPipeEmpty: readNow found nothing to read.
+var errPipeEmpty = errors.New("nothing to read")
+
+// defaultBuffered bounds what a terminal holds unread (the kernel's tty buffer limit, 64 KiB).
+const defaultBuffered = 64 * 1024
+
+// bufferedMax is the most f can hold unread: a pipe's capacity (which its writer may have
+// raised, up to fs.pipe-max-size), else defaultBuffered.
+func bufferedMax(f *os.File) int {
+	n := 0
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_GETPIPE_SZ, 0)
+			if e == 0 {
+				n = int(r)
+			}
+		})
+	}
+	return max(n, defaultBuffered)
+}
+
+// readNow reads what f holds now, without waiting and whatever its deadline: a deadline that
+// passed fails even a read that would find data (Go checks it first), and one passes while the
+// goroutine is not scheduled, which on a loaded machine is longer than drainIdle.
+func readNow(f *os.File, b []byte) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	for {
+		_ = f.SetReadDeadline(time.Time{})
+		var n int
+		var rerr error
+		err = rc.Read(func(fd uintptr) bool {
+			for {
+				n, rerr = syscall.Read(int(fd), b)
+				if rerr != syscall.EINTR {
+					return true // done, waiting or not: readNow never waits
+				}
+			}
+		})
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			continue // wait() set its deadline between the clearing and the read
+		}
+		switch {
+		case err != nil:
+			return 0, err
+		case rerr == syscall.EAGAIN:
+			return 0, errPipeEmpty
+		case rerr != nil:
+			return 0, rerr
+		case n == 0:
+			return 0, io.EOF
+		}
+		return n, nil
 	}
 }
 
@@ -513,8 +595,10 @@ func (ex *execProc) wait() {
 	ex.exited.Store(true)
 	ex.exitedAt.Store(time.Now().UnixNano())
 	ex.a.execs.Delete(ex.pid)
+	// Wakes a read still waiting for output (the pipe may be held open by a process that
+	// outlived this one): pump reads what is left, then gives later output drainIdle.
 	for _, f := range ex.outs {
-		_ = f.SetReadDeadline(time.Now().Add(drainIdle))
+		_ = f.SetReadDeadline(time.Now())
 	}
 	ex.readers.Wait()
 	for _, f := range ex.outs {

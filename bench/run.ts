@@ -28,7 +28,8 @@ import { RawFileSubject } from './files/raw.js';
 import { openWorkspaceSubject } from './files/workspace.js';
 import { probeMemory } from './memory/probe.js';
 import { runExecMemory } from './memory/exec-row.js';
-import { EXEC_MEMORY_ROW, IDLE_BOXES, MEMORY_ROWS, memoryFailed, memoryRows } from './memory/rows.js';
+import { EXEC_MEMORY_ROW, IDLE_BOXES, MEMORY_BUILT_ROW, MEMORY_ROWS, memoryFailed, memoryRows } from './memory/rows.js';
+import { runBuiltMemory } from './memory/built.js';
 import { agentRowNames, runAgentRows } from './rows/agent.js';
 import { runWarmRows, warmRowNames } from './rows/warm.js';
 import { LIFECYCLE_ROW_NAMES, runLifecycleRows } from './rows/lifecycle.js';
@@ -137,6 +138,7 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
     ...concurrencyRows.map((r) => r.name),
     MEMORY_ROWS.empty,
     MEMORY_ROWS.full,
+    MEMORY_BUILT_ROW,
     EXEC_MEMORY_ROW,
     ...agentRowNames(),
     ...warmRowNames(),
@@ -185,6 +187,10 @@ async function runSelected(run: Run): Promise<{ rows: RowResult[]; parity: strin
   if (picked.has(MEMORY_ROWS.empty) || picked.has(MEMORY_ROWS.full)) {
     const memory = await runMemory(run);
     results.push(...memory.filter((r) => picked.has(r.name)));
+  }
+  if (picked.has(MEMORY_BUILT_ROW)) {
+    const opts = { managerName: `${run.managerName}-memb`, dataDir: join(run.tmp, 'mem-built-data'), onChild: (pid?: number) => (run.memoryChild = pid) };
+    results.push(...(await runBuiltMemory({ ...run.ctx, ...opts })));
   }
   if (agentRowNames().some((n) => picked.has(n))) {
     results.push(...(await runAgentRows(run.ctx, { managerName: `${run.managerName}-ag`, dataDir: join(run.tmp, 'agent'), runId: run.runId, only: picked })));

@@ -138,3 +138,41 @@ apt_install() {
   fi
   did+=("installed $* in $(elapsed "$t")")
 }
+
+# Builds the Go main package in $SBX_ROOT/$1 as static binaries for linux/amd64 and linux/arm64,
+# .build/$1/$2-linux-<arch>. Cached by input hash (the Go version and the package's sources:
+# Go, assembly, go.mod, go.sum; tests and testprogs/ left out), so an unchanged tree costs one
+# hash. Each binary is written to a temp name and renamed: a build never leaves half a binary,
+# and a process running the old one keeps it. $3: 1 to build even when cached.
+build_static_go() {
+  local dir=$1 bin=$2 rebuild=$3 out=$SBX_ROOT/.build/$1 arches=(amd64 arm64) t hash arch tmp cached=1 sizes=""
+  have go || die "go is not on PATH ($bin is built from source)"
+  t=$(now_ms)
+  hold_lock "$dir"
+  hash=$(
+    {
+      go env GOVERSION
+      cd "$SBX_ROOT/$dir" && find . -path ./testprogs -prune -o -type f \( -name '*.go' -o -name '*.s' -o -name go.mod -o -name go.sum \) ! -name '*_test.go' -print0 | sort -z | xargs -0 sha256sum
+    } | sha256sum
+  )
+  hash=${hash:0:16}
+  [ "$rebuild" = 0 ] || cached=0
+  [ "$(cat "$out/inputs" 2>/dev/null || true)" = "$hash" ] || cached=0
+  for arch in "${arches[@]}"; do
+    [ -x "$out/$bin-linux-$arch" ] || cached=0
+  done
+  if [ "$cached" = 1 ]; then
+    echo "$dir: $hash cached in ${out#"$SBX_ROOT"/} ($(elapsed "$t"))"
+    return 0
+  fi
+  mkdir -p "$out"
+  for arch in "${arches[@]}"; do
+    tmp=$out/.$bin-linux-$arch.$$
+    (cd "$SBX_ROOT/$dir" && CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags='-s -w -buildid=' -o "$tmp" .) ||
+      { rm -f "$tmp"; die "go build of $bin for linux/$arch failed"; }
+    mv -f "$tmp" "$out/$bin-linux-$arch"
+    sizes+="$arch $(stat -c %s "$out/$bin-linux-$arch") bytes; "
+  done
+  printf '%s\n' "$hash" >"$out/inputs"
+  echo "$dir: $hash built in ${out#"$SBX_ROOT"/} (${sizes%; }) ($(elapsed "$t"))"
+}

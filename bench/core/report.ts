@@ -133,7 +133,7 @@ export function renderTable(rows: RowResult[], names: [string, string]): string 
 
 function memoryNotes(r: RowResult): string {
   const m = r.memory!;
-  const parts = [r.note ?? '', `node+tsx alone ${num(m.baselineMiB)} MiB`];
+  const parts = [r.note ?? '', `${m.baselineOf ?? 'node+tsx'} alone ${num(m.baselineMiB)} MiB`];
   if (m.firstBoxesKiB !== undefined) parts.push(`first ${m.firstBoxes} boxes +${num(m.firstBoxesKiB, 0)} KiB`);
   if (m.perBoxKiB !== undefined) parts.push(`then per box +${num(m.perBoxKiB, 0)} KiB RSS, +${num(m.perBoxHeapKiB, 1)} KiB heap`);
   return parts.filter(Boolean).join('; ');

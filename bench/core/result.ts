@@ -14,7 +14,9 @@ export interface Side {
 }
 
 export interface MemoryFigures {
+  /** RSS of the process before it imported sbx: `baselineOf` alone (default node+tsx). */
   baselineMiB: number;
+  baselineOf?: string;
   rssMiB: number;
   heapMiB: number;
   boxes: number;

@@ -2,20 +2,11 @@
  * Runs in its own process (forked by memory/probe.ts) so that what it measures is a Manager's
  * footprint and nothing of the benchmark around it.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
+import { settle } from '../core/gc.js';
 import type { MemoryChildArgs, MemoryReport } from './protocol.js';
 
 const args = JSON.parse(process.argv[2] ?? '{}') as MemoryChildArgs;
 const gc = (globalThis as { gc?: () => void }).gc;
-
-async function settle(): Promise<{ rss: number; heapUsed: number }> {
-  // Two passes: the first may only queue finalizers; the pause lets freed pages go back.
-  gc?.();
-  await sleep(50);
-  gc?.();
-  const m = process.memoryUsage();
-  return { rss: m.rss, heapUsed: m.heapUsed };
-}
 
 const baseline = await settle();
 const { Manager } = await import('../../src/sandbox/manager.js');

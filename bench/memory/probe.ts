@@ -1,6 +1,6 @@
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import type { ExecMemoryArgs, ExecMemoryReport, MemoryChildArgs, MemoryReport } from './protocol.js';
+import type { BuiltMemoryArgs, BuiltMemoryReport, ExecMemoryArgs, ExecMemoryReport, MemoryChildArgs, MemoryReport } from './protocol.js';
 
 const CHILD = fileURLToPath(new URL('./child.ts', import.meta.url));
 const EXEC_CHILD = fileURLToPath(new URL('./exec-child.ts', import.meta.url));
@@ -19,10 +19,15 @@ export function probeExecMemory(args: ExecMemoryArgs, onChild: (pid: number | un
   return probe<ExecMemoryReport>(EXEC_CHILD, args, onChild);
 }
 
-function probe<R>(child: string, args: unknown, onChild: (pid: number | undefined) => void): Promise<R> {
+/** The same for the built package's child (`child`: built-child.js in a build of memory/built.ts), run by plain node. */
+export function probeBuiltMemory(child: string, args: BuiltMemoryArgs, onChild: (pid: number | undefined) => void): Promise<BuiltMemoryReport> {
+  return probe<BuiltMemoryReport>(child, args, onChild, []);
+}
+
+// The parent's execArgv carries the tsx loader; --expose-gc makes RSS mean live memory.
+function probe<R>(child: string, args: unknown, onChild: (pid: number | undefined) => void, loader = process.execArgv): Promise<R> {
   return new Promise((resolve, reject) => {
-    // The parent's execArgv carries the tsx loader; --expose-gc makes RSS mean live memory.
-    const proc = fork(child, [JSON.stringify(args)], { execArgv: [...process.execArgv, '--expose-gc'], stdio: ['ignore', 2, 2, 'ipc'] });
+    const proc = fork(child, [JSON.stringify(args)], { execArgv: [...loader, '--expose-gc'], stdio: ['ignore', 2, 2, 'ipc'] });
     onChild(proc.pid);
     let report: R | undefined;
     const timer = setTimeout(() => proc.kill('SIGKILL'), TIMEOUT_MS);

@@ -57,3 +57,11 @@ export interface ExecMemoryReport {
   execMs: number;
   gc: boolean;
 }
+
+/** What the built-package memory child (memory/built-child.ts) reports: Memory0Boxes' readings. */
+export type BuiltMemoryReport = Pick<MemoryReport, 'baselineRss' | 'managerRss' | 'managerHeapUsed' | 'gc'>;
+
+export interface BuiltMemoryArgs {
+  managerName: string;
+  dataDir: string;
+}

@@ -4,6 +4,8 @@ import type { ExecMemoryReport, MemoryReport } from './protocol.js';
 
 export const IDLE_BOXES = 50;
 export const MEMORY_ROWS = { empty: 'Memory0Boxes', full: `Memory${IDLE_BOXES}Boxes` } as const;
+/** Memory0Boxes on the built package (memory/built.ts). */
+export const MEMORY_BUILT_ROW = 'Memory0BoxesBuilt';
 
 /** One buffered exec printing EXEC_OUTPUT_BYTES against the default 64 MiB output cap. */
 export const EXEC_OUTPUT_BYTES = 200_000_000;

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { DEFAULT_WORKDIR, GRACEFUL_CMD } from '../../src/sandbox/box-spec.js';
 import { DEFAULT_BOX_CPUS, DEFAULT_BOX_MEMORY } from '../../src/sandbox/config.js';
 import { BOX_NETWORK } from '../../src/runtime/docker/box-network.js';
-import { EGRESS_ALL } from '../../src/runtime/docker/egress.js';
+import { EGRESS_ALL } from '../../src/runtime/egress-spec.js';
 import { DEFAULT_PIDS_LIMIT, securityFor } from '../../src/sandbox/security.js';
 import { BASE_IMAGE, BENCH_CONTAINER_LABEL } from '../core/identity.js';
 

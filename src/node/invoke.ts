@@ -13,6 +13,11 @@ import type { NodeService } from './service.js';
 /** A container id or name as callers give it. */
 const containerId = z.string().min(1).max(256);
 const labels = z.record(z.string().min(1).max(256), plainText(1024));
+/** A checkpoint's name, as the engine takes one (its own pattern, bounded). */
+const checkpointName = z
+  .string()
+  .max(128)
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, 'a checkpoint name is letters, digits, _ . - (not first)');
 /** An absent option: the client's JSON writes `undefined` as null. */
 const opt = <T extends z.ZodType>(s: T) => s.nullish().transform((v) => v ?? undefined);
 const none = z.tuple([]);
@@ -49,6 +54,10 @@ export const METHODS: Record<string, Method> = {
   execSignal: method(z.tuple([z.string().min(1).max(64), z.string().min(1).max(16)]), (s, [handle, name]) => s.execSignal(handle, name)),
   setBoxEnv: method(z.tuple([containerId, envMap]), (s, [id, env]) => s.setBoxEnv(id, env)),
   boxTool: method(z.tuple([containerId]), (s, [id]) => s.boxTool(id)),
+  checkpoint: method(z.tuple([containerId, checkpointName]), (s, [id, name]) => s.checkpoint(id, name)),
+  restoreCheckpoint: method(z.tuple([containerId, checkpointName]), (s, [id, name]) => s.restoreCheckpoint(id, name)),
+  checkpoints: method(z.tuple([containerId]), (s, [id]) => s.listCheckpoints(id)),
+  removeCheckpoint: method(z.tuple([containerId, checkpointName]), (s, [id, name]) => s.removeCheckpoint(id, name)),
   // The policy is checked by validateEgressGrammar in setEgress (every entry, bounded), so its fields are named `egress.…`.
   setEgress: method(z.tuple([containerId, z.unknown()]), (s, [id, egress]) => s.setEgress(id, egress)),
   getEgress: method(z.tuple([containerId]), (s, [id]) => s.getEgress(id)),

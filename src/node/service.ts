@@ -17,6 +17,7 @@ import { SbxError, isSbxError } from '../errors.js';
 import { validateEgressGrammar } from '../runtime/egress-spec.js';
 import { validateSpec } from '../runtime/spec.js';
 import type {
+  CheckpointCalls,
   BoxHeartbeat,
   ContainerEvent,
   ContainerInfo,
@@ -155,6 +156,7 @@ export class NodeService {
       ociRuntimes: oci,
       freeDiskBytes: fs.bavail * fs.bsize,
       egress: this.enforcesEgress(),
+      checkpoint: this.checkpoints() !== undefined,
     };
   }
 
@@ -280,6 +282,41 @@ export class NodeService {
     await this.check(id);
     if (!this.enforcesEgress() || !this.runtime.getEgress) throw this.noEgress(`read the egress policy of container ${id}`);
     return this.runtime.getEgress(id);
+  }
+
+  /** The runtime's checkpoint calls, when it has them (what `facts` tells the Manager). */
+  private checkpoints(): CheckpointCalls | undefined {
+    const rt = this.runtime;
+    if (rt.capabilities.checkpoint !== true || !rt.checkpoint || !rt.restoreCheckpoint || !rt.checkpoints || !rt.removeCheckpoint) return undefined;
+    return rt as CheckpointCalls;
+  }
+
+  /** The checkpoint calls for container `id` of this node; not_available from a runtime without them. */
+  private async checkpointsOf(id: string): Promise<CheckpointCalls> {
+    await this.check(id);
+    const cp = this.checkpoints();
+    if (!cp) {
+      throw new SbxError('not_available', `node ${this.name}'s runtime cannot checkpoint container ${id}`, {
+        details: { id, reason: 'checkpoint_unsupported' },
+      });
+    }
+    return cp;
+  }
+
+  async checkpoint(id: string, name: string): Promise<void> {
+    await (await this.checkpointsOf(id)).checkpoint(id, name);
+  }
+
+  async restoreCheckpoint(id: string, name: string): Promise<void> {
+    await (await this.checkpointsOf(id)).restoreCheckpoint(id, name);
+  }
+
+  async listCheckpoints(id: string): Promise<string[]> {
+    return (await this.checkpointsOf(id)).checkpoints(id);
+  }
+
+  async removeCheckpoint(id: string, name: string): Promise<void> {
+    await (await this.checkpointsOf(id)).removeCheckpoint(id, name);
   }
 
   async boxTool(id: string): Promise<string | null> {

@@ -13,6 +13,9 @@ import { portNumber } from './bounds.js';
 import { MAX_EGRESS_ENTRIES } from './spec.js';
 import type { EgressSpec } from './types.js';
 
+/** The policy of a box whose spec gives none (`all` with no rules): everything but the always denied. */
+export const EGRESS_ALL: EgressSpec = { mode: 'all', allow: [], deny: [], endpoints: [] };
+
 /** sbx's own endpoints in one spec, at most (a handful in practice: heartbeats, the API, gRPC; spec.ts's bound). */
 export const MAX_EGRESS_ENDPOINTS = 64;
 /** The longest domain DNS carries (RFC 1035: 253 characters written out). */

@@ -653,8 +653,9 @@ export interface Runtime {
    * Writes a running container's whole state (memory, processes, open files) to its checkpoint
    * `name` and ends the container: it reads `exited`, holds no process and no memory on the host,
    * and keeps its filesystem. A container whose OCI runtime cannot (runc), or an engine whose
-   * checkpoint API is off: not_available (`details.reason` `checkpoint_unsupported`). Present
-   * exactly when `capabilities.checkpoint` is true, with the three below.
+   * checkpoint API is off: not_available (`details.reason` `checkpoint_unsupported`). Called only
+   * when `capabilities.checkpoint` is true (a remote runtime learns it from its node), with the
+   * three below.
    */
   checkpoint?(id: string, name: string): Promise<void>;
   /**
@@ -677,6 +678,9 @@ export const KILLED_EXIT_CODE = 137;
 /** How a Kubernetes pool's pods get the agent binary: `auto` probes the cluster once for image volumes. */
 export const AGENT_DELIVERY_CHOICES = ['auto', 'image-volume', 'init-container'] as const;
 export type AgentDeliveryChoice = (typeof AGENT_DELIVERY_CHOICES)[number];
+
+/** A runtime's checkpoint calls, the four together (what `capabilities.checkpoint` offers). */
+export type CheckpointCalls = Required<Pick<Runtime, 'checkpoint' | 'restoreCheckpoint' | 'checkpoints' | 'removeCheckpoint'>>;
 
 /** What a box of `ociRuntime` gets on a runtime (its capabilitiesFor, else its capabilities). */
 export function capabilitiesOf(rt: Pick<Runtime, 'capabilities' | 'capabilitiesFor'>, ociRuntime: string | undefined): RuntimeCapabilities {

@@ -15,6 +15,7 @@
  * engines) each have their own. sbx talks HTTP to it over that socket when the engine is on this
  * machine and the socket is there to open, else through `docker exec sbx-egress sbx-egress call`.
  */
+import { EGRESS_ALL } from '../egress-spec.js';
 import { existsSync } from 'node:fs';
 import http from 'node:http';
 import { isIP } from 'node:net';
@@ -47,8 +48,6 @@ const CALL_TIMEOUT_MS = 30_000;
 /** How long "the image is not there" is believed before the engine is asked again. */
 const MISSING_RECHECK_MS = 30_000;
 
-/** `all` with no rules: what a box with no `sbx.egress` label is registered with. */
-export const EGRESS_ALL: EgressSpec = { mode: 'all', allow: [], deny: [], endpoints: [] };
 const EGRESS_NONE: EgressSpec = { mode: 'none', allow: [], deny: [], endpoints: [] };
 
 /** An entry of the helper: a box's addresses and rules. */

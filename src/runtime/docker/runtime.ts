@@ -1,4 +1,5 @@
 import { createConnection } from 'node:net';
+import { EGRESS_ALL } from '../egress-spec.js';
 import type { Socket } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import type Docker from 'dockerode';
@@ -52,7 +53,6 @@ import { HOST_SUBID_FILES, usernsOf, type EngineInfo } from './userns.js';
 import {
   DEFAULT_EGRESS_IMAGE,
   DockerEgress,
-  EGRESS_ALL,
   EGRESS_LABEL,
   attachmentOf,
   attachmentOfNetwork,

@@ -1,5 +1,6 @@
 // Pod manifests from specs. These pin what the pod asks Kubernetes for; whether Kubernetes does
 // it (limits enforced, users applied, argv unchanged) is for the tests against a real cluster.
+import { EGRESS_ALL } from '../egress-spec.js';
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { isSbxError } from '../../errors.js';
@@ -12,7 +13,6 @@ import {
   AGENT_PORT,
   AGENT_TOKEN_ENV,
   DIAL_POD_IP_ANNOTATION,
-  EGRESS_ALL,
   EGRESS_CONTAINER,
   LABELS_ANNOTATION,
   MAIN_CONTAINER,

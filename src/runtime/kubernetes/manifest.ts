@@ -3,6 +3,7 @@
  * command; everything the Docker runtime keeps in container labels is kept here too, so
  * recovery reads a pod as it reads a container.
  */
+import { EGRESS_ALL } from '../egress-spec.js';
 import { createHash } from 'node:crypto';
 import type { V1Container, V1Pod, V1SecurityContext, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
 import { SbxError, invalidArgument } from '../../errors.js';
@@ -116,9 +117,6 @@ export interface ManifestOptions {
   /** Enforce `spec.egress` (absent in the spec: `all`) with the egress sidecar; absent: no sidecar (a spec with egress is refused). */
   egress?: EgressOptions;
 }
-
-/** The policy of a box whose spec gives none: everything but the always denied. */
-export const EGRESS_ALL: EgressSpec = { mode: 'all', allow: [], deny: [], endpoints: [] };
 
 const LABEL_KEY = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
 const LABEL_VALUE = /^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$/;

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { EGRESS_ALL } from '../egress-spec.js';
 import { createConnection } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
@@ -52,7 +53,6 @@ import {
   AGENT_PORT,
   DIAL_ANY_PORT_ANNOTATION,
   DIAL_POD_IP_ANNOTATION,
-  EGRESS_ALL,
   EGRESS_CONTAINER,
   MAIN_CONTAINER,
   PORTS_ANNOTATION,

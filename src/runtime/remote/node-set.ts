@@ -29,6 +29,7 @@ import type { Duplex } from 'node:stream';
 import { SbxError, isSbxError } from '../../errors.js';
 import { validateEgressSpec, validateSpec } from '../spec.js';
 import type {
+  CheckpointCalls,
   ContainerEvent,
   ContainerInfo,
   ContainerListOptions,
@@ -257,7 +258,8 @@ export class NodeSet implements Runtime {
    * What every member can do (the optional ones absent = true); no member: nothing. Egress
    * (absent = false): every member enforces it, except that a node not online whose runtime has
    * not said yet (a RemoteRuntime before its node's facts came) is not held against the pool —
-   * placement sends boxes with a policy only to nodes that enforce it.
+   * placement sends boxes with a policy only to nodes that enforce it. Checkpoint (absent =
+   * false): some member can; a box's own node decides, refusing as its runtime does.
    */
   get capabilities(): RuntimeCapabilities {
     const members = this.members();
@@ -276,6 +278,7 @@ export class NodeSet implements Runtime {
       execUser: all('execUser'),
       logStreams: all('logStreams'),
       cpuStats: all('cpuStats'),
+      checkpoint: caps.some((c) => c.checkpoint === true),
     };
   }
 
@@ -495,6 +498,23 @@ export class NodeSet implements Runtime {
 
   getEgress(id: string): Promise<EgressSpec | undefined> {
     return this.on(id, 'read the egress policy of container', (rt, local, m) => egressOf(rt, m).getEgress(local));
+  }
+
+  /** Checkpoints the box on its node; not_available (checkpoint_unsupported) naming the node when its runtime cannot. */
+  checkpoint(id: string, name: string): Promise<void> {
+    return this.on(id, 'checkpoint container', (rt, local, m) => checkpointsOf(rt, m).checkpoint(local, name));
+  }
+
+  restoreCheckpoint(id: string, name: string): Promise<void> {
+    return this.on(id, 'restore container', (rt, local, m) => checkpointsOf(rt, m).restoreCheckpoint(local, name));
+  }
+
+  checkpoints(id: string): Promise<string[]> {
+    return this.on(id, 'list the checkpoints of container', (rt, local, m) => checkpointsOf(rt, m).checkpoints(local));
+  }
+
+  removeCheckpoint(id: string, name: string): Promise<void> {
+    return this.on(id, 'remove a checkpoint of container', (rt, local, m) => checkpointsOf(rt, m).removeCheckpoint(local, name));
   }
 
   /** The node's file tool for the box; null when the node's runtime has none. */
@@ -954,6 +974,16 @@ function egressOf(rt: Runtime, m: NodeMember): Required<Pick<Runtime, 'setEgress
     throw new SbxError('not_available', `node '${m.name}' enforces no egress policy`, { details: { node: m.name, reason: 'no_egress' } });
   }
   return rt as Required<Pick<Runtime, 'setEgress' | 'getEgress'>>;
+}
+
+/** The member's runtime as one that checkpoints; not_available naming the node when it cannot. */
+function checkpointsOf(rt: Runtime, m: NodeMember): CheckpointCalls {
+  if (rt.capabilities.checkpoint !== true || !rt.checkpoint || !rt.restoreCheckpoint || !rt.checkpoints || !rt.removeCheckpoint) {
+    throw new SbxError('not_available', `node '${m.name}' cannot checkpoint a box to release its memory`, {
+      details: { node: m.name, reason: 'checkpoint_unsupported' },
+    });
+  }
+  return rt as CheckpointCalls;
 }
 
 /**

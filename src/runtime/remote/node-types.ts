@@ -19,6 +19,12 @@ export interface NodeFacts {
    * `capabilities.egress`. Absent (a node from before egress policies): false.
    */
   egress?: boolean;
+  /**
+   * The node's runtime can checkpoint boxes to release their memory (`capabilities.checkpoint`:
+   * a Docker engine with its checkpoint API on; each box's OCI runtime decides, gVisor's can).
+   * Absent (a node from before): false.
+   */
+  checkpoint?: boolean;
 }
 
 /** A workspace volume a node holds: its name (the workspace's path on the Manager's machine) and labels. */

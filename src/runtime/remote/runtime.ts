@@ -64,6 +64,8 @@ import { fromWireError } from './wire.js';
 
 /** How long a unary call may take by default (a create pulls nothing; a stop adds its own grace). */
 export const UNARY_TIMEOUT_MS = 60_000;
+/** A checkpoint or restore writes or reads a box's whole memory (and a restore waits for its agent). */
+const CHECKPOINT_TIMEOUT_MS = 180_000;
 
 export interface RemoteRuntimeOptions {
   /** A Connect (or gRPC) transport to the node over HTTP/2. */
@@ -172,6 +174,7 @@ export class RemoteRuntime implements Runtime {
   /** @internal What the node's facts say of its capabilities (the hub asks for them on each connection). */
   learn(facts: NodeFacts): void {
     this.capabilities.egress = facts.egress === true;
+    this.capabilities.checkpoint = facts.checkpoint === true;
   }
 
   create(spec: ContainerSpec): Promise<string> {
@@ -237,6 +240,23 @@ export class RemoteRuntime implements Runtime {
 
   getEgress(id: string): Promise<EgressSpec | undefined> {
     return this.call('getEgress', [id]);
+  }
+
+  /** The node's runtime checkpoints (capabilities.checkpoint, learnt from its facts); its box's OCI runtime decides. */
+  checkpoint(id: string, name: string): Promise<void> {
+    return this.call('checkpoint', [id, name], CHECKPOINT_TIMEOUT_MS);
+  }
+
+  restoreCheckpoint(id: string, name: string): Promise<void> {
+    return this.call('restoreCheckpoint', [id, name], CHECKPOINT_TIMEOUT_MS);
+  }
+
+  checkpoints(id: string): Promise<string[]> {
+    return this.call('checkpoints', [id]);
+  }
+
+  removeCheckpoint(id: string, name: string): Promise<void> {
+    return this.call('removeCheckpoint', [id, name]);
   }
 
   createWorkspaceVolume(hostPath: string, opts?: WorkspaceVolumeOptions): Promise<string> {
