@@ -5,7 +5,10 @@
  * the Manager's and nothing of the bench around it. It removes every box it made before exiting;
  * killed, the bench's sweep removes them by their label.
  */
+import net from 'node:net';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { AGENT_PORT } from '../../src/runtime/agent-protocol.js';
 import type { Box } from '../../src/sandbox/box.js';
 import { Manager } from '../../src/sandbox/manager.js';
 import { BASE_IMAGE, BENCH_LABEL } from '../core/identity.js';
@@ -55,18 +58,43 @@ const manager = new Manager({ name: args.managerName, pools: [{ name: 'local', a
 // Idle for the whole run without the cleanup pass acting on them: the pass still plans over every box.
 const createOpts = { image: BASE_IMAGE, labels: { [BENCH_LABEL]: args.runId }, idleTimeoutMs: 24 * 3_600_000 };
 const boxes: Box[] = [];
-/** Container id → its init's pid (the agent), read once: a running box keeps it. */
-const inits = new Map<string, number>();
+/** Container id → its init's pid (the agent) and its bridge address, read once: a running box keeps them. */
+const inits = new Map<string, { pid: number; address: string | undefined }>();
 let createFailures = 0;
 
-async function initOf(box: Box): Promise<number | undefined> {
-  let pid = inits.get(box.containerId);
-  if (pid === undefined) {
-    const c = await engine.json<{ State?: { Pid?: number } }>('GET', `/containers/${box.containerId}/json`);
-    pid = c.State?.Pid || undefined;
-    if (pid) inits.set(box.containerId, pid);
+async function initOf(box: Box): Promise<{ pid: number; address: string | undefined } | undefined> {
+  let init = inits.get(box.containerId);
+  if (init === undefined) {
+    const c = await engine.json<{ State?: { Pid?: number }; NetworkSettings?: { Networks?: Record<string, { IPAddress?: string }> } }>(
+      'GET',
+      `/containers/${box.containerId}/json`,
+    );
+    const pid = c.State?.Pid || undefined;
+    const address = Object.values(c.NetworkSettings?.Networks ?? {}).find((n) => n.IPAddress)?.IPAddress;
+    if (pid) inits.set(box.containerId, (init = { pid, address }));
   }
-  return pid;
+  return init;
+}
+
+/** A bare TCP connect to the box's agent port and its close: what the kernel charges any fresh connection to a box at this N. */
+function connectTo(address: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(AGENT_PORT, address, () => {
+      socket.destroy();
+      resolve();
+    });
+    socket.once('error', reject);
+  });
+}
+
+/** `n` distinct boxes in random order. */
+function distinct(n: number): Box[] {
+  const all = [...boxes];
+  for (let i = all.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [all[i], all[j]] = [all[j]!, all[i]!];
+  }
+  return all.slice(0, n);
 }
 
 const pick = () => boxes[Math.floor(Math.random() * boxes.length)]!;
@@ -137,20 +165,42 @@ async function measure(
   const self = await settled();
   const available = meminfo('MemAvailable');
   const agents: Array<number | undefined> = [];
-  for (const b of boxes) agents.push(await initOf(b));
+  for (const b of boxes) agents.push((await initOf(b))?.pid);
   const agent = processMemory(agents);
   const shim = processMemory(agents.map((pid) => (pid ? parentOf(pid) : undefined)));
   const cgroups = agents.reduce<number>((t, pid) => t + ((pid ? cgroupMemory(pid) : undefined) ?? 0), 0);
   const engineRss = rssOfCommands(['dockerd', 'containerd']);
 
+  // Whether the Manager's own event loop is late while the ops below are timed (a process busy
+  // with per-box background work would show here, at large N only).
+  const loop = monitorEventLoopDelay({ resolution: 1 });
+  loop.enable();
   const list: number[] = [];
   for (let i = 0; i < SAMPLES; i++) list.push(await timed(() => manager.list()));
   const info: number[] = [];
   for (let i = 0; i < SAMPLES; i++) info.push(await timed(() => pick().info()));
   const inspect: number[] = [];
   for (let i = 0; i < SAMPLES; i++) inspect.push(await timed(() => engine.json('GET', `/containers/${pick().containerId}/json`)));
+  // The first exec of distinct boxes that hold no kept agent connection (none was exec'd since the
+  // last step's, longer ago than the host keeps one): the same state at every N. Random picks
+  // would reuse kept connections at 10 boxes (each picked ~3 times in 30) and none at 1,000, and
+  // time that difference instead. Each exec follows a bare TCP connect to the same box, timed
+  // apart: the kernel's share of a fresh connection at this N (its neighbour entry, conntrack).
   const exec: number[] = [];
-  for (let i = 0; i < SAMPLES; i++) exec.push(await timed(() => pick().exec(['true'])));
+  const connect: number[] = [];
+  for (const b of distinct(SAMPLES)) {
+    const address = (await initOf(b))?.address;
+    if (address) connect.push(await timed(() => connectTo(address)));
+    exec.push(await timed(() => b.exec(['true'])));
+  }
+  // An exec right after another to the same box: on its kept connection.
+  const execKept: number[] = [];
+  for (let i = 0; i < SAMPLES; i++) {
+    const b = pick();
+    await b.exec(['true']);
+    execKept.push(await timed(() => b.exec(['true'])));
+  }
+  loop.disable();
   const execFailures = await execAll();
 
   const cleanupCpu: number[] = [];
@@ -186,6 +236,9 @@ async function measure(
     listP50Ms: p50(list),
     infoP50Ms: p50(info),
     execP50Ms: p50(exec),
+    execKeptP50Ms: p50(execKept),
+    agentConnectP50Ms: p50(connect),
+    loopDelayP99Ms: loop.percentile(99) / 1e6,
     cleanupPassCpuMs: p50(cleanupCpu),
     removeWallMs: p50(remove),
     execFailures,
@@ -196,7 +249,7 @@ async function measure(
     engineInspectP50Ms: p50(inspect),
     availableMiB: available / MiB,
   };
-  return { figures, samples: { create, exec, info, inspect, cleanupCpu } };
+  return { figures, samples: { create, exec, execKept, connect, info, inspect, cleanupCpu } };
 }
 
 let exitCode = 0;

@@ -26,7 +26,14 @@ export interface DensityFigures extends DensityPoint {
   createsPerSec: number;
   listP50Ms: number;
   infoP50Ms: number;
+  /** The first exec of distinct boxes holding no kept agent connection (the Scale row's exec). */
   execP50Ms: number;
+  /** An exec right after another to the same box, on its kept agent connection. */
+  execKeptP50Ms: number;
+  /** A bare TCP connect to a box's agent port from the Manager's process: the kernel's share of a fresh exec connection. */
+  agentConnectP50Ms: number;
+  /** The Manager process's event-loop delay p99 while list/info/inspect/exec were timed. */
+  loopDelayP99Ms: number;
   /** CPU (user + system) of the Manager's process during one cleanup pass, p50 of a few. */
   cleanupPassCpuMs: number;
   /** Wall time of one box's remove() at N, p50. */
@@ -51,6 +58,9 @@ export interface DensityFigures extends DensityPoint {
 export interface DensitySamples {
   create: number[];
   exec: number[];
+  execKept: number[];
+  /** Bare TCP connects to the agents' port, before each `exec`. */
+  connect: number[];
   info: number[];
   /** The engine's inspect, as info() asks it. */
   inspect: number[];

@@ -103,6 +103,17 @@ export function boxNotFound(id: string): SbxError {
 }
 
 /**
+ * The box with exactly this id, whoever owns it, or undefined: get() is one map lookup, where
+ * list() would copy and filter every box on each call (a cost that grows with the box count).
+ */
+export async function lookupBox(manager: Pick<Manager, 'get'>, id: string): Promise<LocalBox | undefined> {
+  return manager.get(id).catch((err: unknown) => {
+    if (err instanceof SbxError && err.code === 'not_found') return undefined;
+    throw err;
+  });
+}
+
+/**
  * The box `id` if the caller may use it; another owner's box answers exactly like a missing
  * one, so ids do not leak. Looking it up does not count as activity.
  *
@@ -113,11 +124,7 @@ export function boxNotFound(id: string): SbxError {
  */
 export async function boxFor(ctx: ServerContext, caller: Caller | undefined, id: string): Promise<LocalBox> {
   const p = requireKey(caller);
-  // get() is one map lookup; list() would copy and filter every box on each request.
-  const box = await ctx.manager.get(id).catch((err: unknown) => {
-    if (err instanceof SbxError && err.code === 'not_found') return undefined;
-    throw err;
-  });
+  const box = await lookupBox(ctx.manager, id);
   if (box && mayAccess(p, box.owner)) return box;
   // A prefix stands only for a generated id, among the caller's boxes (src/sandbox/box-id.ts).
   const matches = (await ctx.manager.list()).filter((b) => isGeneratedIdPrefix(id, b.id) && mayAccess(p, b.owner));

@@ -7,6 +7,7 @@ import * as grpc from '@grpc/grpc-js';
 import { SbxError } from '../errors.js';
 import type { Manager } from '../sandbox/index.js';
 import { authenticateBox } from './auth.js';
+import { lookupBox } from './context.js';
 import type { FailureLimiter } from './auth.js';
 import type { ServerMetrics } from './metrics.js';
 
@@ -152,8 +153,8 @@ export async function startGrpc(opts: {
           return callback(status(grpc.status.UNAUTHENTICATED, err instanceof SbxError ? err.message : 'box token rejected'));
         }
         const req = call.request;
-        if (!(await opts.manager.list()).some((b) => b.id === req.sandboxId))
-          return callback(status(grpc.status.NOT_FOUND, `sandbox '${req.sandboxId}' not found`));
+        // One lookup per beat: every box beats, so a scan of all boxes here would cost N² a period.
+        if (!(await lookupBox(opts.manager, req.sandboxId))) return callback(status(grpc.status.NOT_FOUND, `sandbox '${req.sandboxId}' not found`));
         if (req.sandboxId !== boxId) return callback(status(grpc.status.PERMISSION_DENIED, 'this box token speaks for another box'));
         try {
           await opts.manager.heartbeat(req.sandboxId, { active: req.active, processCount: Math.max(0, req.processCount) });

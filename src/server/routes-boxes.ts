@@ -12,7 +12,7 @@ import { normalizeNetworkPolicy } from '../sandbox/egress-policy.js';
 import type { Box, BoxInfo, CreateOptions } from '../sandbox/index.js';
 import { mapSettled } from '../util/concurrency.js';
 import { actingOwner, mayAccess, requireKey } from './auth.js';
-import { boxFor, boxNotFound, issuerFor } from './context.js';
+import { boxFor, boxNotFound, issuerFor, lookupBox } from './context.js';
 import type { ServerContext } from './context.js';
 import { mapError } from './errors.js';
 import { EXEC_FRAMES_TYPE, execAnswer } from './exec-json.js';
@@ -82,10 +82,10 @@ export function boxRoutes(app: FastifyInstance, ctx: ServerContext): void {
         // Another owner's box answers as GET /v1/boxes/:id does for it: the not_found of a
         // missing box, so neither its owner nor anything about it leaks (docs/api.md).
         const hidden = async (id: string) => {
-          const b = (await ctx.manager.list()).find((x) => x.id === id);
+          const b = await lookupBox(ctx.manager, id);
           return b !== undefined && !mayAccess(p, b.owner);
         };
-        const existing = (await ctx.manager.list()).find((b) => b.id === opts.id);
+        const existing = await lookupBox(ctx.manager, opts.id);
         if (existing && !mayAccess(p, existing.owner)) throw boxNotFound(opts.id);
         created = !existing;
         try {

@@ -294,6 +294,21 @@ describe('recovery and fallback', () => {
     }
   });
 
+  test("the agent's answer at a start stands for that run: inspect does not ask it again (a runtime that did not see the start does)", async () => {
+    const id = await started();
+    const other = new DockerRuntime(testEnv.engineAddr);
+    try {
+      // Frozen behind both runtimes' backs: the kernel still takes a connection, the agent answers nothing.
+      await rt.pause(id);
+      assert.equal((await rt.inspect(id)).execPath, 'agent', 'the runtime that started the box saw its agent answer at that start');
+      assert.equal((await other.inspect(id)).execPath, 'engine', 'a runtime that did not see the start asks the agent, which does not answer');
+    } finally {
+      await rt.unpause(id).catch(() => undefined);
+      await rt.remove(id, { force: true });
+      await other.close();
+    }
+  });
+
   test('the agent turned off: the engine path, as the box user; boxes created without it say engine', async () => {
     const off = new DockerRuntime(testEnv.engineAddr, { agent: false });
     try {

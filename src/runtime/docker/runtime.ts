@@ -405,14 +405,23 @@ export class DockerRuntime implements Runtime {
     const deadline = Date.now() + AGENT_START_WAIT_MS;
     // The engine gives the address at each start: the one known from before may be another box's now.
     box.address = started?.State.Running ? bridgeAddressOf(started) : undefined;
+    // The run the address belongs to: an answer from the agent there verifies that run, so the
+    // first info() of the box need not ask the agent again (execPathOf), at any number of boxes.
+    let run = started?.State.Running ? started.State.StartedAt : undefined;
     for (let attempt = 0; Date.now() < deadline; attempt++) {
-      if (box.address && (await probeAgent(tcpTarget(id, box.address, AGENT_PORT, box.token!), 500)).ok) return;
+      if (box.address && (await probeAgent(tcpTarget(id, box.address, AGENT_PORT, box.token!), 500)).ok) {
+        if (run) box.verifiedStart = run;
+        return;
+      }
       if (!box.address || attempt % 5 === 4) {
         const c = await this.docker
           .getContainer(id)
           .inspect()
           .catch(() => undefined);
-        if (c?.State.Running) box.address = bridgeAddressOf(c);
+        if (c?.State.Running) {
+          box.address = bridgeAddressOf(c);
+          run = c.State.StartedAt;
+        }
         // sbx gives a box no restart policy, so a command that ended leaves it not running; one
         // given a policy behind sbx (docker update) reads Restarting, with the last exit code.
         if (c && (!c.State.Running || c.State.Restarting)) {
