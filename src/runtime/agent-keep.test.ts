@@ -183,3 +183,17 @@ test('after a kept stream exited, its stdin, resizes and signals go nowhere: the
   await echo('after-cat');
   assert.equal(relayed.length, before + 1, 'one new connection, after the stdin-fed cat closed its own');
 });
+
+test('a stream on a kept connection that went silent runs once on a new connection', async () => {
+  await echo('warm');
+  const n = relayed.length;
+  relayed.at(-1)!.silent = true;
+  const dir = mkdtempSync(join(tmpdir(), 'sbx-keep-'));
+  try {
+    assert.deepEqual(await streamed(`echo ran >> ${dir}/runs; echo ok`), { stdout: 'ok\n', exitCode: 0 });
+    assert.equal(relayed.length, n + 1);
+    assert.equal(readFileSync(join(dir, 'runs'), 'utf8'), 'ran\n', 'the command ran once');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
