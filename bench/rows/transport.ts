@@ -7,6 +7,8 @@
  * HTTP JSON rows take the plain JSON answer. JSON is the cost there: the ExecOutput1M row prints
  * 1 MiB of NUL bytes, which JSON writes as `\u0000`, 6 MiB on the wire, and the client's
  * decode + JSON.parse of that take ~30 ms here. The WebSocket exec sends the bytes as they are.
+ * The HTTP rows' client is fetch (undici), ~0.6 ms a request more than node:http here; the SDK
+ * rows go through the SDK itself (frames over node:http), what a TypeScript program pays.
  *
  * Run alone: `npx tsx bench/rows/transport.ts [--quick] [--only NAME]`. In bench/run.ts: add
  * TRANSPORT_ROW_NAMES to the selectable names, then
@@ -19,6 +21,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pino from 'pino';
 import WebSocket from 'ws';
+import { Sbx } from '../../src/client/client.js';
+import type { Box as RemoteBox } from '../../src/client/box.js';
 import { EXEC_FRAMES_TYPE, ExecFramesReader } from '../../src/client/exec-frames.js';
 import { serve } from '../../src/server/index.js';
 import type { ServerHandle } from '../../src/server/index.js';
@@ -39,6 +43,7 @@ const TWINS: ReadonlyArray<[string, string[]]> = [
   ['HTTP JSON', ['Exec', 'ExecOutput1M']],
   ['HTTP node:http', ['Exec']],
   ['WS', ['Exec', 'ExecOutput1M']],
+  ['SDK', ['Exec', 'ExecOutput1M']],
 ];
 
 /** Every row this file makes, for bench/run.ts's `--only`. */
@@ -178,6 +183,32 @@ export class WsSubject extends HttpSubject {
   }
 }
 
+/**
+ * Exec through the SDK (src/client: `box.exec`, frames over node:http on the global keep-alive
+ * agent), as a TypeScript program drives a remote server; the rest over HTTP. The fetch rows are
+ * what any other client pays; this is what the SDK's users pay.
+ */
+export class SdkSubject extends HttpSubject {
+  override readonly name = 'sdk';
+  private readonly sbx: Sbx;
+  /** The SDK's box per id, made at its first exec (a GET of its info), as a program holds it. */
+  private readonly boxes = new Map<string, Promise<RemoteBox>>();
+  constructor(url: string, key: string, runId: string) {
+    super(url, key, runId);
+    this.sbx = new Sbx({ url, apiKey: key });
+  }
+  override async exec(box: BoxRef, cmd: string[]): Promise<ExecOutcome> {
+    let remote = this.boxes.get(box.id);
+    if (!remote) this.boxes.set(box.id, (remote = this.sbx.get(box.id)));
+    const r = await (await remote).exec(cmd);
+    return { exitCode: r.exitCode, stdoutBytes: r.stdout.length };
+  }
+  override async remove(box: BoxRef): Promise<void> {
+    this.boxes.delete(box.id);
+    await super.remove(box);
+  }
+}
+
 const namesOf = (prefix: string): string[] => TWINS.find(([p]) => p === prefix)?.[1] ?? [];
 
 /** The latency rows named `names`, renamed `<prefix> <name>` and noted as against the library, as `only` allows. */
@@ -187,7 +218,7 @@ export function twinRows(prefix: string, names: readonly string[], only: Readonl
     .map((r) => ({ ...r, name: `${prefix} ${r.name}`, note: `${r.note ?? ''} (vs library)`.trim() }));
 }
 
-/** HTTP Exec/ExecOutput1M/Create (fetch, frames), HTTP JSON Exec/ExecOutput1M, HTTP node:http Exec, WS Exec/ExecOutput1M, each against the library in one run. */
+/** HTTP Exec/ExecOutput1M/Create (fetch, frames), HTTP JSON Exec/ExecOutput1M, HTTP node:http Exec, WS Exec/ExecOutput1M, SDK Exec/ExecOutput1M, each against the library in one run. */
 export async function runTransportRows(
   ctx: RunContext,
   opts: { managerName: string; dataDir: string; runId: string; /** Row names to run (TRANSPORT_ROW_NAMES); default all. */ only?: ReadonlySet<string> },
@@ -204,12 +235,14 @@ export async function runTransportRows(
     const ws = new WsSubject(server.url, key, opts.runId);
     const json = new JsonHttpSubject(server.url, key, opts.runId);
     const nodeHttp = new NodeHttpSubject(server.url, key, opts.runId);
+    const sdk = new SdkSubject(server.url, key, opts.runId);
     nodeHttpClose = () => nodeHttp.close();
     return [
       ...(await runPairRows(twinRows('HTTP', namesOf('HTTP'), opts.only), http, lib as unknown as Subject, ctx)),
       ...(await runPairRows(twinRows('HTTP JSON', namesOf('HTTP JSON'), opts.only), json, lib as unknown as Subject, ctx)),
       ...(await runPairRows(twinRows('HTTP node:http', namesOf('HTTP node:http'), opts.only), nodeHttp, lib as unknown as Subject, ctx)),
       ...(await runPairRows(twinRows('WS', namesOf('WS'), opts.only), ws, lib as unknown as Subject, ctx)),
+      ...(await runPairRows(twinRows('SDK', namesOf('SDK'), opts.only), sdk, lib as unknown as Subject, ctx)),
     ];
   } finally {
     await nodeHttpClose?.();

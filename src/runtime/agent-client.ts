@@ -1,8 +1,9 @@
 /**
  * Exec through the in-box agent (docs/agent.md): a TCP connection per exec, to the box's bridge
  * address (Docker) or through the API server's port-forward (Kubernetes), presenting the box's
- * token. On Docker a buffered exec's connection is kept for the box's next one (a few idle ones
- * per box, for seconds): no connect and no accept per exec. Same results and stream semantics as
+ * token. On Docker an exec's connection is kept for the box's next one (a few idle ones per box,
+ * for seconds): no connect and no accept per exec. A buffered exec with stdin, or a stream that
+ * sent stdin or had a terminal, is not kept. Same results and stream semantics as
  * the engine path, which stays the fallback on Docker: `AgentUnreachable` before anything ran
  * tells the runtime.
  */
@@ -226,7 +227,10 @@ interface Session {
   resize(size: { cols: number; rows: number }): void;
   signal(signal: number): void;
   destroy(): void;
-  /** Done with the session: its connection is kept for the next exec when the START said keep and it ended cleanly, else closed. */
+  /**
+   * Done with the session: its connection is kept for the next exec when the START said keep, it
+   * ended cleanly and no stdin went on it, else closed. Stdin, resizes and signals after it go nowhere.
+   */
   release(): void;
 }
 
@@ -254,10 +258,14 @@ async function openSession(target: AgentTarget, req: StartRequest, fresh = false
   // Stdin: at most STDIN_WINDOW unacknowledged bytes on the wire, so the agent never blocks
   // its control frames (kill, resize) behind a process that does not read.
   let inFlight = 0;
+  /** A stdin frame went out: its acknowledgement could still be on the way after EXIT. */
+  let stdinSent = false;
+  /** The connection went back to the idle ones (release): nothing more of this session goes on it. */
+  let released = false;
   const pending: Array<{ buf: Buffer; cb?: () => void }> = [];
   const pump = () => {
     while (pending.length > 0) {
-      if (socket.destroyed) {
+      if (socket.destroyed || released) {
         for (const p of pending.splice(0)) p.cb?.();
         return;
       }
@@ -267,11 +275,13 @@ async function openSession(target: AgentTarget, req: StartRequest, fresh = false
       if (piece.length === 0) {
         // An end-of-input marker.
         pending.shift();
+        stdinSent = true;
         socket.write(frame(F.stdinEof));
         head.cb?.();
         continue;
       }
       inFlight += piece.length;
+      stdinSent = true;
       socket.write(frame(F.stdin, piece));
       head.buf = head.buf.subarray(piece.length);
       if (head.buf.length === 0) {
@@ -382,18 +392,21 @@ async function openSession(target: AgentTarget, req: StartRequest, fresh = false
       return killing;
     },
     resize({ cols, rows }) {
-      if (!socket.destroyed) socket.write(frame(F.resize, { cols, rows }));
+      if (!socket.destroyed && !released) socket.write(frame(F.resize, { cols, rows }));
     },
     signal(signal) {
-      if (!socket.destroyed && !exitMsg) socket.write(frame(F.signal, { signal }));
+      if (!socket.destroyed && !released && !exitMsg) socket.write(frame(F.signal, { signal }));
     },
     destroy() {
       socket.destroy();
     },
     release() {
-      // Kept only after a clean EXIT of a START that said keep, with no kill under way: the agent
-      // then waits for the next START and sends nothing before it.
-      if (!req.keep || !exitMsg || exitMsg.lost || killing || socket.destroyed) return void socket.destroy();
+      // Kept only after a clean EXIT of a START that said keep, with no kill under way and no
+      // stdin sent (its acknowledgements could come after EXIT): the agent then waits for the
+      // next START and sends nothing before it.
+      if (released) return;
+      if (!req.keep || !exitMsg || exitMsg.lost || killing || stdinSent || socket.destroyed) return void socket.destroy();
+      released = true;
       socket.unpipe(reader);
       socket.off('error', onError).off('close', onClose);
       keepIdle(target, socket);
@@ -453,6 +466,27 @@ function request(cmd: string[], opts: { workDir?: string; env?: Record<string, s
   };
 }
 
+/**
+ * Opens a session and waits for its STARTED: on a kept connection that turns out stale (closed or
+ * silent before its agent answered, so nothing ran), once more on a new connection.
+ */
+async function startSession(target: AgentTarget, req: StartRequest): Promise<{ session: Session; pid: number }> {
+  let session = await openSession(target, req);
+  try {
+    return { session, pid: await session.started };
+  } catch (err) {
+    session.destroy();
+    if (!(err instanceof StaleConnection)) throw err;
+  }
+  session = await openSession(target, req, true);
+  try {
+    return { session, pid: await session.started };
+  } catch (err) {
+    session.destroy();
+    throw err;
+  }
+}
+
 /** Runs `cmd` to completion through the agent (the Runtime's `exec`). */
 export async function agentExec(target: AgentTarget, cmd: string[], opts: ExecOptions = {}): Promise<ExecResult> {
   const t0 = performance.now();
@@ -463,20 +497,7 @@ export async function agentExec(target: AgentTarget, cmd: string[], opts: ExecOp
     stdin: opts.stdin !== undefined,
     ...(target.keepKey && opts.stdin === undefined ? { keep: true } : {}),
   };
-  let session = await openSession(target, req);
-  try {
-    await session.started;
-  } catch (err) {
-    session.destroy();
-    if (!(err instanceof StaleConnection)) throw err;
-    session = await openSession(target, req, true);
-    try {
-      await session.started;
-    } catch (err2) {
-      session.destroy();
-      throw err2;
-    }
-  }
+  const { session } = await startSession(target, req);
   const stdout = collectOutput(session.stdout, opts);
   const stderr = collectOutput(session.stderr, opts);
   if (opts.stdin !== undefined) session.stdin.end(Buffer.from(opts.stdin));
@@ -500,32 +521,30 @@ export async function agentExec(target: AgentTarget, cmd: string[], opts: ExecOp
 
 /** Starts `cmd` with live stdio through the agent (the Runtime's `execStream`); returns once it runs. */
 export async function agentExecStream(target: AgentTarget, cmd: string[], opts: ExecStreamOptions = {}): Promise<ExecStream> {
-  const session = await openSession(target, {
+  // Kept for the next exec like a buffered one, unless stdin goes on it (release() sees that) or
+  // it has a terminal (an interactive session: a connect is nothing beside it).
+  const { session, pid } = await startSession(target, {
     ...request(cmd, opts, undefined),
     stdin: true,
     ...(opts.tty ? { tty: true, ...(opts.size ? { cols: opts.size.cols, rows: opts.size.rows } : {}) } : {}),
+    ...(target.keepKey && !opts.tty ? { keep: true } : {}),
   });
-  let pid: number;
-  try {
-    pid = await session.started;
-  } catch (err) {
-    session.destroy();
-    throw err;
-  }
   const killed = watchForKill(session, opts);
-  let exit: Promise<number> | undefined;
+  // Settled at the exit whether or not wait() is called: a kept connection goes back to the idle
+  // ones (which hold no event loop open) as soon as the output was read.
+  const exit = session.exited.then(async (e) => {
+    killed.stop();
+    await session.drained;
+    if (killed.reason) session.destroy();
+    else session.release();
+    return killed.reason ? KILLED_EXIT_CODE : e.exitCode;
+  });
   return {
     pid,
     stdout: session.stdout,
     stderr: session.stderr,
     stdin: session.stdin,
     wait() {
-      exit ??= session.exited.then(async (e) => {
-        killed.stop();
-        await session.drained;
-        session.destroy();
-        return killed.reason ? KILLED_EXIT_CODE : e.exitCode;
-      });
       return exit;
     },
     async cancel() {

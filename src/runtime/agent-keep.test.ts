@@ -10,9 +10,10 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { agentExec, helloProof } from './agent-client.js';
+import { agentExec, agentExecStream, helloProof } from './agent-client.js';
 import type { AgentTarget } from './agent-client.js';
 import { AGENT_TOKEN_ENV } from './agent-protocol.js';
+import type { ExecStreamOptions } from './types.js';
 import { agentBinaryFor, defaultAgentDir } from './docker/agent-inject.js';
 import { waitFor } from '../testing/wait.js';
 
@@ -109,6 +110,88 @@ test('a kept connection that the agent side closed, or that went silent, gives w
     const r = await agentExec(target, ['sh', '-c', `echo ran >> ${dir}/runs`]);
     assert.equal(r.exitCode, 0);
     assert.equal(relayed.length, n + 2);
+    assert.equal(readFileSync(join(dir, 'runs'), 'utf8'), 'ran\n', 'the command ran once');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+/** A stream of `script` read to its end: its stdout and exit code; `feed` is written to its stdin after it started. */
+async function streamed(script: string, opts: ExecStreamOptions & { feed?: string; end?: boolean } = {}): Promise<{ stdout: string; exitCode: number }> {
+  const { feed, end, ...rest } = opts;
+  const s = await agentExecStream(target, ['sh', '-c', script], rest);
+  const chunks: Buffer[] = [];
+  s.stdout.on('data', (c: Buffer) => chunks.push(c));
+  s.stderr.resume();
+  if (feed !== undefined) s.stdin.write(feed);
+  if (end) s.stdin.end();
+  const exitCode = await s.wait();
+  return { stdout: Buffer.concat(chunks).toString('utf8'), exitCode };
+}
+
+test('a stream that sent no stdin keeps its connection like a buffered exec; stdin, a terminal or a kill close it', async () => {
+  await echo('warm');
+  const before = relayed.length;
+  assert.deepEqual(await streamed('echo s1'), { stdout: 's1\n', exitCode: 0 });
+  assert.deepEqual(await streamed('echo s2; exit 3'), { stdout: 's2\n', exitCode: 3 });
+  await echo('between');
+  assert.equal(relayed.length, before, 'streams and execs on the kept connection');
+
+  // Stdin went on it: its acknowledgements could come after EXIT, so it is closed.
+  assert.deepEqual(await streamed('cat', { feed: 'fed', end: true }), { stdout: 'fed', exitCode: 0 });
+  await waitFor(() => relayed.at(-1)!.client.destroyed, { what: 'the stdin stream’s connection closed' });
+  // Only an end of input, no bytes: closed too (the agent closes the process's stdin).
+  assert.deepEqual(await streamed('cat', { end: true }), { stdout: '', exitCode: 0 });
+  const afterEof = relayed.length;
+  await waitFor(() => relayed.at(-1)!.client.destroyed, { what: 'the end-of-input stream’s connection closed' });
+
+  // A terminal: not kept.
+  const tty = await streamed('echo t', { tty: true });
+  assert.equal(tty.exitCode, 0);
+  assert.match(tty.stdout, /^t\r?\n$/);
+  await waitFor(() => relayed.at(-1)!.client.destroyed, { what: 'the terminal stream’s connection closed' });
+  assert.equal(relayed.length, afterEof + 1);
+
+  // Killed: not kept.
+  const n = relayed.length;
+  await echo('kept-again');
+  const s = await agentExecStream(target, ['sleep', '30']);
+  s.stdout.resume();
+  s.stderr.resume();
+  await s.cancel();
+  assert.notEqual(await s.wait(), 0);
+  await waitFor(() => relayed.at(-1)!.client.destroyed, { what: 'the killed stream’s connection closed' });
+  await echo('after-kill');
+  assert.equal(relayed.length, n + 2, 'a new connection after the killed stream');
+});
+
+test('after a kept stream exited, its stdin, resizes and signals go nowhere: the next exec on the connection is unaffected', async () => {
+  await echo('warm');
+  const before = relayed.length;
+  const s = await agentExecStream(target, ['sh', '-c', 'echo done']);
+  s.stdout.resume();
+  s.stderr.resume();
+  assert.equal(await s.wait(), 0);
+  s.stdin.write('late');
+  s.stdin.end();
+  await s.resize({ cols: 10, rows: 10 });
+  await s.signal!('SIGTERM');
+  // The next exec takes the same connection: a stray frame from the stream would show in its
+  // output or end the connection.
+  assert.deepEqual(await streamed('cat; echo next', { end: true }), { stdout: 'next\n', exitCode: 0 });
+  assert.equal(relayed.length, before);
+  await echo('after-cat');
+  assert.equal(relayed.length, before + 1, 'one new connection, after the stdin-fed cat closed its own');
+});
+
+test('a stream on a kept connection that went silent runs once on a new connection', async () => {
+  await echo('warm');
+  const n = relayed.length;
+  relayed.at(-1)!.silent = true;
+  const dir = mkdtempSync(join(tmpdir(), 'sbx-keep-'));
+  try {
+    assert.deepEqual(await streamed(`echo ran >> ${dir}/runs; echo ok`), { stdout: 'ok\n', exitCode: 0 });
+    assert.equal(relayed.length, n + 1);
     assert.equal(readFileSync(join(dir, 'runs'), 'utf8'), 'ran\n', 'the command ran once');
   } finally {
     rmSync(dir, { recursive: true, force: true });
