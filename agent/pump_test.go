@@ -36,6 +36,14 @@ func outputPipe(t *testing.T, want []byte, keepOpen bool) (*execProc, *bytes.Buf
 	return ex, frames, w
 }
 
+// pumpExited runs pump as it runs once the process exited at `at`.
+func pumpExited(ex *execProc, at time.Time) {
+	ex.exitedAt.Store(at.UnixNano())
+	ex.exited.Store(true)
+	ex.readers.Add(1)
+	ex.pump(ex.outs[0], fStdout)
+}
+
 // stdoutOf is the stdout the frames carry.
 func stdoutOf(t *testing.T, frames *bytes.Buffer) []byte {
 	t.Helper()
@@ -63,10 +71,7 @@ func stdoutOf(t *testing.T, frames *bytes.Buffer) []byte {
 func TestPumpReadsWhatTheProcessLeftAfterDrainMax(t *testing.T) {
 	want := bytes.Repeat([]byte("0123456789abcdef"), 4000) // 64,000 bytes: within a pipe
 	ex, frames, _ := outputPipe(t, want, false)
-	ex.exitedAt.Store(time.Now().Add(-2 * drainMax).UnixNano())
-	ex.exited.Store(true)
-	ex.readers.Add(1)
-	ex.pump(ex.outs[0], fStdout)
+	pumpExited(ex, time.Now().Add(-2*drainMax))
 	if got := stdoutOf(t, frames); !bytes.Equal(got, want) {
 		t.Fatalf("stdout: %d bytes, want %d", len(got), len(want))
 	}
@@ -77,11 +82,8 @@ func TestPumpReadsWhatTheProcessLeftAfterDrainMax(t *testing.T) {
 func TestPumpReadsPastAWakingDeadline(t *testing.T) {
 	want := bytes.Repeat([]byte{'x'}, 50_000)
 	ex, frames, _ := outputPipe(t, want, false)
-	ex.exitedAt.Store(time.Now().UnixNano())
-	ex.exited.Store(true)
 	_ = ex.outs[0].SetReadDeadline(time.Now().Add(-time.Second))
-	ex.readers.Add(1)
-	ex.pump(ex.outs[0], fStdout)
+	pumpExited(ex, time.Now())
 	if got := stdoutOf(t, frames); !bytes.Equal(got, want) {
 		t.Fatalf("stdout: %d bytes, want %d", len(got), len(want))
 	}
@@ -107,10 +109,7 @@ func TestPumpLeavesAPipeAnEscapedProcessKeepsFull(t *testing.T) {
 			}
 		}
 	}()
-	ex.exitedAt.Store(time.Now().Add(-2 * drainMax).UnixNano())
-	ex.exited.Store(true)
-	ex.readers.Add(1)
-	ex.pump(ex.outs[0], fStdout)
+	pumpExited(ex, time.Now().Add(-2*drainMax))
 	if got := stdoutOf(t, frames); !bytes.HasPrefix(got, want) {
 		t.Fatalf("stdout: %d bytes, not starting with the %d the process left", len(got), len(want))
 	}

@@ -5,7 +5,6 @@
  * checkpoint calls for its own containers only; a runc box on it refuses as on a local pool.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,6 +13,7 @@ import pino from 'pino';
 import { isSbxError } from '../errors.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { TEST_LABEL, testEnv } from '../testing/env.js';
+import { MEMORY_COUNTER, counterReport, hostProcessesOf } from '../testing/memory-counter.js';
 import { joinedNodeOf, startTestNode } from '../testing/remote-node.js';
 import type { JoinedNode } from '../testing/remote-node.js';
 import { removeContainersOf } from '../testing/server.js';
@@ -26,37 +26,11 @@ const engine = new DockerRuntime(testEnv.engineAddr);
 let manager: Manager;
 let node: JoinedNode;
 
-/** A counter holding a random nonce only in its memory; SIGUSR1 makes it write nonce and count to /tmp/report. */
-const COUNTER = [
-  'sh',
-  '-c',
-  'n=$(head -c 12 /dev/urandom | od -An -tx1 | tr -d " \\n"); i=0; trap \'echo "$n $i" > /tmp/report.new && mv /tmp/report.new /tmp/report\' USR1; echo $$ > /tmp/counter.pid; while :; do i=$((i+1)); sleep 0.05; done',
-];
-
-async function report(box: LocalBox): Promise<{ nonce: string; count: number }> {
-  const r = await box.exec([
-    'sh',
-    '-c',
-    'until [ -s /tmp/counter.pid ]; do sleep 0.01; done; rm -f /tmp/report; kill -USR1 $(cat /tmp/counter.pid); until [ -s /tmp/report ]; do sleep 0.01; done; cat /tmp/report',
-  ]);
-  assert.equal(r.exitCode, 0, r.stderr);
-  const [nonce, count] = r.stdout.trim().split(' ');
-  assert.match(nonce ?? '', /^[0-9a-f]{24}$/);
-  return { nonce: nonce!, count: Number(count) };
-}
-
 /** The engine's id of a remote box's container (the Manager knows it as `<node>:<id>`). */
 function engineIdOf(box: LocalBox): string {
   const id = box.containerId.slice(box.containerId.indexOf(':') + 1);
   assert.ok(id.length > 0 && box.containerId.startsWith(`${name}:`), `a container of node ${name}: ${box.containerId}`);
   return id;
-}
-
-/** How many host processes carry the container's id (gVisor's sandbox and gofer, the shim). */
-function hostProcessCount(id: string): number {
-  return execFileSync('ps', ['-eo', 'args='], { encoding: 'utf8', maxBuffer: 16 << 20 })
-    .split('\n')
-    .filter((l) => l.includes(id)).length;
 }
 
 before(async () => {
@@ -84,21 +58,21 @@ after(async () => {
 
 describe('pause with memory released on a remote gVisor pool', () => {
   test('the node checkpoints the box (no host process left); a use restores it with its memory: same nonce, counting on', async () => {
-    const box = (await manager.create({ image: testEnv.baseImage, pool: 'gvisor', cmd: COUNTER })) as LocalBox;
+    const box = (await manager.create({ image: testEnv.baseImage, pool: 'gvisor', cmd: MEMORY_COUNTER })) as LocalBox;
     try {
       const id = engineIdOf(box);
-      const before = await report(box);
-      assert.ok(hostProcessCount(id) > 0, 'a running box has host processes');
+      const before = await counterReport(box);
+      assert.ok(hostProcessesOf(id).count > 0, 'a running box has host processes');
 
       await box.pause({ memory: 'release' });
       const info = await box.info();
       assert.equal(info.status, 'paused');
       assert.equal(info.pausedMemory, 'released');
       assert.equal((await engine.inspect(id)).status, 'exited', "the node's engine ended the container");
-      assert.equal(hostProcessCount(id), 0, 'no process of the box is left on the host');
+      assert.equal(hostProcessesOf(id).count, 0, 'no process of the box is left on the host');
       assert.equal((await engine.checkpoints!(id)).length, 1, 'its checkpoint is on the node');
 
-      const after = await report(box);
+      const after = await counterReport(box);
       assert.equal(after.nonce, before.nonce, 'the process kept its memory: the same nonce');
       assert.ok(after.count >= before.count, `counting on from ${before.count}, not from 0 (now ${after.count})`);
       assert.equal((await box.info()).pausedMemory, null);

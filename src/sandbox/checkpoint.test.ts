@@ -21,6 +21,7 @@ import { DockerRuntime } from '../runtime/docker/runtime.js';
 import type { Runtime } from '../runtime/types.js';
 import { ManualClock } from '../testing/clock.js';
 import { TEST_LABEL, testEnv } from '../testing/env.js';
+import { MEMORY_COUNTER, counterReport, hostProcessesOf } from '../testing/memory-counter.js';
 import { waitFor } from '../testing/wait.js';
 import type { LocalBox } from './box.js';
 import type { PoolConfig } from './config.js';
@@ -57,43 +58,6 @@ after(async () => {
   rmSync(dataDir, { recursive: true, force: true });
 });
 
-/**
- * The box's command: a counter that holds a random nonce only in its memory and writes nonce and
- * count to /tmp/report when sent SIGUSR1 (a restarted process would draw another nonce and count
- * from 0). Its pid is in /tmp/counter.pid.
- */
-const COUNTER = [
-  'sh',
-  '-c',
-  'n=$(head -c 12 /dev/urandom | od -An -tx1 | tr -d " \\n"); i=0; trap \'echo "$n $i" > /tmp/report.new && mv /tmp/report.new /tmp/report\' USR1; echo $$ > /tmp/counter.pid; while :; do i=$((i+1)); sleep 0.05; done',
-];
-
-/** Asks the counter for its nonce and count (through an exec, which is a use: a released box is restored first). */
-async function report(box: LocalBox): Promise<{ nonce: string; count: number }> {
-  const r = await box.exec([
-    'sh',
-    '-c',
-    'until [ -s /tmp/counter.pid ]; do sleep 0.01; done; rm -f /tmp/report; kill -USR1 $(cat /tmp/counter.pid); until [ -s /tmp/report ]; do sleep 0.01; done; cat /tmp/report',
-  ]);
-  assert.equal(r.exitCode, 0, r.stderr);
-  const [nonce, count] = r.stdout.trim().split(' ');
-  assert.match(nonce ?? '', /^[0-9a-f]{24}$/);
-  return { nonce: nonce!, count: Number(count) };
-}
-
-/** The resident memory (KiB) of the host's processes that belong to the container: gVisor's sandbox and gofer and containerd's shim carry its id. */
-function hostProcessesOf(containerId: string): { count: number; rssKiB: number } {
-  const out = execFileSync('ps', ['-eo', 'rss=,args='], { encoding: 'utf8', maxBuffer: 16 << 20 });
-  let count = 0;
-  let rssKiB = 0;
-  for (const line of out.split('\n')) {
-    if (!line.includes(containerId)) continue;
-    count++;
-    rssKiB += Number(line.trim().split(/\s+/)[0]) || 0;
-  }
-  return { count, rssKiB };
-}
-
 /** The engine with its checkpoint call replaced (failure injection). */
 function withCheckpoint(checkpoint: (id: string, name: string) => Promise<void>): Runtime {
   return new Proxy(engine, {
@@ -106,7 +70,7 @@ function withCheckpoint(checkpoint: (id: string, name: string) => Promise<void>)
 }
 
 async function counterBox(m: Manager, extra: Omit<Parameters<Manager['create']>[0], 'image'> = {}): Promise<LocalBox> {
-  return (await m.create({ image: IMAGE, pool: 'gvisor', cmd: COUNTER, ...extra })) as LocalBox;
+  return (await m.create({ image: IMAGE, pool: 'gvisor', cmd: MEMORY_COUNTER, ...extra })) as LocalBox;
 }
 
 describe('pause with memory released (gVisor)', () => {
@@ -119,7 +83,7 @@ describe('pause with memory released (gVisor)', () => {
     try {
       const r = await box.exec(['sh', '-c', 'head -c 65536 /dev/urandom > /tmp/blob && sha256sum /tmp/blob']);
       assert.equal(r.exitCode, 0, r.stderr);
-      const before = await report(box);
+      const before = await counterReport(box);
       const running = hostProcessesOf(box.containerId);
       assert.ok(running.count > 0 && running.rssKiB > 0, 'a running gVisor box has host processes');
 
@@ -137,7 +101,7 @@ describe('pause with memory released (gVisor)', () => {
       await box.pause();
       assert.equal((await box.info()).pausedMemory, 'released');
 
-      const after = await report(box);
+      const after = await counterReport(box);
       assert.equal(after.nonce, before.nonce, 'the process kept its memory: the same nonce');
       assert.ok(after.count >= before.count, `counting on from ${before.count}, not from 0 (now ${after.count})`);
       const back = await box.info();
@@ -161,7 +125,7 @@ describe('pause with memory released (gVisor)', () => {
     const box = await counterBox(m);
     let squatter = '';
     try {
-      const before = await report(box);
+      const before = await counterReport(box);
       const docker = (args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim();
       const [network, address] = docker([
         'inspect',
@@ -182,7 +146,7 @@ describe('pause with memory released (gVisor)', () => {
         },
         { what: "the engine to free the released box's address", intervalMs: 50 },
       );
-      assert.equal((await report(box)).nonce, before.nonce);
+      assert.equal((await counterReport(box)).nonce, before.nonce);
       const now = docker(['inspect', '-f', '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}', box.containerId]);
       assert.notEqual(now, address, 'the engine gave the restored box another address');
       assert.match(
@@ -202,17 +166,17 @@ describe('pause with memory released (gVisor)', () => {
     await m.start();
     const box = await counterBox(m);
     try {
-      const before = await report(box);
+      const before = await counterReport(box);
       await box.pause({ memory: 'release' });
       await box.resume();
       assert.equal(box.status, 'running');
-      assert.equal((await report(box)).nonce, before.nonce);
+      assert.equal((await counterReport(box)).nonce, before.nonce);
       await box.pause({ memory: 'release' });
       await box.stop();
       assert.equal(box.status, 'stopped');
       assert.deepEqual(await engine.checkpoints!(box.containerId), []);
       await box.start();
-      const restarted = (await report(box)).nonce;
+      const restarted = (await counterReport(box)).nonce;
       assert.notEqual(restarted, before.nonce, 'a stopped box starts its command anew');
       // An archive of a released box ends its processes, as every archive does; its files stay.
       assert.equal((await box.exec(['sh', '-c', 'echo kept > "$HOME/kept"'])).exitCode, 0);
@@ -220,7 +184,7 @@ describe('pause with memory released (gVisor)', () => {
       await box.archive();
       assert.equal(box.status, 'archived');
       assert.equal((await box.exec(['sh', '-c', 'cat "$HOME/kept"'])).stdout, 'kept\n');
-      assert.notEqual((await report(box)).nonce, restarted, 'restored from the archive: its command anew');
+      assert.notEqual((await counterReport(box)).nonce, restarted, 'restored from the archive: its command anew');
     } finally {
       await box.remove();
     }
@@ -232,7 +196,7 @@ describe('pause with memory released (gVisor)', () => {
     await first.start();
     const box = await counterBox(first);
     try {
-      const before = await report(box);
+      const before = await counterReport(box);
       await box.pause({ memory: 'release' });
       await first.close();
 
@@ -246,7 +210,7 @@ describe('pause with memory released (gVisor)', () => {
       // A cleanup pass (reconcile) keeps it paused too.
       await second.cleanup();
       assert.equal((await second.get(box.id)).status, 'paused');
-      assert.equal((await report(again)).nonce, before.nonce);
+      assert.equal((await counterReport(again)).nonce, before.nonce);
     } finally {
       await engine.remove(box.containerId, { force: true }).catch(() => undefined);
     }
@@ -262,7 +226,7 @@ describe('pause with memory released (gVisor)', () => {
       await m.start();
       const box = await counterBox(m);
       try {
-        const before = await report(box);
+        const before = await counterReport(box);
         if (when === 'before') {
           await assert.rejects(box.pause({ memory: 'release' }), /injected engine failure/);
           assert.equal(box.status, 'running');
@@ -271,7 +235,7 @@ describe('pause with memory released (gVisor)', () => {
           await box.pause({ memory: 'release' });
           assert.equal((await box.info()).pausedMemory, 'released');
         }
-        assert.equal((await report(box)).nonce, before.nonce, `${when}: the box's processes are kept`);
+        assert.equal((await counterReport(box)).nonce, before.nonce, `${when}: the box's processes are kept`);
       } finally {
         await box.remove();
       }
@@ -293,7 +257,7 @@ describe('pause with memory released (gVisor)', () => {
         await first.start();
         const box = await counterBox(first);
         try {
-          const before = await report(box);
+          const before = await counterReport(box);
           if (step.startsWith('restore')) await box.pause({ memory: 'release' });
           await first.close();
 
@@ -311,7 +275,7 @@ describe('pause with memory released (gVisor)', () => {
             assert.equal(info.status, 'running');
             if (step.startsWith('restore')) assert.deepEqual(await engine.checkpoints!(box.containerId), [], "the restored box's checkpoint is deleted");
           }
-          assert.equal((await report(found)).nonce, before.nonce, 'the same processes');
+          assert.equal((await counterReport(found)).nonce, before.nonce, 'the same processes');
         } finally {
           await engine.remove(box.containerId, { force: true }).catch(() => undefined);
         }
@@ -327,7 +291,7 @@ describe('pause with memory released (gVisor)', () => {
     const gvisor = await counterBox(m);
     const runc = (await m.create({ image: IMAGE, pool: 'runc' })) as LocalBox;
     try {
-      const before = await report(gvisor);
+      const before = await counterReport(gvisor);
       assert.equal((await runc.exec(['true'])).exitCode, 0);
       clock.advance(61_000);
       await m.cleanup();
@@ -336,7 +300,7 @@ describe('pause with memory released (gVisor)', () => {
       const r = await runc.info();
       assert.equal(r.status, 'paused');
       assert.equal(r.pausedMemory, 'held', 'a runc box cannot be checkpointed: frozen');
-      assert.equal((await report(gvisor)).nonce, before.nonce);
+      assert.equal((await counterReport(gvisor)).nonce, before.nonce);
     } finally {
       await gvisor.remove();
       await runc.remove();
