@@ -259,13 +259,19 @@ describe('box isolation (Docker)', () => {
   test('a full bridge (1023 ports) sends the next box to the next box network, isolated as well', async () => {
     // Fill sbx-boxes0 to the kernel's limit with spare veth ports, as 1023 running boxes would.
     const bridge = `${BOX_BRIDGE_PREFIX}0`;
-    const used = readdirSync(`/sys/class/net/${bridge}/brif`).length;
-    const fill = Array.from({ length: 1023 - used }, (_, i) => `sbxfill${i}`);
+    const ports = () => readdirSync(`/sys/class/net/${bridge}/brif`).length;
+    const fill: string[] = [];
     const batch = (lines: string[]) => execFileSync('ip', ['-force', '-batch', '-'], { input: lines.join('\n') + '\n', stdio: ['pipe', 'ignore', 'ignore'] });
     let moved = '';
     try {
-      batch(fill.flatMap((v) => [`link add ${v} type veth peer name ${v}p`, `link set ${v} master ${bridge}`]));
-      assert.equal(readdirSync(`/sys/class/net/${bridge}/brif`).length, 1023, 'the bridge is full');
+      // Until full: a box of an earlier file still being removed may free a port meanwhile.
+      for (let free = 1023 - ports(), before = -1; free > 0 && ports() !== before; free = 1023 - ports()) {
+        before = ports();
+        const more = Array.from({ length: free }, (_, i) => `sbxfill${fill.length + i}`);
+        fill.push(...more);
+        batch(more.flatMap((v) => [`link add ${v} type veth peer name ${v}p`, `link set ${v} master ${bridge}`]));
+      }
+      assert.equal(ports(), 1023, 'the bridge is full');
       moved = await startTestBox(rt, runId, { cmd: SERVE('carol'), dialAnyPort: true });
       assert.equal(networksOf(moved), `${BOX_NETWORK}-1`, 'the box moved to the next network');
       await untilServed(moved, 8080, 'carol');
