@@ -559,8 +559,11 @@ export async function agentExecStream(target: AgentTarget, cmd: string[], opts: 
   };
 }
 
+/** A probe's outcome: the agent's hello, or why not (`refused`: the agent answered with its error, so it listens). */
+export type ProbeResult = { ok: true; agent: string; version: number } | { ok: false; why: string; refused?: true };
+
 /** Whether the agent answers its hello (one short connection). */
-export async function probeAgent(target: AgentTarget, timeoutMs = 1000): Promise<{ ok: true; agent: string; version: number } | { ok: false; why: string }> {
+export async function probeAgent(target: AgentTarget, timeoutMs = 1000): Promise<ProbeResult> {
   let socket: Duplex;
   try {
     socket = await connectTo(target);
@@ -568,7 +571,7 @@ export async function probeAgent(target: AgentTarget, timeoutMs = 1000): Promise
     return { ok: false, why: (err as Error).message };
   }
   return new Promise((resolve) => {
-    const done = (r: { ok: true; agent: string; version: number } | { ok: false; why: string }) => {
+    const done = (r: ProbeResult) => {
       clearTimeout(timer);
       socket.destroy();
       resolve(r);
@@ -579,7 +582,7 @@ export async function probeAgent(target: AgentTarget, timeoutMs = 1000): Promise
       if (type === F.helloOk) {
         const h = JSON.parse(payload.toString('utf8')) as { agent: string; version: number };
         done({ ok: true, agent: h.agent, version: h.version });
-      } else if (type === F.error) done({ ok: false, why: payload.toString('utf8') });
+      } else if (type === F.error) done({ ok: false, why: payload.toString('utf8'), refused: true });
     });
     reader.on('error', () => done({ ok: false, why: 'bad frame' }));
     socket.pipe(reader);

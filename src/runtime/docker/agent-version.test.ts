@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { after, test } from 'node:test';
+import { isSbxError } from '../../errors.js';
 import { assertNoContainersLeft } from '../../testing/cleanup.js';
 import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
 import { HANG_MS } from '../../testing/wait.js';
@@ -75,6 +76,31 @@ test('an agent that refuses the host’s protocol versions: execs go through the
     assert.equal(await fresh.exec(id, ['true']).then((r) => r.exitCode), 0);
     assert.equal(await helloFiles(), before, 'the refusal is remembered: no new connection per exec');
     assert.equal((await fresh.inspect(id)).execPath, 'engine', 'inspect says the engine path serves the box');
+  } finally {
+    await fresh.close();
+    await rt.remove(id, { force: true });
+  }
+});
+
+test('a box whose command could not start is refused by start even when it ended after the first probes (its address then answers nothing)', async () => {
+  // A box as the runtime marks one with the agent, whose "agent" lives a moment, then says what the
+  // agent says when it cannot start the command and exits 127: the probes first meet a live box
+  // (refused at once), then a dead address (each probe waits its whole timeout).
+  const id = await rt.create({
+    image: testEnv.baseImage,
+    cmd: ['sh', '-c', `sleep 0.5; echo 'sbx-agent: cannot start "/no/such/binary": no such file or directory' >&2; exit 127`],
+    env: { [AGENT_TOKEN_ENV]: 'b'.repeat(64) },
+    labels: { [TEST_LABEL]: runId, [AGENT_LABEL]: '1', [AGENT_USER_LABEL]: '1000' },
+    user: '0',
+  });
+  const fresh = new DockerRuntime(testEnv.engineAddr);
+  try {
+    // Read once, as a Manager's recovery does: the runtime then knows it for an agent box.
+    assert.equal((await fresh.inspect(id)).status, 'created');
+    await assert.rejects(
+      fresh.start(id),
+      (err: unknown) => isSbxError(err, 'invalid_argument') && err.details?.['field'] === 'cmd' && /exit 127/.test(err.message),
+    );
   } finally {
     await fresh.close();
     await rt.remove(id, { force: true });

@@ -402,18 +402,26 @@ export class DockerRuntime implements Runtime {
    * agent starts the command before it answers and exits 126/127 when it cannot.
    */
   private async untilAgentListens(id: string, box: AgentBox, started?: Docker.ContainerInspectInfo): Promise<void> {
-    const deadline = Date.now() + AGENT_START_WAIT_MS;
+    const deadline = Date.now() + AGENT_LISTEN_WAIT_MS;
     // The engine gives the address at each start: the one known from before may be another box's now.
     box.address = started?.State.Running ? bridgeAddressOf(started) : undefined;
     // The run the address belongs to: an answer from the agent there verifies that run, so the
     // first info() of the box need not ask the agent again (execPathOf), at any number of boxes.
     let run = started?.State.Running ? started.State.StartedAt : undefined;
-    for (let attempt = 0; Date.now() < deadline; attempt++) {
-      if (box.address && (await probeAgent(tcpTarget(id, box.address, AGENT_PORT, box.token!), 500)).ok) {
+    for (let attempt = 0; ; attempt++) {
+      const probe = box.address ? await probeAgent(tcpTarget(id, box.address, AGENT_PORT, box.token!), 500) : undefined;
+      if (probe?.ok) {
         if (run) box.verifiedStart = run;
         return;
       }
-      if (!box.address || attempt % 5 === 4) {
+      // An agent that answers with its refusal (another protocol version, another token) listens:
+      // the command started; execs learn the refusal and take the engine's path.
+      if (probe?.refused) return;
+      // The box's state is read at the end too: a box that ended after its start shows no agent
+      // at its address, and each probe of that dead address waits its whole timeout, so the wait
+      // can run out before the next read would have seen the command's failure.
+      const last = Date.now() >= deadline;
+      if (!box.address || attempt % 5 === 4 || last) {
         const c = await this.docker
           .getContainer(id)
           .inspect()
@@ -435,6 +443,7 @@ export class DockerRuntime implements Runtime {
         // Running with no IPv4 address (an IPv6-only network): nothing to dial; execs use the engine's.
         if (!box.address) return;
       }
+      if (last) return;
       await new Promise((r) => setTimeout(r, 2));
     }
   }
@@ -1203,6 +1212,14 @@ const EVENT_ACTIONS: Record<string, ContainerEvent['action']> = { create: 'creat
  * under load). A previous run's line counts only when that run ended within this of the restart.
  */
 const OOM_LINE_SLACK_NS = 1_000_000_000n;
+
+/**
+ * How long a start waits for the box's agent to answer while the box runs. It answers in a few
+ * ms, only once the box's command started, so this is what tells a command that could not start
+ * from one that runs: a loaded machine (CI's two cores running many tests) took longer than
+ * AGENT_START_WAIT_MS, and the start then passed a box whose command was about to fail.
+ */
+const AGENT_LISTEN_WAIT_MS = 10_000;
 
 /** How long an exec waits for the agent of a running box to listen (it starts in a few ms). */
 const AGENT_START_WAIT_MS = 2000;
