@@ -208,28 +208,35 @@ describe('limits on gVisor', () => {
 
   for (const pool of ['gvisor', 'gvisor-engine']) {
     test(`memory (${pool}): an exec that outgrows the limit ends (gVisor: the kernel kills the whole sandbox), a stream beside it too, and the box says OOM`, async () => {
-      await using box = await manager.create({ image: IMAGE, pool, memory: 32 * MiB });
-      await assertOnGvisor(box);
-      const beside = await box.stream(['sleep', '1000']);
-      // On runc the OOM killer takes the exec's process and the box lives on; on gVisor the host
-      // kernel sees one process, the sentry, and kills it. Neither the agent's connection (gVisor's
-      // network stack died with the sandbox) nor runsc's engine exec ever ends by itself: the
-      // Manager ends the execs when the engine says the box stopped (ManagedBox.containerStopped).
-      const ran = box.exec(['sh', '-c', 'a=$(head -c 200000000 /dev/zero | tr "\\0" a); echo survived']).then(
-        (r) => `exit ${r.exitCode}`,
-        (e: SbxError) => `error ${e.code} ${String(e.details?.['reason'])}`,
-      );
-      const outcome = await within(ran, 'the exec whose box was OOM-killed to end', HANG_MS);
-      // The engine's exec may end by itself (a non-zero exit); the agent's only by the Manager.
-      assert.match(outcome, pool === 'gvisor' ? /^error conflict box_stopped$/ : /^(error conflict box_stopped|exit [1-9]\d*)$/);
-      const streamEnd = await within(
-        beside.wait().then(String, (e: Error) => e.message),
-        'the stream beside it to end',
-      );
-      await waitFor(async () => (await box.info()).status !== 'running', { what: 'the box to be seen stopped' });
-      const info = await box.info();
+      const oom = async () => {
+        await using box = await manager.create({ image: IMAGE, pool, memory: 32 * MiB });
+        await assertOnGvisor(box);
+        const beside = await box.stream(['sleep', '1000']);
+        // On runc the OOM killer takes the exec's process and the box lives on; on gVisor the host
+        // kernel sees one process, the sentry, and kills it. Neither the agent's connection (gVisor's
+        // network stack died with the sandbox) nor runsc's engine exec ever ends by itself: the
+        // Manager ends the execs when the engine says the box stopped (ManagedBox.containerStopped).
+        const ran = box.exec(['sh', '-c', 'a=$(head -c 200000000 /dev/zero | tr "\\0" a); echo survived']).then(
+          (r) => `exit ${r.exitCode}`,
+          (e: SbxError) => `error ${e.code} ${String(e.details?.['reason'])}`,
+        );
+        const outcome = await within(ran, 'the exec whose box was OOM-killed to end', HANG_MS);
+        // The engine's exec may end by itself (a non-zero exit); the agent's only by the Manager.
+        assert.match(outcome, pool === 'gvisor' ? /^error conflict box_stopped$/ : /^(error conflict box_stopped|exit [1-9]\d*)$/);
+        const streamEnd = await within(
+          beside.wait().then(String, (e: Error) => e.message),
+          'the stream beside it to end',
+        );
+        assert.ok(streamEnd, 'the stream ended');
+        await waitFor(async () => (await box.info()).status !== 'running', { what: 'the box to be seen stopped' });
+        return { info: await box.info(), outcome };
+      };
+      let { info, outcome } = await oom();
+      assert.equal(info.exitCode, 137, outcome);
+      // Engine 20.10 sets OOMKilled from containerd's OOM event, which can lose the race with the
+      // exit under load (seen in CI, as in the case above): one more try, not a pass.
+      if (!info.oomKilled) ({ info, outcome } = await oom());
       assert.deepEqual([info.exitCode, info.oomKilled], [137, true], outcome);
-      assert.ok(streamEnd, 'the stream ended');
     });
   }
 
