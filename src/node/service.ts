@@ -16,6 +16,7 @@ import * as tar from 'tar-stream';
 import { SbxError, isSbxError } from '../errors.js';
 import { validateEgressGrammar } from '../runtime/egress-spec.js';
 import { validateSpec } from '../runtime/spec.js';
+import { checkpointCallsOf } from '../runtime/types.js';
 import type {
   CheckpointCalls,
   BoxHeartbeat,
@@ -156,7 +157,7 @@ export class NodeService {
       ociRuntimes: oci,
       freeDiskBytes: fs.bavail * fs.bsize,
       egress: this.enforcesEgress(),
-      checkpoint: this.checkpoints() !== undefined,
+      checkpoint: checkpointCallsOf(this.runtime) !== undefined,
     };
   }
 
@@ -284,17 +285,10 @@ export class NodeService {
     return this.runtime.getEgress(id);
   }
 
-  /** The runtime's checkpoint calls, when it has them (what `facts` tells the Manager). */
-  private checkpoints(): CheckpointCalls | undefined {
-    const rt = this.runtime;
-    if (rt.capabilities.checkpoint !== true || !rt.checkpoint || !rt.restoreCheckpoint || !rt.checkpoints || !rt.removeCheckpoint) return undefined;
-    return rt as CheckpointCalls;
-  }
-
   /** The checkpoint calls for container `id` of this node; not_available from a runtime without them. */
   private async checkpointsOf(id: string): Promise<CheckpointCalls> {
     await this.check(id);
-    const cp = this.checkpoints();
+    const cp = checkpointCallsOf(this.runtime);
     if (!cp) {
       throw new SbxError('not_available', `node ${this.name}'s runtime cannot checkpoint container ${id}`, {
         details: { id, reason: 'checkpoint_unsupported' },

@@ -682,6 +682,12 @@ export type AgentDeliveryChoice = (typeof AGENT_DELIVERY_CHOICES)[number];
 /** A runtime's checkpoint calls, the four together (what `capabilities.checkpoint` offers). */
 export type CheckpointCalls = Required<Pick<Runtime, 'checkpoint' | 'restoreCheckpoint' | 'checkpoints' | 'removeCheckpoint'>>;
 
+/** The runtime's checkpoint calls when it offers them (`capabilities.checkpoint` and all four present), else undefined. */
+export function checkpointCallsOf(rt: Runtime): CheckpointCalls | undefined {
+  if (rt.capabilities.checkpoint !== true || !rt.checkpoint || !rt.restoreCheckpoint || !rt.checkpoints || !rt.removeCheckpoint) return undefined;
+  return rt as CheckpointCalls;
+}
+
 /** What a box of `ociRuntime` gets on a runtime (its capabilitiesFor, else its capabilities). */
 export function capabilitiesOf(rt: Pick<Runtime, 'capabilities' | 'capabilitiesFor'>, ociRuntime: string | undefined): RuntimeCapabilities {
   return rt.capabilitiesFor?.(ociRuntime) ?? rt.capabilities;

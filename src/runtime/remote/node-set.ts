@@ -28,6 +28,7 @@ import { Readable } from 'node:stream';
 import type { Duplex } from 'node:stream';
 import { SbxError, isSbxError } from '../../errors.js';
 import { validateEgressSpec, validateSpec } from '../spec.js';
+import { checkpointCallsOf } from '../types.js';
 import type {
   CheckpointCalls,
   ContainerEvent,
@@ -978,12 +979,13 @@ function egressOf(rt: Runtime, m: NodeMember): Required<Pick<Runtime, 'setEgress
 
 /** The member's runtime as one that checkpoints; not_available naming the node when it cannot. */
 function checkpointsOf(rt: Runtime, m: NodeMember): CheckpointCalls {
-  if (rt.capabilities.checkpoint !== true || !rt.checkpoint || !rt.restoreCheckpoint || !rt.checkpoints || !rt.removeCheckpoint) {
+  const calls = checkpointCallsOf(rt);
+  if (!calls) {
     throw new SbxError('not_available', `node '${m.name}' cannot checkpoint a box to release its memory`, {
       details: { node: m.name, reason: 'checkpoint_unsupported' },
     });
   }
-  return rt as CheckpointCalls;
+  return calls;
 }
 
 /**
