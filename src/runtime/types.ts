@@ -533,10 +533,11 @@ export interface Runtime {
    * Freezes every process of a running container (the engine's pause: the cgroup freezer);
    * memory stays, CPU use stops. Pausing a paused container is not an error; a container that
    * is not running is `conflict`. A runtime without a freezer (`capabilities.pause` false)
-   * throws `not_available`.
+   * throws `not_available`. Resolves once the container is frozen, whatever the engine's own
+   * bookkeeping said meanwhile (docker/freezer.ts).
    */
   pause(id: string): Promise<void>;
-  /** Thaws a paused container. Unpausing a container that is not paused is not an error. */
+  /** Thaws a paused container, as pause resolves once it runs. Unpausing a container that is not paused is not an error. */
   unpause(id: string): Promise<void>;
   /**
    * Saves the container's filesystem (its changes over its image; mounts and tmpfs are not part of
@@ -652,7 +653,7 @@ export interface Runtime {
   /**
    * Writes a running container's whole state (memory, processes, open files) to its checkpoint
    * `name` and ends the container: it reads `exited`, holds no process and no memory on the host,
-   * and keeps its filesystem. A container whose OCI runtime cannot (runc), or an engine whose
+   * and keeps its filesystem. A paused container is thawed first (its processes must run to be saved). A container whose OCI runtime cannot (runc), or an engine whose
    * checkpoint API is off: not_available (`details.reason` `checkpoint_unsupported`). Called only
    * when `capabilities.checkpoint` is true (a remote runtime learns it from its node), with the
    * three below.

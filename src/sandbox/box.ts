@@ -330,6 +330,8 @@ export class BoxActivityState {
 
 /** How long an exec may outlive its box's stop before it is ended (ManagedBox.containerStopped). */
 const STOPPED_EXEC_GRACE_MS = 2000;
+/** The two states the freezer moves a box between: which of them a box is in is sbx's word, not the engine's (observe). */
+const FREEZER_STATES: ReadonlySet<BoxStatus> = new Set(['running', 'paused']);
 
 /** The Manager's Box: the record recovery rebuilds, the activity the cleanup loop reads. */
 export class ManagedBox implements LocalBox {
@@ -502,8 +504,22 @@ export class ManagedBox implements LocalBox {
       // Started behind sbx (not from its checkpoint): the checkpoint is of a past the box left.
       this.memoryReleased = false;
       void this.host.checkpoints?.set(this.containerId, undefined).catch(() => undefined);
+    } else if (FREEZER_STATES.has(status) && FREEZER_STATES.has(this.status) && status !== this.status) {
+      // Paused against running is sbx's to say: every pause and thaw is a step of this box, and
+      // the engine's paused flag lags containerd on a busy engine (runtime/docker/freezer.ts),
+      // so a read that differs is no news. The box's own state is applied again instead, as
+      // containerd confirms it: a box frozen behind sbx's back is thawed, and one it froze stays so.
+      // A failure leaves the status as it was; the next use or read meets its cause.
+      void this.step(() => this.applyFreeze()).catch(() => undefined);
+      return;
     }
     this.status = status;
+  }
+
+  /** The box's paused or running state, applied again (observe). */
+  private async applyFreeze(): Promise<void> {
+    if (this.status === 'paused' && !this.memoryReleased) await this.runtime.pause(this.containerId);
+    else if (this.status === 'running') await this.runtime.unpause(this.containerId);
   }
 
   /**

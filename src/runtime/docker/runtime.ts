@@ -3,7 +3,7 @@ import { EGRESS_ALL } from '../egress-spec.js';
 import type { Socket } from 'node:net';
 import type { Duplex, Readable } from 'node:stream';
 import type Docker from 'dockerode';
-import { SbxError, invalidArgument } from '../../errors.js';
+import { SbxError, invalidArgument, isSbxError } from '../../errors.js';
 import { parseRuntimeAddress } from './address.js';
 import type { RuntimeAddress } from './address.js';
 import { isoNanos, logSinceNanos, validateEgressSpec, validateExec, validateExecStream, validateLogs, validateSpec } from '../spec.js';
@@ -49,6 +49,7 @@ import { DockerCheckpoints, checkpointRefusal, checkpointRefused } from './check
 import { DockerImages } from './images.js';
 import { BoxIsolation, hostFirewallDefault } from './box-network.js';
 import { jsonLines } from './json-lines.js';
+import { setPaused, type FreezerEngine } from './freezer.js';
 import { HOST_SUBID_FILES, usernsOf, type EngineInfo } from './userns.js';
 import {
   DEFAULT_EGRESS_IMAGE,
@@ -539,20 +540,28 @@ export class DockerRuntime implements Runtime {
   }
 
   async pause(id: string): Promise<void> {
-    try {
-      await this.docker.getContainer(id).pause();
-    } catch (err) {
-      // Already paused: nothing to do (the engine's status code for it varies, its words do not).
-      if (/is already paused/i.test(String((err as Error).message))) return;
-      this.fail(err, `container ${id}`);
-    }
+    await this.setPaused(id, true);
   }
 
   async unpause(id: string): Promise<void> {
+    await this.setPaused(id, false);
+  }
+
+  /** Frozen or not as asked, by containerd's word: the engine's own flag can lag (freezer.ts). */
+  private async setPaused(id: string, paused: boolean): Promise<void> {
+    const c = this.docker.getContainer(id);
+    const engine: FreezerEngine = {
+      set: async (p) => {
+        await (p ? c.pause() : c.unpause());
+      },
+      read: async () => {
+        const s = (await c.inspect()).State;
+        return { paused: s.Paused, running: s.Running };
+      },
+    };
     try {
-      await this.docker.getContainer(id).unpause();
+      await setPaused(engine, paused, `container ${id}`);
     } catch (err) {
-      if (/is not paused/i.test(String((err as Error).message))) return;
       this.fail(err, `container ${id}`);
     }
   }
@@ -563,11 +572,13 @@ export class DockerRuntime implements Runtime {
     const gvisor = await this.isGvisor(named);
     const why = checkpointRefusal(named ?? this.knownRuntimes?.default ?? 'runc', gvisor, this.knownRuntimes?.experimental === true);
     if (why) throw checkpointRefused(id, why);
-    if (!c.State.Running || c.State.Paused) {
+    if (!c.State.Running) {
       throw new SbxError('conflict', `container ${id} is ${c.State.Status}: only a running container can be checkpointed`, {
         details: { id, status: c.State.Status },
       });
     }
+    // Its processes must run to be saved. The engine's flag may also be a stale one (freezer.ts).
+    if (c.State.Paused) await this.setPaused(id, false);
     const box = this.agentBoxes.get(id);
     if (box?.token && box.address) dropKeptConnections(tcpTarget(id, box.address, AGENT_PORT, box.token));
     try {
@@ -1020,7 +1031,7 @@ export class DockerRuntime implements Runtime {
       id,
       valid,
       (t) => agentExec(t, cmd, valid),
-      (user) => runBuffered(this.conn, id, cmd, user ? { ...valid, user } : valid),
+      (user) => this.engineExec(id, () => runBuffered(this.conn, id, cmd, user ? { ...valid, user } : valid)),
     );
   }
 
@@ -1030,8 +1041,22 @@ export class DockerRuntime implements Runtime {
       id,
       valid,
       (t) => agentExecStream(t, cmd, valid),
-      (user) => runStreaming(this.conn, id, cmd, user ? { ...valid, user } : valid),
+      (user) => this.engineExec(id, () => runStreaming(this.conn, id, cmd, user ? { ...valid, user } : valid)),
     );
+  }
+
+  /**
+   * The engine's exec, made once more after an unpause when the engine refused it for its paused
+   * flag: a box is thawed before any use, and the flag can say paused after that (freezer.ts).
+   */
+  private async engineExec<T>(id: string, run: () => Promise<T>): Promise<T> {
+    try {
+      return await run();
+    } catch (err) {
+      if (!isSbxError(err, 'conflict') || !/is paused/i.test(err.message)) throw err;
+      await this.setPaused(id, false);
+      return run();
+    }
   }
 
   async setBoxEnv(id: string, env: Record<string, string>): Promise<boolean> {
