@@ -15,7 +15,7 @@ import { BASE_IMAGE, BENCH_LABEL } from '../core/identity.js';
 import { forEachLimited } from '../core/pool.js';
 import { percentile } from '../core/stats.js';
 import { EngineClient } from '../engine/client.js';
-import { cgroupMemory, meminfo, parentOf, rollup, rssOfCommands } from './host.js';
+import { cgroupMemory, kernelTasks, meminfo, parentOf, pidMax, rollup, rssOfCommands } from './host.js';
 import type { DensityArgs, DensityFigures, DensityMessage, DensitySamples } from './protocol.js';
 
 const args = JSON.parse(process.argv[2] ?? '{}') as DensityArgs;
@@ -31,6 +31,10 @@ const PROBE_BOXES = 8;
 const CLEANUP_PASSES = 3;
 /** Host memory a box is assumed to take before one was measured. */
 const GUESS_PER_BOX = 10 * MiB;
+/** Kernel tasks a box is assumed to take before one was measured (~21 seen: shim 12, agent 7–8, command 1). */
+const GUESS_TASKS_PER_BOX = 25;
+/** Tasks left to everything else on the machine (the engine's forks, tests, shells). */
+const TASK_MARGIN = 2000;
 
 /** Waits for the message to leave: the process exits right after the last. */
 const send = (m: DensityMessage) => new Promise<void>((resolve) => (process.send ? process.send(m, undefined, {}, () => resolve()) : resolve()));
@@ -100,13 +104,23 @@ function distinct(n: number): Box[] {
 const pick = () => boxes[Math.floor(Math.random() * boxes.length)]!;
 
 /** Grows to `n` boxes, PARALLEL creates at once; stops early (returning why) when memory runs low. */
-async function grow(n: number, perBox: number): Promise<{ createsPerSec: number; stopped?: string }> {
+async function grow(n: number, perBox: number, tasksPerBox: number): Promise<{ createsPerSec: number; stopped?: string }> {
   const floor = args.floorMiB * MiB;
   const need = (n - boxes.length) * perBox;
   if (meminfo('MemAvailable') - need < floor) {
     return {
       createsPerSec: Number.NaN,
       stopped: `${n} boxes would take ~${Math.round(need / MiB)} MiB more and leave MemAvailable under ${args.floorMiB} MiB`,
+    };
+  }
+  // Every box is a shim's threads, the agent's and its command's: past pid_max the engine's
+  // forks fail (at 1,564 boxes with the default 32,768), so say so before, not by failed creates.
+  const tasksNeeded = Math.ceil((n - boxes.length) * tasksPerBox);
+  const taskRoom = pidMax() - kernelTasks() - TASK_MARGIN;
+  if (tasksNeeded > taskRoom) {
+    return {
+      createsPerSec: Number.NaN,
+      stopped: `${n} boxes would take ~${tasksNeeded} more kernel tasks (~${tasksPerBox.toFixed(0)} a box) where kernel.pid_max ${pidMax()} leaves ${taskRoom}: raise it (sysctl -w kernel.pid_max=4194304) to go on`,
     };
   }
   const from = boxes.length;
@@ -260,11 +274,13 @@ try {
   await (await manager.create(createOpts)).remove();
   await settled();
   const availableBefore = meminfo('MemAvailable');
+  const tasksBefore = kernelTasks();
   let first: { boxes: number; rss: number; heap: number } | undefined;
   let perBox = GUESS_PER_BOX;
+  let tasksPerBox = GUESS_TASKS_PER_BOX;
   for (const n of args.steps) {
     const t0 = performance.now();
-    const grown = await grow(n, perBox);
+    const grown = await grow(n, perBox, tasksPerBox);
     if (grown.stopped) {
       await send({ type: 'stopped', boxes: boxes.length, reason: grown.stopped });
       break;
@@ -273,6 +289,7 @@ try {
     first ??= { boxes: figures.boxes, rss: figures.managerMiB * MiB, heap: figures.managerHeapMiB * MiB };
     // At small N others' memory on this machine swamps the boxes': the guess stands until then.
     if (figures.boxes >= 100 && figures.hostMiBPerBox > 0) perBox = figures.hostMiBPerBox * MiB * 1.25;
+    if (figures.boxes >= 100) tasksPerBox = Math.max(1, ((kernelTasks() - tasksBefore) / figures.boxes) * 1.1);
     await send({ type: 'step', step: { figures, samples, wallMs: performance.now() - t0 } });
   }
 } catch (err) {

@@ -13,6 +13,18 @@ export function meminfo(field: 'MemAvailable' | 'MemTotal'): number {
   return Number(m[1]) * KiB;
 }
 
+/** The kernel's tasks (threads) now: the total of /proc/loadavg's fourth field ("running/total"). */
+export function kernelTasks(): number {
+  const total = /\d+\/(\d+)/.exec(readFileSync('/proc/loadavg', 'utf8'))?.[1];
+  if (!total) throw new Error('/proc/loadavg has no task count');
+  return Number(total);
+}
+
+/** The largest pid the kernel hands out (kernel.pid_max): every task, thread or process, takes one. */
+export function pidMax(): number {
+  return Number(readFileSync('/proc/sys/kernel/pid_max', 'utf8').trim());
+}
+
 /** RSS and PSS of a process (smaps_rollup, Linux 4.14+), in bytes; undefined when it is gone. */
 export function rollup(pid: number): { rss: number; pss: number } | undefined {
   try {

@@ -13,7 +13,7 @@ import type { ContainerSpec, ExecStream, LogChunk, RegistryAuth, Runtime, Runtim
 import { capabilitiesOf } from '../runtime/types.js';
 import { assertNoContainersLeft } from './cleanup.js';
 import { TEST_LABEL } from './env.js';
-import { waitFor } from './wait.js';
+import { waitFor, within } from './wait.js';
 
 export interface RuntimeConformanceFixture {
   /** Opens a runtime on a reachable engine. */
@@ -399,14 +399,16 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
       try {
         const followed: LogChunk[] = [];
         const it = (await rt.logs(id, { follow: true }))[Symbol.asyncIterator]();
+        // Each wait named: a hang here (seen once on gVisor under CI load) says which step it was.
+        const next = (what: string) => within(it.next(), `${what} (followed so far: ${JSON.stringify(followed.map((c) => c.data))})`);
         while (!followed.some((c) => c.data === 'three\n')) {
-          const n = await it.next();
+          const n = await next("the follow's 'three'");
           assert.ok(!n.done, `the follow ended before 'three': ${JSON.stringify(followed)}`);
           followed.push(n.value);
         }
         // What the process writes after the follow began arrives too; then the process ends, and so does the follow.
-        await rt.exec(id, ['touch', '/tmp/go']);
-        for (let n = await it.next(); !n.done; n = await it.next()) followed.push(n.value);
+        await within(rt.exec(id, ['touch', '/tmp/go']), 'the exec that ends the box command');
+        for (let n = await next('the follow to end with the process'); !n.done; n = await next('the follow to end with the process')) followed.push(n.value);
         const all: LogChunk[] = [];
         for await (const c of await rt.logs(id)) all.push(c);
         // Each stream keeps its order; across the two the engine's copiers may interleave.
