@@ -359,6 +359,7 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
         assert.equal((await rt.exec(id, ['echo', 'thawed'])).stdout, 'thawed\n');
         await rt.stop(id, { timeoutMs: 1000 });
         await assert.rejects(rt.pause(id), (e) => isSbxError(e, 'conflict'));
+        await rt.unpause(id); // a stopped container is not paused: nothing to do
       } finally {
         await rt.remove(id, { force: true });
       }

@@ -89,6 +89,20 @@ describe('setPaused on an engine whose paused flag lags', () => {
     assert.deepEqual([e.frozen, e.flag], [true, true]);
   });
 
+  test("a container that does not run is not paused: an unpause resolves, a pause gets the engine's refusal", async () => {
+    const calls: string[] = [];
+    const stopped: FreezerEngine = {
+      set: async (p) => {
+        calls.push(p ? 'pause' : 'unpause');
+        throw new Error(p ? 'Container c1 is not running' : 'Container c1 is not paused');
+      },
+      read: async () => ({ paused: false, running: false }),
+    };
+    await setPaused(stopped, false, 'container c1');
+    assert.deepEqual(calls, ['unpause'], 'no probe: nothing to thaw');
+    await assert.rejects(setPaused(stopped, true, 'container c1'), /is not running/);
+  });
+
   test("the engine's other refusals pass through unchanged", async () => {
     const gone: FreezerEngine = {
       set: async () => {

@@ -73,6 +73,9 @@ export async function setPaused(engine: FreezerEngine, paused: boolean, what: st
     const answer = await ask(engine, paused);
     if (answer === 'done') return;
     if (answer === 'containerd') return untilFlag(engine, paused, what);
+    // A container that does not run is not paused (the engine clears the flag at an exit): an
+    // unpause has nothing to do, and a pause is asked again for the engine to say why not.
+    if (!(await engine.read()).running) return paused ? engine.set(true) : undefined;
     // The flag says it is so already. containerd knows: ask it the opposite.
     const probe = await ask(engine, !paused);
     // It is the opposite, and the flag is stale: wait for its event, then make the call again.
