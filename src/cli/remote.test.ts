@@ -264,9 +264,10 @@ describe('sbx exec -t on a pseudo-terminal', () => {
   test('a window resize reaches the box', async () => {
     // The resize comes once the command has printed its first size: it then starts a process
     // whose name the host can see (built at run time on both sides, so no other command line
-    // holds it), and waits for its terminal to change. A fixed delay failed on a loaded machine, where the CLI took longer.
+    // holds it), and waits for its terminal to reach the new size. A fixed delay failed on a loaded machine, where the CLI took longer;
+    // and `stty cols 123 rows 45` is two changes, so the box may see 24 123 on the way (CI did).
     const inBox =
-      'stty size; m=probe; sh -c "sleep 60; :" "sbx-resize-$m" & p=$!; i=0; while [ "$(stty size)" = "24 80" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; kill $p; stty size';
+      'stty size; m=probe; sh -c "sleep 60; :" "sbx-resize-$m" & p=$!; i=0; while [ "$(stty size)" != "45 123" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; kill $p; stty size';
     const r = await onTty(['exec', '-t', box, '--', 'sh', '-c', inBox], {
       before:
         'stty cols 80 rows 24; (i=0; n=resize; while ! pgrep -f "sbx-$n-probe" >/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; stty cols 123 rows 45 < /dev/tty) &',

@@ -4,7 +4,8 @@
  */
 import { SbxError } from '../errors.js';
 
-export type KillReason = 'timeout' | 'aborted' | 'cancelled';
+/** `ended`: the box ended under the exec, whose end the engine then never reported (docker/exec.ts). */
+export type KillReason = 'timeout' | 'aborted' | 'cancelled' | 'ended';
 
 export interface KillWatch {
   reason: KillReason | undefined;

@@ -26,6 +26,14 @@ const CUT_AFTER_KILL_MS = 100;
 const INSPECT_AFTER_KILL_MS = 100;
 /** The killer is not waited for longer than this (a frozen or overloaded box). */
 const KILLER_MAX_MS = 3000;
+/**
+ * How long an exec may outlive its container before it is ended as killed (137): on gVisor the
+ * engine can miss the end of an exec whose box ended under it (a `touch` that lets the box's
+ * command exit, under load), and that exec's stream and inspect then never end.
+ */
+const ENDED_BOX_GRACE_MS = 2000;
+/** How often a running exec looks whether its container still runs. */
+const ENDED_CHECK_MS = 1000;
 /** How long execStream waits for the engine to say whether the process started, polling at most this far apart. */
 const START_WAIT_MS = 2000;
 const START_POLL_MAX_MS = 10;
@@ -303,8 +311,14 @@ export async function runBuffered(conn: DockerConnection, containerId: string, c
   if (opts.stdin !== undefined) session.stdin.end(Buffer.from(opts.stdin));
 
   const killed = watchForKill(session, opts);
-  await session.drained;
-  const exit = await untilExit(session, killed);
+  const unwatch = endWithContainer(conn, containerId, killed);
+  let exit: { code: number; failed: boolean };
+  try {
+    await session.drained;
+    exit = await untilExit(session, killed);
+  } finally {
+    unwatch();
+  }
   if (exit.failed) throw startError(stdout.head, cmd, opts, containerId);
   if (killed.reason === 'aborted') throw abortError(opts.signal);
   return execResult(
@@ -343,24 +357,55 @@ export async function runStreaming(conn: DockerConnection, containerId: string, 
   if (failedToStart(state)) throw startError(await failureText(session, stdout, stderr), cmd, opts, containerId);
   if (opts.tty && opts.size) await session.resize(opts.size).catch(() => undefined);
   const killed = watchForKill(session, opts);
-  let exit: Promise<number> | undefined;
+  const unwatch = endWithContainer(conn, containerId, killed);
+  // Settled whether or not anyone waits, so the watch on the container always ends.
+  const exit = session.drained
+    .then(async () => {
+      const { code, failed } = await untilExit(session, killed);
+      // Only when the engine took longer than START_WAIT_MS to say: the output was the engine's text.
+      if (failed) throw startError('', cmd, opts, containerId);
+      return code;
+    })
+    .finally(unwatch);
+  exit.catch(() => undefined);
   return {
     stdout,
     stderr,
     stdin: session.stdin,
     wait() {
-      exit ??= session.drained.then(async () => {
-        const { code, failed } = await untilExit(session, killed);
-        // Only when the engine took longer than START_WAIT_MS to say: the output was the engine's text.
-        if (failed) throw startError('', cmd, opts, containerId);
-        return code;
-      });
       return exit;
     },
     async cancel() {
       await killed.kill('cancelled');
     },
     resize: (size) => session.resize(size),
+  };
+}
+
+/**
+ * Ends the exec as killed (`ended`) when its container stopped and the exec has not ended
+ * ENDED_BOX_GRACE_MS later; the engine's own answer wins within that time. The container is
+ * looked at once a second, and only while the exec lasts that long (a wait request would hold
+ * one of the engine connections for the whole exec). Returns the unwatch.
+ */
+function endWithContainer(conn: DockerConnection, containerId: string, killed: KillWatch): () => void {
+  let over = false;
+  let timer: NodeJS.Timeout | undefined;
+  const look = async () => {
+    const running = await conn.docker
+      .getContainer(containerId)
+      .inspect()
+      .then(
+        (c) => c.State.Running,
+        (err: { statusCode?: number }) => err?.statusCode !== 404,
+      );
+    if (over) return;
+    timer = running ? setTimeout(() => void look(), ENDED_CHECK_MS) : setTimeout(() => void killed.kill('ended'), ENDED_BOX_GRACE_MS);
+  };
+  timer = setTimeout(() => void look(), ENDED_CHECK_MS);
+  return () => {
+    over = true;
+    clearTimeout(timer);
   };
 }
 
