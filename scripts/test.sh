@@ -74,9 +74,12 @@ else
   for f in "${files[@]}"; do case "$f" in *.serial.test.ts) serial+=("$f") ;; *) parallel+=("$f") ;; esac; done
   echo "test.sh: ${#parallel[@]} file(s) at concurrency ${SBX_TEST_CONCURRENCY:-3}, then ${#serial[@]} alone; setup took $(elapsed "$t0")"
   # --test-timeout bounds each file in node 20, so a hung test fails the run instead of stalling CI.
+  # The TAP stream is kept as well, so the run can end with its failures: a CI log is often read
+  # from its tail, and 20,000 lines of TAP bury the one `not ok`.
+  tap_log=$(mktemp "${TMPDIR:-/tmp}/sbx-test.XXXXXX.tap")
   run_tests() {
     node --import tsx --test --test-reporter=tap --test-concurrency="$1" \
-      --test-timeout="${SBX_TEST_TIMEOUT_MS:-600000}" "${opts[@]}" "${@:2}" || rc=$?
+      --test-timeout="${SBX_TEST_TIMEOUT_MS:-600000}" "${opts[@]}" "${@:2}" | tee -a "$tap_log" || rc=${PIPESTATUS[0]}
   }
   [ "${#parallel[@]}" -eq 0 ] || run_tests "${SBX_TEST_CONCURRENCY:-3}" "${parallel[@]}"
   [ "${#serial[@]}" -eq 0 ] || run_tests 1 "${serial[@]}"
@@ -133,5 +136,13 @@ netns_left=$(bash scripts/netns-engines.sh down all 2>&1) || {
 older=$(test_containers | wc -l)
 [ "$older" -eq 0 ] || warn "$older older sbx.test/sbx.managed-by container(s) remain from other runs: docker rm -f \$(docker ps -aq --filter label=sbx.test)"
 
+if [ -n "${tap_log:-}" ]; then
+  if grep -q '^ *not ok ' "$tap_log"; then
+    echo "test.sh: the failed tests, with what they said (whole TAP output: $tap_log):"
+    awk -f scripts/tap-failures.awk "$tap_log"
+  else
+    rm -f "$tap_log"
+  fi
+fi
 echo "test.sh: exit $rc after $(elapsed "$t0")"
 exit "$rc"
