@@ -20,6 +20,8 @@ function flush() {
 name != "" {
   if ($0 == indent "  ...") { flush(); next }
   if ($0 ~ /failureType: 'subtestsFailed'/) subtests_only = 1
+  # Stack frames of node itself say nothing about the test.
+  if ($0 ~ /node:internal\/|node:async_hooks|\(<anonymous>\)$/) next
   block[++n] = $0
 }
 END {

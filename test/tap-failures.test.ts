@@ -40,6 +40,7 @@ test('the summary names each failed test with its error, and neither a passing t
   assert.match(summary, /not ok \d+ - a top test that fails\n(.*\n)*.*the top reason/);
   assert.match(summary, /location: '.*fixture\.test\.mjs/);
   assert.doesNotMatch(summary, /passes/);
+  assert.doesNotMatch(summary, /node:internal/, 'stack frames of node itself are left out');
   assert.doesNotMatch(summary, /not ok \d+ - a suite/);
   assert.equal(summary.match(/^ *not ok /gm)?.length, 2, summary);
 });
