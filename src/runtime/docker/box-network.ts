@@ -22,6 +22,7 @@ import { existsSync } from 'node:fs';
 import type Docker from 'dockerode';
 import { SbxError } from '../../errors.js';
 import type { ContainerSpec, HostEndpoint } from '../types.js';
+import { engineStatus } from './errors.js';
 import { HostFirewall, firewallError } from './host-firewall.js';
 
 /** The first network boxes join when they name none; more (`sbx-boxes-<n>`) when its bridge is full. */
@@ -101,8 +102,7 @@ export class BoxIsolation {
     }
     if (made.status === 'fulfilled') return made.value;
     // The network went away since (`docker network prune` while no box used it): make it again.
-    const err = made.reason as { statusCode?: number; message?: string };
-    if (retry && err.statusCode === 404 && /network/i.test(err.message ?? '')) {
+    if (retry && engineStatus(made.reason) === 404 && /network/i.test((made.reason as Error | undefined)?.message ?? '')) {
       this.networks.delete(n);
       this.counts.delete(n);
       return this.create(spec, create, false);
@@ -249,7 +249,7 @@ export class BoxIsolation {
       try {
         return check(await this.docker().getNetwork(name).inspect(), n);
       } catch (err) {
-        if ((err as { statusCode?: number }).statusCode !== 404 || attempt > 0) throw err;
+        if (engineStatus(err) !== 404 || attempt > 0) throw err;
       }
       try {
         await this.docker().createNetwork({
@@ -262,7 +262,7 @@ export class BoxIsolation {
         return;
       } catch (err) {
         // Another sbx process made it meanwhile: inspect it as above.
-        if ((err as { statusCode?: number }).statusCode !== 409) throw err;
+        if (engineStatus(err) !== 409) throw err;
       }
     }
   }

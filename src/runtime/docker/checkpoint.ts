@@ -12,6 +12,7 @@
  */
 import type Docker from 'dockerode';
 import { SbxError } from '../../errors.js';
+import { engineStatus } from './errors.js';
 
 /**
  * Why a container cannot be checkpointed, or undefined when it can: its OCI runtime (`runtime`,
@@ -102,7 +103,7 @@ export class DockerCheckpoints {
         statusCodes: { 200: true, 204: true, ...COMMON },
       });
     } catch (err) {
-      if ((err as { statusCode?: number }).statusCode === 404 && /checkpoint/i.test(String((err as Error).message))) return;
+      if (engineStatus(err) === 404 && /checkpoint/i.test(String((err as Error).message))) return;
       throw err;
     }
   }

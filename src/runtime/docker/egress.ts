@@ -26,6 +26,7 @@ import type { EgressSpec } from '../types.js';
 import { boxNetworkIndex } from './box-network.js';
 import type { DockerConnection } from './connection.js';
 import { wholeFrames } from './demux.js';
+import { engineStatus } from './errors.js';
 import { runBuffered } from './exec.js';
 
 /** The helper container's name on every engine. */
@@ -287,7 +288,7 @@ export class DockerEgress {
       .getImage(this.opts.image)
       .inspect()
       .catch((err: unknown) => {
-        if (statusOf(err) === 404) return undefined;
+        if (engineStatus(err) === 404) return undefined;
         throw err;
       });
     for (let attempt = 0; attempt < 8; attempt++) {
@@ -298,7 +299,7 @@ export class DockerEgress {
           .getContainer(c.Id)
           .remove({ force: true })
           .catch((err: unknown) => {
-            if (statusOf(err) !== 404 && statusOf(err) !== 409) throw err;
+            if (engineStatus(err) !== 404 && engineStatus(err) !== 409) throw err;
           });
         c = undefined;
       }
@@ -316,7 +317,7 @@ export class DockerEgress {
           made = true;
         } catch (err) {
           // Another sbx process made it (409) or the image went away meanwhile: look again.
-          if (statusOf(err) === 409 || statusOf(err) === 404) continue;
+          if (engineStatus(err) === 409 || engineStatus(err) === 404) continue;
           throw err;
         }
       }
@@ -325,8 +326,8 @@ export class DockerEgress {
           if (c?.State.Paused) await this.docker.getContainer(EGRESS_CONTAINER).unpause();
           else await this.docker.getContainer(EGRESS_CONTAINER).start();
         } catch (err) {
-          if (statusOf(err) === 404) continue;
-          if (statusOf(err) !== 304 && !/is already (running|in progress)|is not paused/i.test(String((err as Error).message))) throw err;
+          if (engineStatus(err) === 404) continue;
+          if (engineStatus(err) !== 304 && !/is already (running|in progress)|is not paused/i.test(String((err as Error).message))) throw err;
         }
       }
       const channel = await this.connect();
@@ -342,7 +343,7 @@ export class DockerEgress {
     try {
       c = await this.docker.getContainer(EGRESS_CONTAINER).inspect();
     } catch (err) {
-      if (statusOf(err) === 404) return undefined;
+      if (engineStatus(err) === 404) return undefined;
       throw err;
     }
     const labels = c.Config.Labels ?? {};
@@ -531,8 +532,4 @@ function helperError(r: Reply, method: string, path: string): SbxError {
   }
   if (r.status === 400) return invalidArgument('egress', `the egress enforcer refused the rules: ${text}`);
   return egressUnavailable(`the egress enforcer answered ${method} ${path} with ${r.status}: ${text}`);
-}
-
-function statusOf(err: unknown): number | undefined {
-  return (err as { statusCode?: number } | undefined)?.statusCode;
 }

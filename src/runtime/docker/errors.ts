@@ -50,6 +50,11 @@ export function toSbxError(err: unknown, address: string, what: string): SbxErro
   return new SbxError(code, `${what}: ${engineMessage}`, { cause: err, details: { address, ...(status ? { status } : {}) } });
 }
 
+/** The HTTP status the engine answered a failed call with, or undefined when it did not answer. */
+export function engineStatus(err: unknown): number | undefined {
+  return (err as EngineError | undefined)?.statusCode;
+}
+
 export function engineText(e: EngineError): string {
   if (typeof e.json === 'string' && e.json) return e.json.trim();
   if (typeof e.json === 'object' && e.json?.message) return e.json.message.trim();

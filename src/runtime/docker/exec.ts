@@ -8,7 +8,7 @@ import type { ExecOptions, ExecResult, ExecStream, ExecStreamOptions } from '../
 import type { DockerConnection } from './connection.js';
 import { StdStreamDemuxer, StreamOutput } from './demux.js';
 import type { ExecOutput } from './demux.js';
-import { toSbxError } from './errors.js';
+import { engineStatus, toSbxError } from './errors.js';
 import { hijack } from './hijack.js';
 import { EXEC_MARKER_ENV, KILLER_DONE, KILL_SCRIPT } from '../exec-killer.js';
 import { AGENT_TOKEN_ENV } from '../agent-protocol.js';
@@ -397,7 +397,7 @@ function endWithContainer(conn: DockerConnection, containerId: string, killed: K
       .inspect()
       .then(
         (c) => c.State.Running,
-        (err: { statusCode?: number }) => err?.statusCode !== 404,
+        (err: unknown) => engineStatus(err) !== 404,
       );
     if (over) return;
     timer = running ? setTimeout(() => void look(), ENDED_CHECK_MS) : setTimeout(() => void killed.kill('ended'), ENDED_BOX_GRACE_MS);

@@ -35,7 +35,7 @@ import type {
 } from '../types.js';
 import { DockerConnection } from './connection.js';
 import { DIAL_ANY_PORT_LABEL, toCreateOptions } from './container-config.js';
-import { toSbxError } from './errors.js';
+import { engineStatus, toSbxError } from './errors.js';
 import { runBuffered, runStreaming } from './exec.js';
 import { AgentUnreachable, agentExec, agentExecStream, configureAgent, dropKeptConnections, hasOomLine, probeAgent, tcpTarget } from '../agent-client.js';
 import type { AgentTarget } from '../agent-client.js';
@@ -356,7 +356,7 @@ export class DockerRuntime implements Runtime {
     try {
       await this.isolation.start(id, () => this.docker.getContainer(id).start());
     } catch (err) {
-      if (statusOf(err) === 304) return;
+      if (engineStatus(err) === 304) return;
       this.fail(err, `container ${id}`);
     }
     const started = await this.registerEgress(id);
@@ -533,7 +533,7 @@ export class DockerRuntime implements Runtime {
     try {
       await this.docker.getContainer(id).stop({ t });
     } catch (err) {
-      if (statusOf(err) !== 304) this.fail(err, `container ${id}`);
+      if (engineStatus(err) !== 304) this.fail(err, `container ${id}`);
     }
     // Its address is free for the engine's next box, which must not get this box's rules with it.
     await this.egress.release(id).catch(() => undefined);
@@ -666,7 +666,7 @@ export class DockerRuntime implements Runtime {
       await this.docker.getContainer(id).remove({ force: opts.force ?? false, v: true });
     } catch (err) {
       // Gone already: its place on its box network is free all the same.
-      if (statusOf(err) === 404) this.isolation.forget(id);
+      if (engineStatus(err) === 404) this.isolation.forget(id);
       this.fail(err, `container ${id}`);
     }
     this.isolation.forget(id);
@@ -891,7 +891,7 @@ export class DockerRuntime implements Runtime {
       top = (await this.docker.getContainer(id).top({ ps_args: '-o pid,user,args' })) as typeof top;
     } catch (err) {
       // Some engines (e.g. without procps on the host) reject ps_args; plain `top` still works.
-      if (statusOf(err) !== 500) this.fail(err, `container ${id}`);
+      if (engineStatus(err) !== 500) this.fail(err, `container ${id}`);
       try {
         top = (await this.docker.getContainer(id).top()) as typeof top;
       } catch (err2) {
@@ -1266,8 +1266,4 @@ async function* frameLines(
     if (space < 0) continue;
     yield { stream: f.type === 2 ? 'stderr' : 'stdout', time: f.payload.subarray(0, space).toString('latin1'), data: f.payload.subarray(space + 1) };
   }
-}
-
-function statusOf(err: unknown): number | undefined {
-  return (err as { statusCode?: number } | undefined)?.statusCode;
 }
