@@ -348,6 +348,11 @@ export interface RuntimeOptions {
   /** Engine calls in flight at once on this runtime; small machines choke past about 10. */
   maxConnections?: number;
   /**
+   * Docker: how long a read (inspect, list, info, stats, logs) waits for the engine's answer before
+   * it fails `runtime_unavailable` (default 60 s): a stuck engine gives errors, not calls that never return.
+   */
+  answerTimeoutMs?: number;
+  /**
    * Inject the in-box agent into new boxes (default true): exec, stream and kills through it,
    * the engine's exec as the fallback. Only engines on this machine (a unix socket) can have it.
    */

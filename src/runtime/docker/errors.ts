@@ -1,7 +1,12 @@
 import { SbxError } from '../../errors.js';
 import type { ErrorCode } from '../../errors.js';
 
+/** The `code` of the error a read fails with when the engine did not answer it in time (connection.ts). */
+export const NO_ANSWER = 'SBX_ENGINE_NO_ANSWER';
+
 interface EngineError {
+  timeoutMs?: number;
+  path?: string;
   statusCode?: number;
   code?: string;
   reason?: string;
@@ -25,6 +30,13 @@ const CALLER_FAULTS: Array<[RegExp, ErrorCode, Record<string, unknown>]> = [
 export function toSbxError(err: unknown, address: string, what: string): SbxError {
   if (err instanceof SbxError) return err;
   const e = (err ?? {}) as EngineError;
+  if (e.code === NO_ANSWER) {
+    return new SbxError(
+      'runtime_unavailable',
+      `${what}: the Docker Engine at '${address}' did not answer within ${e.timeoutMs} ms (GET ${e.path}); it may be stuck: restart dockerd`,
+      { cause: err, details: { address, answerTimeoutMs: e.timeoutMs } },
+    );
+  }
   if (e.code && UNREACHABLE.has(e.code) && e.statusCode === undefined) {
     return new SbxError('runtime_unavailable', `Docker Engine at '${address}' is unreachable (${e.code}); is dockerd running?`, {
       cause: err,
