@@ -60,7 +60,7 @@ after(async () => {
   await engine2?.down();
 });
 
-test('a read the engine does not answer fails runtime_unavailable after answerTimeoutMs, saying so; each frees its connection; a POST is not cut', async () => {
+test('a read the engine does not answer fails runtime_unavailable after answerTimeoutMs, saying so; each frees its connection; a write is not cut', async () => {
   // Two connections and five reads: were a read that gave up to keep its connection, the last three would wait for good.
   const rt = new DockerRuntime(addr, { agent: false, hostFirewall: false, maxConnections: 2, answerTimeoutMs: 1500 });
   try {
