@@ -539,7 +539,8 @@ export interface Runtime {
    * memory stays, CPU use stops. Pausing a paused container is not an error; a container that
    * is not running is `conflict`. A runtime without a freezer (`capabilities.pause` false)
    * throws `not_available`. Resolves once the container is frozen, whatever the engine's own
-   * bookkeeping said meanwhile (docker/freezer.ts).
+   * bookkeeping said meanwhile (docker/freezer.ts); Docker's `inspect` may still say running for
+   * a moment after (its flag lags), which is why a Box keeps its own word on paused or running.
    */
   pause(id: string): Promise<void>;
   /** Thaws a paused container, as pause resolves once it runs. Unpausing a container that is not paused is not an error. */

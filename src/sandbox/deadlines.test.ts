@@ -16,6 +16,7 @@ import pino from 'pino';
 import { isSbxError } from '../errors.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { testEnv } from '../testing/env.js';
+import { untilEngineSays } from '../testing/freezer.js';
 import { MemoryRuntime } from '../testing/memory-runtime.js';
 import { waitFor } from '../testing/wait.js';
 import type { LocalBox } from './box.js';
@@ -178,7 +179,7 @@ describe('deadlines are acted on at the deadline, not at the next pass', () => {
       await waitFor(() => manager.cleanupStats.pausedIdle === 1, { what: 'the pause to be counted' });
       // A use wakes it; its next deadline is armed again from that use.
       assert.equal((await box.exec(['true'])).exitCode, 0);
-      assert.equal((await engine.inspect(box.containerId)).status, 'running');
+      await untilEngineSays(engine, box.containerId, 'running');
       const again = await paused(box, 'the idle ladder to pause the box again after the use');
       assert.ok(again >= Date.parse((await box.info()).lastActive) + 1_000);
     } finally {

@@ -13,6 +13,7 @@ import { isSbxError } from '../errors.js';
 import { DockerRuntime } from '../runtime/docker/runtime.js';
 import { MemoryRuntime } from '../testing/memory-runtime.js';
 import { testEnv } from '../testing/env.js';
+import { untilEngineSays } from '../testing/freezer.js';
 import type { LocalBox } from './box.js';
 import type { ManagerConfig } from './config.js';
 import { Manager } from './manager.js';
@@ -102,7 +103,8 @@ describe('snapshots', () => {
       assert.equal(await sleeper(box), 'sleep 31337\n', 'the background process runs in the source box');
       const s = await box.snapshot({ name: 'with-file' });
       assert.equal((await box.info()).status, 'running', 'left running');
-      assert.equal((await engine.inspect(box.containerId)).status, 'running');
+      // The engine's own word lags its freezer for a moment (the commit pauses it: docker/freezer.ts).
+      await untilEngineSays(engine, box.containerId, 'running');
       assert.equal(await sleeper(box), 'sleep 31337\n', 'its processes kept running');
       return s;
     })();
@@ -148,7 +150,7 @@ describe('snapshots', () => {
       assert.equal((await box.exec(['sh', '-c', 'echo one > /tmp/n.txt'])).exitCode, 0);
       await box.pause();
       snaps.push(await box.snapshot());
-      assert.equal((await engine.inspect(box.containerId)).status, 'paused');
+      await untilEngineSays(engine, box.containerId, 'paused');
       await box.resume();
       assert.equal((await box.exec(['sh', '-c', 'echo two > /tmp/n.txt'])).exitCode, 0);
       await box.stop();

@@ -15,6 +15,7 @@ import { startTestServer } from '../../../testing/server.js';
 import type { TestServer } from '../../../testing/server.js';
 import { ManualClock } from '../../../testing/clock.js';
 import { testEnv } from '../../../testing/env.js';
+import { untilEngineSays } from '../../../testing/freezer.js';
 import { holdRemoves } from '../../../testing/held-remove.js';
 import { waitFor, within } from '../../../testing/wait.js';
 import { envdAccessToken } from '../access-token.js';
@@ -169,7 +170,7 @@ for (const { name, mod } of SDKS) {
       try {
         const box = await t.manager.get(sbx.sandboxId);
         assert.equal(await Sandbox.betaPause(sbx.sandboxId, opts(alice)), true);
-        assert.equal((await engine.inspect(box.containerId)).status, 'paused', "the engine's freezer");
+        await untilEngineSays(engine, box.containerId, 'paused', "the engine's freezer to say paused");
         assert.equal(await sbx.betaPause(), false, 'already paused');
         assert.equal((await sbx.getInfo()).state, 'paused');
         assert.equal(box.maxLifetimeMs, 0, 'a paused sandbox keeps no deadline: its timeout neither kills nor pauses it');
@@ -183,7 +184,7 @@ for (const { name, mod } of SDKS) {
         const before = Date.now();
         const again = await Sandbox.connect(sbx.sandboxId, { ...opts(alice), timeoutMs: 120_000 });
         assert.equal(again.sandboxId, sbx.sandboxId);
-        assert.equal((await engine.inspect(box.containerId)).status, 'running');
+        await untilEngineSays(engine, box.containerId, 'running');
         const info = await sbx.getInfo();
         assert.equal(info.state, 'running');
         assert.ok(info.endAt.getTime() >= before + 120_000 - 1_000, 'connect gave it the timeout it asked for');
@@ -549,7 +550,7 @@ describe('a second process and the cleanup loop', () => {
           assert.equal((await box.info()).maxLifetimeAction, 'pause', name);
           clock.set(Date.parse(box.createdAt) + 60_000);
           await waitFor(async () => (await sbx.getInfo()).state === 'paused', { what: `${name}: the cleanup loop to pause the sandbox at its timeout` });
-          assert.equal((await engine.inspect(box.containerId)).status, 'paused');
+          await untilEngineSays(engine, box.containerId, 'paused');
           const listed = await mod.Sandbox.list({ ...opts(key, fast.url), query: { state: ['paused'] } }).nextItems();
           assert.deepEqual(
             listed.map((s) => s.sandboxId),
@@ -559,12 +560,12 @@ describe('a second process and the cleanup loop', () => {
           clock.advance(3_600_000);
           await fast.manager.cleanup();
           await fast.manager.cleanup();
-          assert.equal((await engine.inspect(box.containerId)).status, 'paused');
+          await untilEngineSays(engine, box.containerId, 'paused');
           await mod.Sandbox.connect(sbx.sandboxId, { ...opts(key, fast.url), timeoutMs: 30_000 });
           const info = await sbx.getInfo();
           assert.equal(info.state, 'running');
           assert.equal(info.endAt.getTime(), clock.now() + 30_000);
-          assert.equal((await engine.inspect(box.containerId)).status, 'running');
+          await untilEngineSays(engine, box.containerId, 'running');
         } finally {
           await sbx.kill();
         }
