@@ -289,6 +289,9 @@ describe('console boxes', () => {
     const remove = await row(page, box.id).getByRole('button', { name: 'Remove' }).boundingBox();
     assert.ok(remove && remove.x + remove.width <= 390, `the row's actions are on screen (${JSON.stringify(remove)})`);
     await row(page, box.id).getByRole('link', { name: box.id }).click();
+    // The box page, not the list it replaces (whose rows have a box-status each): a CI run read the list.
+    await page.waitForURL(new RegExp(`#/boxes/${box.id}$`));
+    await page.getByTestId('box-info').waitFor({ state: 'attached' });
     await page.getByTestId('box-status').filter({ hasText: 'running' }).waitFor();
     assert.equal(await page.evaluate<boolean>(fits), true, 'the box page does not scroll sideways');
     await page.getByRole('link', { name: 'History' }).click();
