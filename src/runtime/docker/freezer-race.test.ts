@@ -10,11 +10,14 @@ import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
 import { kernelFrozen } from '../../testing/freezer.js';
+import { within } from '../../testing/wait.js';
 import { DockerRuntime } from './runtime.js';
 
 const ROUNDS = 300;
 /** Execs in flight in the other containers: each is several containerd events for the engine to take. */
 const LOAD = 16;
+// Each call is bounded (within: a hang, not a slow machine): ci20 hung this file for its whole 600 s
+// and could not say on which call.
 
 // The engine's own exec (no agent): its events go through the engine, as the race needs.
 const rt = new DockerRuntime(testEnv.engineAddr, { agent: false });
@@ -39,21 +42,25 @@ test("pause and unpause end frozen and thawed by the kernel's word while the eng
   let execs = 0;
   const load = Array.from({ length: LOAD }, async (_, i) => {
     while (loading) {
-      await rt.exec(others[i % others.length]!, ['true']);
+      await within(rt.exec(others[i % others.length]!, ['true']), `load exec ${execs} in ${others[i % others.length]}`);
       execs++;
     }
   });
   let staleFlags = 0;
   try {
     for (let round = 0; round < ROUNDS; round++) {
-      await rt.pause(target!);
+      await within(rt.pause(target!), `round ${round}: the pause`);
       assert.equal(kernelFrozen(target!), true, `round ${round}: the pause left the box running`);
-      await rt.unpause(target!);
+      await within(rt.unpause(target!), `round ${round}: the unpause`);
       assert.equal(kernelFrozen(target!), false, `round ${round}: the unpause left the box frozen`);
       // The engine's exec right after: refused while the flag says paused, unless sbx sees to it.
-      assert.equal((await rt.exec(target!, ['true'])).exitCode, 0, `round ${round}: an exec after the unpause`);
+      assert.equal(
+        (await within(rt.exec(target!, ['true']), `round ${round}: the exec after the unpause`)).exitCode,
+        0,
+        `round ${round}: an exec after the unpause`,
+      );
       // How often the engine's flag was wrong just after: the race this test is for happened.
-      if ((await rt.inspect(target!)).status === 'paused') staleFlags++;
+      if ((await within(rt.inspect(target!), `round ${round}: the inspect`)).status === 'paused') staleFlags++;
     }
   } finally {
     loading = false;
