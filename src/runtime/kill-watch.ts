@@ -4,8 +4,11 @@
  */
 import { SbxError } from '../errors.js';
 
-/** `ended`: the box ended under the exec, whose end the engine then never reported (docker/exec.ts). */
-export type KillReason = 'timeout' | 'aborted' | 'cancelled' | 'ended';
+/**
+ * `ended`: the box ended under the exec, whose end the engine then never reported; `lost`: the
+ * exec's process ended and the engine lost its exit (both docker/exec.ts).
+ */
+export type KillReason = 'timeout' | 'aborted' | 'cancelled' | 'ended' | 'lost';
 
 export interface KillWatch {
   reason: KillReason | undefined;

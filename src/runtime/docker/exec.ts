@@ -34,6 +34,11 @@ const KILLER_MAX_MS = 3000;
 const ENDED_BOX_GRACE_MS = 2000;
 /** How often a running exec looks whether its container still runs. */
 const ENDED_CHECK_MS = 1000;
+/** When a running exec first looks for its process among the box's, and how far apart those looks grow. */
+const LOST_CHECK_FIRST_MS = 2000;
+const LOST_CHECK_MAX_MS = 16_000;
+/** A process found missing is looked for again this much later: the engine holds an exit up to 2 s for its output. */
+const LOST_CONFIRM_MS = 3000;
 /** How long execStream waits for the engine to say whether the process started, polling at most this far apart. */
 const START_WAIT_MS = 2000;
 const START_POLL_MAX_MS = 10;
@@ -311,15 +316,16 @@ export async function runBuffered(conn: DockerConnection, containerId: string, c
   if (opts.stdin !== undefined) session.stdin.end(Buffer.from(opts.stdin));
 
   const killed = watchForKill(session, opts);
-  const unwatch = endWithContainer(conn, containerId, killed);
+  const watch = watchEngineExec(conn, containerId, session, killed);
   let exit: { code: number; failed: boolean };
   try {
     await session.drained;
     exit = await untilExit(session, killed);
   } finally {
-    unwatch();
+    watch.stop();
   }
   if (exit.failed) throw startError(stdout.head, cmd, opts, containerId);
+  if (killed.reason === 'lost') throw lostExitError(containerId, cmd, watch.lostPid);
   if (killed.reason === 'aborted') throw abortError(opts.signal);
   return execResult(
     {
@@ -357,16 +363,17 @@ export async function runStreaming(conn: DockerConnection, containerId: string, 
   if (failedToStart(state)) throw startError(await failureText(session, stdout, stderr), cmd, opts, containerId);
   if (opts.tty && opts.size) await session.resize(opts.size).catch(() => undefined);
   const killed = watchForKill(session, opts);
-  const unwatch = endWithContainer(conn, containerId, killed);
+  const watch = watchEngineExec(conn, containerId, session, killed);
   // Settled whether or not anyone waits, so the watch on the container always ends.
   const exit = session.drained
     .then(async () => {
       const { code, failed } = await untilExit(session, killed);
       // Only when the engine took longer than START_WAIT_MS to say: the output was the engine's text.
       if (failed) throw startError('', cmd, opts, containerId);
+      if (killed.reason === 'lost') throw lostExitError(containerId, cmd, watch.lostPid);
       return code;
     })
-    .finally(unwatch);
+    .finally(() => watch.stop());
   exit.catch(() => undefined);
   return {
     stdout,
@@ -382,16 +389,38 @@ export async function runStreaming(conn: DockerConnection, containerId: string, 
   };
 }
 
+/** What the watch on one engine exec found: the pid whose exit the engine lost, if that is how it ended. */
+interface ExecWatch {
+  stop(): void;
+  readonly lostPid: number | null;
+}
+
 /**
- * Ends the exec as killed (`ended`) when its container stopped and the exec has not ended
- * ENDED_BOX_GRACE_MS later; the engine's own answer wins within that time. The container is
- * looked at once a second, and only while the exec lasts that long (a wait request would hold
- * one of the engine connections for the whole exec). Returns the unwatch.
+ * Watches an engine exec for the two ends the engine can miss, and ends it on either.
+ * - Its box ended under it (on gVisor the engine then never reports the exec's end): ended as
+ *   killed (`ended`, 137) when the container stopped and the exec has not ended
+ *   ENDED_BOX_GRACE_MS later. The container is looked at once a second (a wait request would hold
+ *   one of the engine connections for the whole exec).
+ * - Its process ended and the engine lost the exit (`lost`). containerd 1.6's runc shim keeps an
+ *   exec it could not delete because the box was pausing at that moment (a pause right after an
+ *   exec), and takes the exit of a later exec given the same pid for that old one's: the engine
+ *   then says the exec runs, forever. Seen as the engine's pid for the exec missing from the
+ *   box's processes on two looks LOST_CONFIRM_MS apart, longer than the engine holds an exit
+ *   back for its output (2 s). The process is looked for at 2, 4, 8, 16 s and then every 16 s.
  */
-function endWithContainer(conn: DockerConnection, containerId: string, killed: KillWatch): () => void {
+function watchEngineExec(conn: DockerConnection, containerId: string, session: ExecSession, killed: KillWatch): ExecWatch {
   let over = false;
-  let timer: NodeJS.Timeout | undefined;
-  const look = async () => {
+  let lostPid: number | null = null;
+  const timers = new Set<NodeJS.Timeout>();
+  const later = (ms: number, fn: () => Promise<unknown>) => {
+    if (over) return;
+    const timer = setTimeout(() => {
+      timers.delete(timer);
+      if (!over) void fn().catch(() => undefined);
+    }, ms);
+    timers.add(timer);
+  };
+  const lookAtBox = async () => {
     const running = await conn.docker
       .getContainer(containerId)
       .inspect()
@@ -399,14 +428,55 @@ function endWithContainer(conn: DockerConnection, containerId: string, killed: K
         (c) => c.State.Running,
         (err: unknown) => engineStatus(err) !== 404,
       );
-    if (over) return;
-    timer = running ? setTimeout(() => void look(), ENDED_CHECK_MS) : setTimeout(() => void killed.kill('ended'), ENDED_BOX_GRACE_MS);
+    if (running) later(ENDED_CHECK_MS, lookAtBox);
+    else later(ENDED_BOX_GRACE_MS, () => killed.kill('ended'));
   };
-  timer = setTimeout(() => void look(), ENDED_CHECK_MS);
-  return () => {
-    over = true;
-    clearTimeout(timer);
+  let suspect: number | null = null;
+  const lookForProcess = async (next: number): Promise<void> => {
+    const gone = await goneProcess(conn, containerId, session).catch(() => null);
+    if (gone !== null && gone === suspect) {
+      lostPid = gone;
+      await killed.kill('lost');
+      return;
+    }
+    suspect = gone;
+    later(gone === null ? next : LOST_CONFIRM_MS, () => lookForProcess(Math.min(next * 2, LOST_CHECK_MAX_MS)));
   };
+  later(ENDED_CHECK_MS, lookAtBox);
+  later(LOST_CHECK_FIRST_MS, () => lookForProcess(LOST_CHECK_FIRST_MS * 2));
+  return {
+    stop() {
+      over = true;
+      for (const timer of timers) clearTimeout(timer);
+    },
+    get lostPid() {
+      return lostPid;
+    },
+  };
+}
+
+/**
+ * The exec's pid when the engine says it runs and that pid is not among the box's processes;
+ * null otherwise. The box's own first process must be in the list: a runtime whose processes the
+ * engine lists in another pid space (gVisor) gives nothing to judge by.
+ */
+async function goneProcess(conn: DockerConnection, containerId: string, session: ExecSession): Promise<number | null> {
+  const state = await session.inspect();
+  if (!state.running || state.pid <= 0) return null;
+  const c = conn.docker.getContainer(containerId);
+  const [info, top] = await Promise.all([c.inspect(), c.top({ ps_args: '-o pid' }) as Promise<{ Processes?: string[][] | null }>]);
+  const pids = new Set((top.Processes ?? []).map((row) => Number(row[0])));
+  if (!pids.has(info.State.Pid)) return null;
+  return pids.has(state.pid) ? null : state.pid;
+}
+
+/** The exec ended, its exit code lost by the engine (watchEngineExec). */
+function lostExitError(containerId: string, cmd: string[], pid: number | null): SbxError {
+  return new SbxError(
+    'internal',
+    `exec in container ${containerId}: '${cmd[0]}' ended but the engine lost its exit (its process ${pid} is gone and the engine still says it runs; a containerd 1.6 shim bug after a pause): its exit code is unknown`,
+    { details: { id: containerId, cmd: cmd[0], pid, reason: 'exit_lost' } },
+  );
 }
 
 /**

@@ -8,6 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
+import { isSbxError } from '../../errors.js';
 import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
 import { kernelFrozen } from '../../testing/freezer.js';
 import { within } from '../../testing/wait.js';
@@ -47,6 +48,7 @@ test("pause and unpause end frozen and thawed by the kernel's word while the eng
     }
   });
   let staleFlags = 0;
+  let lostExits = 0;
   try {
     for (let round = 0; round < ROUNDS; round++) {
       await within(rt.pause(target!), `round ${round}: the pause`);
@@ -54,11 +56,17 @@ test("pause and unpause end frozen and thawed by the kernel's word while the eng
       await within(rt.unpause(target!), `round ${round}: the unpause`);
       assert.equal(kernelFrozen(target!), false, `round ${round}: the unpause left the box frozen`);
       // The engine's exec right after: refused while the flag says paused, unless sbx sees to it.
-      assert.equal(
-        (await within(rt.exec(target!, ['true']), `round ${round}: the exec after the unpause`)).exitCode,
-        0,
-        `round ${round}: an exec after the unpause`,
+      // Its exit may be lost by the engine (a pause right after an exec leaks that exec in
+      // containerd's shim; lost-exit.test.ts): sbx then answers exit_lost, which is no refusal.
+      const exit = await within(rt.exec(target!, ['true']), `round ${round}: the exec after the unpause`).then(
+        (r) => r.exitCode,
+        (err: unknown) => {
+          if (isSbxError(err, 'internal') && err.details?.['reason'] === 'exit_lost') return 'lost';
+          throw err;
+        },
       );
+      if (exit === 'lost') lostExits++;
+      else assert.equal(exit, 0, `round ${round}: an exec after the unpause`);
       // How often the engine's flag was wrong just after: the race this test is for happened.
       if ((await within(rt.inspect(target!), `round ${round}: the inspect`)).status === 'paused') staleFlags++;
     }
@@ -66,5 +74,7 @@ test("pause and unpause end frozen and thawed by the kernel's word while the eng
     loading = false;
     await Promise.all(load);
   }
-  t.diagnostic(`${ROUNDS} rounds beside ${execs} engine execs; the engine's flag said paused about the thawed box ${staleFlags} times`);
+  t.diagnostic(
+    `${ROUNDS} rounds beside ${execs} engine execs; the engine's flag said paused about the thawed box ${staleFlags} times; the engine lost ${lostExits} exits`,
+  );
 });
