@@ -348,8 +348,9 @@ export interface RuntimeOptions {
   /** Engine calls in flight at once on this runtime; small machines choke past about 10. */
   maxConnections?: number;
   /**
-   * Docker: how long a read (inspect, list, info, stats, logs) waits for the engine's answer before
-   * it fails `runtime_unavailable` (default 60 s): a stuck engine gives errors, not calls that never return.
+   * Docker and Kubernetes: how long a read (inspect, list, info, stats, logs: an HTTP GET) waits for
+   * the engine's or API server's answer before it fails `runtime_unavailable` (default 60 s): a stuck
+   * engine gives errors, not calls that never return.
    */
   answerTimeoutMs?: number;
   /**

@@ -8,10 +8,9 @@ import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { inspect } from 'node:util';
 import Docker from 'dockerode';
-import { invalidArgument } from '../../errors.js';
 import type { RuntimeOptions, TlsOptions } from '../types.js';
 import type { RuntimeAddress } from './address.js';
-import { NO_ANSWER } from './errors.js';
+import { answerReadsWithin, answerTimeoutOf } from '../answer-deadline.js';
 
 /**
  * One engine endpoint: a dockerode client for plain calls and raw connections for the hijacked
@@ -30,10 +29,8 @@ export class DockerConnection {
     const tls = address.transport === 'tcp' && address.tls ? resolveTls(options.tls) : undefined;
     this.tls = tls;
     this.agent = tls ? new https.Agent({ keepAlive: true, maxSockets, ...tls }) : new http.Agent({ keepAlive: true, maxSockets });
-    const answerTimeoutMs = options.answerTimeoutMs ?? DEFAULT_ANSWER_TIMEOUT_MS;
-    if (!Number.isInteger(answerTimeoutMs) || answerTimeoutMs <= 0)
-      throw invalidArgument('answerTimeoutMs', `must be a positive whole number of ms, not ${answerTimeoutMs}`);
-    answerReadsWithin(this.agent, answerTimeoutMs);
+    // Every read (inspect, list, info, stats, top, logs) fails once it waited that long for the engine.
+    answerReadsWithin(this.agent, answerTimeoutOf(options));
     // docker-modem util.inspect()s every request's options (the agent and all its sockets
     // included) even with debug off: 13x raw's client CPU on 50 parallel execs (bench).
     Object.defineProperty(this.agent, inspect.custom, { value: () => `[docker agent ${address.raw}]` });
@@ -100,40 +97,6 @@ export class DockerConnection {
   close(): void {
     this.agent.destroy();
   }
-}
-
-/** How long a read waits for the engine's answer by default: only a stuck engine takes this long. */
-export const DEFAULT_ANSWER_TIMEOUT_MS = 60_000;
-
-/**
- * Every GET through `agent` (inspect, list, info, stats, top, logs) fails once its connection
- * waited `timeoutMs` for the answer's head: a stuck engine (Docker 20.10's libnetwork deadlock
- * holds a container's lock for good while `/_ping` still answers) then gives callers an error
- * instead of a call that never returns. The request is destroyed, which frees its place in the
- * pool. Only reads: a create, commit, stop or removal may take long before its answer, and a
- * stream's head comes at once (the engine flushes it before the first log line or event). The
- * clock starts when the request has a socket, so a pool at its limit is not the engine's delay.
- */
-function answerReadsWithin(agent: http.Agent, timeoutMs: number): void {
-  // addRequest is how http.request hands a request to its agent (Node's, not in its types).
-  type AddRequest = (req: http.ClientRequest, ...rest: unknown[]) => void;
-  const hooked = agent as unknown as { addRequest: AddRequest };
-  const add = hooked.addRequest.bind(agent);
-  hooked.addRequest = (req, ...rest) => {
-    if (req.method === 'GET') {
-      req.once('socket', () => {
-        const timer = setTimeout(() => {
-          const err = Object.assign(new Error(`no answer to GET ${req.path} within ${timeoutMs} ms`), { code: NO_ANSWER, timeoutMs, path: req.path });
-          req.destroy(err);
-        }, timeoutMs);
-        timer.unref();
-        const done = () => clearTimeout(timer);
-        req.once('response', done);
-        req.once('close', done);
-      });
-    }
-    add(req, ...rest);
-  };
 }
 
 /** TLS for tcp:// engines; without given material, DOCKER_CERT_PATH like the docker CLI. */

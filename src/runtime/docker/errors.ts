@@ -1,8 +1,6 @@
 import { SbxError } from '../../errors.js';
 import type { ErrorCode } from '../../errors.js';
-
-/** The `code` of the error a read fails with when the engine did not answer it in time (connection.ts). */
-export const NO_ANSWER = 'SBX_ENGINE_NO_ANSWER';
+import { NO_ANSWER } from '../answer-deadline.js';
 
 interface EngineError {
   timeoutMs?: number;

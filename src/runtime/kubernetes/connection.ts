@@ -10,6 +10,7 @@ import type { CoreV1Api, KubeConfig, RequestContext, SecurityAuthentication, Ver
 import WebSocket from 'ws';
 import { SbxError } from '../../errors.js';
 import type { KubeAddress } from './address.js';
+import { answerReadsWithin, answerTimeoutOf } from '../answer-deadline.js';
 import { statusError, toSbxError } from './errors.js';
 
 /** The client library, loaded by `KubeConnection.open` (only a k8s:// pool needs it). */
@@ -26,13 +27,14 @@ export class KubeConnection {
    * Loads @kubernetes/client-node (~1,900 files, ~130 MiB of RSS: nothing a Manager without
    * k8s:// pools may pay), then the kubeconfig.
    */
-  static async open(address: KubeAddress, env: NodeJS.ProcessEnv = process.env): Promise<KubeConnection> {
-    return new KubeConnection(await import('@kubernetes/client-node'), address, env);
+  static async open(address: KubeAddress, opts: { answerTimeoutMs?: number } = {}, env: NodeJS.ProcessEnv = process.env): Promise<KubeConnection> {
+    return new KubeConnection(await import('@kubernetes/client-node'), address, answerTimeoutOf(opts), env);
   }
 
   private constructor(
     { CoreV1Api, KubeConfig, ServerConfiguration, VersionApi, Watch, createConfiguration }: KubeClient,
     readonly address: KubeAddress,
+    answerTimeoutMs: number,
     env: NodeJS.ProcessEnv,
   ) {
     const kc = new KubeConfig();
@@ -61,7 +63,10 @@ export class KubeConnection {
     }
     this.config = kc;
     // As kc.makeApiClient does, with connections kept alive (KeepAliveAuth).
-    const api = createConfiguration({ baseServer: new ServerConfiguration(cluster.server, {}), authMethods: { default: new KeepAliveAuth(kc) } });
+    const api = createConfiguration({
+      baseServer: new ServerConfiguration(cluster.server, {}),
+      authMethods: { default: new KeepAliveAuth(kc, answerTimeoutMs) },
+    });
     this.core = new CoreV1Api(api);
     this.versionApi = new VersionApi(api);
     // The watch's requests too are verified whatever NODE_TLS_REJECT_UNAUTHORIZED says.
@@ -153,13 +158,16 @@ export class KubeConnection {
  * The kubeconfig's authentication with one keep-alive agent: client-node makes a new https.Agent,
  * so a new TLS handshake, for every API call (~2.5 ms and most of the client's CPU per call here).
  * The agent is made again when the TLS identity changes (a rotated client certificate); a proxy
- * agent of the kubeconfig's is used as client-node made it.
+ * agent of the kubeconfig's is used as client-node made it (without the answer deadline).
  */
 class KeepAliveAuth implements SecurityAuthentication {
   private agent: https.Agent | undefined;
   private identity = '';
 
-  constructor(private readonly kc: KubeConfig) {}
+  constructor(
+    private readonly kc: KubeConfig,
+    private readonly answerTimeoutMs: number,
+  ) {}
 
   getName(): string {
     return 'kubeconfig authentication, kept alive';
@@ -177,6 +185,8 @@ class KeepAliveAuth implements SecurityAuthentication {
       this.agent?.destroy();
       // Verified whatever NODE_TLS_REJECT_UNAUTHORIZED says (client-node leaves it unset).
       this.agent = new https.Agent({ ...o, rejectUnauthorized: true, keepAlive: true, maxSockets: 64 });
+      // Every read (get, list) fails once it waited that long for the API server.
+      answerReadsWithin(this.agent, this.answerTimeoutMs);
       this.identity = identity;
     }
     made.destroy();

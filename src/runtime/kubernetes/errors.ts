@@ -6,6 +6,7 @@
  */
 import { SbxError } from '../../errors.js';
 import type { ErrorCode } from '../../errors.js';
+import { noAnswerOf } from '../answer-deadline.js';
 
 const BY_STATUS: Record<number, ErrorCode> = {
   400: 'invalid_argument',
@@ -42,6 +43,14 @@ export function statusError(status: number, body: unknown, address: string, what
 /** Any failure of a call to the API server. */
 export function toSbxError(err: unknown, address: string, what: string): SbxError {
   if (err instanceof SbxError) return err;
+  const silent = noAnswerOf(err);
+  if (silent) {
+    return new SbxError(
+      'runtime_unavailable',
+      `${what}: the Kubernetes API server of ${address} did not answer (${silent.message}); it may be stuck or overloaded`,
+      { cause: err, details: { address } },
+    );
+  }
   const e = err as { code?: unknown; body?: unknown; errno?: unknown; cause?: { code?: unknown }; message?: string };
   if (typeof e?.code === 'number') return statusError(e.code, e.body, address, what, err);
   const sys = typeof e?.code === 'string' ? e.code : typeof e?.cause?.code === 'string' ? e.cause.code : undefined;

@@ -5,6 +5,7 @@ import type { Duplex, Readable } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
 import { SbxError, isSbxError } from '../../errors.js';
 import { logSinceNanos, validateEgressSpec, validateExec, validateExecStream, validateLogs, validateSpec } from '../spec.js';
+import { answerTimeoutOf } from '../answer-deadline.js';
 import { logChunks } from '../log-chunks.js';
 import type { LogPiece } from '../log-chunks.js';
 import type {
@@ -112,6 +113,7 @@ export class KubernetesRuntime implements Runtime {
   private connection: KubeConnection | undefined;
   private connecting: Promise<void> | undefined;
   private readonly options: KubernetesRuntimeOptions;
+  private readonly answerTimeoutMs: number;
   /**
    * Pods this runtime created and has not started: a pod runs by itself once created, but to the
    * caller such a box is still `created`, which `remove` takes without force (as on Docker).
@@ -139,6 +141,7 @@ export class KubernetesRuntime implements Runtime {
     this.parsed = typeof addr === 'string' ? parseKubeAddress(addr) : addr;
     this.address = this.parsed.raw;
     this.options = options;
+    this.answerTimeoutMs = answerTimeoutOf(options);
     this.agentEnabled = (options.agent ?? true) && !!options.agentImage;
     this.deliveryChoice = agentDeliveryChoice(options.agentDelivery);
     this.egressImage = (options.egressImage ?? DEFAULT_EGRESS_IMAGE) || undefined;
@@ -179,7 +182,7 @@ export class KubernetesRuntime implements Runtime {
    * failed one is tried again by the next call.
    */
   private connect(): Promise<void> {
-    this.connecting ??= KubeConnection.open(this.parsed).then(
+    this.connecting ??= KubeConnection.open(this.parsed, { answerTimeoutMs: this.answerTimeoutMs }).then(
       (c) => {
         this.connection = c;
       },
