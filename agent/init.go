@@ -57,6 +57,8 @@ func newAgent(cfg initConfig) *agent {
 
 func runInit(cfg initConfig) int {
 	tuneRuntime()
+	// Before the box's command starts: its processes may fill the pids limit later (threads.go).
+	reserveThreads()
 	a := newAgent(cfg)
 	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)

@@ -127,6 +127,34 @@ describe('the agent as PID 1', () => {
     });
     await rt.remove(id, { force: true });
   });
+
+  test('a box whose processes fill its pids limit keeps its agent: forks fail, the box and its execs live on', async () => {
+    // The pids limit counts the agent's threads too. Before the agent kept a reserve of threads
+    // (agent/threads.go), a new one it could not make was fatal to it, PID 1, and so to the box:
+    // 2 to 4 boxes in 10 died here of a fork bomb beside a flood of execs ("runtime: failed to
+    // create new OS thread ... fatal error: newosproc").
+    for (let round = 0; round < 6; round++) {
+      const id = await started({ pidsLimit: 20 });
+      try {
+        const bomb = rt.exec(id, ['sh', '-c', 'for i in $(seq 1 40); do sleep 300 & done; wait'], { timeoutMs: 10_000 });
+        await waitFor(async () => (await leftovers(id, 'sleep 300')).length > 0, { what: `round ${round}: the bomb to start` });
+        const flood = Array.from({ length: 16 }, async () => {
+          // Refused now and then while the bomb holds the pids (EAGAIN): that is the limit working.
+          for (let i = 0; i < 15; i++) await rt.exec(id, ['cat', '/etc/hostname'], { timeoutMs: 4000 }).catch(() => undefined);
+        });
+        const [r] = await Promise.all([bomb, ...flood]);
+        assert.match(r.stderr, /fork|resource/i, `round ${round}: the bomb met the limit`);
+        assert.equal((await rt.inspect(id)).running, true, `round ${round}: the box died under its own fork bomb`);
+        // The bomb's shell gave up at its first failed fork; its sleeps hold the pids until killed
+        // (from the host: a kill from inside needs a pid of its own).
+        for (const p of await rt.processes(id)) if (p.command.includes('sleep 300')) process.kill(Number(p.pid), 'SIGKILL');
+        await waitFor(async () => (await leftovers(id, 'sleep 300')).length === 0, { what: `round ${round}: the bomb's sleeps to be gone` });
+        assert.equal((await rt.exec(id, ['echo', 'alive'])).stdout, 'alive\n');
+      } finally {
+        await rt.remove(id, { force: true });
+      }
+    }
+  });
 });
 
 describe('kills leave no process of the exec', () => {
