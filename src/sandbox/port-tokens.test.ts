@@ -5,6 +5,7 @@ import { isSbxError } from '../errors.js';
 import { portTokenKey, signPortToken, verifyPortToken } from './port-tokens.js';
 
 const key = portTokenKey(randomBytes(32));
+const B64URL = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
 const grant = { boxId: 'sb-a.1', nonce: 'n0nce-A_1', port: 3000, expiresAt: 2_000, keyId: '0123456789abcdef' };
 
 test('a port token verifies for its box and port until it expires, and names the box nonce and the key', () => {
@@ -41,7 +42,10 @@ test('forged, altered, malformed tokens and other keys are unauthorized', () => 
     `${p}.${id}.other.${port}.${exp}.${keyId}.${mac}`,
     `${p}.${id}.${nonce}.${port}.${exp}.fedcba9876543210.${mac}`,
     `${p}.${id}.${nonce}.${port}.${exp}..${mac}`,
-    `${p}.${id}.${nonce}.${port}.${exp}.${keyId}.${mac!.slice(0, -2)}AA`,
+    // Another MAC: its first character changed (a fixed 'AA' ending was the MAC itself 1 time in 256).
+    `${p}.${id}.${nonce}.${port}.${exp}.${keyId}.${mac![0] === 'A' ? 'B' : 'A'}${mac!.slice(1)}`,
+    // The same MAC spelled otherwise: the last character's spare bits set (decodes to the same bytes).
+    `${p}.${id}.${nonce}.${port}.${exp}.${keyId}.${mac!.slice(0, -1)}${B64URL[B64URL.indexOf(mac!.at(-1)!) ^ 1]}`,
     // The format before tokens were bound to the box's life and the key.
     `sbxp1.${id}.${port}.${exp}.${mac}`,
     'sbxp2.x.1.2',

@@ -67,8 +67,10 @@ export function verifyPortToken(key: Buffer, token: string, want: { boxId: strin
     throw new SbxError('unauthorized', 'port access token is malformed (or from an older sbx); ask for a new URL');
   }
   const body = `${PORT_TOKEN_PREFIX}${parts.slice(0, 5).join('.')}`;
-  const given = Buffer.from(parts[5]!, 'base64url');
-  const expected = mac(key, body);
+  // Compared as text: base64url decoding ignores the last character's two spare bits, so bytes
+  // would let four spellings of one MAC through (one token, four strings).
+  const given = Buffer.from(parts[5]!, 'utf8');
+  const expected = Buffer.from(mac(key, body).toString('base64url'), 'utf8');
   if (given.length !== expected.length || !timingSafeEqual(given, expected)) throw new SbxError('unauthorized', 'port access token is not valid');
   const grant: PortGrant = {
     boxId: Buffer.from(parts[0]!, 'base64url').toString('utf8'),
