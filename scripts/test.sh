@@ -69,7 +69,8 @@ if [ "${#files[@]}" -eq 0 ]; then
   echo "test.sh: no *.test.ts files under src/ or test/"
 else
   # *.serial.test.ts change what every box on the engine sees (the host firewall's chains, a box
-  # bridge filled to its limit): they run after the others, one at a time, with nothing beside them.
+  # bridge filled to its limit, the kernel's next pid): they run after the others, one at a time,
+  # with nothing beside them.
   parallel=() serial=()
   for f in "${files[@]}"; do case "$f" in *.serial.test.ts) serial+=("$f") ;; *) parallel+=("$f") ;; esac; done
   echo "test.sh: ${#parallel[@]} file(s) at concurrency ${SBX_TEST_CONCURRENCY:-3}, then ${#serial[@]} alone; setup took $(elapsed "$t0")"

@@ -57,7 +57,7 @@ test("pause and unpause end frozen and thawed by the kernel's word while the eng
       assert.equal(kernelFrozen(target!), false, `round ${round}: the unpause left the box frozen`);
       // The engine's exec right after: refused while the flag says paused, unless sbx sees to it.
       // Its exit may be lost by the engine (a pause right after an exec leaks that exec in
-      // containerd's shim; lost-exit.test.ts): sbx then answers exit_lost, which is no refusal.
+      // containerd's shim; lost-exit.serial.test.ts): sbx then answers exit_lost, which is no refusal.
       const exit = await within(rt.exec(target!, ['true']), `round ${round}: the exec after the unpause`).then(
         (r) => r.exitCode,
         (err: unknown) => {

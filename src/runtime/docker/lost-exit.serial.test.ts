@@ -8,7 +8,8 @@
  * later exec's process is given the same pid, the shim matches its exit to the old exec and
  * reports that one's end; the engine then says the new exec runs, forever. The test leaks one
  * exec, then starts execs with the kernel's next pid set just below the leaked one
- * (/proc/sys/kernel/ns_last_pid), until one is given it and its exit is lost.
+ * (/proc/sys/kernel/ns_last_pid), until one is given it and its exit is lost. Serial: other
+ * files' processes beside it take pids between the write and the exec (ci22 missed 600 times).
  */
 import assert from 'node:assert/strict';
 import { closeSync, existsSync, fstatSync, openSync, readSync, statSync, writeFileSync } from 'node:fs';
