@@ -333,15 +333,22 @@ export function runtimeConformance(name: string, fx: RuntimeConformanceFixture):
     test('the graceful CMD stops on SIGTERM at once, with exit code 0', async (t) => {
       if (caps.stopStart === false) return t.skip('capabilities.stopStart is false: stop removes the box');
       const id = await started();
-      await rt.stop(id, { timeoutMs: 5000 });
-      const info = await rt.inspect(id);
-      assert.equal(info.running, false);
-      // 0, not 137: the trap ran on SIGTERM, before the SIGKILL at the end of the stop timeout.
-      assert.equal(info.exitCode, 0, 'exit 0 means the trap ran, not SIGKILL');
-      await rt.stop(id); // stopping a stopped container is fine
-      await rt.start(id);
-      assert.equal((await rt.inspect(id)).running, true);
-      await rt.remove(id, { force: true });
+      try {
+        // A started box's shell may not have read its `trap` yet, and a SIGTERM before that ends it
+        // with 143 (gVisor on a loaded machine: 5 stops in 20 right after the start). The CMD's
+        // sleep runs only after its trap is set.
+        await waitFor(async () => (await running(rt, id, 'sleep 86400')).length > 0, { what: "the CMD's sleep, after its trap" });
+        await rt.stop(id, { timeoutMs: 5000 });
+        const info = await rt.inspect(id);
+        assert.equal(info.running, false);
+        // 0, not 137: the trap ran on SIGTERM, before the SIGKILL at the end of the stop timeout.
+        assert.equal(info.exitCode, 0, 'exit 0 means the trap ran, not SIGKILL');
+        await rt.stop(id); // stopping a stopped container is fine
+        await rt.start(id);
+        assert.equal((await rt.inspect(id)).running, true);
+      } finally {
+        await rt.remove(id, { force: true });
+      }
     });
 
     test('pause freezes a running container and unpause thaws it, each idempotent; a stopped one cannot be paused', async (t) => {
