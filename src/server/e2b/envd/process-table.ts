@@ -32,6 +32,8 @@ export type ProcessUpdate = { kind: 'stdout' | 'stderr' | 'pty'; data: Buffer } 
 
 /** Updates queued for one reader before the process's output is paused. */
 const HIGH_WATER = 64;
+/** The output resumes once every reader is down to this many. */
+const LOW_WATER = HIGH_WATER / 2;
 
 /** One reader's view of a process: its updates in order, ending with `end`. */
 export class Subscription implements AsyncIterable<ProcessUpdate> {
@@ -65,7 +67,9 @@ export class Subscription implements AsyncIterable<ProcessUpdate> {
         this.wake = undefined;
         continue;
       }
-      if (this.queue.length === HIGH_WATER / 2) this.onDrain();
+      // Every read at or under the low mark, not only the one that crossed it: the output may have
+      // been paused by another reader's backlog, which was above the mark then.
+      if (this.queue.length <= LOW_WATER) this.onDrain();
       yield next;
       if (next.kind === 'end') return;
     }
@@ -184,7 +188,7 @@ export class TrackedProcess {
   }
 
   private maybeResume(): void {
-    if (!this.paused || [...this.subscribers].some((s) => s.backlog >= HIGH_WATER / 2)) return;
+    if (!this.paused || [...this.subscribers].some((s) => s.backlog > LOW_WATER)) return;
     this.paused = false;
     this.stream.stdout.resume();
     this.stream.stderr.resume();

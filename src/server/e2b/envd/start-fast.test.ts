@@ -9,6 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import { gzipSync } from 'node:zlib';
 import { fromBinary, toBinary, create } from '@bufbuild/protobuf';
 import { testEnv } from '../../../testing/env.js';
+import { waitFor, within } from '../../../testing/wait.js';
 import { keyIdOf, startTestServer, type TestServer } from '../../../testing/server.js';
 import { envdAccessToken } from '../access-token.js';
 import { StartRequestSchema, StartResponseSchema } from './gen/process/process_pb.js';
@@ -35,7 +36,8 @@ interface Answer {
   envelopes: Array<{ flags: number; data: Buffer }>;
 }
 
-function start(body: Buffer, headers: Record<string, string>): Promise<Answer> {
+/** `gate`: the response is not read until it settles (a client that stopped reading). */
+function start(body: Buffer, headers: Record<string, string>, gate?: Promise<void>): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const u = new URL(srv.url);
     const req = httpRequest(
@@ -48,7 +50,7 @@ function start(body: Buffer, headers: Record<string, string>): Promise<Answer> {
       },
       (res) => {
         const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
+        void Promise.resolve(gate).then(() => res.on('data', (c: Buffer) => chunks.push(c)));
         res.on('end', () => {
           const all = Buffer.concat(chunks);
           const envelopes: Answer['envelopes'] = [];
@@ -123,6 +125,60 @@ describe('process.Process/Start on the wire', () => {
     assert.equal(events[0], 'start');
     assert.equal(events.at(-1), 'end');
     assert.equal(a.envelopes.at(-1)!.flags, 2);
+  });
+
+  test("a client that stops reading holds the command's output, and gets all of it and the end once it reads again", async () => {
+    // 64 MiB, far more than the sockets and the server's queues hold: the writer must wait for the client.
+    const size = 64 * 1024 * 1024;
+    const cmd = `echo $$ > /tmp/writer.pid; head -c ${size} /dev/zero; touch /tmp/writer.done`;
+    const box = await srv.manager.get(boxId);
+    await box.exec(['rm', '-f', '/tmp/writer.pid', '/tmp/writer.done']);
+    /** The writer's bytes written so far, or 'done'. */
+    const progress = async (): Promise<number | 'done' | undefined> => {
+      const r = await box.exec([
+        'sh',
+        '-c',
+        'if [ -e /tmp/writer.done ]; then echo done; elif [ -e /tmp/writer.pid ]; then grep ^wchar /proc/$(cat /tmp/writer.pid)/io; fi',
+      ]);
+      const out = r.stdout.trim();
+      if (out === 'done') return 'done';
+      const m = /^wchar: (\d+)$/.exec(out);
+      return m ? Number(m[1]) : undefined;
+    };
+    let stalled!: () => void;
+    const gate = new Promise<void>((resolve) => (stalled = resolve));
+    const answer = start(
+      envelope(0, Buffer.from(toBinary(StartRequestSchema, create(StartRequestSchema, { process: { cmd: '/bin/sh', args: ['-c', cmd] } })))),
+      {
+        'content-type': 'application/connect+proto',
+      },
+      gate,
+    );
+    // The writer stops short of its end while the client reads nothing: two reads of its count agree.
+    let last: number | 'done' | undefined;
+    const held = await waitFor(
+      async () => {
+        const now = await progress();
+        const same = typeof now === 'number' && now === last;
+        last = now;
+        return now === 'done' ? 'done' : same ? now : undefined;
+      },
+      { what: 'the writer to wait for the client', intervalMs: 250 },
+    );
+    if (held === 'done') assert.fail('the command wrote all of its output to a client that read none of it');
+    assert.ok(held < size);
+    stalled();
+    const a = await within(answer, 'the rest of the output and the end, once the client reads');
+    let stdout = 0;
+    const cases: string[] = [];
+    for (const e of a.envelopes.filter((x) => x.flags === 0)) {
+      const ev = fromBinary(StartResponseSchema, e.data).event?.event;
+      if (ev?.case === 'data' && ev.value.output.case === 'stdout') stdout += ev.value.output.value.length;
+      else if (ev) cases.push(ev.case ?? '');
+    }
+    assert.equal(stdout, size);
+    assert.deepEqual([cases[0], cases.at(-1)], ['start', 'end']);
+    assert.equal(await progress(), 'done');
   });
 
   test('a request without cmd ends the stream invalid_argument (status 200, as Connect streams report errors)', async () => {
