@@ -14,7 +14,7 @@
 import assert from 'node:assert/strict';
 import { closeSync, existsSync, fstatSync, openSync, readSync, statSync, writeFileSync } from 'node:fs';
 import { finished } from 'node:stream/promises';
-import { after, before, test } from 'node:test';
+import { after, before, test, type TestContext } from 'node:test';
 import Docker from 'dockerode';
 import { isSbxError } from '../../errors.js';
 import { TEST_LABEL, testEnv, testRunId } from '../../testing/env.js';
@@ -94,16 +94,22 @@ after(async () => {
   await rt.close();
 });
 
-test('an engine exec whose exit the engine lost fails exit_lost, naming its pid, instead of hanging', async (t) => {
+/**
+ * Leaks an exec, then runs `run` (an exec of `true` on the box, which must end 0) with the
+ * kernel's next pid set so that its process gets the leaked pid, until one fails `internal`.
+ * Returns that error, the leaked pid and the tries it took; skips the test (null) where this
+ * engine does not leak.
+ */
+async function loseAnExit(t: TestContext, run: () => Promise<number>): Promise<{ lost: unknown; leaked: number; tries: number } | null> {
   if (!existsSync(DOCKERD_LOG) || !existsSync(NEXT_PID)) {
     t.skip(`needs the engine of scripts/engine.sh on this host (${DOCKERD_LOG}) and ${NEXT_PID}`);
-    return;
+    return null;
   }
   let leaked: number | null = null;
   for (let i = 0; i < 20 && leaked === null; i++) leaked = await within(leakOne(box), `leak attempt ${i}`);
   if (leaked === null) {
     t.skip('the engine deleted every exec ended around a pause: this containerd does not leak them');
-    return;
+    return null;
   }
   let lost: unknown;
   let tries = 0;
@@ -117,26 +123,52 @@ test('an engine exec whose exit the engine lost fails exit_lost, naming its pid,
     const offset = (((await probe.exec.inspect()) as { Pid?: number }).Pid ?? base) - base;
     writeFileSync(NEXT_PID, String(leaked - offset));
     try {
-      const r = await within(rt.exec(box, ['true']), `exec ${tries} (the engine's exit lost and not found?)`);
-      assert.equal(r.exitCode, 0);
+      assert.equal(await within(run(), `exec ${tries} (the engine's exit lost and not found?)`), 0);
     } catch (err) {
       if (!isSbxError(err, 'internal')) throw err;
       lost = err;
     }
   }
   assert.ok(lost, `no exec was given the leaked pid ${leaked} in ${tries} tries`);
+  return { lost, leaked, tries };
+}
+
+/** The engine did lose it: it still says one exec runs, with the pid no process has. */
+async function engineStillRuns(pid: number): Promise<number> {
+  let stuck = 0;
+  for (const execId of (await docker.getContainer(box).inspect()).ExecIDs ?? []) {
+    const e = (await docker.getExec(execId).inspect()) as { Running: boolean; Pid?: number };
+    if (e.Running && e.Pid === pid) stuck++;
+  }
+  return stuck;
+}
+
+test('an engine exec whose exit the engine lost fails exit_lost, naming its pid, instead of hanging', async (t) => {
+  const found = await loseAnExit(t, async () => (await rt.exec(box, ['true'])).exitCode);
+  if (!found) return;
+  const { lost, leaked, tries } = found;
   assert.ok(isSbxError(lost, 'internal'));
   assert.deepEqual(lost.details, { id: box, cmd: 'true', pid: leaked, reason: 'exit_lost' });
   assert.match(lost.message, /lost its exit/);
-  // The engine did lose it: it still says that exec runs, with the pid no process has.
-  const stuck = [];
-  for (const execId of (await docker.getContainer(box).inspect()).ExecIDs ?? []) {
-    const e = (await docker.getExec(execId).inspect()) as { Running: boolean; Pid?: number };
-    if (e.Running && e.Pid === leaked) stuck.push(execId);
-  }
-  assert.equal(stuck.length, 1, 'the engine still says one exec with the leaked pid runs');
+  assert.equal(await engineStillRuns(leaked), 1, 'the engine still says one exec with the leaked pid runs');
   // The box itself serves on.
   assert.equal((await rt.exec(box, ['echo', 'on'])).stdout, 'on\n');
+  t.diagnostic(`the leaked pid ${leaked} was given to exec ${tries}`);
+});
+
+test('a streaming engine exec whose exit the engine lost: its wait() fails exit_lost, and its output ends', async (t) => {
+  let ended: Promise<unknown> = Promise.resolve();
+  const found = await loseAnExit(t, async () => {
+    const s = await rt.execStream(box, ['true']);
+    ended = Promise.all([finished(s.stdout.resume()), finished(s.stderr.resume())]);
+    return s.wait();
+  });
+  if (!found) return;
+  const { lost, leaked, tries } = found;
+  assert.ok(isSbxError(lost, 'internal'));
+  assert.deepEqual(lost.details, { id: box, cmd: 'true', pid: leaked, reason: 'exit_lost' });
+  await within(ended, "the lost exec's output to end");
+  assert.equal(await engineStillRuns(leaked), 1, 'the engine still says one exec with the leaked pid runs');
   t.diagnostic(`the leaked pid ${leaked} was given to exec ${tries}`);
 });
 
