@@ -34,10 +34,19 @@ export type ProcessUpdate = { kind: 'stdout' | 'stderr' | 'pty'; data: Buffer } 
 const HIGH_WATER = 64;
 /** The output resumes once every reader is down to this many. */
 const LOW_WATER = HIGH_WATER / 2;
+/**
+ * Output of one kind that arrived while a reader was behind is sent as one update, up to this
+ * size: a program that writes a byte per write (curl's errors, progress bars) would otherwise
+ * cost an event, an envelope and a client callback per byte.
+ */
+const JOIN_MAX_BYTES = 32 * 1024;
+
+/** A queued update: output as the parts it arrived in, joined when it is read. */
+type Queued = { kind: 'stdout' | 'stderr' | 'pty'; parts: Buffer[]; size: number } | { kind: 'end'; end: ProcessEnd };
 
 /** One reader's view of a process: its updates in order, ending with `end`. */
 export class Subscription implements AsyncIterable<ProcessUpdate> {
-  private readonly queue: ProcessUpdate[] = [];
+  private readonly queue: Queued[] = [];
   private wake: (() => void) | undefined;
   private closed = false;
 
@@ -49,7 +58,12 @@ export class Subscription implements AsyncIterable<ProcessUpdate> {
 
   push(update: ProcessUpdate): void {
     if (this.closed) return;
-    this.queue.push(update);
+    const last = this.queue.at(-1);
+    if (update.kind === 'end') this.queue.push(update);
+    else if (last && last.kind === update.kind && last.size + update.data.length <= JOIN_MAX_BYTES) {
+      last.parts.push(update.data);
+      last.size += update.data.length;
+    } else this.queue.push({ kind: update.kind, parts: [update.data], size: update.data.length });
     this.wake?.();
   }
 
@@ -70,8 +84,11 @@ export class Subscription implements AsyncIterable<ProcessUpdate> {
       // Every read at or under the low mark, not only the one that crossed it: the output may have
       // been paused by another reader's backlog, which was above the mark then.
       if (this.queue.length <= LOW_WATER) this.onDrain();
-      yield next;
-      if (next.kind === 'end') return;
+      if (next.kind === 'end') {
+        yield next;
+        return;
+      }
+      yield { kind: next.kind, data: next.parts.length === 1 ? next.parts[0]! : Buffer.concat(next.parts, next.size) };
     }
   }
 }
