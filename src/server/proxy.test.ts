@@ -3,8 +3,10 @@
  * node:http, ws, the SDK): streaming both ways, SSE per event, WebSocket, and who may reach what.
  */
 import assert from 'node:assert/strict';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { once } from 'node:events';
 import { request as httpRequest } from 'node:http';
+import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import WebSocket from 'ws';
 import { Sbx } from '../client/index.js';
@@ -229,6 +231,29 @@ for (const runtime of ['runc', 'gVisor'] as const)
       controller.abort();
       await reader.read().catch(() => undefined);
       await settled(); // released when the client aborts mid-response
+    });
+
+    test('a WebSocket client that leaves while its paused box wakes up leaves nothing open to the box', async () => {
+      const box = (await ts.manager.get(target)) as ManagedBox;
+      const baseline = box.activity.inFlight; // the in-box service's exec stream
+      assert.equal((await ts.call('POST', `/v1/boxes/${target}/pause`, { key: alice })).status, 200);
+      // The upgrade request; once its dial began (the box held, waking up), a reset, as a load
+      // balancer or a killed client sends: the dial ends after the client's 'close' went by.
+      const u = new URL(ts.url);
+      const sock = connect({ host: u.hostname, port: Number(u.port) });
+      await once(sock, 'connect');
+      sock.on('error', () => undefined);
+      sock.write(
+        `GET ${portPath(target, 3000, '/')} HTTP/1.1\r\nhost: ${u.host}\r\nauthorization: Bearer ${alice}\r\nconnection: Upgrade\r\nupgrade: websocket\r\n` +
+          `sec-websocket-version: 13\r\nsec-websocket-key: ${randomBytes(16).toString('base64')}\r\n\r\n`,
+      );
+      await waitFor(() => box.activity.inFlight === baseline + 1, { what: 'the dial to begin', intervalMs: 1 });
+      sock.resetAndDestroy();
+      // The box woke for it: the dial ran. Then the stream it opened is closed again.
+      await waitFor(async () => (await ts.call('GET', `/v1/boxes/${target}`, { key: alice })).json.status === 'running', {
+        what: 'the box to wake for the dial',
+      });
+      await waitFor(() => box.activity.inFlight === baseline, { what: 'the dialed stream to be closed and the box released' });
     });
 
     test('a WebSocket without credentials is refused with 401 before any upgrade', async () => {

@@ -250,7 +250,13 @@ async function proxyUpgrade(ctx: ServerContext, req: FastifyRequest, reply: Fast
   const upstream = await box.dial(port);
   (upstream as Socket).setNoDelay?.(true);
   reply.hijack();
-  const client = reply.raw.socket as Socket;
+  const client = reply.raw.socket as Socket | null;
+  // The client left during the dial (a box waking up): its 'close' is past, and the stream to
+  // the box, with the box's hold, would be left open for good.
+  if (!client || client.destroyed) {
+    upstream.destroy();
+    return;
+  }
   reply.raw.detachSocket(client);
   const headSym = Object.getOwnPropertySymbols(req.raw).find((s) => s.description === 'ws-head');
   const head = headSym ? ((req.raw as unknown as Record<symbol, Buffer | undefined>)[headSym] ?? Buffer.alloc(0)) : Buffer.alloc(0);

@@ -4,6 +4,8 @@
  * a table of malformed requests, metrics, logs without secrets, openapi.
  */
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { connect } from 'node:net';
 import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
@@ -483,6 +485,27 @@ describe('boxes and exec', () => {
       },
       { what: 'sleep 300 to be killed', intervalMs: 100 },
     );
+    await t.call('DELETE', `/v1/boxes/${id}`);
+  });
+
+  test('SSE exec: a client that left while its paused box woke up does not leave the process running', async () => {
+    const id = await newBox(alice);
+    assert.equal((await t.call('POST', `/v1/boxes/${id}/pause`, { key: alice })).status, 200);
+    // The whole request, then the connection closed at once: the server reads it, wakes the box
+    // and starts the command after the client's 'close' went by.
+    const body = JSON.stringify({ cmd: ['sh', '-c', 'touch /tmp/sse-left; exec sleep 301'] });
+    const u = new URL(t.url);
+    const sock = connect({ host: u.hostname, port: Number(u.port) });
+    await once(sock, 'connect');
+    sock.end(
+      `POST /v1/boxes/${id}/exec HTTP/1.1\r\nhost: ${u.host}\r\nauthorization: Bearer ${alice}\r\ncontent-type: application/json\r\n` +
+        `accept: text/event-stream\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
+    sock.resume();
+    await once(sock, 'close');
+    const sh = async (cmd: string) => (await t.call('POST', `/v1/boxes/${id}/exec`, { body: { cmd: ['sh', '-c', cmd] } })).json.stdout.trim();
+    await waitFor(async () => (await sh('[ -e /tmp/sse-left ] && echo yes || true')) === 'yes', { what: 'the command to have started', intervalMs: 100 });
+    await waitFor(async () => (await sh('ps | grep -c "[s]leep 301" || true')) === '0', { what: 'sleep 301 to be killed', intervalMs: 100 });
     await t.call('DELETE', `/v1/boxes/${id}`);
   });
 });

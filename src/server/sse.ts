@@ -20,13 +20,16 @@ export function startSse(req: FastifyRequest, reply: FastifyReply): SseWriter {
   const out = new PassThrough({ highWaterMark: 64 * 1024 });
   let closed = false;
   const onClose = new Promise<void>((resolve) => {
-    reply.raw.once('close', () => {
+    const gone = () => {
       closed = true;
       resolve();
-    });
+    };
+    // A client can leave while the route still awaits (a paused box waking up): its 'close' came
+    // before this listener, and only the socket says so.
+    if (reply.raw.destroyed || req.raw.socket.destroyed) gone();
+    else reply.raw.once('close', gone);
   });
   reply.code(200).header('content-type', 'text/event-stream; charset=utf-8').header('cache-control', 'no-cache').header('x-accel-buffering', 'no').send(out);
-  void req;
   // A comment line first, so clients see the stream open before any output.
   out.write(': sbx\n\n');
   return {

@@ -67,8 +67,12 @@ function cookieOf(req: FastifyRequest): string | undefined {
   return undefined;
 }
 
+/** The client socket of the last request authorize saw (a test waits for it to be gone). */
+let lastAuthorizedSocket: Socket | undefined;
+
 const vncDeps: VncDeps = {
   async authorize(req, boxId) {
+    lastAuthorizedSocket = req.raw.socket as Socket;
     const given = cookieOf(req);
     if (given === undefined) throw new SbxError('unauthorized', 'no credential');
     if (given !== secret) throw new SbxError('forbidden', 'wrong credential');
@@ -441,6 +445,40 @@ describe('VNC boxes (real engine)', () => {
       const end = closed(ws);
       ws.close();
       await end;
+    } finally {
+      dialOverride.delete('desk');
+      fake.server.close();
+    }
+  });
+
+  test('a viewer that leaves during the dial (a box waking up) leaves no stream open to the VNC port', async () => {
+    let serverSide!: (s: Socket) => void;
+    const accepted = new Promise<Socket>((r) => (serverSide = r));
+    const fake = await fakeServer((s) => {
+      s.on('error', () => undefined);
+      s.resume(); // its 'end', then 'close', once the other side goes
+      s.write('RFB 003.008\n'); // the greeting a VNC server sends first, which nobody reads
+      serverSide(s);
+    });
+    // The dial ends only once the viewer's connection is gone, as a slow wake would.
+    dialOverride.set('desk', async () => {
+      await waitFor(() => lastAuthorizedSocket?.destroyed === true, { what: "the viewer's connection to be gone" });
+      return fake.dial();
+    });
+    try {
+      lastAuthorizedSocket = undefined;
+      const u = new URL(base);
+      const sock = connect({ host: u.hostname, port: Number(u.port) });
+      await new Promise((r) => sock.once('connect', r));
+      sock.on('error', () => undefined);
+      sock.write(
+        `GET /v1/boxes/desk/vnc/websockify HTTP/1.1\r\nhost: ${u.host}\r\ncookie: ${COOKIE}=${secret}\r\nconnection: Upgrade\r\nupgrade: websocket\r\n` +
+          `sec-websocket-version: 13\r\nsec-websocket-key: ${randomBytes(16).toString('base64')}\r\n\r\n`,
+      );
+      await waitFor(() => lastAuthorizedSocket !== undefined, { what: 'the request to be authorized' });
+      sock.resetAndDestroy(); // a reset, as a load balancer or a killed viewer sends
+      const conn = await within(accepted, 'the dial to reach the VNC port');
+      await within(new Promise((r) => conn.once('close', r)), 'the stream to the VNC port to be closed');
     } finally {
       dialOverride.delete('desk');
       fake.server.close();

@@ -181,6 +181,11 @@ export function vncRoutes(app: FastifyInstance, deps: VncDeps): void {
         // The cookie rides along with an upgrade from any page: only the server's own may use it.
         requireOwnOrigin(req, grant.via, deps.publicUrl?.());
         const tcp = await dialWithin(deps, grant.boxId, DIAL_TIMEOUT_MS);
+        // The client left during the dial (a box waking up): its 'close' is past, and no upgrade comes.
+        if (req.raw.socket.destroyed) {
+          tcp.destroy();
+          return;
+        }
         dialed.set(req, tcp);
         // An upgrade that never completes must not leave the stream open.
         req.raw.socket.once('close', () => {
