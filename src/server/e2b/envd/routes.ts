@@ -44,6 +44,11 @@ export const SIGNED_FILES_PATH = '/files';
  * through /files, streamed).
  */
 export const ENVD_READ_MAX_BYTES = 16 * 1024 * 1024;
+/**
+ * The longest Connect-Timeout-Ms taken (24.8 days): Node runs a timer set any longer after 1 ms,
+ * which would end the call and kill its process at once. Longer is invalid_argument.
+ */
+export const ENVD_MAX_TIMEOUT_MS = 2 ** 31 - 1;
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
 /** e2b's default account in its templates; a box without it acts as its uid 1000, else root. */
 const E2B_USER = 'user';
@@ -250,6 +255,7 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
   const rpc = connectNodeAdapter({
     requestPathPrefix: ENVD_PREFIX,
     readMaxBytes: ENVD_READ_MAX_BYTES,
+    maxTimeoutMs: ENVD_MAX_TIMEOUT_MS,
     grpc: false,
     grpcWeb: false,
     contextValues: (req) => contextValuesOf(req as IncomingMessage),
@@ -356,7 +362,7 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
     caller.catch(() => undefined);
     callers.set(req, caller);
     coalesceWrites(res);
-    if (servesStart(req, path)) await serveStart(req, res, start, { contextValues: contextValuesOf(req), readMaxBytes: ENVD_READ_MAX_BYTES });
+    if (servesStart(req, path)) await serveStart(req, res, start, { contextValues: contextValuesOf(req), readMaxBytes: ENVD_READ_MAX_BYTES, maxTimeoutMs: ENVD_MAX_TIMEOUT_MS });
     else rpc(req, res);
   };
 

@@ -181,6 +181,35 @@ describe('process.Process/Start on the wire', () => {
     assert.equal(await progress(), 'done');
   });
 
+  test('a Connect-Timeout-Ms longer than a timer holds is invalid_argument on both paths, and nothing runs; the longest one taken runs the command', async () => {
+    // 30 days: Node would fire its timer after 1 ms, ending the call deadline_exceeded and killing the process at once.
+    const data = Buffer.from(JSON.stringify({ process: { cmd: '/bin/sh', args: ['-c', 'touch /tmp/ran-too-long'] } }));
+    const headers = { 'content-type': 'application/connect+json', 'connect-timeout-ms': '2592000000' };
+    for (const a of [await start(envelope(0, data), headers), await start(envelope(1, gzipSync(data)), { ...headers, 'connect-content-encoding': 'gzip' })]) {
+      assert.equal(a.status, 200);
+      assert.deepEqual(
+        a.envelopes.map((e) => e.flags),
+        [2],
+      );
+      const end = JSON.parse(a.envelopes[0]!.data.toString()) as { error: { code: string; message: string } };
+      assert.equal(end.error.code, 'invalid_argument');
+      assert.match(end.error.message, /2592000000ms must be <= 2147483647/);
+    }
+    const box = await srv.manager.get(boxId);
+    assert.equal((await box.exec(['sh', '-c', '[ -e /tmp/ran-too-long ] && echo ran || echo not'])).stdout, 'not\n');
+    const longest = await start(envelope(0, Buffer.from(JSON.stringify(ECHO))), {
+      'content-type': 'application/connect+json',
+      'connect-timeout-ms': '2147483647',
+    });
+    assert.deepEqual(summary(jsonEvents(longest)), {
+      first: { event: { start: { pid: 'number' } } },
+      stdout: 'hi\n',
+      stderr: 'oops\n',
+      end: { exitCode: 3, exited: true, status: 'exit status 3' },
+      endStream: {},
+    });
+  });
+
   test('a request without cmd ends the stream invalid_argument (status 200, as Connect streams report errors)', async () => {
     const a = await start(envelope(0, Buffer.from(JSON.stringify({ process: { args: [] } }))), { 'content-type': 'application/connect+json' });
     assert.equal(a.status, 200);

@@ -120,11 +120,11 @@ export async function serveStart(
   req: IncomingMessage,
   res: ServerResponse,
   start: StartImpl,
-  opts: { contextValues: ContextValues; readMaxBytes: number },
+  opts: { contextValues: ContextValues; readMaxBytes: number; maxTimeoutMs: number },
 ): Promise<void> {
   const binary = parseContentType(req.headers['content-type'] ?? null)?.binary === true;
   const timeoutHeader = req.headers['connect-timeout-ms'];
-  const timeout = parseTimeout(typeof timeoutHeader === 'string' ? timeoutHeader : null, Number.MAX_SAFE_INTEGER);
+  const timeout = parseTimeout(typeof timeoutHeader === 'string' ? timeoutHeader : null, opts.maxTimeoutMs);
   const gone = new AbortController();
   const onClose = (): void => gone.abort(new ConnectError('the client closed the connection', Code.Canceled));
   res.once('close', onClose);
