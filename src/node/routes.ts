@@ -47,10 +47,14 @@ async function first<M extends { msg: { case: string | undefined; value?: unknow
 }
 
 /** Writes with backpressure; resolves early when the stream is closed (a process that exited takes no more input). */
-async function write(w: Writable, data: Uint8Array): Promise<void> {
+export async function writeWithBackpressure(w: Writable, data: Uint8Array): Promise<void> {
   if (w.destroyed || w.writableEnded) return;
   if (w.write(data)) return;
-  await Promise.race([once(w, 'drain'), once(w, 'close')]).catch(() => undefined);
+  // The wait that loses is taken off: each would leave its listeners on the stream until it
+  // closes, two per write of a long upload.
+  const settled = new AbortController();
+  await Promise.race([once(w, 'drain', { signal: settled.signal }), once(w, 'close', { signal: settled.signal })]).catch(() => undefined);
+  settled.abort();
 }
 
 /** stdout and stderr as one sequence of messages in arrival order, each stream paused while too much waits. */
@@ -123,7 +127,7 @@ async function* exec(svc: NodeService, requests: AsyncIterable<ExecRequest>, ctx
   stream.stdin.on('error', () => undefined);
   const killed = watchForKill({ kill: () => stream.cancel() }, { ...(s.timeoutMs > 0 ? { timeoutMs: s.timeoutMs } : {}), signal: ctx.signal });
   const apply = async (m: ExecRequest['msg']) => {
-    if (m.case === 'stdin') await write(stream.stdin, m.value);
+    if (m.case === 'stdin') await writeWithBackpressure(stream.stdin, m.value);
     else if (m.case === 'stdinEof') stream.stdin.end();
     else if (m.case === 'resize') await stream.resize({ cols: m.value.cols, rows: m.value.rows });
   };
@@ -168,7 +172,7 @@ async function* dial(svc: NodeService, requests: AsyncIterable<DialRequest>, ctx
   const closed = once(socket, 'close').catch(() => undefined);
   const input = (async () => {
     for (let n = await it.next(); !n.done; n = await it.next()) {
-      if (n.value.msg.case === 'data') await write(socket, n.value.msg.value);
+      if (n.value.msg.case === 'data') await writeWithBackpressure(socket, n.value.msg.value);
       else if (n.value.msg.case === 'eof') socket.end();
     }
     socket.end();
