@@ -362,7 +362,8 @@ export function envdRoutes(app: FastifyInstance, ctx: ServerContext): void {
     caller.catch(() => undefined);
     callers.set(req, caller);
     coalesceWrites(res);
-    if (servesStart(req, path)) await serveStart(req, res, start, { contextValues: contextValuesOf(req), readMaxBytes: ENVD_READ_MAX_BYTES, maxTimeoutMs: ENVD_MAX_TIMEOUT_MS });
+    if (servesStart(req, path))
+      await serveStart(req, res, start, { contextValues: contextValuesOf(req), readMaxBytes: ENVD_READ_MAX_BYTES, maxTimeoutMs: ENVD_MAX_TIMEOUT_MS });
     else rpc(req, res);
   };
 
