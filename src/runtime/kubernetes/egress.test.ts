@@ -54,6 +54,11 @@ describe('egress rules on Kubernetes pods', { skip: why ?? false }, () => {
     const r = await sh(id, `wget -q -T 5 -O - '${url}'`);
     return r.exitCode === 0 ? r.stdout : undefined;
   };
+  /** The body, or what wget said when it failed: an assertion on the body then shows why (stop 44's ci27 saw '' once). */
+  const reached = async (id: string, url: string): Promise<string> => {
+    const r = await sh(id, `wget -q -T 5 -O - '${url}'`);
+    return r.exitCode === 0 ? r.stdout : `wget exited ${r.exitCode}: ${r.stderr.trim()}`;
+  };
 
   before(async () => {
     net = await fakenet();
@@ -73,7 +78,7 @@ describe('egress rules on Kubernetes pods', { skip: why ?? false }, () => {
     assert.equal(rt.capabilities.egress, true);
     const rules = policy('allowlist', [{ host: net.ok.name, ports: [80, 80], protocol: 'tcp' }]);
     const id = await box({ egress: rules });
-    assert.match((await fetch(id, `http://${net.ok.name}/`)) ?? '', new RegExp(`hello from ${net.ok.address.replace(/\./g, '\\.')}`));
+    assert.match(await reached(id, `http://${net.ok.name}/`), new RegExp(`hello from ${net.ok.address.replace(/\./g, '\\.')}`));
     assert.equal(await fetch(id, `http://${net.ok.name}:8000/`), undefined, 'another port of the allowed name');
     assert.equal(await fetch(id, `http://${net.other.address}/`), undefined, 'an address no rule names');
     const lookup = await sh(id, `nslookup ${net.other.name}`);
@@ -90,14 +95,14 @@ describe('egress rules on Kubernetes pods', { skip: why ?? false }, () => {
     await rt.setEgress(id, policy('allowlist', [{ host: `${net.other.address}/32` }]));
     const setMs = performance.now() - t0;
     // The very next connection: no waiting, no retry.
-    assert.match((await fetch(id, url)) ?? '', /hello from/);
+    assert.match(await reached(id, url), /hello from/);
     assert.deepEqual(await rt.getEgress(id), policy('allowlist', [{ host: `${net.other.address}/32` }]));
     // A change the sidecar refuses leaves the rules as they were.
     await assert.rejects(rt.setEgress(id, policy('allowlist', [{ host: '300.1.2.3/32' }])), (e) => isSbxError(e, 'internal') && /300\.1\.2\.3/.test(e.message));
-    assert.match((await fetch(id, url)) ?? '', /hello from/);
+    assert.match(await reached(id, url), /hello from/);
     await rt.setEgress(id, policy('denylist', [], [{ host: `${net.other.address}/32` }]));
     assert.equal(await fetch(id, url), undefined);
-    assert.match((await fetch(id, `http://${net.ok.address}/`)) ?? '', /hello from/, 'a denylist lets the rest through');
+    assert.match(await reached(id, `http://${net.ok.address}/`), /hello from/, 'a denylist lets the rest through');
     console.log(`# setEgress through the sidecar: ${Math.round(setMs)} ms`);
   });
 
@@ -117,7 +122,7 @@ describe('egress rules on Kubernetes pods', { skip: why ?? false }, () => {
     assert.match(r.stdout, /socket [1-9]/, 'the sidecar’s socket is not in the box');
     assert.match(r.stderr, /Operation not permitted/);
     assert.equal(await fetch(id, `http://${net.other.address}/`), undefined);
-    assert.match((await fetch(id, `http://${net.ok.address}/`)) ?? '', /hello from/);
+    assert.match(await reached(id, `http://${net.ok.address}/`), /hello from/);
   });
 
   test('egress none: the box is still reached inbound, by exec and by port-forward', async () => {
@@ -136,7 +141,7 @@ describe('egress rules on Kubernetes pods', { skip: why ?? false }, () => {
     const addr = /inet (10\.[0-9.]+)\//.exec((await sh(server, 'ip -4 addr show eth0')).stdout)?.[1];
     assert.ok(addr, 'the peer has a pod address');
     const client = await box({ egress: policy('all') });
-    assert.match((await fetch(client, `http://${net.ok.address}/`)) ?? '', /hello from/);
+    assert.match(await reached(client, `http://${net.ok.address}/`), /hello from/);
     const peer = await sh(client, `nc -w 3 ${addr} 8080 </dev/null`);
     assert.doesNotMatch(peer.stdout, /hello-from-peer/);
     assert.notEqual(peer.exitCode, 0);
@@ -151,7 +156,7 @@ describe('egress rules on Kubernetes pods', { skip: why ?? false }, () => {
     assert.doesNotMatch(asked.stdout, new RegExp(net.other.address.replace(/\./g, '\\.')), asked.stdout);
     assert.ok(!net.foreignQueries().includes(probe), 'the query never left the pod');
     const all = await box({ egress: policy('all') });
-    assert.match((await fetch(all, `http://${net.ok.address}/`)) ?? '', /hello from/);
+    assert.match(await reached(all, `http://${net.ok.address}/`), /hello from/);
     assert.equal(await fetch(all, `http://${net.metadata}/`), undefined);
   });
 
@@ -161,7 +166,7 @@ describe('egress rules on Kubernetes pods', { skip: why ?? false }, () => {
     try {
       await rt.allowHostEndpoints([{ address: NODE_ADDRESS, port: endpoint.port }]);
       const id = await box();
-      assert.match((await fetch(id, `http://${net.ok.address}/`)) ?? '', /hello from/);
+      assert.match(await reached(id, `http://${net.ok.address}/`), /hello from/);
       assert.match((await sh(id, `nc -w 3 ${NODE_ADDRESS} ${endpoint.port} </dev/null`)).stdout, /sbx-endpoint/);
       assert.doesNotMatch((await sh(id, `nc -w 3 ${NODE_ADDRESS} ${other.port} </dev/null`)).stdout, /other-service/);
       assert.deepEqual(await rt.getEgress(id), {
